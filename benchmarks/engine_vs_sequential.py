@@ -125,6 +125,25 @@ def engine_fedavg(model, fed, init, schedule, epochs, seed):
     return global_, res.path
 
 
+def training_flops(model, input_shape, device, samples: int) -> float:
+    """FLOPs of forward + backward over ``samples`` training samples (torch's FLOP counter
+    on one batch of BATCH, scaled; counts matmuls and convolutions, the bulk of the work)."""
+    from torch.utils.flop_counter import FlopCounterMode
+    net = copy.deepcopy(model).to(device).train()
+    x = torch.randn(BATCH, *input_shape, device=device)
+    with FlopCounterMode(display=False) as counter:
+        F.cross_entropy(net(x), torch.zeros(BATCH, dtype=torch.long, device=device)).backward()
+    return counter.get_total_flops() * samples / BATCH
+
+
+def gemm_peak(device: torch.device, n: int = 2048, repeats: int = 5) -> float:
+    """This machine's float32 matmul rate in FLOP/s: best of ``repeats`` n×n products."""
+    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
+    a @ b
+    best = min(_timed(device, torch.mm, a, b)[0] for _ in range(repeats))
+    return 2 * n ** 3 / best
+
+
 @torch.no_grad()
 def test_accuracy(model, state, fed) -> float:
     """Accuracy of one global model on the union of the clients' test splits."""
@@ -181,6 +200,16 @@ def run_config(arch: str, k: int, rounds: int, alpha: float, device: torch.devic
     print(f"# {label}: {name} n={len(y)} alpha={alpha} client train sizes {sizes.min()}..{sizes.max()} "
           f"(mean {sizes.mean():.0f}) E={epochs} rounds={rounds} path={path} "
           f"accuracy sequential={acc_seq:.4f} engine={acc_eng:.4f}")
+    # Two bounds no implementation escapes: the engine takes at least as many (vectorised)
+    # steps as the largest selected client of each round, and all clients' arithmetic at
+    # this machine's matmul peak takes at least flops / peak seconds.
+    steps = [np.array([epochs * -(-sizes[c] // BATCH) for c in chosen]) for chosen in schedule]
+    total, critical = sum(int(st.sum()) for st in steps), sum(int(st.max()) for st in steps)
+    flops = training_flops(model, fed.input_shape, device, epochs * sum(int(sizes[c].sum()) for c in schedule))
+    floor = flops / gemm_peak(device)
+    print(f"# {label} bounds: client steps loop={total} engine critical path={critical} "
+          f"(step ratio {total / critical:.1f}); arithmetic {flops / 1e9:.1f} GFLOP at this machine's "
+          f"matmul peak ≥ {floor:.3f}s, so ratio ≤ {t_seq / floor:.0f}")
     print(f"{label} {device.type} clients={k} sequential={t_seq:.3f}s engine={t_eng:.3f}s "
           f"ratio={t_seq / t_eng:.1f}", flush=True)
 

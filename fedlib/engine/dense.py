@@ -6,16 +6,20 @@ few small matrix products: the whole chunk's step is a handful of batched matmul
 The mathematics is the one autograd would compute — the gradient of the per-client
 weighted cross-entropy Σ_j w_j ℓ_j:
 
-    forward   h_0 = x,  z_l = h_{l-1} W_lᵀ + b_l,  h_l = relu(z_l) where a ReLU follows
+    forward   h_0 = xᵀ,  z_l = W_l h_{l-1} + b_l,  h_l = relu(z_l) where a ReLU follows
     output    ∂/∂z_L = (softmax(z_L) − onehot(y)) · w
-    backward  ∂W_l = (∂z_l)ᵀ h_{l-1},  ∂b_l = Σ_j ∂z_l,  ∂z_{l-1} = (∂z_l W_l) ⊙ [z_{l-1} > 0]
+    backward  ∂W_l = ∂z_l h_{l-1}ᵀ,  ∂b_l = Σ_j ∂z_l,  ∂z_{l-1} = (W_lᵀ ∂z_l) ⊙ [z_{l-1} > 0]
+
+Activations are kept feature-major, (m, features, B) per layer: softmax over a short
+class axis and the small matrix products of logistic regression run 1.5–5× faster in
+that layout than batch-major on CPU (measured: (m, C, B) log-softmax 3 µs vs 19 µs for
+m = 50, B = 32, C = 2); for wide MLPs the two layouts time the same.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 __all__ = ["DenseStack", "dense_stack"]
@@ -37,10 +41,66 @@ class DenseStack:
     biases: tuple[str, ...]
     relu: tuple[bool, ...]
 
+    @property
+    def param_names(self) -> tuple[str, ...]:
+        """Weight and bias names interleaved layer by layer: W_1, b_1, W_2, b_2, ..."""
+        return tuple(n for pair in zip(self.weights, self.biases) for n in pair)
+
+    @staticmethod
+    def layers(params: list[torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """``[(W_l (m, out, in), b_l as a column (m, out, 1))]`` views of ``params`` (in
+        :attr:`param_names` order); in-place updates of ``params`` show through them."""
+        return [(params[i], params[i + 1].unsqueeze(2)) for i in range(0, len(params), 2)]
+
+    def step_grads(self, layers: list[tuple[torch.Tensor, torch.Tensor]], x: torch.Tensor,
+                   target: torch.Tensor, weight: torch.Tensor, minus_one: torch.Tensor,
+                   loss_out: torch.Tensor | None = None) -> list[torch.Tensor]:
+        """One optimiser step's gradients for m clients: the engine's hot path.
+
+        Parameters
+        ----------
+        layers : list of (Tensor, Tensor)
+            :meth:`layers` of the clients' stacked parameters.
+        x : Tensor, shape (m, B, in_features)
+            The step's inputs, flattened per sample.
+        target : Tensor, shape (m, 1, B), int64
+            Labels.
+        weight : Tensor, shape (m, 1, B)
+            Per-sample loss weights (1/count on real samples, 0 on padding).
+        minus_one : Tensor, shape (m, 1, B)
+            −1 everywhere (the one-hot term of the output gradient).
+        loss_out : Tensor of shape (m, 1, 1), optional
+            Where to write −Σ_j weight_j · cross-entropy_j per client (the negated loss;
+            the gradient does not need it, so it is computed only when asked for).
+
+        Returns
+        -------
+        list of Tensor
+            In :attr:`param_names` order: ∂W_l (m, out, in) and ∂b_l (m, out).
+        """
+        h = [x.transpose(1, 2)]  # feature-major activations (m, features, B)
+        for (w, b), relu in zip(layers, self.relu):
+            z = torch.baddbmm(b, w, h[-1])
+            h.append(z.relu_() if relu else z)
+        log_p = torch.log_softmax(h.pop(), 1)  # (m, C, B)
+        if loss_out is not None:
+            torch.bmm(log_p.gather(1, target), weight.transpose(1, 2), out=loss_out)
+        dz = log_p.exp_().scatter_add_(1, target, minus_one).mul_(weight)
+        grads = [dz] * (2 * len(layers))
+        for layer in range(len(layers) - 1, -1, -1):
+            h_in = h[layer]
+            grads[2 * layer] = torch.bmm(dz, h_in.transpose(1, 2))
+            grads[2 * layer + 1] = dz.sum(2)
+            if layer:
+                dz = torch.bmm(layers[layer][0].transpose(1, 2), dz)
+                if self.relu[layer - 1]:
+                    dz.mul_(h_in > 0)
+        return grads
+
     def loss_and_grads(self, state: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
                        weight: torch.Tensor, need_loss: bool = True
                        ) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
-        """Per-client weighted loss and its gradient.
+        """:meth:`step_grads` with a stacked state and batch-major labels: a convenience.
 
         Parameters
         ----------
@@ -49,36 +109,19 @@ class DenseStack:
         x : Tensor, shape (m, B, *input_shape)
         y : Tensor, shape (m, B), int64
         weight : Tensor, shape (m, B)
-            Per-sample loss weights (1/count on real samples, 0 on padding).
         need_loss : bool
-            Whether to compute ``losses`` (the gradient does not need them).
 
         Returns
         -------
         grads : dict of str to Tensor
             ``name -> (m, *shape)`` for every weight and bias.
         losses : Tensor of shape (m,), or None
-            Σ_j weight_j · cross-entropy_j per client (None unless ``need_loss``).
         """
-        h = [x.flatten(2)]
-        for w_name, b_name, relu in zip(self.weights, self.biases, self.relu):
-            z = torch.baddbmm(state[b_name].unsqueeze(1), h[-1], state[w_name].transpose(1, 2))
-            h.append(z.relu_() if relu else z)
-        log_p = F.log_softmax(h.pop(), dim=2)
-        target = y.unsqueeze(2)
-        losses = -(log_p.gather(2, target).squeeze(2) * weight).sum(1) if need_loss else None
-        dz = log_p.exp_().scatter_add_(2, target, torch.full_like(target, -1, dtype=log_p.dtype))
-        dz.mul_(weight.unsqueeze(2))
-        grads = {}
-        for layer in reversed(range(len(self.weights))):
-            h_in = h[layer]
-            grads[self.weights[layer]] = torch.bmm(dz.transpose(1, 2), h_in)
-            grads[self.biases[layer]] = dz.sum(1)
-            if layer:
-                dz = torch.bmm(dz, state[self.weights[layer]])
-                if self.relu[layer - 1]:
-                    dz.mul_(h_in > 0)
-        return grads, losses
+        layers = self.layers([state[n] for n in self.param_names])
+        target, w = y.unsqueeze(1), weight.unsqueeze(1)
+        loss_out = x.new_empty(len(x), 1, 1) if need_loss else None
+        grads = self.step_grads(layers, x.flatten(2), target, w, torch.full_like(w, -1.0), loss_out)
+        return dict(zip(self.param_names, grads)), None if loss_out is None else -loss_out.view(-1)
 
 
 def dense_stack(model: nn.Module) -> DenseStack | None:

@@ -18,22 +18,22 @@ bit-reproducible. The rule:
 
 The CPU rule comes from ``python benchmarks/engine_vs_sequential.py --path-table``: ms
 per client step (batch 32, Adam), 50 clients × 128 samples, best of 3, three runs on a
-shared 2-core CPU VM (min–max over the runs)::
+shared 2-core CPU VM (min–max over the runs; dense rows after the feature-major kernel)::
 
     model                       weights   sequential   vectorised
-    logistic 107→2                  216   0.28–0.46    0.018–0.027
-    logistic 784→10               7 850   0.32–0.60    0.050–0.078
-    MLP 16→64×3→26               11 098   0.47–0.78    0.053–0.080
-    MLP 16→128×3→26              38 554   0.55–0.96    0.12–0.22
-    MLP 16→256×3→26             142 618   0.74–1.19    0.41–0.56
-    MLP 16→384×3→26             312 218   1.11–1.68    0.87–1.29
-    MLP 16→500×3→26 (paper)     522 526   1.62–2.24    1.38–1.65
-    embed_dnn, vocab 2 000       69 146   0.48–0.56    0.20–0.22
-    embed_dnn, vocab 20 000     645 146   1.04–1.16    1.31–1.44
-    cnn (16/32 maps, 28×28)     105 866   4.44–4.75    4.61–5.12
-    fmnist_cnn                  618 250   5.02–7.38    5.71–7.75
+    logistic 107→2                  216   0.29–0.30    0.017–0.018
+    logistic 784→10               7 850   0.33–0.36    0.039–0.059
+    MLP 16→64×3→26               11 098   0.48–0.90    0.043–0.069
+    MLP 16→128×3→26              38 554   0.56–0.77    0.11–0.13
+    MLP 16→256×3→26             142 618   0.80–1.10    0.40–0.44
+    MLP 16→384×3→26             312 218   1.21–1.62    0.94–1.09
+    MLP 16→500×3→26 (paper)     522 526   1.86–2.59    1.35–1.46
+    embed_dnn, vocab 2 000       69 146   0.51–0.79    0.21–0.30
+    embed_dnn, vocab 20 000     645 146   1.02–1.25    1.07–2.15
+    cnn (16/32 maps, 28×28)     105 866   4.20–5.08    4.21–5.28
+    fmnist_cnn                  618 250   5.05–6.19    5.64–6.69
 
-Small models gain up to 10–15× per client step: the per-step Python, autograd and
+Small models gain up to 10–17× per client step: the per-step Python, autograd and
 optimizer overhead is paid once per chunk instead of once per client. From a few
 hundred thousand weights on, a client step is bound by arithmetic (the paper's MLP:
 ≈100 MFLOP per step) or by memory traffic over the stacked weights and optimizer
@@ -134,7 +134,14 @@ def clients_per_chunk(model: nn.Module, sample: torch.Tensor, batch_size: int, t
 
 
 def _activations_per_sample(model: nn.Module, sample: torch.Tensor) -> int:
-    """Σ numel of every leaf module's output for one input."""
+    """Σ numel of every leaf module's output for one input (counted without a forward
+    pass for dense stacks)."""
+    if dense_stack(model) is not None:
+        total, width = 0, sample.numel()
+        for layer in model.children():
+            width = layer.out_features if isinstance(layer, nn.Linear) else width
+            total += width
+        return total
     total = 0
 
     def count(_module, _inputs, output):

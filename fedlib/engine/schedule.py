@@ -67,7 +67,8 @@ def batch_plan(part: np.ndarray, epochs: int, batch_size: int, seed: int, round_
     if per_epoch:
         count[-1] = n - (per_epoch - 1) * batch_size
     rng = np.random.default_rng(_sequence(seed, round_idx, client_id, _SHUFFLE_STREAM))
-    orders = np.asarray(part, dtype=np.int64)[np.stack([rng.permutation(n) for _ in range(epochs)])]
+    # row e: the generator's (e+1)-th permutation of range(n), as E successive rng.permutation(n)
+    orders = np.asarray(part, dtype=np.int64)[rng.permuted(np.tile(np.arange(n), (epochs, 1)), axis=1)]
     padding = np.repeat(orders[:, :1], per_epoch * batch_size - n, axis=1)  # (E, pad); empty when n = 0
     index = np.concatenate([orders, padding], axis=1).reshape(epochs * per_epoch, batch_size)
     last_epoch = np.arange(epochs * per_epoch) >= (epochs - 1) * per_epoch
