@@ -327,3 +327,24 @@ def test_bad_inputs_fail_fast_with_the_parameter_named(ragged_fed, digits):
         Federation.from_arrays(x, y, [np.array([0, len(y)])], [np.array([1])], CPU)
     with pytest.raises(ValueError, match="same K"):
         Federation.from_arrays(x, y, [np.array([0])], [], CPU)
+
+
+@pytest.mark.parametrize("arch", ["logistic", "cnn"])
+def test_empty_clients_beside_several_trained_ones_in_one_chunk(digits, arch):
+    """Clients without samples sort last in a chunk; the others' results and losses are
+    those they get alone (dense kernel and vmap variant)."""
+    x, y = digits
+    parts = [np.arange(0, 40), np.arange(0), np.arange(40, 75), np.arange(0)]
+    fed = Federation.from_arrays(x, y, parts, [np.arange(100, 110)] * 4, CPU)
+    model = SMALL_MODELS[arch]()
+    start = broadcast(init_params(model, seed=0), 4)
+    res = local_train(model, start, fed, range(4), epochs=2, seed=0, path="vectorised")
+    assert res.n_samples.tolist() == [40, 0, 35, 0]
+    assert torch.isnan(res.mean_loss[[1, 3]]).all() and torch.isfinite(res.mean_loss[[0, 2]]).all()
+    for row in (0, 2):
+        alone = local_train(model, {n: t[row:row + 1] for n, t in start.items()}, fed, [row], epochs=2,
+                            seed=0, path="vectorised")
+        _assert_states_close({n: t[row:row + 1] for n, t in res.params.items()}, alone.params, atol=1e-6)
+        torch.testing.assert_close(res.mean_loss[row:row + 1], alone.mean_loss)
+    for row in (1, 3):
+        _assert_states_equal({n: t[row] for n, t in res.params.items()}, {n: t[row] for n, t in start.items()})

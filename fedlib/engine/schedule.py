@@ -63,13 +63,14 @@ def batch_plan(part: np.ndarray, epochs: int, batch_size: int, seed: int, round_
     """
     n = len(part)
     per_epoch = -(-n // batch_size)
-    count = np.full(per_epoch, batch_size, dtype=np.int64)
-    if per_epoch:
-        count[-1] = n - (per_epoch - 1) * batch_size
+    steps = epochs * per_epoch
     rng = np.random.default_rng(_sequence(seed, round_idx, client_id, _SHUFFLE_STREAM))
     # row e: the generator's (e+1)-th permutation of range(n), as E successive rng.permutation(n)
-    orders = np.asarray(part, dtype=np.int64)[rng.permuted(np.tile(np.arange(n), (epochs, 1)), axis=1)]
-    padding = np.repeat(orders[:, :1], per_epoch * batch_size - n, axis=1)  # (E, pad); empty when n = 0
-    index = np.concatenate([orders, padding], axis=1).reshape(epochs * per_epoch, batch_size)
-    last_epoch = np.arange(epochs * per_epoch) >= (epochs - 1) * per_epoch
-    return BatchPlan(index, np.tile(count, epochs), last_epoch)
+    order = rng.permuted(np.broadcast_to(np.arange(n), (epochs, n)), axis=1)
+    index = np.empty((epochs, per_epoch * batch_size), dtype=np.int64)
+    index[:, :n] = np.asarray(part, dtype=np.int64)[order]
+    index[:, n:] = index[:, :1]  # padding repeats a real index (weight 0); none when n = 0
+    count = np.full(steps, batch_size, dtype=np.int64)
+    count[per_epoch - 1::per_epoch or 1] = n - (per_epoch - 1) * batch_size
+    last_epoch = np.arange(steps) >= steps - per_epoch
+    return BatchPlan(index.reshape(steps, batch_size), count, last_epoch)

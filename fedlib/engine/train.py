@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -145,13 +146,15 @@ def local_train(model: nn.Module, params: State, fed: Federation, clients, *, ep
     state = check_state(params, template, len(clients), fed.device)
     names = [n for n, _ in template.named_parameters()]
     prox = _check_prox(prox_center, prox_mu, names, state, len(clients), fed.device)
-    plans = [batch_plan(fed.train_parts[c], epochs, batch_size, seed, round_idx, c) for c in clients]
     if chosen == "sequential":
+        plans = [batch_plan(fed.train_parts[c], epochs, batch_size, seed, round_idx, c) for c in clients]
         new_state, loss_sum = _train_sequential(template, state, fed, clients, plans, adam, prox,
                                                 seed, round_idx)
-    else:
+    else:  # the same batches, as positions within each client's own split
+        plans = [batch_plan(np.arange(len(fed.train_parts[c])), epochs, batch_size, seed, round_idx, c)
+                 for c in clients]
         chunk = clients_per_chunk(template, fed.x[:1], batch_size, True, max_clients_per_chunk)
-        new_state, loss_sum = _train_vectorised(template, names, state, fed, plans, adam, prox, chunk)
+        new_state, loss_sum = _train_vectorised(template, names, state, fed, clients, plans, adam, prox, chunk)
     n = torch.as_tensor(fed.n_train[clients], device=fed.device)
     mean_loss = torch.where(n > 0, loss_sum / n.clamp(min=1), torch.full_like(loss_sum, float("nan")))
     return TrainResult(new_state, n, mean_loss, chosen)
@@ -216,9 +219,15 @@ def _seeded_rng(seed: int, device: torch.device):
 
 # ----------------------------------------------------------------------------- vectorised path
 def _train_vectorised(template: nn.Module, names: list[str], state: State, fed: Federation,
-                      plans: list[BatchPlan], adam: _Adam, prox: _Prox | None,
+                      clients: np.ndarray, plans: list[BatchPlan], adam: _Adam, prox: _Prox | None,
                       chunk: int) -> tuple[State, torch.Tensor]:
-    """All clients of a chunk per step; clients sorted by step count (see module docstring)."""
+    """All clients of a chunk per step; clients sorted by step count (see module docstring).
+
+    ``plans`` index positions within each client's own train split (``batch_plan`` of
+    ``arange(n)``: the same batches as over the pooled indices); each chunk first copies
+    its clients' samples into one contiguous block, so the steps gather from a few
+    megabytes that stay in cache rather than from the whole pooled data set.
+    """
     out = {k: v.clone() for k, v in state.items()}
     loss_sum = torch.zeros(len(plans), dtype=torch.float64, device=fed.device)
     stack = dense_stack(template)
@@ -227,14 +236,83 @@ def _train_vectorised(template: nn.Module, names: list[str], state: State, fed: 
     for start in range(0, len(order), chunk):
         rows = torch.as_tensor(order[start:start + chunk], device=fed.device)
         sub = {n: t[rows] for n, t in out.items()}
-        chunk_plans = [plans[r] for r in rows.tolist()]
+        batches = _Batches.stack(fed, clients[order[start:start + chunk]], [plans[r] for r in rows.tolist()])
         if stack is not None:
-            loss_sum[rows] = _train_chunk_dense(stack, sub, fed, chunk_plans, adam, _rows(prox, rows))
+            step_loss = _train_chunk_dense(stack, sub, batches, adam, _rows(prox, rows))
         else:
-            loss_sum[rows] = _train_chunk(loss_and_grads, names, sub, fed, chunk_plans, adam, _rows(prox, rows))
+            step_loss = _train_chunk(loss_and_grads, names, sub, batches, adam, _rows(prox, rows))
+        loss_sum[rows] = (step_loss.T.double() * batches.stat).sum(1)
         for name, tensor in sub.items():
             out[name][rows] = tensor
     return out, loss_sum
+
+
+@dataclass
+class _Batches:
+    """One chunk's mini-batches, step-major, with per-step views for the hot loop.
+
+    ``x``/``y``: the chunk's clients' train samples, contiguous, (n, *input) and (n,).
+    For step s (S steps) and the ``active[s]`` clients still training at s (a prefix,
+    since clients are sorted by decreasing step count): ``index[s]`` (m, B) rows of
+    ``x``, ``target[s]`` (m, 1, B) labels, ``weight[s]`` (m, 1, B) per-sample loss
+    weights (1/count on real samples, 0 on padding), ``adam_t[s]`` the 0-dim Adam step
+    number s + 1 and ``last[s]`` whether s is in some client's last epoch. ``stat``:
+    (m, S) float64 sample counts of the last-epoch steps (0 elsewhere).
+    """
+
+    x: torch.Tensor
+    y: torch.Tensor
+    n_clients: int
+    batch_size: int
+    active: list[int]
+    index: list[torch.Tensor]
+    target: list[torch.Tensor]
+    weight: list[torch.Tensor]
+    adam_t: list[torch.Tensor]
+    last: list[bool]
+    stat: torch.Tensor
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """(S steps, m clients, B batch size)."""
+        return len(self.active), self.n_clients, self.batch_size
+
+    @staticmethod
+    def stack(fed: Federation, clients: np.ndarray, plans: list[BatchPlan]) -> "_Batches":
+        """Pad the chunk's plans (sorted by decreasing length, in client-local positions)
+        to the longest and cut the per-step views."""
+        device = fed.device
+        parts = [fed.train_parts[c] for c in clients]
+        offsets = np.cumsum([0] + [len(p) for p in parts[:-1]])
+        rows = torch.as_tensor(np.concatenate(parts).astype(np.int64), device=device)
+        m, s_max, b = len(plans), plans[0].n_steps, plans[0].index.shape[1]
+        index = np.zeros((s_max, m, b), dtype=np.int64)
+        count = np.zeros((s_max, m), dtype=np.int64)
+        last = np.zeros((s_max, m), dtype=bool)
+        for i, (p, offset) in enumerate(zip(plans, offsets)):
+            index[:p.n_steps, i], count[:p.n_steps, i], last[:p.n_steps, i] = p.index + offset, p.count, p.last_epoch
+        per_step = count.astype(np.float32)[..., None]
+        weight = (np.arange(b, dtype=np.float32) < per_step) / np.maximum(per_step, 1)  # 1/count, 0 on padding
+        steps = np.array([p.n_steps for p in plans])
+        active = (steps[None, :] > np.arange(s_max)[:, None]).sum(1).tolist()
+        x, y = fed.x.index_select(0, rows), fed.y.index_select(0, rows)
+        index_t = torch.as_tensor(index, device=device)
+        target = gather(y, index_t).unsqueeze(2)
+        weight_t = torch.as_tensor(weight, device=device).unsqueeze(2)
+        adam_t = torch.arange(1, s_max + 1, dtype=torch.float32, device=device)
+        return _Batches(x, y, m, b, active, _prefixes(index_t, active), _prefixes(target, active),
+                        _prefixes(weight_t, active), list(adam_t.unbind(0)), last.any(1).tolist(),
+                        torch.as_tensor(np.where(last, count, 0).T.astype(np.float64), device=device))
+
+
+def _prefixes(t: torch.Tensor, active: list[int]) -> list[torch.Tensor]:
+    """``[t[s, :active[s]] for s]`` (contiguous views), cut one block per run of equal counts."""
+    views, start = [], 0
+    for m, run in itertools.groupby(active):
+        end = start + len(list(run))
+        views.extend(t[start:end, :m].unbind(0))
+        start = end
+    return views
 
 
 def _loss_and_grads_fn(template: nn.Module, names: list[str]):
@@ -259,80 +337,64 @@ def _rows(prox: _Prox | None, rows: torch.Tensor) -> _Prox | None:
 
 
 @torch.no_grad()
-def _train_chunk(loss_and_grads, names: list[str], state: State, fed: Federation,
-                 plans: list[BatchPlan], adam: _Adam, prox: _Prox | None) -> torch.Tensor:
-    """Train one chunk in place (``state``: name -> (m, ...), plans sorted by decreasing length).
+def _train_chunk(loss_and_grads, names: list[str], state: State, batches: _Batches, adam: _Adam,
+                 prox: _Prox | None) -> torch.Tensor:
+    """Train one chunk in place (``state``: name -> (m, ...)) with vmap + autograd.
 
-    The step loop is the engine's hot path (one iteration per optimiser step of the
-    chunk's longest client): everything that does not change from step to step — the
-    labels and sample weights of every batch, the views of the active prefix — is
-    prepared outside it, and the Adam update calls the fused kernel directly.
-
-    Returns the (m,) float64 sums of last-epoch batch losses × batch sizes.
+    Returns the (S, m) weighted batch losses of the last-epoch steps (0 elsewhere).
     """
-    index, weight, stat, any_last = _stack_plans(plans, fed.device)  # (S, m, B), (S, m, B), (m, S)
-    labels = gather(fed.y, index)                                    # (S, m, B)
-    steps = np.array([p.n_steps for p in plans])
-    active = (steps[None, :] > np.arange(steps[0])[:, None]).sum(1).tolist()  # clients still training
+    n_steps, m_all, _ = batches.shape
     moments = [torch.zeros_like(state[n]) for n in names], [torch.zeros_like(state[n]) for n in names]
-    step_count = torch.zeros((), dtype=torch.float32, device=fed.device)  # t, shared by the chunk's rows
-    adam_steps = [step_count] * len(names)
-    step_loss = torch.zeros(len(active), len(plans), device=fed.device)  # (S, m) weighted batch losses
-    input_shape = fed.x.shape[1:]
-    for s, m in enumerate(active):
-        if s == 0 or m != active[s - 1]:  # the active prefix shrank: re-slice the views
+    step_loss = torch.zeros(n_steps, m_all, device=batches.x.device)
+    input_shape = batches.x.shape[1:]
+    for s, m in enumerate(batches.active):
+        if s == 0 or m != batches.active[s - 1]:  # the active prefix shrank: re-slice the views
             rows = {n: t[:m] for n, t in state.items()}
             weights = [rows[n] for n in names]
             exp_avg, exp_avg_sq = ([t[:m] for t in ts] for ts in moments)
             pull = _prox_rows(prox, names, m)
-        batch = index[s, :m]  # contiguous (m, B)
-        x = fed.x.index_select(0, batch.view(-1)).view(m, -1, *input_shape)
-        grads, losses = loss_and_grads(rows, x, labels[s, :m], weight[s, :m], any_last[s])
+        x = batches.x.index_select(0, batches.index[s].reshape(-1)).view(m, -1, *input_shape)
+        grads, losses = loss_and_grads(rows, x, batches.target[s].squeeze(1), batches.weight[s].squeeze(1),
+                                       batches.last[s])
         grads = [grads[n].contiguous() for n in names]  # the fused Adam kernel misreads strided grads
         if pull is not None:  # g += μ (w − c)
             torch._foreach_add_(grads, torch._foreach_mul(torch._foreach_sub(weights, pull[1]), pull[0]))
-        step_count += 1
-        _fused_adam(weights, grads, exp_avg, exp_avg_sq, adam_steps, adam)
-        if any_last[s]:
+        _fused_adam(weights, grads, exp_avg, exp_avg_sq, [batches.adam_t[s]] * len(weights), adam)
+        if batches.last[s]:
             step_loss[s, :m] = losses
-    return (step_loss.T.double() * stat).sum(1)
+    return step_loss
 
 
 @torch.no_grad()
-def _train_chunk_dense(stack: DenseStack, state: State, fed: Federation, plans: list[BatchPlan],
-                       adam: _Adam, prox: _Prox | None) -> torch.Tensor:
+def _train_chunk_dense(stack: DenseStack, state: State, batches: _Batches, adam: _Adam,
+                       prox: _Prox | None) -> torch.Tensor:
     """:func:`_train_chunk` for a dense stack, on its hand-written kernel.
 
     The same steps and the same mathematics; the loop is trimmed to about twenty tensor
     calls per step, because under label skew most steps train only the few largest
     clients and then the fixed cost per call, not arithmetic, is the engine's time.
     """
-    index, weight, stat, any_last = _stack_plans(plans, fed.device)  # (S, m, B), (S, m, B), (m, S)
-    n_steps, m_all, batch = index.shape
-    target = gather(fed.y, index).unsqueeze(2)  # (S, m, 1, B)
-    weight = weight.unsqueeze(2)                 # (S, m, 1, B)
-    minus_one = torch.full((m_all, 1, batch), -1.0, device=fed.device)
-    adam_t = torch.arange(1, n_steps + 1, dtype=torch.float32, device=fed.device)  # t of step s: s + 1
-    steps = np.array([p.n_steps for p in plans])
-    active = (steps[None, :] > np.arange(n_steps)[:, None]).sum(1).tolist()  # clients still training
+    n_steps, m_all, batch = batches.shape
     names = stack.param_names
     moments = [torch.zeros_like(state[n]) for n in names], [torch.zeros_like(state[n]) for n in names]
-    step_loss = torch.zeros(n_steps, m_all, 1, 1, device=fed.device)  # (S, m) −weighted batch losses
-    x_all = fed.x.flatten(1)
-    for s, m in enumerate(active):
-        if s == 0 or m != active[s - 1]:  # the active prefix shrank: re-slice the views
+    minus_one = torch.full((m_all, 1, batch), -1.0, device=batches.x.device)
+    step_loss = torch.zeros(n_steps, m_all, 1, 1, device=batches.x.device)  # −weighted batch losses
+    loss_views = _prefixes(step_loss, batches.active)
+    x_all = batches.x.flatten(1)
+    for s, m in enumerate(batches.active):
+        if s == 0 or m != batches.active[s - 1]:  # the active prefix shrank: re-slice the views
             params = [state[n][:m] for n in names]
             layers = stack.layers(params)
             exp_avg, exp_avg_sq = ([t[:m] for t in ts] for ts in moments)
             pull = _prox_rows(prox, names, m)
             ones = minus_one[:m]
-        x = x_all.index_select(0, index[s, :m].view(-1)).view(m, batch, -1)
-        grads = stack.step_grads(layers, x, target[s, :m], weight[s, :m], ones,
-                                 step_loss[s, :m] if any_last[s] else None)
+        x = x_all.index_select(0, batches.index[s].view(-1)).view(m, batch, -1)
+        grads = stack.step_grads(layers, x, batches.target[s], batches.weight[s], ones,
+                                 loss_views[s] if batches.last[s] else None)
         if pull is not None:  # g += μ (w − c)
             torch._foreach_add_(grads, torch._foreach_mul(torch._foreach_sub(params, pull[1]), pull[0]))
-        _fused_adam(params, grads, exp_avg, exp_avg_sq, [adam_t[s]] * len(params), adam)
-    return -(step_loss.view(n_steps, m_all).T.double() * stat).sum(1)
+        _fused_adam(params, grads, exp_avg, exp_avg_sq, [batches.adam_t[s]] * len(params), adam)
+    return -step_loss.view(n_steps, m_all)
 
 
 def _prox_rows(prox: _Prox | None, names: list[str], m: int):
@@ -341,27 +403,6 @@ def _prox_rows(prox: _Prox | None, names: list[str], m: int):
         return None
     centers = [prox.center[n][:m] for n in names]
     return [prox.mu[:m].view(-1, *[1] * (c.dim() - 1)) for c in centers], centers
-
-
-def _stack_plans(plans: list[BatchPlan], device: torch.device):
-    """Pad M plans to the longest, step-major: index (S, M, B) int64, sample weight
-    (S, M, B) float32, last-epoch sample count (M, S) float64 (tensors), and whether
-    step s is in some client's last epoch (S,) (a list of bool)."""
-    m, s_max, b = len(plans), plans[0].n_steps, plans[0].index.shape[1]
-    index = np.zeros((s_max, m, b), dtype=np.int64)
-    weight = np.zeros((s_max, m, b), dtype=np.float32)
-    stat = np.zeros((m, s_max), dtype=np.float64)
-    last = np.zeros(s_max, dtype=bool)
-    for i, p in enumerate(plans):
-        n = p.n_steps
-        index[:n, i] = p.index
-        weight[:n, i] = 1.0 / b
-        for s in np.flatnonzero(p.count != b):  # the partial batch closing each epoch
-            weight[s, i] = np.where(np.arange(b) < p.count[s], 1.0 / p.count[s], 0.0)
-        stat[i, :n] = np.where(p.last_epoch, p.count, 0)
-        last[:n] |= p.last_epoch
-    return (torch.as_tensor(index, device=device), torch.as_tensor(weight, device=device),
-            torch.as_tensor(stat, device=device), last.tolist())
 
 
 def _fused_adam(params: list[torch.Tensor], grads: list[torch.Tensor], exp_avgs: list[torch.Tensor],
