@@ -145,10 +145,10 @@ def test_grid_killed_by_sigkill_resumes_with_no_lost_or_duplicated_records(tmp_p
     import sys
     import time
 
-    n = 6
+    n, fl = 30, {"rounds": 10, "local_epochs": 1}  # ~30 × 50 ms: the kill lands mid-grid
     script = (
         "import sys; from fedlib import experiment as X\n"
-        f"specs = [X.RunSpec('adult', 'dirichlet', 0.5, 10, s, 'fedavg', fl={FAST!r}, n_train=2000)"
+        f"specs = [X.RunSpec('adult', 'dirichlet', 0.5, 10, s, 'fedavg', fl={fl!r}, n_train=2000)"
         f" for s in range({n})]\n"
         "X.run_grid(specs, sys.argv[1], progress=False)\n"
     )
@@ -156,7 +156,7 @@ def test_grid_killed_by_sigkill_resumes_with_no_lost_or_duplicated_records(tmp_p
     try:
         deadline = time.monotonic() + 120
         while len(list(tmp_path.glob("*.json"))) < 2 and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
+            time.sleep(0.005)
         assert proc.poll() is None, "the grid finished before it could be killed; make it longer"
         os.kill(proc.pid, signal.SIGKILL)
     finally:
@@ -165,7 +165,7 @@ def test_grid_killed_by_sigkill_resumes_with_no_lost_or_duplicated_records(tmp_p
     assert 2 <= len(done) < n
     assert all(json.loads(text)["status"] == "ok" for text in done.values())  # complete, never partial
 
-    specs = [spec(seed=s) for s in range(n)]
+    specs = [X.RunSpec("adult", "dirichlet", 0.5, 10, s, "fedavg", fl=fl, n_train=2000) for s in range(n)]
     assert {X.record_path(tmp_path, s).name for s in specs} >= set(done)  # same keys as the killed grid
     recs = X.run_grid(specs, tmp_path, progress=False)
     assert [r["spec"]["seed"] for r in recs] == list(range(n))
