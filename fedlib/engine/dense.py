@@ -97,32 +97,6 @@ class DenseStack:
                     dz.mul_(h_in > 0)
         return grads
 
-    def loss_and_grads(self, state: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
-                       weight: torch.Tensor, need_loss: bool = True
-                       ) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
-        """:meth:`step_grads` with a stacked state and batch-major labels: a convenience.
-
-        Parameters
-        ----------
-        state : dict of str to Tensor
-            ``name -> (m, *shape)`` (at least the layers' weights and biases).
-        x : Tensor, shape (m, B, *input_shape)
-        y : Tensor, shape (m, B), int64
-        weight : Tensor, shape (m, B)
-        need_loss : bool
-
-        Returns
-        -------
-        grads : dict of str to Tensor
-            ``name -> (m, *shape)`` for every weight and bias.
-        losses : Tensor of shape (m,), or None
-        """
-        layers = self.layers([state[n] for n in self.param_names])
-        target, w = y.unsqueeze(1), weight.unsqueeze(1)
-        loss_out = x.new_empty(len(x), 1, 1) if need_loss else None
-        grads = self.step_grads(layers, x.flatten(2), target, w, torch.full_like(w, -1.0), loss_out)
-        return dict(zip(self.param_names, grads)), None if loss_out is None else -loss_out.view(-1)
-
 
 def dense_stack(model: nn.Module) -> DenseStack | None:
     """The :class:`DenseStack` of ``model`` if it is ``Sequential([Flatten,] Linear, [ReLU,] ..., Linear)``
