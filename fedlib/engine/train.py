@@ -251,7 +251,7 @@ def _train_vectorised(template: nn.Module, names: list[str], state: State, fed: 
 class _Batches:
     """One chunk's mini-batches, step-major, with per-step views for the hot loop.
 
-    ``x``/``y``: the chunk's clients' train samples, contiguous, (n, *input) and (n,).
+    ``x``: the chunk's clients' train samples, contiguous, (n, *input).
     For step s (S steps) and the ``active[s]`` clients still training at s (a prefix,
     since clients are sorted by decreasing step count): ``index[s]`` (m, B) rows of
     ``x``, ``target[s]`` (m, 1, B) labels, ``weight[s]`` (m, 1, B) per-sample loss
@@ -261,7 +261,6 @@ class _Batches:
     """
 
     x: torch.Tensor
-    y: torch.Tensor
     n_clients: int
     batch_size: int
     active: list[int]
@@ -300,7 +299,7 @@ class _Batches:
         target = gather(y, index_t).unsqueeze(2)
         weight_t = torch.as_tensor(weight, device=device).unsqueeze(2)
         adam_t = torch.arange(1, s_max + 1, dtype=torch.float32, device=device)
-        return _Batches(x, y, m, b, active, _prefixes(index_t, active), _prefixes(target, active),
+        return _Batches(x, m, b, active, _prefixes(index_t, active), _prefixes(target, active),
                         _prefixes(weight_t, active), list(adam_t.unbind(0)), last.any(1).tolist(),
                         torch.as_tensor(np.where(last, count, 0).T.astype(np.float64), device=device))
 
