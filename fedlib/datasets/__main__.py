@@ -32,7 +32,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fedlib.datasets",
                                      description="fedlib data layer")
     parser.add_argument("--data-dir", default=None,
-                        help="data directory (default: $FEDLIB_DATA, else <repo>/data)")
+                        help="data directory (default: $FEDLIB_DATA, else data/ of the clone; installed: ./data)")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="print each dataset and whether it can be loaded now")
     prep = sub.add_parser("prepare", help="copy offline sources into the data dir and load them")
@@ -45,7 +45,7 @@ def main(argv=None) -> int:
         for name, ok in available(root).items():
             spec = DATASETS[name]
             state = {True: "yes", False: "no", "download": "download"}[ok]
-            hint = "" if ok is True else f"  -> {spec.how_to_get}"
+            hint = "" if ok is True else f"  -> {spec.fix(root)}"
             print(f"{name:15s} {state:9s} {spec.modality:8s} {spec.paper_name}{hint}")
         return 0
 

@@ -1,5 +1,6 @@
 """Core types and helpers of the data layer: the `Dataset` record, the errors,
-the dataset spec, the data directory, checksums and the seeded 80/20 split."""
+the dataset spec, the data directory, the "Fix:" advice of error messages,
+checksums (verified before any byte is parsed) and the seeded 80/20 split."""
 
 from __future__ import annotations
 
@@ -16,9 +17,11 @@ import numpy as np
 Modality = Literal["image", "tabular", "text"]
 
 #: Environment variable naming the data directory.
-ENV_DATA = "FEDLIB_DATA"
+ENV_DATA = "FEDLIB_DATA"  # same as fedlib.paths.ENV_DATA
 #: Environment variable that, set to ``1``, lets loaders download from the internet.
 ENV_ALLOW_DOWNLOAD = "FEDLIB_ALLOW_DOWNLOAD"
+#: Placeholder for the data directory in ``how_to_get`` texts; `how_to_fix` resolves it.
+DATA_PLACEHOLDER = "<data>"
 #: Seed and test fraction of the split made when a dataset has no official test split.
 SPLIT_SEED = 0
 TEST_FRACTION = 0.2
@@ -32,7 +35,8 @@ class DataUnavailableError(FileNotFoundError):
 
 
 class DataChecksumError(DataUnavailableError):
-    """A data file exists but its sha256 differs from the pinned value."""
+    """A data file exists but its digest (sha256, or md5 for CIFAR-10) differs from the
+    pinned value; it was not parsed."""
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -115,13 +119,17 @@ class DatasetSpec:
     loader : callable
         ``loader(root: Path, **options) -> Dataset``; raises `DataUnavailableError`.
     how_to_get : str
-        One-line instruction for getting the data.
+        One-line instruction for getting the data by hand; ``<data>`` stands for the
+        data directory (shown to users only through `fix` / `how_to_fix`, which resolve it).
     is_local : callable
         ``is_local(root: Path) -> bool``: True when the files are here (cheap, no checksum).
     can_download : bool
         Whether the loader can fetch the data when ``FEDLIB_ALLOW_DOWNLOAD=1``.
     prepare : callable or None
         ``prepare(root: Path) -> None`` copies an offline source into ``root``.
+    download : str or None
+        What ``FEDLIB_ALLOW_DOWNLOAD=1`` makes the loader fetch (e.g. ``"torchvision
+        downloads 163 MB from cs.toronto.edu"``); None for loaders that never download.
     """
 
     name: str
@@ -133,10 +141,17 @@ class DatasetSpec:
     is_local: Callable[[Path], bool]
     can_download: bool = False
     prepare: Callable[[Path], None] | None = None
+    download: str | None = None
+
+    def fix(self, root: str | os.PathLike) -> str:
+        """The advice for getting this dataset into ``root`` (see `how_to_fix`)."""
+        return how_to_fix(root, self.how_to_get, self.download)
 
 
 def data_dir(data_dir: str | os.PathLike | None = None) -> Path:
-    """The one data directory: the argument, else ``$FEDLIB_DATA``, else ``<repo>/data``.
+    """The one data directory: the argument, else ``$FEDLIB_DATA``, else ``<base>/data``
+    (``<base>``: the project checkout fedlib runs from, else the current working directory;
+    see :mod:`fedlib.paths`).
 
     Parameters
     ----------
@@ -147,16 +162,55 @@ def data_dir(data_dir: str | os.PathLike | None = None) -> Path:
     pathlib.Path
         Absolute path (not created here).
     """
-    if data_dir is None:
-        data_dir = os.environ.get(ENV_DATA) or None
-    if data_dir is None:
-        return (Path(__file__).resolve().parents[2] / "data").resolve()
-    return Path(data_dir).expanduser().resolve()
+    from ..paths import data_root
+
+    return data_root(data_dir)
 
 
 def download_allowed() -> bool:
     """True when ``FEDLIB_ALLOW_DOWNLOAD=1`` is set."""
     return os.environ.get(ENV_ALLOW_DOWNLOAD, "").strip() == "1"
+
+
+def how_to_fix(root: str | os.PathLike, how_to_get: str, download: str | None = None,
+               allowed: bool | None = None) -> str:
+    """The advice that follows ``Fix:`` in every data error (and in ``list``).
+
+    Parameters
+    ----------
+    root : str or path-like
+        The data directory; its absolute path replaces every ``<data>`` in ``how_to_get``.
+    how_to_get : str
+        How to get the files by hand (a ``DatasetSpec.how_to_get`` text).
+    download : str, optional
+        What ``FEDLIB_ALLOW_DOWNLOAD=1`` makes the loader fetch; None if it cannot download.
+    allowed : bool, optional
+        Whether downloads are on; default `download_allowed`.
+
+    Returns
+    -------
+    str
+        With downloads off and a ``download`` text: ``"set FEDLIB_ALLOW_DOWNLOAD=1
+        (<download>), or <how_to_get>"``. Otherwise (no download, or downloads already on,
+        so the download was tried and the caller reports how it failed): ``how_to_get``.
+        Never contains ``<data>``.
+    """
+    manual = how_to_get.replace(DATA_PLACEHOLDER, str(Path(root).expanduser().resolve()))
+    if allowed is None:
+        allowed = download_allowed()
+    if download is None or allowed:
+        return manual
+    return f"set {ENV_ALLOW_DOWNLOAD}=1 ({download}), or {manual}"
+
+
+def download_failed(tool: str, dest: str | os.PathLike, error: BaseException) -> str:
+    """The sentence of an error message saying that a download was tried and failed.
+
+    ``"FEDLIB_ALLOW_DOWNLOAD=1 is set, so <tool> tried to download into <dest>, but it
+    failed (<ErrorType>: <error>)"``.
+    """
+    return (f"{ENV_ALLOW_DOWNLOAD}=1 is set, so {tool} tried to download into {dest}, but it "
+            f"failed ({type(error).__name__}: {error})")
 
 
 def sha256(path: str | os.PathLike) -> str:
@@ -168,21 +222,60 @@ def sha256(path: str | os.PathLike) -> str:
     return h.hexdigest()
 
 
+#: What a checksum error says the mismatch means, unless the caller says more.
+NOT_COMPARABLE = "the numbers would not be comparable, so it is not read"
+
+
+def checksum_error(where: str | os.PathLike, algorithm: str, got: str, expected: str,
+                   fix: str, why: str = NOT_COMPARABLE) -> DataChecksumError:
+    """The one `DataChecksumError` message: file, its digest, the pinned digest, why, fix."""
+    return DataChecksumError(f"{where}: {algorithm} {got} differs from the pinned {expected}; "
+                             f"{why}. Fix: {fix}")
+
+
+def check_bytes(data: bytes, expected: str, where: str | os.PathLike, fix: str,
+                algorithm: str = "sha256", why: str = NOT_COMPARABLE) -> bytes:
+    """Return ``data`` if its ``algorithm`` digest is ``expected``, else raise
+    `DataChecksumError` (see `checksum_error`; ``where`` names the file in it)."""
+    got = hashlib.new(algorithm, data).hexdigest()
+    if got != expected:
+        raise checksum_error(where, algorithm, got, expected, fix, why)
+    return data
+
+
+def read_verified(path: str | os.PathLike, expected: str, fix: str, algorithm: str = "sha256",
+                  why: str = NOT_COMPARABLE) -> bytes:
+    """The bytes of ``path``, returned only if their digest is the pinned ``expected``.
+
+    Parsers read these very bytes (``io.BytesIO``), so what is parsed is what was verified.
+
+    Raises
+    ------
+    DataChecksumError
+        The digest differs; nothing was parsed.
+    """
+    return check_bytes(Path(path).read_bytes(), expected, path, fix, algorithm, why)
+
+
 def check_sha256(path: Path, expected: str, fix: str) -> None:
-    """Raise `DataChecksumError` if ``path``'s sha256 is not ``expected``."""
+    """Raise `DataChecksumError` if ``path``'s sha256 is not ``expected`` (streamed; for
+    files that a library then reads by path, e.g. torchvision's idx reader)."""
     got = sha256(path)
     if got != expected:
-        raise DataChecksumError(
-            f"{path}: sha256 {got} differs from the pinned {expected}; "
-            f"the numbers would not be comparable. Fix: {fix}")
+        raise checksum_error(path, "sha256", got, expected, fix)
 
 
 def copy_verified(src: Path, dst: Path, expected: str) -> None:
-    """Copy ``src`` to ``dst`` (atomically) and check the pinned sha256."""
+    """Copy ``src`` to ``dst`` (atomically) if its sha256 is the pinned ``expected``;
+    on a mismatch nothing is left at ``dst`` (nor a ``.part`` file)."""
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = dst.with_name(dst.name + ".part")
     shutil.copyfile(src, tmp)
-    check_sha256(tmp, expected, f"reinstall the package that ships {src}")
+    got = sha256(tmp)
+    if got != expected:
+        tmp.unlink()
+        raise checksum_error(src, "sha256", got, expected,
+                             f"reinstall the package that ships {src}")
     os.replace(tmp, dst)
 
 

@@ -44,7 +44,7 @@ def load(name: str, data_dir: str | os.PathLike | None = None, **options) -> Dat
     name : str
         One of ``DATASETS`` (e.g. ``"fmnist"``, ``"adult"``).
     data_dir : str or path-like, optional
-        Data directory; default ``$FEDLIB_DATA``, else ``<repo>/data``.
+        Data directory; default ``$FEDLIB_DATA``, else ``data/`` of the clone (installed outside one: ``./data``).
     **options
         Passed to the dataset's loader (e.g. ``seq_len=50`` for text sets).
 

@@ -7,11 +7,15 @@ maps each object name to ``(offset, length)`` in the ``.rdb``. Each chunk is a
 ``2`` = bzip2, ``1`` = zlib, ``0`` = none; R 2.10+ "compress=3"; plain zlib
 chunks of older files have no type byte) and the compressed serialized object,
 which the pure-Python ``rdata`` package parses and converts.
+
+`read_object` reads the two files by path; `parse_object` takes their bytes, so a
+caller can parse exactly the bytes whose checksum it verified.
 """
 
 from __future__ import annotations
 
 import bz2
+import io
 import lzma
 import struct
 import warnings
@@ -58,14 +62,43 @@ def decompress_chunk(chunk: bytes) -> bytes:
     return out
 
 
-def read_index(rdx: str | Path) -> dict[str, tuple[int, int]]:
-    """Object name → ``(offset, length)`` from a ``.rdx`` index file."""
+def read_index(rdx: str | Path | bytes) -> dict[str, tuple[int, int]]:
+    """Object name → ``(offset, length)`` from a ``.rdx`` index (a path, or its bytes)."""
     import rdata
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        index = rdata.read_rds(rdx)
+        index = rdata.read_rds(io.BytesIO(rdx) if isinstance(rdx, bytes) else rdx)
     return {str(k): (int(v[0]), int(v[1])) for k, v in index["variables"].items()}
+
+
+def parse_object(rdb: bytes, rdx: bytes, name: str, where: str = "the .rdb"):
+    """One object of an R lazy-load database given as bytes (see `read_object`).
+
+    Parameters
+    ----------
+    rdb, rdx : bytes
+        Contents of ``Rdata.rdb`` and ``Rdata.rdx``.
+    name : str
+        Object name.
+    where : str
+        How error messages name the database (e.g. its path).
+
+    Returns
+    -------
+    object
+        As converted by ``rdata`` (a data frame becomes a ``pandas.DataFrame``).
+    """
+    import rdata
+
+    index = read_index(rdx)
+    if name not in index:
+        raise KeyError(f"{name!r} not in {where} (has: {', '.join(sorted(index))})")
+    offset, length = index[name]
+    chunk = rdb[offset:offset + length]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "Unknown encoding. Assumed ASCII."
+        return rdata.conversion.convert(rdata.parser.parse_data(decompress_chunk(chunk)))
 
 
 def read_object(rdb: str | Path, name: str, rdx: str | Path | None = None):
@@ -84,16 +117,6 @@ def read_object(rdb: str | Path, name: str, rdx: str | Path | None = None):
     object
         As converted by ``rdata`` (a data frame becomes a ``pandas.DataFrame``).
     """
-    import rdata
-
     rdb = Path(rdb)
-    index = read_index(rdx if rdx is not None else rdb.with_suffix(".rdx"))
-    if name not in index:
-        raise KeyError(f"{name!r} not in {rdb} (has: {', '.join(sorted(index))})")
-    offset, length = index[name]
-    with open(rdb, "rb") as f:
-        f.seek(offset)
-        chunk = f.read(length)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "Unknown encoding. Assumed ASCII."
-        return rdata.conversion.convert(rdata.parser.parse_data(decompress_chunk(chunk)))
+    rdx = Path(rdx) if rdx is not None else rdb.with_suffix(".rdx")
+    return parse_object(rdb.read_bytes(), rdx.read_bytes(), name, where=str(rdb))

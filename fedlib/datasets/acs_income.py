@@ -19,15 +19,17 @@ import numpy as np
 import pandas as pd
 
 from ._core import (SPLIT_NOTE, DatasetSpec, Dataset, DataUnavailableError, download_allowed,
-                    split_80_20)
+                    download_failed, how_to_fix, split_80_20)
 from ._tabular import encode_tabular
 
 YEAR, HORIZON, SURVEY = "2018", "1-Year", "person"
 CATEGORICAL = ["COW", "MAR", "RELP", "SEX", "RAC1P"]
 NUMERIC = ["AGEP", "WKHP", "SCHL", "OCCP", "POBP"]
-HOW_TO_GET = ("pip install folktables, then set FEDLIB_ALLOW_DOWNLOAD=1 once: folktables "
-              "downloads the 2018 1-Year ACS person CSVs (all states, ~1.7 GB unzipped) from "
-              "census.gov into <data>/folktables/ (offline stand-in: load('adult'))")
+HOW_TO_GET = (f"pip install folktables and put the {YEAR} {HORIZON} ACS {SURVEY} CSVs of all "
+              f"states (psam_pNN.csv, NN = state FIPS code, ~1.7 GB unzipped, from census.gov) in "
+              f"<data>/folktables/{YEAR}/{HORIZON}/ (offline stand-in: load('adult'))")
+DOWNLOAD = ("after pip install folktables, folktables downloads the ~1.7 GB of ACS CSVs from "
+            "census.gov once")
 
 
 def folder(root: Path) -> Path:
@@ -62,20 +64,24 @@ def load(root: Path) -> Dataset:
         import folktables
     except ImportError:
         raise DataUnavailableError(
-            "acs_income: the optional package folktables is not installed. "
-            f"Fix: {HOW_TO_GET}") from None
-    if not is_local(root) and not download_allowed():
+            "acs_income: the optional package folktables (it reads the ACS CSVs, and downloads "
+            f"them) is not installed. Fix: {how_to_fix(root, HOW_TO_GET, DOWNLOAD)}") from None
+    local = is_local(root)
+    if not local and not download_allowed():
         raise DataUnavailableError(
             f"acs_income: ACS PUMS CSVs not found under {folder(root)}/{YEAR}/{HORIZON}/ and "
-            f"download is disabled (FEDLIB_ALLOW_DOWNLOAD is not 1). Fix: {HOW_TO_GET}")
+            f"download is off (FEDLIB_ALLOW_DOWNLOAD is not 1). "
+            f"Fix: {how_to_fix(root, HOW_TO_GET, DOWNLOAD)}")
     try:
         source = folktables.ACSDataSource(survey_year=YEAR, horizon=HORIZON, survey=SURVEY,
                                           root_dir=str(folder(root)))
-        acs = source.get_data(download=download_allowed())
+        acs = source.get_data(download=not local)
         features, label, _ = folktables.ACSIncome.df_to_numpy(acs)
     except Exception as e:  # noqa: BLE001 - one clear error instead of a deep trace
-        raise DataUnavailableError(f"acs_income: folktables failed ({type(e).__name__}: {e}). "
-                                   f"Fix: {HOW_TO_GET}") from None
+        what = (f"folktables failed to read {folder(root)} ({type(e).__name__}: {e})" if local
+                else download_failed("folktables", folder(root), e))
+        raise DataUnavailableError(f"acs_income: {what}. "
+                                   f"Fix: {how_to_fix(root, HOW_TO_GET, DOWNLOAD)}") from None
     frame = pd.DataFrame(features, columns=list(folktables.ACSIncome.features))
     y = np.asarray(label).astype(np.int64).reshape(-1)
     tr, te = split_80_20(y)
@@ -89,4 +95,5 @@ def load(root: Path) -> Dataset:
 
 SPEC = DatasetSpec(name="acs_income", paper_name="ACSIncome", modality="tabular", n_classes=2,
                    loader=load, how_to_get=HOW_TO_GET, is_local=is_local,
-                   can_download=importlib.util.find_spec("folktables") is not None)
+                   can_download=importlib.util.find_spec("folktables") is not None,
+                   download=DOWNLOAD)

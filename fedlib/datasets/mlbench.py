@@ -7,19 +7,21 @@
 - ``shuttle``: Shuttle (Statlog), 58,000 x 9, 7 very unbalanced classes; seeded stratified 80/20.
 
 Bytes: ``<data>/mlbench/<Name>.rda`` (``python -m fedlib.datasets prepare letter``)
-or ``/usr/lib/R/site-library/mlbench/data/<Name>.rda``; sha256 pinned.
+or ``/usr/lib/R/site-library/mlbench/data/<Name>.rda``; sha256 pinned and checked
+before ``rdata`` parses the very bytes that were verified.
 Features: all numeric, RobustScaler fitted on train.
 """
 
 from __future__ import annotations
 
+import io
 import warnings
 from pathlib import Path
 
 import numpy as np
 
-from ._core import (SPLIT_NOTE, DatasetSpec, Dataset, DataUnavailableError, check_sha256,
-                    copy_verified, encode_labels, first_existing, split_80_20,
+from ._core import (SPLIT_NOTE, DatasetSpec, Dataset, DataUnavailableError, copy_verified,
+                    encode_labels, first_existing, how_to_fix, read_verified, split_80_20,
                     system_dir)
 from ._tabular import encode_tabular
 
@@ -50,22 +52,32 @@ def _find(root: Path, name: str) -> Path | None:
 
 
 def _how(name: str) -> str:
+    """The ``how_to_get`` text of ``name`` (``<data>`` unresolved)."""
     return HOW_TO_GET.format(name=name, file=_file(name))
 
 
 def read_table(root: Path, name: str):
-    """The verified mlbench data frame of ``name`` (pandas, label column categorical)."""
+    """The verified mlbench data frame of ``name`` (pandas, label column categorical).
+
+    Returns
+    -------
+    path : Path
+        The ``.rda`` file read.
+    frame : pandas.DataFrame
+        Parsed by ``rdata`` from the bytes whose sha256 was checked.
+    """
     import rdata
 
     path = _find(root, name)
     if path is None:
         raise DataUnavailableError(
             f"{name}: mlbench {_file(name)} not found. Tried {Path(root) / 'mlbench'}/ and "
-            f"{R_LIBRARY_DIR}/ (Debian r-cran-mlbench). Fix: {_how(name)}")
-    check_sha256(path, TABLES[name][2], f"{_how(name)} (Debian version 2.1-3)")
+            f"{R_LIBRARY_DIR}/ (Debian r-cran-mlbench). Fix: {how_to_fix(root, _how(name))}")
+    data = read_verified(path, TABLES[name][2],
+                         f"{how_to_fix(root, _how(name))} (Debian version 2.1-3)")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "Unknown encoding. Assumed ASCII."
-        return path, rdata.read_rda(path)[TABLES[name][0]]
+        return path, rdata.read_rda(io.BytesIO(data))[TABLES[name][0]]
 
 
 def load_table(root: Path, name: str) -> Dataset:

@@ -21,7 +21,8 @@ import numpy as np
 import pandas as pd
 
 from . import _text
-from ._core import SPLIT_NOTE, DatasetSpec, Dataset, DataUnavailableError, split_80_20
+from ._core import SPLIT_NOTE, DatasetSpec, Dataset, DataUnavailableError, how_to_fix, \
+    split_80_20
 
 TRAIN_FILE = "training.1600000.processed.noemoticon.csv"
 TEST_FILE = "testdata.manual.2009.06.14.csv"
@@ -78,7 +79,7 @@ def load(root: Path, fraction: float = FRACTION, seed: int = SAMPLE_SEED,
     if not train_path.is_file():
         raise DataUnavailableError(
             f"sent140: {train_path} not found (the paper: must be downloaded manually). "
-            f"Fix: {HOW_TO_GET.replace('<data>', str(root))}")
+            f"Fix: {how_to_fix(root, HOW_TO_GET)}")
     df = _read(train_path).sample(frac=fraction, random_state=seed)
     texts, y = df["text"].tolist(), df["target"].to_numpy()
     sample = f"{len(y)} tweets, a seeded {fraction:.0%} sample (random_state={seed})"

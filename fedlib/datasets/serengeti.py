@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from ._core import SPLIT_NOTE, DatasetSpec, Dataset, DataUnavailableError, encode_labels, \
-    split_80_20
+    how_to_fix, split_80_20
 from ._tabular import encode_tabular
 
 FILE = "serengeti.csv"
@@ -44,7 +44,7 @@ def load(root: Path) -> Dataset:
     p = path(root)
     if not p.is_file():
         raise DataUnavailableError(f"serengeti: {p} not found (no public source is known). "
-                                   f"Fix: {HOW_TO_GET.replace('<data>', str(root))}")
+                                   f"Fix: {how_to_fix(root, HOW_TO_GET)}")
     df = pd.read_csv(p)
     if LABEL not in df.columns:
         raise ValueError(f"serengeti: {p} has no '{LABEL}' column (columns: {list(df.columns)})")
