@@ -28,7 +28,7 @@ from . import __version__, partition as P
 from .engine import Federation
 from .evaluation import summarise_clients
 from .methods import METHODS, Context, FLConfig, get_method, make_hyper
-from .models import ARCH_FOR_DATASET, build_model
+from .models import ARCH_FOR_DATASET, ARCHITECTURES, build_model
 from .noniid import wpsi
 
 __all__ = ["RunSpec", "run", "run_grid", "grid_specs", "load_records", "record_path", "build_federation",
@@ -89,8 +89,12 @@ class RunSpec:
             raise ValueError(f"seed must be ≥ 0, got {self.seed}")
         if self.n_train is not None and int(self.n_train) < int(self.n_clients):
             raise ValueError(f"n_train={self.n_train} is smaller than n_clients={self.n_clients}")
-        if self.arch is not None and self.arch not in set(ARCH_FOR_DATASET.values()) | {"lenet5", "cnn"}:
-            raise ValueError(f"unknown arch {self.arch!r}")
+        if self.arch is not None and self.arch not in ARCHITECTURES:
+            raise ValueError(f"arch={self.arch!r} is unknown; choose one of {sorted(ARCHITECTURES)}")
+        if self.arch is None and self.dataset not in ARCH_FOR_DATASET:
+            raise ValueError(f"dataset={self.dataset!r} has no default architecture; pass arch= "
+                             f"(one of {sorted(ARCHITECTURES)}) or add it to "
+                             "fedlib.models.ARCH_FOR_DATASET")
         make_hyper(self.method, self.hyper)
         FLConfig.from_dict(self.fl)
 
@@ -209,6 +213,9 @@ def _is_complete(path: Path) -> bool:
     return rec.get("record_version") == RECORD_VERSION and rec.get("status") in ("ok", "infeasible")
 
 
+PROGRESS_MODES = ("bar", "lines", "off")
+
+
 def _progress_mode(progress) -> str:
     """'bar', 'lines' or 'off' from run_grid's ``progress`` argument and ``$FEDLIB_PROGRESS``."""
     if progress is False or progress is None:
@@ -220,9 +227,6 @@ def _progress_mode(progress) -> str:
                          f"{PROGRESS_MODES}: use 'bar' for a progress bar, 'lines' for one line per "
                          "run (headless/papermill logs), 'off' for silence")
     return progress
-
-
-PROGRESS_MODES = ("bar", "lines", "off")
 
 
 def _describe(s: RunSpec) -> str:
@@ -315,10 +319,7 @@ def grid_specs(datasets, protocols: dict, n_clients, seeds, methods, *, hyper: d
 def write_manifest(results_dir, specs, name: str = "manifest.json") -> Path:
     """Record which runs make up a grid (their keys), so tables use exactly those records."""
     path = Path(results_dir) / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".part")
-    tmp.write_text(json.dumps({"keys": [s.key() for s in specs]}, indent=0))
-    os.replace(tmp, path)
+    _write_atomic(path, {"keys": [s.key() for s in specs]})  # a unique temporary per writer
     return path
 
 

@@ -42,6 +42,8 @@ ARCH_FOR_DATASET = {
     "adult": "logistic",
     "serengeti": "mlp",
     "letter": "mlp",
+    "satellite": "mlp",  # tabular multi-class stand-ins for Serengeti, like letter
+    "shuttle": "mlp",
     "fmnist": "fmnist_cnn",
     "cifar10": "cifar_cnn",
     "sent140": "lstm",

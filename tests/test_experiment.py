@@ -172,3 +172,64 @@ def test_grid_killed_by_sigkill_resumes_with_no_lost_or_duplicated_records(tmp_p
     assert sorted(p.name for p in tmp_path.glob("*.json")) == sorted(X.record_path(tmp_path, s).name for s in specs)
     assert all((tmp_path / name).read_text() == text for name, text in done.items())  # reused, not rerun
     assert len(X.load_records(tmp_path)) == n
+
+
+def test_progress_lines_one_per_trained_run(tmp_path, capsys, monkeypatch):
+    """'lines' (what make workbook shows through papermill's log) prints a summary, then one
+    line per trained run with its accuracy; a rerun trains nothing and says so."""
+    monkeypatch.delenv("FEDLIB_PROGRESS", raising=False)
+    specs = [spec("local", seed=s) for s in range(2)]
+    X.run_grid(specs, tmp_path, progress="lines")
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "run_grid: 2 runs, 0 already recorded, 2 to train"
+    assert [line.split(":")[0] for line in err[1:]] == [
+        "run_grid [1/2] adult dirichlet=0.5 K=10 local seed=0",
+        "run_grid [2/2] adult dirichlet=0.5 K=10 local seed=1"]
+    assert all("global accuracy 0." in line for line in err[1:])
+    monkeypatch.setenv("FEDLIB_PROGRESS", "lines")  # progress=True follows the environment
+    X.run_grid(specs, tmp_path)
+    assert capsys.readouterr().err.splitlines() == ["run_grid: 2 runs, 2 already recorded, 0 to train"]
+
+
+def test_bad_progress_fails_before_any_work(tmp_path, monkeypatch):
+    with pytest.raises(ValueError, match=r"progress='loud'.*'bar', 'lines', 'off'"):
+        X.run_grid([spec()], tmp_path, progress="loud")
+    monkeypatch.setenv("FEDLIB_PROGRESS", "verbose")
+    with pytest.raises(ValueError, match=r"FEDLIB_PROGRESS"):
+        X.run_grid([spec()], tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["satellite", "shuttle"])
+def test_every_registered_tabular_stand_in_trains(name):
+    """satellite and shuttle passed validation and then crashed (no architecture mapped)."""
+    rec = X.run(X.RunSpec(name, "dirichlet", 1.0, 5, 0, "fedavg", fl={"rounds": 1, "local_epochs": 1},
+                          n_train=600))
+    assert rec["status"] == "ok" and len(rec["local_accuracy"]) == 5
+
+
+def test_dataset_without_architecture_fails_at_validation(monkeypatch):
+    from fedlib import models
+
+    monkeypatch.delitem(models.ARCH_FOR_DATASET, "letter")
+    with pytest.raises(ValueError, match="dataset='letter' has no default architecture; pass arch="):
+        X.RunSpec("letter", "dirichlet", 1.0, 5, 0, "fedavg").validate()
+    X.RunSpec("letter", "dirichlet", 1.0, 5, 0, "fedavg", arch="mlp").validate()  # an explicit arch is fine
+    with pytest.raises(ValueError, match="arch='resnet99' is unknown"):
+        X.RunSpec("letter", "dirichlet", 1.0, 5, 0, "fedavg", arch="resnet99").validate()
+
+
+def test_manifest_writers_never_share_a_temporary_file(tmp_path, monkeypatch):
+    """Machines sharing one results folder write the manifest at the same time: each writer
+    uses its own temporary file, so one can never rename another's half-written file."""
+    import os
+
+    sources = []
+    real_replace = os.replace
+    monkeypatch.setattr(X.os, "replace", lambda src, dst: (sources.append(str(src)), real_replace(src, dst)))
+    specs = [spec(seed=s) for s in range(3)]
+    X.write_manifest(tmp_path, specs)
+    X.write_manifest(tmp_path, specs)
+    assert len(sources) == 2 and sources[0] != sources[1]
+    assert json.loads((tmp_path / "manifest.json").read_text())["keys"] == [s.key() for s in specs]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["manifest.json"]

@@ -117,3 +117,9 @@ def test_keras_batchnorm_accepts_a_one_sample_training_batch():
     two = torch.tensor([[1.0, 0.0, 0.0], [3.0, 0.0, 0.0]])
     torch.testing.assert_close(bn(two), nn.functional.batch_norm(
         two, None, None, bn.weight, bn.bias, training=True, eps=1e-3))
+
+
+def test_every_registered_dataset_has_an_architecture():
+    from fedlib.datasets import DATASETS
+
+    assert set(DATASETS) <= set(ARCH_FOR_DATASET), sorted(set(DATASETS) - set(ARCH_FOR_DATASET))
