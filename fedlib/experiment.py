@@ -26,15 +26,17 @@ import torch
 
 from . import __version__, partition as P
 from .engine import Federation
-from .evaluation import summarise_clients
+from .evaluation import global_accuracy, summarise_clients
 from .methods import METHODS, Context, FLConfig, get_method, make_hyper
 from .models import ARCH_FOR_DATASET, ARCHITECTURES, build_model
 from .noniid import wpsi
+from .validation import check_choice, check_number, fail
 
 __all__ = ["RunSpec", "run", "run_grid", "grid_specs", "load_records", "record_path", "build_federation",
            "write_manifest", "load_grid"]
 
 RECORD_VERSION = 1
+_LATER_FIELDS = {"val_fraction": 0.0, "global_test": False}  # added in interface v2, with defaults
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,13 @@ class RunSpec:
         across run seeds so that seeds vary only the partition and training)
     test_fraction : per-client test share (0.2: the papers' 80/20)
     arch : model architecture override (default: the dataset's paper architecture)
+    val_fraction : per-client validation share, taken from the train part (0: none, the
+        papers' protocol; the test split is the same for every val_fraction)
+    global_test : also evaluate every client's model on the data set's official test set
+        (FedPrism's "global accuracy"; recorded as ``global_test_*``)
+
+    Fields added after the first release enter the record key only when they differ from
+    their defaults, so records computed before they existed are still found.
     """
 
     dataset: str
@@ -68,6 +77,8 @@ class RunSpec:
     n_train: int | None = None
     test_fraction: float = 0.2
     arch: str | None = None
+    val_fraction: float = 0.0
+    global_test: bool = False
 
     def validate(self) -> None:
         """Raise ValueError naming the bad field, before any data is loaded or trained."""
@@ -95,12 +106,21 @@ class RunSpec:
             raise ValueError(f"dataset={self.dataset!r} has no default architecture; pass arch= "
                              f"(one of {sorted(ARCHITECTURES)}) or add it to "
                              "fedlib.models.ARCH_FOR_DATASET")
+        check_number(self.test_fraction, "test_fraction", 0, 1, high_open=True)
+        check_number(self.val_fraction, "val_fraction", 0, 1, high_open=True)
+        if self.test_fraction + self.val_fraction >= 1:
+            fail("test_fraction + val_fraction", "< 1 (some data must stay for training)",
+                 self.test_fraction + self.val_fraction)
+        check_choice(self.global_test, "global_test", (False, True))
         make_hyper(self.method, self.hyper)
         FLConfig.from_dict(self.fl)
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["level"] = float(self.level)
+        for name, default in _LATER_FIELDS.items():  # keys of older records stay valid
+            if d[name] == default:
+                del d[name]
         return d
 
     def key(self) -> str:
@@ -137,8 +157,15 @@ def build_federation(spec: RunSpec, device="auto"):
     y = ds.y_train
     parts = P.partition(y, spec.protocol, int(spec.n_clients), spec.level, int(spec.seed),
                         **({"dataset_name": spec.dataset} if spec.protocol == "dirichlet" else {}))
-    train, test = P.train_test_split(parts, int(spec.seed), spec.test_fraction)
-    fed = Federation.from_arrays(ds.x_train, y, train, test, device, n_classes=ds.n_classes)
+    train, val, test = P.train_val_test_split(parts, int(spec.seed), spec.test_fraction, spec.val_fraction)
+    glob = {}
+    if spec.global_test:
+        if ds.x_test is None:
+            raise ValueError(f"global_test=True but dataset {spec.dataset!r} has no official test set; "
+                             "use global_test=False")
+        glob = {"x_global": ds.x_test, "y_global": ds.y_test}
+    fed = Federation.from_arrays(ds.x_train, y, train, test, device, n_classes=ds.n_classes, val_parts=val,
+                                 **glob)
     return fed, P.label_counts(y, train, ds.n_classes), ds
 
 
@@ -167,8 +194,17 @@ def run(spec: RunSpec, device="auto") -> dict:
     ctx = Context(fed=fed, model=model, cfg=cfg, seed=int(spec.seed), counts_train=counts)
     method = get_method(spec.method)
     outcome = method.run(ctx, make_hyper(spec.method, spec.hyper))
-    correct, n = ctx.evaluate(outcome.models, outcome.assignment)
+    correct, n = ctx.evaluate(outcome.models, outcome.assignment, predictor=outcome.predictor)
     metrics = summarise_clients(correct, n)
+    extra = {}
+    if spec.val_fraction > 0:  # what fedlib.tuning selects on
+        val_correct, n_val = ctx.evaluate(outcome.models, outcome.assignment, "val", outcome.predictor)
+        extra.update({"val_correct": val_correct.tolist(), "n_val": n_val.tolist(),
+                      "val_accuracy": global_accuracy(val_correct, n_val)})
+    if spec.global_test:  # FedPrism's "global accuracy": each client's model on the official test set
+        g_correct, n_global = ctx.evaluate_global(outcome.models, outcome.assignment)
+        extra.update({"global_test_correct": g_correct.tolist(), "n_global_test": n_global,
+                      "global_test_accuracy": float(np.mean(g_correct / n_global))})
     return {
         **base,
         "status": "ok",
@@ -181,6 +217,7 @@ def run(spec: RunSpec, device="auto") -> dict:
         "n_test": n.tolist(),
         "correct": correct.tolist(),
         **metrics,
+        **extra,
         "history": ctx.history,
         "info": outcome.info,
         "seconds": time.perf_counter() - t0,

@@ -22,6 +22,34 @@ embed_dnn    embedding (dim 32) → flatten → dense 8 ReLU → classifier (Ama
 lenet5       6/16 5×5 convs + ReLU + 2×2 max-pool, dense 120/84 ReLU (FedPrism); the
              first conv is zero-padded so that 28×28 inputs behave like LeNet's 32×32.
 cnn          a small generic CNN (16/32 3×3 convs, dense 64) for quick experiments.
+resnet18     ResNet-18 (He et al. 2016): BasicBlocks [2, 2, 2, 2] with 64/128/256/512
+             maps (pFedLIA: "For the classification tasks we used Res-Net18 [20] ... We
+             used pretrained weights"). CIFAR stem for every input size (3×3 conv,
+             stride 1, no max-pool: this project's images are 28×28 and 32×32), so the
+             stages see 32→32→16→8→4 (28→28→14→7→4); 1×1-conv + BN projection
+             shortcuts where the shape changes; AdaptiveAvgPool2d(1) + Flatten →
+             Linear(512, C). 11 173 962 weights for 3×32×32 and 10 classes.
+vgg19        VGG-19 configuration E (Simonyan & Zisserman 2015) with BatchNorm after
+             every conv (torchvision's vgg19_bn feature stack; convs keep their bias)
+             (CAFA: "The VGG19 [14] was used as the image classification model"), then
+             the CIFAR classifier: flatten 512 → Linear(512, C) (20 040 522 weights for
+             3×32×32 and 10 classes). The 2×2 max-pools use ceil_mode, which changes
+             nothing for sides divisible by 32 but lets 28×28 inputs through
+             (28→14→7→4→2→1 instead of reaching 0); AdaptiveAvgPool2d(1) before the
+             flatten is the identity on 32×32 inputs and keeps D = 512 for larger ones.
+
+ResNet-18 and VGG-19 are randomly initialised only: no pretrained (ImageNet) weights can
+be fetched offline. pFedLIA states it used pretrained ResNet-18 weights (presumably
+ImageNet); CAFA does not say whether its VGG19 was pretrained; FedPrism uses LeNet-5
+(``lenet5``) for all its data sets, neither of these two. Their BatchNorm uses torch's
+defaults (eps 1e-5, momentum 0.1), not Keras's like ``cifar_cnn``: CAFA states it used
+PyTorch, and pretrained ResNet-18 weights are most commonly torchvision's (an assumption:
+pFedLIA leaves the details to its supplement). Each side of the input must be at least
+:data:`_MIN_SIDE` (9 for resnet18, 17 for vgg19) so that the last BatchNorm still sees
+2×2 positions per sample: a one-sample training batch (a client with 32·k + 1 samples)
+then still trains. With BatchNorm in training mode, the engine trains these models on
+the ``'sequential'`` path only, like ``cifar_cnn`` (:mod:`fedlib.engine.paths`);
+evaluation vectorises.
 
 Input shapes exclude the batch dimension: ``(C, H, W)`` for images, ``(F,)`` for
 tabular features and ``(L,)`` for token-id sequences (int64, needs ``vocab_size``).
@@ -34,8 +62,10 @@ import math
 import torch
 from torch import nn
 
+from .validation import check_seed
+
 __all__ = ["ARCH_FOR_DATASET", "ARCHITECTURES", "build_model", "init_params", "float_state",
-           "KerasBatchNorm1d"]
+           "KerasBatchNorm1d", "BasicBlock", "body", "head", "head_prefix"]
 
 ARCH_FOR_DATASET = {
     "acs_income": "logistic",
@@ -53,7 +83,11 @@ ARCH_FOR_DATASET = {
 
 _TEXT_ARCHS = ("lstm", "embed_dnn")
 _OPTIONS = {"mlp": {"hidden"}, "lstm": {"embed_dim", "hidden"}, "embed_dnn": {"embed_dim", "hidden"}}
-_IMAGE_ARCHS = ("fmnist_cnn", "cifar_cnn", "lenet5", "cnn")
+_IMAGE_ARCHS = ("fmnist_cnn", "cifar_cnn", "lenet5", "cnn", "resnet18", "vgg19")
+# Smallest input side per architecture with a bound: the last BatchNorm must see ≥ 2×2
+# positions per sample. resnet18: 3 stride-2 stages, ⌈h/8⌉ ≥ 2 ⇔ h ≥ 9; vgg19: its last
+# block follows 4 ceil-mode 2×2 max-pools, ⌈h/16⌉ ≥ 2 ⇔ h ≥ 17.
+_MIN_SIDE = {"resnet18": 9, "vgg19": 17}
 
 
 # ----------------------------------------------------------------------------- blocks
@@ -184,6 +218,59 @@ def _cnn(n_classes, input_shape, **_):
     return nn.Sequential(features, nn.Linear(n_flat, 64), nn.ReLU(), nn.Linear(64, n_classes))
 
 
+class BasicBlock(nn.Module):
+    """ResNet's basic block (He et al. 2016): two 3×3 conv–BN pairs and a shortcut.
+
+    ``relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x))``; the shortcut is the identity
+    when shape is kept, else a 1×1 conv with ``stride`` + BN (option B). Convs have no
+    bias (BN follows). Maps (B, c_in, H, W) → (B, c_out, ⌈H/stride⌉, ⌈W/stride⌉).
+    """
+
+    def __init__(self, c_in: int, c_out: int, stride: int = 1):
+        super().__init__()
+        self.conv1 = nn.Conv2d(c_in, c_out, 3, stride=stride, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(c_out)
+        self.conv2 = nn.Conv2d(c_out, c_out, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(c_out)
+        self.shortcut = nn.Sequential()
+        if stride != 1 or c_in != c_out:
+            self.shortcut = nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride=stride, bias=False),
+                                          nn.BatchNorm2d(c_out))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, c_in, H, W) → (B, c_out, H', W')."""
+        out = torch.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return torch.relu(out + self.shortcut(x))
+
+
+def _resnet18(n_classes, input_shape, **_):
+    layers, c_in = [], 64
+    for c_out, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+        layers.append(nn.Sequential(BasicBlock(c_in, c_out, stride), BasicBlock(c_out, c_out)))
+        c_in = c_out
+    return nn.Sequential(
+        nn.Conv2d(input_shape[0], 64, 3, padding=1, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
+        *layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, n_classes),
+    )
+
+
+_VGG19_CFG = (64, 64, "M", 128, 128, "M", 256, 256, 256, 256, "M",
+              512, 512, 512, 512, "M", 512, 512, 512, 512, "M")  # configuration E
+
+
+def _vgg19(n_classes, input_shape, **_):
+    layers, c_in = [], input_shape[0]
+    for v in _VGG19_CFG:
+        if v == "M":
+            layers.append(nn.MaxPool2d(2, ceil_mode=True))
+        else:
+            layers += [nn.Conv2d(c_in, v, 3, padding=1), nn.BatchNorm2d(v), nn.ReLU()]
+            c_in = v
+    features = nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten())
+    return nn.Sequential(features, nn.Linear(512, n_classes))
+
+
 ARCHITECTURES = {
     "logistic": _logistic,
     "mlp": _mlp,
@@ -193,6 +280,8 @@ ARCHITECTURES = {
     "embed_dnn": _embed_dnn,
     "lenet5": _lenet5,
     "cnn": _cnn,
+    "resnet18": _resnet18,
+    "vgg19": _vgg19,
 }
 
 
@@ -233,6 +322,9 @@ def build_model(arch: str, n_classes: int, input_shape: tuple, vocab_size: int |
         raise ValueError(f"input_shape must be a non-empty tuple of positive sizes, got {input_shape}")
     if arch in _IMAGE_ARCHS and len(input_shape) != 3:
         raise ValueError(f"arch={arch!r} needs input_shape=(C, H, W), got {input_shape}")
+    if arch in _MIN_SIDE and min(input_shape[1:]) < _MIN_SIDE[arch]:
+        raise ValueError(f"input_shape must have H, W ≥ {_MIN_SIDE[arch]} for arch={arch!r} (its last "
+                         f"BatchNorm must see ≥ 2×2 positions per sample), got {input_shape}")
     unknown = set(options) - _OPTIONS.get(arch, set())
     if unknown:
         raise ValueError(f"arch={arch!r} takes the options {sorted(_OPTIONS.get(arch, set()))}, "
@@ -303,8 +395,7 @@ def init_params(model: nn.Module, seed: int, scheme: str = "keras") -> dict[str,
     """
     if scheme not in _INIT_SCHEMES:
         raise ValueError(f"scheme={scheme!r} is unknown; choose one of {sorted(_INIT_SCHEMES)}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    seed = check_seed(seed)
     fresh = copy.deepcopy(model)
     devices = [fresh_device] if (fresh_device := _device_of(fresh)).type == "cuda" else []
     with torch.random.fork_rng(devices=devices), torch.no_grad():
@@ -312,6 +403,39 @@ def init_params(model: nn.Module, seed: int, scheme: str = "keras") -> dict[str,
         for module in fresh.modules():
             _INIT_SCHEMES[scheme](module)
     return {name: t.detach().clone() for name, t in float_state(fresh).items()}
+
+
+def body(model: nn.Module) -> nn.Module:
+    """The feature extractor: every layer but the classifier, ``(B, *input) -> (B, D)``.
+
+    Every model of :func:`build_model` is an ``nn.Sequential`` whose last layer is the
+    classifier ``nn.Linear(D, C)``; the body is the slice ``model[:-1]``, which shares the
+    model's tensors and keeps their names (``"0.weight"`` in the body is ``"0.weight"`` in
+    the model), so a state of the whole model drives the body through ``functional_call``.
+    """
+    _check_sequential(model)
+    return model[:-1]
+
+
+def head(model: nn.Module) -> nn.Linear:
+    """The classifier, the final ``nn.Linear(D, C)``: embeddings (B, D) → logits (B, C).
+
+    Its tensors are named ``head_prefix(model) + "weight"`` / ``"bias"`` in the model's state.
+    """
+    _check_sequential(model)
+    return model[-1]
+
+
+def head_prefix(model: nn.Module) -> str:
+    """The prefix of the classifier's tensors in the model's state, e.g. ``"4."``."""
+    _check_sequential(model)
+    return f"{len(model) - 1}."
+
+
+def _check_sequential(model: nn.Module) -> None:
+    if not (isinstance(model, nn.Sequential) and len(model) >= 2 and isinstance(model[-1], nn.Linear)):
+        raise ValueError("model must be an nn.Sequential ending in its classifier nn.Linear (as every "
+                         f"fedlib.models.build_model architecture is), got {type(model).__name__}")
 
 
 def _device_of(model: nn.Module) -> torch.device:

@@ -14,14 +14,17 @@ pathological_clusters pFedLIA: clusters own disjoint label sets
 noisy_clusters       pFedLIA noisy variant: some clients get extra labels from outside
 
 Helpers: :func:`partition` (dispatch by protocol name), :func:`train_test_split`
-(per-client seeded 80/20 split), :func:`label_counts` (the K×C matrix the non-IID
-metrics take).
+(per-client seeded 80/20 split), :func:`train_val_test_split` (the same split with a
+validation share carved out of the train part), :func:`label_counts` (the K×C matrix the
+non-IID metrics take).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
+
+from .validation import check_seed
 
 __all__ = [
     "InfeasiblePartitionError",
@@ -35,6 +38,7 @@ __all__ = [
     "cluster_of_client",
     "partition",
     "train_test_split",
+    "train_val_test_split",
     "label_counts",
 ]
 
@@ -82,9 +86,7 @@ def _check_n_clients(n_clients, n_samples: int, minimum_per_client: int = 1) -> 
 
 
 def _check_seed(seed) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
-    return int(seed)
+    return check_seed(seed)
 
 
 def _dataset_tag(name: str | None, n: int) -> str:
@@ -420,6 +422,68 @@ def train_test_split(parts, seed: int, test_fraction: float = 0.2) -> tuple[list
         test.append(np.sort(shuffled[:n_test]))
         train.append(np.sort(shuffled[n_test:]))
     return train, test
+
+
+def _check_fraction(value, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+            or not 0.0 <= float(value) < 1.0:
+        raise ValueError(f"{name} must be a number in [0, 1), got {value!r}")
+    return float(value)
+
+
+def train_val_test_split(parts, seed: int, test_fraction: float = 0.2,
+                         val_fraction: float = 0.0) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
+    """Seeded per-client train/validation/test split.
+
+    Convention
+    ----------
+    * Both fractions are shares of the client's *whole* data n_i (not of what is left).
+    * The test part is exactly that of :func:`train_test_split` with the same ``seed`` and
+      ``test_fraction``, whatever ``val_fraction`` is, so test numbers stay comparable
+      between runs with and without a validation set. With ``val_fraction=0`` the train
+      part is exactly that of :func:`train_test_split` too, and every validation part is
+      empty.
+    * The validation part is carved out of the train part: client i's indices are
+      shuffled by a generator seeded by (seed, i) (the very permutation
+      :func:`train_test_split` uses); the first ``n_test`` go to test, the next
+      ``round(val_fraction · n_i)`` to validation (at least one when ``val_fraction > 0``
+      and at least two samples are left after the test split), and at least one sample
+      always stays in train.
+
+    Parameters
+    ----------
+    parts : sequence of K index arrays
+    seed : int ≥ 0
+    test_fraction, val_fraction : float in [0, 1), with test_fraction + val_fraction < 1
+
+    Returns
+    -------
+    (train_parts, val_parts, test_parts) : three lists of K sorted int64 arrays, disjoint
+    per client, whose union is the client's indices.
+    """
+    test_fraction = _check_fraction(test_fraction, "test_fraction")
+    val_fraction = _check_fraction(val_fraction, "val_fraction")
+    if test_fraction + val_fraction >= 1.0:
+        raise ValueError(f"test_fraction + val_fraction must be < 1 (some data must stay for training), "
+                         f"got {test_fraction!r} + {val_fraction!r} = {test_fraction + val_fraction!r}")
+    train, test = train_test_split(parts, seed, test_fraction)
+    if val_fraction == 0.0:
+        return train, [np.zeros(0, dtype=np.int64) for _ in train], test
+    seed = _check_seed(seed)
+    train, val = [], []
+    for i, idx in enumerate(parts):
+        idx = np.asarray(idx, dtype=np.int64)
+        shuffled = np.random.default_rng([seed, i]).permutation(idx)
+        n_test = len(test[i])
+        rest = shuffled[n_test:]
+        n_val = int(round(val_fraction * idx.size))
+        if rest.size >= 2:
+            n_val = min(max(n_val, 1), rest.size - 1)
+        else:
+            n_val = 0
+        val.append(np.sort(rest[:n_val]))
+        train.append(np.sort(rest[n_val:]))
+    return train, val, test
 
 
 def label_counts(labels, parts, n_classes: int | None = None) -> np.ndarray:

@@ -24,7 +24,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from fedlib import experiment, tables
+from fedlib import experiment
+from fedlib.analysis import tables
 from fedlib.paths import ROOT, results_dir
 
 OTHER_CPU_ENV = ROOT / "tests" / "other_cpu.env"

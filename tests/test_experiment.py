@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from fedlib import experiment as X
-from fedlib.tables import records_frame, table3, table4, to_markdown
+from fedlib.analysis.tables import records_frame, table3, table4, to_markdown
 
 FAST = {"rounds": 2, "local_epochs": 1}
 

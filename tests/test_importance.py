@@ -1,9 +1,9 @@
-"""fedlib.importance: the four models of Fig. 4, their importances and rankings."""
+"""fedlib.analysis.importance: the four models of Fig. 4, their importances and rankings."""
 import numpy as np
 import pandas as pd
 import pytest
 
-from fedlib import importance as imp
+from fedlib.analysis import importance as imp
 
 FEATURES = ["wpsi", "hellinger", "jensen_shannon", "emd"]
 

@@ -28,7 +28,8 @@ _USE = """
 import pandas as pd, matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-from fedlib import paths, plots
+from fedlib import paths
+from fedlib.analysis import plots
 from fedlib.datasets import data_dir
 from fedlib.experiment import _write_atomic
 assert paths.checkout_root() is None, paths.checkout_root()

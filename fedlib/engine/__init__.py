@@ -16,10 +16,12 @@ Typical round of FedAvg::
                       epochs=5, seed=0, round_idx=t)
     global_ = weighted_average(res.params, res.n_samples)
 """
-from .evaluate import EvalResult, evaluate, predict_logits
+from .evaluate import EvalResult, LossMatrix, evaluate, evaluate_global, loss_matrix, predict_logits
 from .federation import Federation, resolve_device
 from .params import broadcast, flatten_params, stack_params, unflatten_params, unstack, weighted_average
 from .paths import choose_path
+from .predict import GatedMixture, NearestPrototype, OneModel, evaluate_with
+from .optim import SGD, Adam, AdamState, EmbeddingPull, SGDState
 from .train import TrainResult, local_train
 
 __all__ = [
@@ -27,9 +29,21 @@ __all__ = [
     "resolve_device",
     "local_train",
     "TrainResult",
+    "Adam",
+    "SGD",
+    "AdamState",
+    "SGDState",
+    "EmbeddingPull",
     "evaluate",
     "predict_logits",
     "EvalResult",
+    "evaluate_global",
+    "loss_matrix",
+    "LossMatrix",
+    "evaluate_with",
+    "OneModel",
+    "GatedMixture",
+    "NearestPrototype",
     "choose_path",
     "stack_params",
     "unstack",

@@ -1,20 +1,19 @@
 """Input checks shared by the training and evaluation entry points."""
 from __future__ import annotations
 
-import numpy as np
 import torch
 from torch import nn
 
 from ..models import float_state
+from ..validation import check_int as _check_int
 
 
 State = dict[str, torch.Tensor]
 
 
 def check_int(value, name: str, minimum: int) -> None:
-    """Raise ValueError unless ``value`` is an integer ≥ ``minimum``."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be an integer ≥ {minimum}, got {value!r}")
+    """Raise ValueError unless ``value`` is an integer ≥ ``minimum`` (:mod:`fedlib.validation`)."""
+    _check_int(value, name, minimum)
 
 
 def check_state(params: State, template: nn.Module, m: int, device: torch.device) -> State:

@@ -1,10 +1,12 @@
-"""Evaluation of M stacked models: on their clients' data (``evaluate``) or on shared inputs
-(``predict_logits``). Both run in eval mode (dropout off, BatchNorm running statistics).
+"""Evaluation of M stacked models: on their clients' data (``evaluate``), on the global test
+set (``evaluate_global``), every model on every client (``loss_matrix``) or on shared inputs
+(``predict_logits``). All run in eval mode (dropout off, BatchNorm running statistics).
 """
 from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -13,11 +15,11 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from ..models import float_state
-from .federation import Federation, gather
+from .federation import NO_GLOBAL_TEST, Federation, gather
 from .paths import clients_per_chunk, resolve_path
 from ._validation import check_int, check_state
 
-__all__ = ["EvalResult", "evaluate", "predict_logits"]
+__all__ = ["EvalResult", "evaluate", "evaluate_global", "LossMatrix", "loss_matrix", "predict_logits"]
 
 State = dict[str, torch.Tensor]
 
@@ -69,7 +71,7 @@ def evaluate(model: nn.Module, params: State, fed: Federation, clients, split: s
     clients : sequence of int, length M
         Repeats are allowed: IFCA scores k cluster models on one client by passing that
         client k times with the k models as rows.
-    split : {'test', 'train'}
+    split : {'test', 'train', 'val', 'global'}
     batch_size : int
         Samples per forward pass (memory only: results do not depend on it beyond
         float rounding).
@@ -87,13 +89,151 @@ def evaluate(model: nn.Module, params: State, fed: Federation, clients, split: s
     state = check_state(params, template, len(clients), fed.device)
     chosen = resolve_path(path, template, fed.device, training=False)
     index = [parts[c] for c in clients]
-    if chosen == "sequential":
-        sums = _eval_sequential(template, state, x, y, index, batch_size)
-    else:
-        chunk = clients_per_chunk(template, x[:1], batch_size, False, max_clients_per_chunk)
-        sums = _eval_vectorised(template, state, x, y, index, batch_size, chunk)
+    correct, loss_sum = _eval_rows(template, state, x, y, index, batch_size, chosen, max_clients_per_chunk)
     n = torch.as_tensor([len(i) for i in index], dtype=torch.int64, device=fed.device)
-    return EvalResult(sums[0], n, sums[1], chosen)
+    return EvalResult(correct, n, loss_sum, chosen)
+
+
+def _eval_rows(template, state, x, y, index, batch_size, chosen, max_rows_per_chunk):
+    """(correct (M,), loss_sum (M,)) of row i's model on ``x[index[i]]`` along path ``chosen``."""
+    if chosen == "sequential":
+        return _eval_sequential(template, state, x, y, index, batch_size)
+    chunk = clients_per_chunk(template, x[:1], batch_size, False, max_rows_per_chunk)
+    return _eval_vectorised(template, state, x, y, index, batch_size, chunk)
+
+
+@torch.no_grad()
+def evaluate_global(model: nn.Module, params: State, fed: Federation, batch_size: int = 256,
+                    path: str = "auto", max_models_per_chunk: int | None = None) -> EvalResult:
+    """Each of M stacked models on the whole global test set (``fed.split('global')``).
+
+    FedPrism's "global accuracy" of client i's model is row i's accuracy here (the
+    official test set), its "local accuracy" that of :func:`evaluate` on ``split='test'``.
+
+    Parameters
+    ----------
+    model : nn.Module
+    params : dict of str to Tensor
+        ``name -> (M, *shape)``; M need not be the number of clients (e.g. cluster models).
+    fed : Federation
+        Built with ``x_global``/``y_global``.
+    batch_size, path, max_models_per_chunk
+        As in :func:`evaluate`.
+
+    Returns
+    -------
+    EvalResult
+        M rows, each with ``n = N_g``.
+    """
+    if not fed.has_global_test:
+        raise ValueError(NO_GLOBAL_TEST)
+    check_int(batch_size, "batch_size", 1)
+    x, y, parts = fed.split("global")
+    template = copy.deepcopy(model).to(fed.device).eval()
+    m = _n_rows(params)
+    state = check_state(params, template, m, fed.device)
+    chosen = resolve_path(path, template, fed.device, training=False)
+    index = [parts[0]] * m
+    correct, loss_sum = _eval_rows(template, state, x, y, index, batch_size, chosen, max_models_per_chunk)
+    n = torch.full((m,), len(parts[0]), dtype=torch.int64, device=fed.device)
+    return EvalResult(correct, n, loss_sum, chosen)
+
+
+class LossMatrix(NamedTuple):
+    """Every one of M models on every one of K clients (unpacks as ``loss, correct, n``).
+
+    Attributes
+    ----------
+    loss : Tensor, shape (M, K), float64
+        Mean (or summed) cross-entropy of model m on client ``clients[j]``'s split; NaN
+        for a mean over an empty split.
+    correct : Tensor, shape (M, K), int64
+        Samples whose arg-max logit equals the label.
+    n : Tensor, shape (K,), int64
+        Samples in each client's split.
+    """
+
+    loss: torch.Tensor
+    correct: torch.Tensor
+    n: torch.Tensor
+
+
+@torch.no_grad()
+def loss_matrix(model: nn.Module, params: State, fed: Federation, clients, split: str = "val",
+                reduction: str = "mean", batch_size: int = 256, path: str = "auto",
+                max_pairs_per_chunk: int | None = None) -> LossMatrix:
+    """Loss of every one of M models on every one of K clients' split, in batched calls.
+
+    The M·K (model, client) pairs are rows of the same machinery as :func:`evaluate`
+    (model index repeated K times, the client list tiled M times), taken in blocks of at
+    most ``max_pairs_per_chunk`` pairs (default: the memory estimate of
+    :func:`fedlib.engine.paths.clients_per_chunk`) so that at most one block of copied
+    weights lives at a time. Entry (m, j) equals ``evaluate(model, params[m:m+1], fed,
+    [clients[j]], split)`` up to float rounding (exactly where the path's kernels batch
+    row-independently).
+
+    Used by IFCA (each client takes the argmin over models of its loss), FedSoft,
+    pFedLIA (influence = loss before − loss after), FedFomo and CAFA.
+
+    Parameters
+    ----------
+    model : nn.Module
+    params : dict of str to Tensor
+        ``name -> (M, *shape)``.
+    fed : Federation
+    clients : sequence of int, length K
+        Client ids (repeats allowed).
+    split : {'val', 'train', 'test', 'global'}
+    reduction : {'mean', 'sum'}
+        ``'mean'``: Σ loss / n (NaN on an empty split); ``'sum'``: Σ loss (0 on an empty split).
+    batch_size, path
+        As in :func:`evaluate`.
+    max_pairs_per_chunk : int, optional
+        Pairs per block (≥ 1).
+
+    Returns
+    -------
+    LossMatrix
+        ``(loss (M, K) float64, correct (M, K) int64, n (K,) int64)``.
+    """
+    if reduction not in ("mean", "sum"):
+        raise ValueError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
+    clients = fed.check_clients(clients)
+    check_int(batch_size, "batch_size", 1)
+    if max_pairs_per_chunk is not None:
+        check_int(max_pairs_per_chunk, "max_pairs_per_chunk", 1)
+    x, y, parts = fed.split(split)
+    template = copy.deepcopy(model).to(fed.device).eval()
+    m, k = _n_rows(params), len(clients)
+    state = check_state(params, template, m, fed.device)
+    chosen = resolve_path(path, template, fed.device, training=False)
+    sizes = np.array([len(parts[c]) for c in clients], dtype=np.int64)
+    model_of = np.repeat(np.arange(m), k)            # pair p = (model_of[p], client_of[p])
+    client_of = np.tile(np.arange(k), m)
+    order = np.argsort(-sizes[client_of], kind="stable")  # big splits first: little padding per block
+    block = max_pairs_per_chunk or clients_per_chunk(template, x[:1], batch_size, False)
+    correct = torch.zeros(m * k, dtype=torch.int64, device=fed.device)
+    loss_sum = torch.zeros(m * k, dtype=torch.float64, device=fed.device)
+    for start in range(0, m * k, block):
+        pairs = order[start:start + block]
+        rows_t = torch.as_tensor(model_of[pairs], device=fed.device)
+        sub = {n_: t.index_select(0, rows_t) for n_, t in state.items()}
+        index = [parts[clients[j]] for j in client_of[pairs]]
+        c, l = _eval_rows(template, sub, x, y, index, batch_size, chosen, len(pairs))
+        pairs_t = torch.as_tensor(pairs, device=fed.device)
+        correct[pairs_t], loss_sum[pairs_t] = c, l
+    n = torch.as_tensor(sizes, device=fed.device)
+    loss = loss_sum.view(m, k)
+    if reduction == "mean":
+        loss = loss / n.double()
+    return LossMatrix(loss, correct.view(m, k), n)
+
+
+def _n_rows(params: State) -> int:
+    """M, the leading dimension of a stacked state."""
+    if not isinstance(params, dict) or not params:
+        raise ValueError(f"params must be a non-empty dict name -> (M, *shape) Tensor, got {type(params).__name__}")
+    return int(next(iter(params.values())).shape[0])
 
 
 def _eval_sequential(template, state, x, y, index, batch_size):

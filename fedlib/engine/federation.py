@@ -9,6 +9,10 @@ import torch
 
 __all__ = ["Federation", "resolve_device", "gather"]
 
+NO_GLOBAL_TEST = ("this Federation has no global test set: build it with "
+                  "Federation.from_arrays(..., x_global=x_test, y_global=y_test) (the data set's "
+                  "official test split)")
+
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
     """``'auto'`` → CUDA when available, else CPU; any other value is checked and returned."""
@@ -31,12 +35,15 @@ def gather(data: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 
 @dataclass(frozen=True, eq=False)
 class Federation:
-    """K clients' train and test data, pooled on one device.
+    """K clients' train, validation and test data, pooled on one device.
 
-    Client ``k``'s train samples are ``x[train_parts[k]]`` / ``y[train_parts[k]]`` and
-    its test samples ``x_test[test_parts[k]]`` / ``y_test[test_parts[k]]``. The
-    index arrays stay on the CPU (they drive the batch schedule); the engine gathers
-    each step's mini-batches on ``x``'s device.
+    Client ``k``'s train samples are ``x[train_parts[k]]`` / ``y[train_parts[k]]``, its
+    validation samples ``x[val_parts[k]]`` / ``y[val_parts[k]]`` and its test samples
+    ``x_test[test_parts[k]]`` / ``y_test[test_parts[k]]``. The index arrays stay on the
+    CPU (they drive the batch schedule); the engine gathers each step's mini-batches on
+    ``x``'s device. An optional *global* test set ``x_global`` / ``y_global`` (the data
+    set's official test split) is shared by every client: ``split('global')`` gives each
+    client all of it.
 
     Attributes
     ----------
@@ -48,6 +55,13 @@ class Federation:
     train_parts, test_parts : tuple of np.ndarray
         K int64 index arrays each (ragged; may be empty).
     n_classes : int
+    val_parts : tuple of np.ndarray
+        K int64 index arrays into ``x``/``y`` (default: K empty arrays). A federation
+        whose validation parts are all empty may be built (e.g. by
+        ``dataclasses.replace``) with a different number of clients: they are reset to
+        K empty arrays.
+    x_global, y_global : Tensor or None, shapes (N_g, *input_shape) and (N_g,)
+        The global test set, or None (see :attr:`has_global_test`).
     """
 
     x: torch.Tensor
@@ -57,11 +71,26 @@ class Federation:
     train_parts: tuple[np.ndarray, ...]
     test_parts: tuple[np.ndarray, ...]
     n_classes: int
+    val_parts: tuple[np.ndarray, ...] | None = None
+    x_global: torch.Tensor | None = None
+    y_global: torch.Tensor | None = None
+
+    def __post_init__(self):
+        k = len(self.train_parts)
+        val = self.val_parts
+        if val is None or (len(val) != k and all(len(p) == 0 for p in val)):
+            val = tuple(np.zeros(0, dtype=np.int64) for _ in range(k))
+        if len(val) != k:
+            raise ValueError(f"val_parts must list the same K={k} clients as train_parts, got {len(val)}")
+        object.__setattr__(self, "val_parts", tuple(val))
+        if (self.x_global is None) != (self.y_global is None):
+            raise ValueError("give both x_global and y_global, or neither")
 
     @classmethod
     def from_arrays(cls, x, y, train_parts: Sequence, test_parts: Sequence,
                     device: str | torch.device = "auto", *, x_test=None, y_test=None,
-                    n_classes: int | None = None) -> "Federation":
+                    n_classes: int | None = None, val_parts: Sequence | None = None,
+                    x_global=None, y_global=None) -> "Federation":
         """Move a partitioned data set to ``device``.
 
         Parameters
@@ -78,7 +107,13 @@ class Federation:
             A separate test pool; both or neither (default: the test indices point into
             ``x``/``y``).
         n_classes : int, optional
-            Default: 1 + the largest label.
+            Default: 1 + the largest label (of every pool given).
+        val_parts : sequence of K index arrays, optional
+            Per-client validation indices into ``x`` (e.g. from
+            :func:`fedlib.partition.train_val_test_split`); default: none.
+        x_global, y_global : optional, shapes (N_g, *input_shape) and (N_g,)
+            The data set's official test set (e.g. FMNIST's 10k test images), evaluated
+            by :func:`fedlib.engine.evaluate_global`; both or neither.
         """
         device = resolve_device(device)
         if (x_test is None) != (y_test is None):
@@ -98,13 +133,35 @@ class Federation:
                              f"got {len(train_parts)} and {len(test_parts)}")
         tr = tuple(_to_index(p, len(y_t), f"train_parts[{k}]") for k, p in enumerate(train_parts))
         te = tuple(_to_index(p, len(yt_t), f"test_parts[{k}]") for k, p in enumerate(test_parts))
-        top = int(max(y_t.max().item() if len(y_t) else -1, yt_t.max().item() if len(yt_t) else -1))
+        if val_parts is None:
+            va = tuple(np.zeros(0, dtype=np.int64) for _ in tr)
+        else:
+            if len(val_parts) != len(tr):
+                raise ValueError(f"val_parts must list the same K={len(tr)} clients as train_parts, "
+                                 f"got {len(val_parts)}")
+            va = tuple(_to_index(p, len(y_t), f"val_parts[{k}]") for k, p in enumerate(val_parts))
+        if (x_global is None) != (y_global is None):
+            raise ValueError("give both x_global and y_global, or neither")
+        xg_t = yg_t = None
+        if x_global is not None:
+            xg_t, yg_t = _to_inputs(x_global, "x_global", device), _to_labels(y_global, "y_global", device)
+            _check_same_length(xg_t, yg_t, "x_global", "y_global")
+            if len(yg_t) == 0:
+                raise ValueError("x_global must hold at least one sample, got 0")
+            if xg_t.shape[1:] != x_t.shape[1:]:
+                raise ValueError(f"x_global samples have shape {tuple(xg_t.shape[1:])}, "
+                                 f"x has {tuple(x_t.shape[1:])}")
+            if xg_t.dtype != x_t.dtype:
+                raise ValueError(f"x_global must hold the same kind of inputs as x, got {xg_t.dtype} "
+                                 f"and {x_t.dtype}")
+        top = int(max(y_t.max().item() if len(y_t) else -1, yt_t.max().item() if len(yt_t) else -1,
+                      yg_t.max().item() if yg_t is not None else -1))
         if n_classes is None:
             n_classes = top + 1
         if n_classes < max(2, top + 1):
             raise ValueError(f"n_classes={n_classes} but labels go up to {top} "
                              "(and at least 2 classes are needed)")
-        return cls(x_t, y_t, xt_t, yt_t, tr, te, int(n_classes))
+        return cls(x_t, y_t, xt_t, yt_t, tr, te, int(n_classes), va, xg_t, yg_t)
 
     @property
     def n_clients(self) -> int:
@@ -130,13 +187,39 @@ class Federation:
         """(K,) int64: test samples per client."""
         return np.array([len(p) for p in self.test_parts], dtype=np.int64)
 
+    @property
+    def n_val(self) -> np.ndarray:
+        """(K,) int64: validation samples per client."""
+        return np.array([len(p) for p in self.val_parts], dtype=np.int64)
+
+    @property
+    def has_global_test(self) -> bool:
+        """Whether a global test set (``x_global``/``y_global``) was given."""
+        return self.x_global is not None
+
+    @property
+    def n_global(self) -> int:
+        """N_g, the size of the global test set (0 without one)."""
+        return 0 if self.y_global is None else len(self.y_global)
+
     def split(self, name: str) -> tuple[torch.Tensor, torch.Tensor, tuple[np.ndarray, ...]]:
-        """``(x, y, parts)`` of ``'train'`` or ``'test'``."""
+        """``(x, y, parts)`` of ``'train'``, ``'val'``, ``'test'`` or ``'global'``.
+
+        For ``'global'`` every one of the K parts is ``arange(N_g)``: each client's
+        "split" is the whole global test set.
+        """
         if name == "train":
             return self.x, self.y, self.train_parts
+        if name == "val":
+            return self.x, self.y, self.val_parts
         if name == "test":
             return self.x_test, self.y_test, self.test_parts
-        raise ValueError(f"split={name!r} is unknown; choose 'train' or 'test'")
+        if name == "global":
+            if not self.has_global_test:
+                raise ValueError(NO_GLOBAL_TEST)
+            every = np.arange(self.n_global, dtype=np.int64)
+            return self.x_global, self.y_global, (every,) * self.n_clients
+        raise ValueError(f"split must be one of 'train', 'val', 'test', 'global', got {name!r}")
 
     def check_clients(self, clients) -> np.ndarray:
         """Validate client ids (repeats allowed) and return them as an (M,) int64 array."""

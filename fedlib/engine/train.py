@@ -1,17 +1,17 @@
 """Local training of many clients at once: ``local_train``.
 
 Each selected client starts from its own row of a stacked state, runs exactly E epochs
-of mini-batch Adam over exactly its own train split and returns its new row. Two paths
-compute the same mathematics:
+of mini-batch Adam (or SGD, :mod:`fedlib.engine.optim`) over exactly its own train split
+and returns its new row. Two paths compute the same mathematics:
 
 ``sequential``
-    one client after another on the model itself, ``torch.optim.Adam``;
+    one client after another on the model itself, ``torch.optim.Adam`` (or ``SGD``);
 ``vectorised``
     all clients of a chunk in one step: a ``torch.func.vmap``-ed ``functional_call``
     forward over the stacked weights, one backward pass of the summed client losses
     (clients share no weights, so the gradient of Σ_i L_i with respect to the stacked
     weights is exactly the stack of the per-client gradients ∇L_i), and a hand-written
-    per-client Adam that reproduces ``torch.optim.Adam``'s update formula.
+    per-client Adam (or SGD) that reproduces ``torch.optim``'s update formula.
 
 Dense stacks (logistic regression, MLPs) take a hand-written batched forward/backward
 instead of vmap + autograd (:mod:`fedlib.engine.dense`) in a step loop trimmed to about
@@ -24,9 +24,16 @@ at step ``s`` the clients that still have a batch form a prefix of the chunk; on
 prefix is computed and updated. A client past its last step is masked out completely —
 weights, both Adam moments and its step count stay as they are — and, since every
 active client has then taken exactly ``s`` earlier steps, Adam's bias correction uses
-the shared step number ``s + 1``. A partial batch (the last of an epoch) carries
-per-sample weights 1/count on its real samples and 0 on the padding, i.e. the batch
-loss is the mean over its real samples, exactly as with ``drop_last=False``.
+the shared step number ``s + 1`` (``t_0 + s + 1`` for clients resuming from a given
+``opt_state`` with t_0 earlier steps; a per-row t when their t_0 differ). A partial
+batch (the last of an epoch) carries per-sample weights 1/count on its real samples and
+0 on the padding, i.e. the batch loss is the mean over its real samples, exactly as with
+``drop_last=False``.
+
+Extra loss terms: a proximal pull (μ_i/2)‖w_i − c_i‖² (added to the gradient) and
+FedProto's embedding pull (:class:`~fedlib.engine.optim.EmbeddingPull`, added to the
+loss; on the vectorised path it always takes the vmap + autograd kernel, forward through
+:func:`fedlib.models.body` then :func:`fedlib.models.head`). ``mean_loss`` excludes both.
 """
 from __future__ import annotations
 
@@ -41,11 +48,14 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, vmap
 
-from ..models import float_state
+from ..models import body, float_state, head, head_prefix
 from .dense import DenseStack, dense_stack
 from .federation import Federation, gather
+from .optim import (SGD, Adam, AdamState, EmbeddingPull, SGDState, StackedOptimizer, check_embedding_pull,
+                    check_opt_state, check_optimizer, clone_state, fresh_state, pull_terms)
 from .paths import clients_per_chunk, resolve_path
 from .schedule import BatchPlan, batch_plan, client_torch_seed
+from .host import to_host
 from ._validation import check_int, check_state
 
 __all__ = ["TrainResult", "local_train"]
@@ -68,19 +78,17 @@ class TrainResult:
         ``history['loss'][-1]``), without the proximal term; NaN for empty clients.
     path : str
         ``'sequential'`` or ``'vectorised'``.
+    opt_state : AdamState or SGDState or None
+        Each client's optimiser state after training (see :mod:`fedlib.engine.optim`),
+        to pass back as ``opt_state`` next time; None unless ``opt_state`` was given or
+        ``return_opt_state=True``.
     """
 
     params: State
     n_samples: torch.Tensor
     mean_loss: torch.Tensor
     path: str
-
-
-@dataclass(frozen=True)
-class _Adam:
-    lr: float
-    betas: tuple[float, float]
-    eps: float
+    opt_state: AdamState | SGDState | None = None
 
 
 @dataclass(frozen=True)
@@ -91,10 +99,15 @@ class _Prox:
     center: State     # trainable name -> (M, *shape)
 
 
+_ADAM_DEFAULTS = (1e-3, (0.9, 0.999), 1e-7)  # local_train's lr, betas, eps
+
+
 def local_train(model: nn.Module, params: State, fed: Federation, clients, *, epochs: int, seed: int,
                 batch_size: int = 32, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                 eps: float = 1e-7, round_idx: int = 0, prox_center: State | None = None,
-                prox_mu=0.0, path: str = "auto", max_clients_per_chunk: int | None = None) -> TrainResult:
+                prox_mu=0.0, path: str = "auto", max_clients_per_chunk: int | None = None,
+                optimizer: Adam | SGD | None = None, opt_state: AdamState | SGDState | None = None,
+                return_opt_state: bool = False, embedding_pull: EmbeddingPull | None = None) -> TrainResult:
     """Train M clients locally, each from its own row of ``params``.
 
     Parameters
@@ -116,9 +129,9 @@ def local_train(model: nn.Module, params: State, fed: Federation, clients, *, ep
     batch_size : int, default 32
         The last partial batch of each epoch is kept (loss = mean over its samples).
     lr, betas, eps : Adam hyperparameters
-        A fresh Adam per client per call. ``eps`` defaults to Keras's 1e-7 (the
-        authors trained in Keras; torch's default is 1e-8). Update formula as
-        ``torch.optim.Adam``: ε is added to √v̂.
+        The default optimiser, ``Adam(lr, betas, eps)``, used when ``optimizer`` is None.
+        ``eps`` defaults to Keras's 1e-7 (the authors trained in Keras; torch's default
+        is 1e-8). Update formula as ``torch.optim.Adam``: ε is added to √v̂.
     round_idx : int, default 0
     prox_center : dict of str to Tensor, optional
         ``name -> (M, *shape)`` for (at least) the trainable parameters: c_i.
@@ -130,6 +143,23 @@ def local_train(model: nn.Module, params: State, fed: Federation, clients, *, ep
         See :mod:`fedlib.engine.paths` for what ``'auto'`` picks.
     max_clients_per_chunk : int, optional
         Vectorised path: clients per step (default: estimated from free memory).
+    optimizer : Adam or SGD, optional
+        The client optimiser (:mod:`fedlib.engine.optim`); None: ``Adam(lr, betas, eps)``.
+        Giving it together with a non-default ``lr``, ``betas`` or ``eps`` is an error.
+    opt_state : AdamState or SGDState, optional
+        Each client's optimiser state to continue from (rows as ``clients``; e.g. a
+        previous call's ``TrainResult.opt_state``, or ``.take(rows)`` of a state kept for
+        all clients). None: a fresh optimiser per client (zero moments, step 0).
+    return_opt_state : bool, default False
+        Return the state after training in ``TrainResult.opt_state``. It is returned
+        whenever ``opt_state`` is given; otherwise only on request, so that plain calls
+        neither gather nor copy it.
+    embedding_pull : EmbeddingPull, optional
+        Adds FedProto's λ_i · mean_{j ∈ S} ‖body(x_j) − p_{i, y_j}‖² to client i's batch
+        loss (see :mod:`fedlib.engine.optim`; needs a model of
+        :func:`fedlib.models.build_model`, an ``nn.Sequential`` ending in its
+        classifier). The vectorised path then always uses its vmap + autograd kernel.
+        A weight of 0 everywhere is the same as None.
 
     Returns
     -------
@@ -140,65 +170,87 @@ def local_train(model: nn.Module, params: State, fed: Federation, clients, *, ep
     check_int(batch_size, "batch_size", 1)
     check_int(seed, "seed", 0)
     check_int(round_idx, "round_idx", 0)
-    adam = _check_adam(lr, betas, eps)
+    opt = check_optimizer(optimizer, lr, betas, eps, _ADAM_DEFAULTS)
+    if not isinstance(return_opt_state, (bool, np.bool_)):
+        raise ValueError(f"return_opt_state must be a bool, got {return_opt_state!r}")
     chosen = resolve_path(path, model, fed.device, training=True)
-    template = _template(model, fed.device, chosen)
+    if embedding_pull is not None:
+        head(model)  # raises unless model is an nn.Sequential ending in its classifier
+    template = _template(model, fed.device, chosen, embedding_pull is not None)
     state = check_state(params, template, len(clients), fed.device)
     names = [n for n, _ in template.named_parameters()]
     prox = _check_prox(prox_center, prox_mu, names, state, len(clients), fed.device)
+    start_opt = check_opt_state(opt_state, opt, names, state, len(clients), fed.device)
+    pull = None if embedding_pull is None else check_embedding_pull(
+        embedding_pull, len(clients), fed.n_classes, head(template).in_features, fed.device)
+    want_opt = bool(return_opt_state) or opt_state is not None
     if chosen == "sequential":
         plans = [batch_plan(fed.train_parts[c], epochs, batch_size, seed, round_idx, c) for c in clients]
-        new_state, loss_sum = _train_sequential(template, state, fed, clients, plans, adam, prox,
-                                                seed, round_idx)
+        new_state, loss_sum, new_opt = _train_sequential(template, state, fed, clients, plans, opt, prox,
+                                                         seed, round_idx, start_opt, want_opt, pull)
     else:  # the same batches, as positions within each client's own split
         plans = [batch_plan(np.arange(len(fed.train_parts[c])), epochs, batch_size, seed, round_idx, c)
                  for c in clients]
         chunk = clients_per_chunk(template, fed.x[:1], batch_size, True, max_clients_per_chunk)
-        new_state, loss_sum = _train_vectorised(template, names, state, fed, clients, plans, adam, prox, chunk)
+        new_state, loss_sum, new_opt = _train_vectorised(template, names, state, fed, clients, plans, opt,
+                                                         prox, chunk, start_opt, want_opt, pull)
     n = torch.as_tensor(fed.n_train[clients], device=fed.device)
     mean_loss = torch.where(n > 0, loss_sum / n.clamp(min=1), torch.full_like(loss_sum, float("nan")))
-    return TrainResult(new_state, n, mean_loss, chosen)
+    return TrainResult(new_state, n, mean_loss, chosen, new_opt)
 
 
-def _template(model: nn.Module, device: torch.device, path: str) -> nn.Module:
+def _template(model: nn.Module, device: torch.device, path: str, needs_autograd: bool = False) -> nn.Module:
     """A training-mode copy of ``model`` on ``device`` (the caller's model is never changed).
 
     The vectorised kernel of a dense stack reads only the layer structure, so such a
     model already on ``device`` is used as it is (a deep copy per call is measurable
-    against a few-millisecond logistic round).
+    against a few-millisecond logistic round) — unless ``needs_autograd`` sends it
+    through the vmap + autograd kernel.
     """
     on_device = all(t.device == device for t in model.state_dict().values())
-    if path == "vectorised" and on_device and dense_stack(model) is not None:
+    if path == "vectorised" and on_device and not needs_autograd and dense_stack(model) is not None:
         return model
     return copy.deepcopy(model).to(device).train()
 
 
 # ----------------------------------------------------------------------------- sequential path
 def _train_sequential(template: nn.Module, state: State, fed: Federation, clients: np.ndarray,
-                      plans: list[BatchPlan], adam: _Adam, prox: _Prox | None, seed: int,
-                      round_idx: int) -> tuple[State, torch.Tensor]:
-    """Client after client: load row i into ``template``, train it, write it back."""
+                      plans: list[BatchPlan], opt: Adam | SGD, prox: _Prox | None, seed: int,
+                      round_idx: int, opt_state: AdamState | SGDState | None, want_opt: bool,
+                      pull: EmbeddingPull | None) -> tuple[State, torch.Tensor, AdamState | SGDState | None]:
+    """Client after client: load row i into ``template``, train it, write it back.
+
+    With ``opt_state`` each client's row is loaded into its ``torch.optim`` optimiser's
+    state dict before training; with ``want_opt`` the optimiser's state is read back.
+    """
     out = {k: v.clone() for k, v in state.items()}
     loss_sum = torch.zeros(len(clients), dtype=torch.float64, device=fed.device)
     live = float_state(template)
     named_weights = list(template.named_parameters())
     weights = [w for _, w in named_weights]
+    names = [n for n, _ in named_weights]
+    new_opt = None
+    if want_opt:
+        new_opt = clone_state(opt_state) if opt_state is not None else fresh_state(opt, state, names)
     for i, (client, plan) in enumerate(zip(clients, plans)):
         with torch.no_grad():
             for name, tensor in live.items():
                 tensor.copy_(out[name][i])
-        optimizer = torch.optim.Adam(weights, lr=adam.lr, betas=adam.betas, eps=adam.eps, fused=True)
-        pull = [prox.center[n][i] for n, _ in named_weights] if prox is not None else None
+        optimizer = _torch_optimizer(opt, weights)
+        if opt_state is not None:
+            optimizer.load_state_dict(_client_state_dict(optimizer, opt_state, names, i))
+        pull_mu = [prox.center[n][i] for n, _ in named_weights] if prox is not None else None
         mu = float(prox.mu[i]) if prox is not None else 0.0
+        loss_fn = _sequential_loss(template, pull, i)
         index = torch.as_tensor(plan.index, device=fed.device)
         with _seeded_rng(client_torch_seed(seed, round_idx, int(client)), fed.device):
             for s, count in enumerate(plan.count.tolist()):
                 batch = index[s, :count]
                 optimizer.zero_grad()
-                loss = F.cross_entropy(template(gather(fed.x, batch)), gather(fed.y, batch))
-                loss.backward()
+                loss, total = loss_fn(gather(fed.x, batch), gather(fed.y, batch))
+                total.backward()
                 if mu:
-                    for w, c in zip(weights, pull):
+                    for w, c in zip(weights, pull_mu):
                         w.grad.add_(w.detach() - c, alpha=mu)
                 optimizer.step()
                 if plan.last_epoch[s]:
@@ -206,7 +258,76 @@ def _train_sequential(template: nn.Module, state: State, fed: Federation, client
         with torch.no_grad():
             for name, tensor in live.items():
                 out[name][i].copy_(tensor)
-    return out, loss_sum
+        if want_opt:
+            new_opt = _read_client_state(optimizer, weights, names, new_opt, i)
+    return out, loss_sum, new_opt
+
+
+def _sequential_loss(template: nn.Module, pull: EmbeddingPull | None, i: int):
+    """``f(x (B, ...), y (B,)) -> (cross-entropy, loss to differentiate)`` for client row i."""
+    if pull is None or not pull.weight[i]:
+        def plain(x, y):
+            loss = F.cross_entropy(template(x), y)
+            return loss, loss
+        return plain
+    features, classifier = body(template), head(template)
+    weight, prototypes, mask = float(pull.weight[i]), pull.prototypes[i], pull.mask[i]
+
+    def with_pull(x, y):
+        embedding = features(x)
+        loss = F.cross_entropy(classifier(embedding), y)
+        selected = mask[y]
+        if not selected.any():
+            return loss, loss
+        distance = ((embedding[selected] - prototypes[y[selected]]) ** 2).sum(1)  # squared L2 per sample
+        return loss, loss + weight * distance.mean()
+    return with_pull
+
+
+def _torch_optimizer(opt: Adam | SGD, weights: list[torch.Tensor]) -> torch.optim.Optimizer:
+    """The ``torch.optim`` optimiser whose update the vectorised path reproduces."""
+    if isinstance(opt, Adam):
+        return torch.optim.Adam(weights, lr=opt.lr, betas=opt.betas, eps=opt.eps, weight_decay=opt.weight_decay,
+                                fused=True)
+    return torch.optim.SGD(weights, lr=opt.lr, momentum=opt.momentum, weight_decay=opt.weight_decay,
+                           nesterov=opt.nesterov, foreach=True)
+
+
+def _client_state_dict(optimizer: torch.optim.Optimizer, opt_state: AdamState | SGDState, names: list[str],
+                       i: int) -> dict:
+    """``optimizer.state_dict()`` with row i of ``opt_state`` as its per-parameter state."""
+    packed = optimizer.state_dict()
+    if isinstance(opt_state, AdamState):
+        step = float(opt_state.step[i])
+        packed["state"] = {k: {"step": torch.tensor(step, dtype=torch.float32),
+                               "exp_avg": opt_state.exp_avg[n][i].clone(),
+                               "exp_avg_sq": opt_state.exp_avg_sq[n][i].clone()} for k, n in enumerate(names)}
+    elif opt_state.has_buffer[i] and optimizer.defaults["momentum"]:
+        packed["state"] = {k: {"momentum_buffer": opt_state.momentum_buffer[n][i].clone()}
+                           for k, n in enumerate(names)}
+    return packed
+
+
+def _read_client_state(optimizer: torch.optim.Optimizer, weights: list[torch.Tensor], names: list[str],
+                       stacked: AdamState | SGDState, i: int) -> AdamState | SGDState:
+    """``stacked`` with row i set from ``optimizer``'s state (in place; returned for chaining).
+
+    A parameter without state (no step taken, nothing loaded) leaves its row as it is.
+    """
+    with torch.no_grad():
+        for n, w in zip(names, weights):
+            st = optimizer.state.get(w, {})
+            if isinstance(stacked, AdamState) and st:
+                stacked.exp_avg[n][i].copy_(st["exp_avg"])
+                stacked.exp_avg_sq[n][i].copy_(st["exp_avg_sq"])
+                stacked.step[i] = int(st["step"])
+            elif isinstance(stacked, SGDState) and st.get("momentum_buffer") is not None:
+                if not stacked.momentum_buffer:
+                    stacked = SGDState({k: w2.detach().new_zeros(len(stacked.has_buffer), *w2.shape)
+                                        for k, w2 in zip(names, weights)}, stacked.has_buffer)
+                stacked.momentum_buffer[n][i].copy_(st["momentum_buffer"])
+                stacked.has_buffer[i] = True
+    return stacked
 
 
 @contextlib.contextmanager
@@ -219,8 +340,9 @@ def _seeded_rng(seed: int, device: torch.device):
 
 # ----------------------------------------------------------------------------- vectorised path
 def _train_vectorised(template: nn.Module, names: list[str], state: State, fed: Federation,
-                      clients: np.ndarray, plans: list[BatchPlan], adam: _Adam, prox: _Prox | None,
-                      chunk: int) -> tuple[State, torch.Tensor]:
+                      clients: np.ndarray, plans: list[BatchPlan], opt: Adam | SGD, prox: _Prox | None,
+                      chunk: int, opt_state: AdamState | SGDState | None, want_opt: bool,
+                      pull: EmbeddingPull | None) -> tuple[State, torch.Tensor, AdamState | SGDState | None]:
     """All clients of a chunk per step; clients sorted by step count (see module docstring).
 
     ``plans`` index positions within each client's own train split (``batch_plan`` of
@@ -230,21 +352,29 @@ def _train_vectorised(template: nn.Module, names: list[str], state: State, fed: 
     """
     out = {k: v.clone() for k, v in state.items()}
     loss_sum = torch.zeros(len(plans), dtype=torch.float64, device=fed.device)
-    stack = dense_stack(template)
-    loss_and_grads = _loss_and_grads_fn(template, names) if stack is None else None
+    new_opt = (opt_state if opt_state is not None else fresh_state(opt, state, names)) if want_opt else None
+    stack = dense_stack(template) if pull is None else None
+    loss_and_grads = _loss_and_grads_fn(template, names, pull is not None) if stack is None else None
     order = np.argsort([-p.n_steps for p in plans], kind="stable")
     for start in range(0, len(order), chunk):
         rows = torch.as_tensor(order[start:start + chunk], device=fed.device)
         sub = {n: t[rows] for n, t in out.items()}
-        batches = _Batches.stack(fed, clients[order[start:start + chunk]], [plans[r] for r in rows.tolist()])
+        chunk_plans = [plans[r] for r in rows.tolist()]
+        batches = _Batches.stack(fed, clients[order[start:start + chunk]], chunk_plans)
+        stepper = StackedOptimizer(opt, list(stack.param_names) if stack is not None else names, sub,
+                                   None if opt_state is None else opt_state.take(rows.cpu()),
+                                   np.array([p.n_steps for p in chunk_plans], dtype=np.int64))
         if stack is not None:
-            step_loss = _train_chunk_dense(stack, sub, batches, adam, _rows(prox, rows))
+            step_loss = _train_chunk_dense(stack, sub, batches, stepper, _rows(prox, rows))
         else:
-            step_loss = _train_chunk(loss_and_grads, names, sub, batches, adam, _rows(prox, rows))
+            step_loss = _train_chunk(loss_and_grads, names, sub, batches, stepper, _rows(prox, rows),
+                                     _pull_rows(pull, rows))
         loss_sum[rows] = (step_loss.T.double() * batches.stat).sum(1)
         for name, tensor in sub.items():
             out[name][rows] = tensor
-    return out, loss_sum
+        if want_opt:
+            new_opt = new_opt.put(rows.cpu(), stepper.final_state())
+    return out, loss_sum, new_opt
 
 
 @dataclass
@@ -255,8 +385,9 @@ class _Batches:
     For step s (S steps) and the ``active[s]`` clients still training at s (a prefix,
     since clients are sorted by decreasing step count): ``index[s]`` (m, B) rows of
     ``x``, ``target[s]`` (m, 1, B) labels, ``weight[s]`` (m, 1, B) per-sample loss
-    weights (1/count on real samples, 0 on padding), ``adam_t[s]`` the 0-dim Adam step
-    number s + 1 and ``last[s]`` whether s is in some client's last epoch. ``stat``:
+    weights (1/count on real samples, 0 on padding) and ``last[s]`` whether s is in
+    some client's last epoch (the optimiser's step numbers live in
+    :class:`~fedlib.engine.optim.StackedOptimizer`). ``stat``:
     (m, S) float64 sample counts of the last-epoch steps (0 elsewhere).
     """
 
@@ -267,7 +398,6 @@ class _Batches:
     index: list[torch.Tensor]
     target: list[torch.Tensor]
     weight: list[torch.Tensor]
-    adam_t: list[torch.Tensor]
     last: list[bool]
     stat: torch.Tensor
 
@@ -298,9 +428,8 @@ class _Batches:
         index_t = torch.as_tensor(index, device=device)
         target = gather(y, index_t).unsqueeze(2)
         weight_t = torch.as_tensor(weight, device=device).unsqueeze(2)
-        adam_t = torch.arange(1, s_max + 1, dtype=torch.float32, device=device)
         return _Batches(x, m, b, active, _prefixes(index_t, active), _prefixes(target, active),
-                        _prefixes(weight_t, active), list(adam_t.unbind(0)), last.any(1).tolist(),
+                        _prefixes(weight_t, active), last.any(1).tolist(),
                         torch.as_tensor(np.where(last, count, 0).T.astype(np.float64), device=device))
 
 
@@ -314,18 +443,36 @@ def _prefixes(t: torch.Tensor, active: list[int]) -> list[torch.Tensor]:
     return views
 
 
-def _loss_and_grads_fn(template: nn.Module, names: list[str]):
-    """``f(state (m, ...), x (m, B, ...), y (m, B), weight (m, B), need_loss) -> (grads, losses (m,))``
-    by ``vmap`` + autograd (called under ``torch.no_grad()``; it turns autograd back on)."""
-    forward = vmap(lambda weights, x: functional_call(template, weights, (x,)))
+def _loss_and_grads_fn(template: nn.Module, names: list[str], with_pull: bool = False):
+    """``f(state (m, ...), x (m, B, ...), y (m, B), weight (m, B), need_loss, pull) -> (grads, losses (m,))``
+    by ``vmap`` + autograd (called under ``torch.no_grad()``; it turns autograd back on).
 
-    def loss_and_grads(state, x, y, weight, need_loss=True):  # the loss is needed for its gradient
+    ``losses`` are the weighted cross-entropies. With ``with_pull`` the forward pass is
+    body then head, and ``pull = (per-sample weights (m, B), prototypes (m, B, D))`` adds
+    Σ_j pull_j ‖body(x_j) − p_j‖² to each client's loss before differentiation.
+    """
+    forward = vmap(lambda weights, x: functional_call(template, weights, (x,)))
+    if with_pull:
+        prefix = head_prefix(template)
+        features = vmap(lambda weights, x: functional_call(body(template), weights, (x,)))
+        classifier = vmap(lambda weights, e: functional_call(head(template), weights, (e,)))
+
+    def loss_and_grads(state, x, y, weight, need_loss=True, pull=None):  # the loss is needed for its gradient
         with torch.enable_grad():
             leaves = {n: state[n].detach().requires_grad_() for n in names}
-            logits = forward({**state, **leaves}, x)
+            live = {**state, **leaves}
+            if pull is None:
+                logits = forward(live, x)
+            else:
+                embedding = features({n: t for n, t in live.items() if not n.startswith(prefix)}, x)
+                logits = classifier({n[len(prefix):]: t for n, t in live.items() if n.startswith(prefix)},
+                                    embedding)
             per_sample = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none")
             losses = (per_sample.view_as(weight) * weight).sum(1)
-            grads = torch.autograd.grad(losses.sum(), list(leaves.values()))
+            total = losses.sum()
+            if pull is not None:
+                total = total + (((embedding - pull[1]) ** 2).sum(2) * pull[0]).sum()
+            grads = torch.autograd.grad(total, list(leaves.values()))
         return dict(zip(names, grads)), losses.detach()
 
     return loss_and_grads
@@ -335,37 +482,43 @@ def _rows(prox: _Prox | None, rows: torch.Tensor) -> _Prox | None:
     return None if prox is None else _Prox(prox.mu[rows], {n: c[rows] for n, c in prox.center.items()})
 
 
+def _pull_rows(pull: EmbeddingPull | None, rows: torch.Tensor) -> EmbeddingPull | None:
+    return None if pull is None else EmbeddingPull(pull.weight[rows], pull.prototypes[rows], pull.mask[rows])
+
+
 @torch.no_grad()
-def _train_chunk(loss_and_grads, names: list[str], state: State, batches: _Batches, adam: _Adam,
-                 prox: _Prox | None) -> torch.Tensor:
+def _train_chunk(loss_and_grads, names: list[str], state: State, batches: _Batches, opt: StackedOptimizer,
+                 prox: _Prox | None, embedding_pull: EmbeddingPull | None = None) -> torch.Tensor:
     """Train one chunk in place (``state``: name -> (m, ...)) with vmap + autograd.
 
     Returns the (S, m) weighted batch losses of the last-epoch steps (0 elsewhere).
     """
     n_steps, m_all, _ = batches.shape
-    moments = [torch.zeros_like(state[n]) for n in names], [torch.zeros_like(state[n]) for n in names]
     step_loss = torch.zeros(n_steps, m_all, device=batches.x.device)
     input_shape = batches.x.shape[1:]
+    emb = None
     for s, m in enumerate(batches.active):
         if s == 0 or m != batches.active[s - 1]:  # the active prefix shrank: re-slice the views
             rows = {n: t[:m] for n, t in state.items()}
             weights = [rows[n] for n in names]
-            exp_avg, exp_avg_sq = ([t[:m] for t in ts] for ts in moments)
+            opt.select(m)
             pull = _prox_rows(prox, names, m)
         x = batches.x.index_select(0, batches.index[s].reshape(-1)).view(m, -1, *input_shape)
-        grads, losses = loss_and_grads(rows, x, batches.target[s].squeeze(1), batches.weight[s].squeeze(1),
-                                       batches.last[s])
+        target, weight = batches.target[s].squeeze(1), batches.weight[s].squeeze(1)
+        if embedding_pull is not None:
+            emb = pull_terms(embedding_pull, target, weight > 0)
+        grads, losses = loss_and_grads(rows, x, target, weight, batches.last[s], emb)
         grads = [grads[n].contiguous() for n in names]  # the fused Adam kernel misreads strided grads
         if pull is not None:  # g += μ (w − c)
             torch._foreach_add_(grads, torch._foreach_mul(torch._foreach_sub(weights, pull[1]), pull[0]))
-        _fused_adam(weights, grads, exp_avg, exp_avg_sq, [batches.adam_t[s]] * len(weights), adam)
+        opt.step(weights, grads, s)
         if batches.last[s]:
             step_loss[s, :m] = losses
     return step_loss
 
 
 @torch.no_grad()
-def _train_chunk_dense(stack: DenseStack, state: State, batches: _Batches, adam: _Adam,
+def _train_chunk_dense(stack: DenseStack, state: State, batches: _Batches, opt: StackedOptimizer,
                        prox: _Prox | None) -> torch.Tensor:
     """:func:`_train_chunk` for a dense stack, on its hand-written kernel.
 
@@ -375,7 +528,6 @@ def _train_chunk_dense(stack: DenseStack, state: State, batches: _Batches, adam:
     """
     n_steps, m_all, batch = batches.shape
     names = stack.param_names
-    moments = [torch.zeros_like(state[n]) for n in names], [torch.zeros_like(state[n]) for n in names]
     minus_one = torch.full((m_all, 1, batch), -1.0, device=batches.x.device)
     step_loss = torch.zeros(n_steps, m_all, 1, 1, device=batches.x.device)  # −weighted batch losses
     loss_views = _prefixes(step_loss, batches.active)
@@ -384,7 +536,7 @@ def _train_chunk_dense(stack: DenseStack, state: State, batches: _Batches, adam:
         if s == 0 or m != batches.active[s - 1]:  # the active prefix shrank: re-slice the views
             params = [state[n][:m] for n in names]
             layers = stack.layers(params)
-            exp_avg, exp_avg_sq = ([t[:m] for t in ts] for ts in moments)
+            opt.select(m)
             pull = _prox_rows(prox, names, m)
             ones = minus_one[:m]
         x = x_all.index_select(0, batches.index[s].view(-1)).view(m, batch, -1)
@@ -392,7 +544,7 @@ def _train_chunk_dense(stack: DenseStack, state: State, batches: _Batches, adam:
                                  loss_views[s] if batches.last[s] else None)
         if pull is not None:  # g += μ (w − c)
             torch._foreach_add_(grads, torch._foreach_mul(torch._foreach_sub(params, pull[1]), pull[0]))
-        _fused_adam(params, grads, exp_avg, exp_avg_sq, [batches.adam_t[s]] * len(params), adam)
+        opt.step(params, grads, s)
     return -step_loss.view(n_steps, m_all)
 
 
@@ -404,35 +556,11 @@ def _prox_rows(prox: _Prox | None, names: list[str], m: int):
     return [prox.mu[:m].view(-1, *[1] * (c.dim() - 1)) for c in centers], centers
 
 
-def _fused_adam(params: list[torch.Tensor], grads: list[torch.Tensor], exp_avgs: list[torch.Tensor],
-                exp_avg_sqs: list[torch.Tensor], steps: list[torch.Tensor], adam: _Adam) -> None:
-    """In-place Adam update of stacked rows that have all taken the same number of steps.
-
-    The kernel behind ``torch.optim.Adam(fused=True)`` (the sequential path's optimizer),
-    called without the optimizer's per-call grouping: m ← β1-lerp(m, g),
-    v ← β2 v + (1−β2) g², w ← w − lr/(1−β1^t) · m / (√v / √(1−β2^t) + ε), with t read
-    from ``steps`` (one float scalar tensor per parameter, already incremented).
-    """
-    torch._fused_adam_(params, grads, exp_avgs, exp_avg_sqs, [], steps, amsgrad=False, lr=adam.lr,
-                       beta1=adam.betas[0], beta2=adam.betas[1], weight_decay=0.0, eps=adam.eps,
-                       maximize=False, grad_scale=None, found_inf=None)
-
-
 # ----------------------------------------------------------------------------- validation
-def _check_adam(lr, betas, eps) -> _Adam:
-    if not lr > 0:
-        raise ValueError(f"lr must be > 0, got {lr!r}")
-    if len(betas) != 2 or not all(0 <= b < 1 for b in betas):
-        raise ValueError(f"betas must be two numbers in [0, 1), got {betas!r}")
-    if not eps > 0:
-        raise ValueError(f"eps must be > 0, got {eps!r}")
-    return _Adam(float(lr), (float(betas[0]), float(betas[1])), float(eps))
-
-
 def _check_prox(center: State | None, mu, names: list[str], state: State, m: int,
                 device: torch.device) -> _Prox | None:
     """Validated proximal term, or None when μ is zero everywhere."""
-    mu_np = np.asarray(mu.detach().cpu() if torch.is_tensor(mu) else mu, dtype=np.float64)
+    mu_np = to_host(mu, np.float64)
     if mu_np.ndim == 0:
         mu_np = np.full(m, float(mu_np))
     if mu_np.shape != (m,):

@@ -1,9 +1,31 @@
 """What every method shares: the training protocol, the run context, the outcome.
 
 A method is one module exposing ``NAME``, a frozen dataclass ``Hyper`` (its
-hyperparameters with the paper's defaults, Table II) and ``run(ctx, hp) -> Outcome``.
-It sees the federation only through :class:`Context` (train, evaluate, seeded RNG
-streams, per-round logging); the math of its rules lives in pure functions in its module.
+hyperparameters with the paper's defaults, Table II), ``GRID`` (Table II's search grid,
+read by :func:`fedlib.tuning.tune`) and ``run(ctx, hp) -> Outcome``. It sees the federation
+only through :class:`Context`; the math of its rules lives in pure functions in its module.
+
+The services of :class:`Context` (interface v2)
+-----------------------------------------------
+train        local training of many clients: the protocol's optimiser (Adam, or SGD with
+             momentum and weight decay — ``FLConfig.optimizer``), its state fresh each call
+             or kept per client across rounds (``FLConfig.keep_optimizer_state``), a
+             proximal pull on parameters (FedProx, FedAMP, FedSoft) and a pull on
+             embeddings (FedProto's prototypes, :class:`fedlib.engine.EmbeddingPull`)
+evaluate     correct counts per client through the method's predictor (one model per
+             client; FedPrism's gated expert/backbone mixture; FedProto's nearest
+             prototype — :mod:`fedlib.engine.predict`), on the 'test', 'val' or 'train' split
+evaluate_global  each client's model on the data set's official test set (FedPrism's
+             "global accuracy"), when the federation has one
+loss_matrix  M models × K clients' losses in one batched call (IFCA, FedSoft, pFedLIA's
+             influence scores, FedFomo, CAFA)
+init_state, init_states, rng, log_round   the seeded initial model(s), named RNG streams,
+             per-round history
+
+Shared loops: :func:`federated_averaging` (FedAvg inside each of several groups) and
+:func:`global_model_rounds` (one global model, pluggable selection and server step); both
+take a ``start`` model and a ``first_round``/``rounds`` window, so a method can run a
+warm-up phase and then a second phase that continues the round count.
 """
 from __future__ import annotations
 
@@ -15,8 +37,13 @@ import torch
 from torch import nn
 
 from ..engine import Federation, broadcast, evaluate, local_train, weighted_average
+from ..engine.evaluate import evaluate_global, loss_matrix
+from ..engine.host import to_host
+from ..engine.optim import SGD, Adam, EmbeddingPull, fresh_state
+from ..engine.predict import OneModel, evaluate_with
 from ..evaluation import global_accuracy
 from ..models import init_params
+from ..validation import check_choice, check_int, check_number, fail
 
 State = dict  # name -> Tensor; "stacked" when every tensor has a leading client/model axis
 
@@ -31,6 +58,12 @@ class FLConfig:
     rounds T=40, local_epochs E=5, fraction q=0.5 of clients per round (uniform, without
     replacement, at least one), Adam lr 0.001, batch 32. ``eval_every`` sets how often the
     per-round global accuracy is recorded (the last round always is).
+
+    The client optimiser: ``optimizer='adam'`` (the paper's; Keras's ε = 1e-7) or ``'sgd'``
+    (FedPrism: lr 0.01, ``momentum`` 0.9; pFedLIA / FL-bench style with ``weight_decay``);
+    ``weight_decay`` is torch's coupled L2 for either. ``keep_optimizer_state`` False (the
+    paper's Keras clients: a fresh optimiser each round) or True (each client keeps its
+    Adam moments / SGD momentum across the rounds it is selected in).
     """
 
     rounds: int = 40
@@ -40,18 +73,30 @@ class FLConfig:
     lr: float = 1e-3
     eval_every: int = 1
     path: str = "auto"
+    optimizer: str = "adam"
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    keep_optimizer_state: bool = False
 
     def __post_init__(self):
         for name in ("rounds", "local_epochs", "batch_size", "eval_every"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-                raise ValueError(f"{name} must be an integer ≥ 1, got {v!r}")
-        if not 0 < float(self.fraction) <= 1:
-            raise ValueError(f"fraction (q) must be in (0, 1], got {self.fraction!r}")
-        if not float(self.lr) > 0:
-            raise ValueError(f"lr must be > 0, got {self.lr!r}")
-        if self.path not in ("auto", "vectorised", "sequential"):
-            raise ValueError(f"path must be 'auto', 'vectorised' or 'sequential', got {self.path!r}")
+            check_int(getattr(self, name), name, 1)
+        check_number(self.fraction, "fraction (q)", 0, 1, low_open=True)
+        check_number(self.lr, "lr", 0, low_open=True)
+        check_choice(self.path, "path", ("auto", "vectorised", "sequential"))
+        check_choice(self.optimizer, "optimizer", ("adam", "sgd"))
+        check_number(self.momentum, "momentum", 0, 1, high_open=True)
+        check_number(self.weight_decay, "weight_decay", 0)
+        check_choice(self.keep_optimizer_state, "keep_optimizer_state", (False, True))
+        if self.optimizer == "adam" and self.momentum:
+            fail("momentum", "0 with optimizer='adam' (Adam's β1 plays that role; use optimizer='sgd')",
+                 self.momentum)
+
+    def client_optimizer(self) -> Adam | SGD:
+        """The engine's optimiser for this protocol."""
+        if self.optimizer == "sgd":
+            return SGD(lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay)
+        return Adam(lr=self.lr, weight_decay=self.weight_decay)
 
     @classmethod
     def from_dict(cls, d: dict | None) -> "FLConfig":
@@ -71,11 +116,14 @@ class Outcome:
         personalised methods).
     assignment : int array (K,) — the model each client uses for evaluation.
     info : dict — JSON-serialisable extras (τ, silhouettes, cluster sizes, …).
+    predictor : how a client predicts with its model (:mod:`fedlib.engine.predict`);
+        None = ``OneModel()``, the argmax of models[assignment[k]].
     """
 
     models: State
     assignment: np.ndarray
     info: dict = field(default_factory=dict)
+    predictor: object | None = None
 
 
 def sample_clients(rng: np.random.Generator, pool, fraction: float) -> np.ndarray:
@@ -107,6 +155,7 @@ class Context:
     seed: int
     counts_train: np.ndarray
     history: list = field(default_factory=list)
+    _opt_state: object = field(default=None, repr=False)  # all K clients' optimiser state
 
     @property
     def n_clients(self) -> int:
@@ -121,33 +170,76 @@ class Context:
         """The initial global model (seeded by the run seed), one unstacked State."""
         return {k: v.to(self.fed.device) for k, v in init_params(self.model, self.seed).items()}
 
-    def train(self, start: State, clients, round_idx: int, *, epochs: int | None = None,
-              prox_center: State | None = None, prox_mu=0.0):
-        """Local training of ``clients`` from the rows of ``start`` (stacked, (M, ...))."""
-        return local_train(
-            self.model, start, self.fed, np.asarray(clients, dtype=np.int64),
-            epochs=epochs or self.cfg.local_epochs, batch_size=self.cfg.batch_size, lr=self.cfg.lr,
-            seed=self.seed, round_idx=round_idx, prox_center=prox_center, prox_mu=prox_mu,
-            path=self.cfg.path,
-        )
+    def init_states(self, n: int, stream: str) -> State:
+        """``n`` differently initialised models, stacked (n, ...): seeds drawn from the named
+        RNG stream (cluster models of FedSoft, IFCA, FeSEM …)."""
+        seeds = self.rng(stream).integers(0, 2**31 - 1, size=check_int(n, "n", 1))
+        states = [init_params(self.model, int(seed)) for seed in seeds]
+        return {k: torch.stack([st[k] for st in states]).to(self.fed.device) for k in states[0]}
 
-    def evaluate(self, models: State, assignment, split: str = "test") -> tuple[np.ndarray, np.ndarray]:
-        """Correct counts and sizes, shape (K,) each, every client using models[assignment[k]]."""
+    def train(self, start: State, clients, round_idx: int, *, epochs: int | None = None,
+              prox_center: State | None = None, prox_mu=0.0, embedding_pull: EmbeddingPull | None = None):
+        """Local training of ``clients`` (M,) from the rows of ``start`` (stacked, (M, ...)).
+
+        ``epochs`` None: the protocol's E. With ``cfg.keep_optimizer_state`` each client
+        resumes its own optimiser state and leaves its new state behind (a client listed
+        twice in one call keeps the state of its last row).
+        """
+        clients = np.asarray(clients, dtype=np.int64)
+        optimizer = self.cfg.client_optimizer()
+        keep = self.cfg.keep_optimizer_state
+        res = local_train(
+            self.model, start, self.fed, clients,
+            epochs=self.cfg.local_epochs if epochs is None else epochs, batch_size=self.cfg.batch_size,
+            seed=self.seed, round_idx=round_idx, prox_center=prox_center, prox_mu=prox_mu,
+            path=self.cfg.path, optimizer=optimizer, embedding_pull=embedding_pull,
+            opt_state=self._opt_state.take(clients) if keep and self._opt_state is not None else None,
+            return_opt_state=keep,
+        )
+        if keep:
+            if self._opt_state is None:
+                self._opt_state = fresh_state(optimizer, broadcast({k: v[0] for k, v in start.items()}, self.n_clients), [
+                    n for n, _ in self.model.named_parameters()])
+            self._opt_state = self._opt_state.put(clients, res.opt_state)
+        return res
+
+    def evaluate(self, models: State, assignment, split: str = "test", predictor=None) -> tuple[np.ndarray, np.ndarray]:
+        """Correct counts and sizes, shape (K,) each, every client predicting with
+        models[assignment[k]] through ``predictor`` (None: one model, argmax)."""
         assignment = np.asarray(assignment, dtype=np.int64)
         clients = np.arange(self.n_clients)
-        res = evaluate(self.model, take(models, assignment), self.fed, clients, split=split)
-        return np.asarray(res.correct, dtype=np.int64), np.asarray(res.n, dtype=np.int64)
+        if predictor is None or isinstance(predictor, OneModel):
+            res = evaluate(self.model, take(models, assignment), self.fed, clients, split=split)
+        else:
+            res = evaluate_with(predictor, self.model, take(models, assignment), self.fed, clients, split=split)
+        return to_host(res.correct, np.int64), to_host(res.n, np.int64)
 
-    def log_round(self, round_idx: int, models: State, assignment) -> None:
+    def evaluate_global(self, models: State, assignment) -> tuple[np.ndarray, int]:
+        """Correct counts (K,) of every client's model on the official test set, and its size.
+
+        Each distinct model is evaluated once (G models, not K)."""
+        assignment = np.asarray(assignment, dtype=np.int64)
+        used, row = np.unique(assignment, return_inverse=True)
+        res = evaluate_global(self.model, take(models, used), self.fed)
+        return to_host(res.correct, np.int64)[row], int(to_host(res.n)[0])
+
+    def loss_matrix(self, models: State, clients, split: str = "val"):
+        """Mean loss (M, K') and correct counts (M, K') of every model on every client of
+        ``clients`` (K',), and the split sizes (K',) — numpy, on the host."""
+        res = loss_matrix(self.model, models, self.fed, np.asarray(clients, dtype=np.int64), split=split)
+        return to_host(res.loss), to_host(res.correct), to_host(res.n)
+
+    def log_round(self, round_idx: int, models: State, assignment, predictor=None) -> None:
         """Record the global test accuracy after round ``round_idx`` (every ``eval_every``)."""
         last = round_idx == self.cfg.rounds - 1
         if (round_idx + 1) % self.cfg.eval_every and not last:
             return
-        correct, n = self.evaluate(models, assignment)
+        correct, n = self.evaluate(models, assignment, predictor=predictor)
         self.history.append({"round": round_idx + 1, "global_accuracy": global_accuracy(correct, n)})
 
 
-def federated_averaging(ctx: Context, groups, *, start: State | None = None, log: bool = True) -> Outcome:
+def federated_averaging(ctx: Context, groups, *, start: State | None = None, log: bool = True,
+                        first_round: int = 0, rounds: int | None = None) -> Outcome:
     """FedAvg run independently inside each group of clients (one model per group).
 
     Each round every group samples max(1, ⌊q·|group|⌋) of its clients; all selected clients
@@ -160,6 +252,10 @@ def federated_averaging(ctx: Context, groups, *, start: State | None = None, log
         Disjoint client groups (one for FedAvg, τ clusters for Clust-PSI-PFL).
     start : State, optional
         Initial model shared by every group (default: the seeded initial model).
+    first_round, rounds : int
+        The round window [first_round, first_round + rounds) (default: the protocol's
+        rounds from 0): a second phase continues the round count, and so the clients'
+        batch orders, of a warm-up.
     """
     groups = [np.asarray(g, dtype=np.int64) for g in groups]
     assignment = np.full(ctx.n_clients, -1, dtype=np.int64)
@@ -169,12 +265,12 @@ def federated_averaging(ctx: Context, groups, *, start: State | None = None, log
         raise ValueError("groups must cover every client")
     models = broadcast(start if start is not None else ctx.init_state(), len(groups))
     rngs = [ctx.rng(f"selection/group{gi}") for gi in range(len(groups))]
-    for t in range(ctx.cfg.rounds):
+    for t in _window(ctx, first_round, rounds):
         picks = [sample_clients(rng, g, ctx.cfg.fraction) for rng, g in zip(rngs, groups)]
         clients = np.concatenate(picks)
         owner = assignment[clients]
         res = ctx.train(take(models, owner), clients, t)
-        n = torch.as_tensor(np.asarray(res.n_samples, dtype=np.float64))
+        n = res.n_samples.to(torch.float64)
         new = []
         for gi in range(len(groups)):
             rows = np.flatnonzero(owner == gi)
@@ -190,8 +286,15 @@ def round_size(n_clients: int, fraction: float) -> int:
     return max(1, int(fraction * n_clients))
 
 
+def _window(ctx: Context, first_round: int, rounds: int | None) -> range:
+    first = check_int(first_round, "first_round", 0)
+    n = ctx.cfg.rounds if rounds is None else check_int(rounds, "rounds", 1)
+    return range(first, first + n)
+
+
 def global_model_rounds(ctx: Context, *, choose=None, server_step=None, state=None,
-                        prox_mu: float = 0.0, observe=None) -> Outcome:
+                        prox_mu: float = 0.0, observe=None, start: State | None = None,
+                        first_round: int = 0, rounds: int | None = None) -> Outcome:
     """The one-global-model loop shared by FedAvg-like methods.
 
     Each round t: ``clients = choose(t, global_state)`` (default: FedAvg's uniform sample from
@@ -200,6 +303,8 @@ def global_model_rounds(ctx: Context, *, choose=None, server_step=None, state=No
     (μ/2)‖w − w_global‖² when ``prox_mu`` > 0 (FedProx); ``server_step(current, aggregate,
     state) -> (new, state)`` turns their sample-weighted average into the next global model
     (default: the average itself); ``observe(clients, result)`` sees each round's training.
+    ``start`` (default: the seeded initial model) and the round window ``first_round``,
+    ``rounds`` (default: 0 and the protocol's T) let a phase continue another.
 
     Returns
     -------
@@ -209,9 +314,9 @@ def global_model_rounds(ctx: Context, *, choose=None, server_step=None, state=No
         rng = ctx.rng("selection/group0")
         choose = lambda t, w: sample_clients(rng, np.arange(ctx.n_clients), ctx.cfg.fraction)  # noqa: E731
     assignment = np.zeros(ctx.n_clients, dtype=np.int64)
-    model = ctx.init_state()
+    model = ctx.init_state() if start is None else start
     selected = []
-    for t in range(ctx.cfg.rounds):
+    for t in _window(ctx, first_round, rounds):
         clients = np.asarray(choose(t, model), dtype=np.int64)
         start = broadcast(model, len(clients))
         res = ctx.train(start, clients, t, prox_center=start if prox_mu else None, prox_mu=prox_mu)

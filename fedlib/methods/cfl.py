@@ -44,6 +44,8 @@ from scipy.cluster.hierarchy import cut_tree, linkage
 from scipy.spatial.distance import squareform
 
 from ..engine import broadcast, evaluate, flatten_params, weighted_average
+from ..engine.host import to_host
+from ..validation import check_int, check_number
 from .base import Context, Outcome, State, sample_clients, take
 
 NAME = "cfl"
@@ -59,8 +61,10 @@ class Hyper:
     warmup_rounds: int = 10  # no split before round index t = warmup_rounds (0-based)
 
     def __post_init__(self):
-        if self.eps1 < 0 or self.eps2 < 0 or not 0 <= self.gamma < 1 or self.warmup_rounds < 0:
-            raise ValueError(f"need eps1, eps2 ≥ 0, 0 ≤ gamma < 1 and warmup_rounds ≥ 0, got {self}")
+        check_number(self.eps1, "eps1", 0)
+        check_number(self.eps2, "eps2", 0)
+        check_number(self.gamma, "gamma", 0, 1, high_open=True)
+        check_int(self.warmup_rounds, "warmup_rounds", 0)
 
 
 GRID = {"eps1": (1e-5, 1e-4, 1e-3), "eps2": (0.001, 0.01, 0.1), "gamma": (0.1, 0.5, 0.9)}
@@ -119,7 +123,7 @@ def bipartition(dw: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
     """
     if len(dw) < 2:
         raise ValueError(f"bipartition needs at least 2 updates, got {len(dw)}")
-    dist = (1.0 - cosine_similarity_matrix(dw)).clamp_min(0).cpu().numpy()
+    dist = to_host((1.0 - cosine_similarity_matrix(dw)).clamp_min(0))
     np.fill_diagonal(dist, 0.0)
     labels = cut_tree(linkage(squareform(dist, checks=False), method="complete"), n_clusters=2).ravel()
     first = labels == labels[0]
@@ -158,7 +162,7 @@ def _train_losses(ctx: Context, models: State, clients: np.ndarray) -> np.ndarra
     g = len(next(iter(models.values())))
     rows = np.tile(np.arange(g), len(clients))
     res = evaluate(ctx.model, take(models, rows), ctx.fed, np.repeat(clients, g), split="train")
-    return res.mean_loss.cpu().numpy().reshape(len(clients), g)
+    return to_host(res.mean_loss).reshape(len(clients), g)
 
 
 def _update_cluster(ctx: Context, hp: Hyper, t: int, members: np.ndarray, picked: np.ndarray,
@@ -198,7 +202,7 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
         start = take(models, owner)
         res = ctx.train(start, np.concatenate(picks), t)
         dw = flatten_params(res.params, names) - flatten_params(start, names)
-        n = res.n_samples.cpu().numpy().astype(np.float64)
+        n = to_host(res.n_samples, np.float64)
         new_clusters, new_models = [], []
         for g, (members, picked) in enumerate(zip(clusters, picks)):
             rows = np.flatnonzero(owner == g)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..validation import check_int
 from .base import Context, Outcome
 
 NAME = "cl"
@@ -21,18 +22,22 @@ NAME = "cl"
 class Hyper:
     epochs: int | None = None  # None: the protocol's local_epochs
 
+    def __post_init__(self):
+        check_int(self.epochs, "epochs", 1, optional=True)
+
 
 def pooled(fed):
-    """The federation seen as one client holding every client's train and test data."""
+    """The federation seen as one client holding every client's train, validation and test data."""
     return dataclasses.replace(
         fed,
         train_parts=(np.sort(np.concatenate(fed.train_parts)),),
         test_parts=(np.sort(np.concatenate(fed.test_parts)),),
+        val_parts=(np.sort(np.concatenate(fed.val_parts)),),
     )
 
 
 def run(ctx: Context, hp: Hyper) -> Outcome:
-    epochs = hp.epochs or ctx.cfg.local_epochs
+    epochs = ctx.cfg.local_epochs if hp.epochs is None else hp.epochs
     one = dataclasses.replace(ctx, fed=pooled(ctx.fed), history=[])
     start = {k: v.unsqueeze(0) for k, v in ctx.init_state().items()}
     res = one.train(start, [0], 0, epochs=epochs)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..clustering import kmeans_labels, psi_features, select_n_clusters, standardise
+from ..validation import check_int, check_seed
 from .base import Context, Outcome, federated_averaging
 
 NAME = "clust_psi_pfl"
@@ -30,6 +31,12 @@ class Hyper:
     tau: int | None = None          # None: Algorithm 1 chooses
     kmeans_seed: int = 42           # the authors' KMeans random_state
     n_init: int | str = "auto"      # the authors' library default (one k-means++ init)
+
+    def __post_init__(self):
+        check_int(self.tau, "tau", 1, optional=True)
+        check_seed(self.kmeans_seed, "kmeans_seed")
+        if self.n_init != "auto":
+            check_int(self.n_init, "n_init", 1)
 
 
 def cluster_clients(counts_train, hp: Hyper) -> tuple[np.ndarray, dict]:

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..validation import check_choice, check_number
 from .base import Context, Outcome
 from .haccs import round_robin
 from .base import global_model_rounds, round_size
@@ -49,10 +50,8 @@ class Hyper:
     variant: str = "psi"    # "psi" (frequency vectors, the papers' code) or "original" (binary)
 
     def __post_init__(self):
-        if not float(self.tau) >= 0.0:
-            raise ValueError(f"tau must be ≥ 0, got {self.tau!r}")
-        if self.variant not in VARIANTS:
-            raise ValueError(f"variant must be one of {VARIANTS}, got {self.variant!r}")
+        check_number(self.tau, "tau", 0)
+        check_choice(self.variant, "variant", VARIANTS)
 
 
 def label_vectors(counts, variant: str = "psi") -> np.ndarray:

@@ -51,6 +51,7 @@ from typing import Callable
 
 import torch
 
+from ..validation import check_choice, check_number
 from .base import Context, Outcome, State, global_model_rounds
 
 VARIANTS = ("flower", "reddi")
@@ -60,19 +61,11 @@ REDDI_ADAGRAD_BETA1 = 0.9  # Reddi et al.'s β1 for all three adaptive optimiser
 # ----------------------------------------------------------------------------- hyperparameters
 def _check(hp) -> None:
     """Validate a Hyper's fields (those it has) with messages naming the parameter."""
-    def number(value):
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
     for name in ("eta", "tau", "server_lr", "eta_l"):
-        value = getattr(hp, name, 1.0)
-        if not (number(value) and value > 0):
-            raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+        check_number(getattr(hp, name, 1.0), name, 0, low_open=True)
     for name in ("beta_1", "beta_2", "momentum"):
-        value = getattr(hp, name, 0.0)
-        if not (number(value) and 0 <= value < 1):
-            raise ValueError(f"{name} must be in [0, 1), got {value!r}")
-    if getattr(hp, "variant", "flower") not in VARIANTS:
-        raise ValueError(f"variant must be one of {VARIANTS}, got {hp.variant!r}")
+        check_number(getattr(hp, name, 0.0), name, 0, 1, high_open=True)
+    check_choice(getattr(hp, "variant", "flower"), "variant", VARIANTS)
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,9 @@ PSI papers' code the last happened: the proximal term never reached the client, 
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
+from ..validation import check_number
 from .base import Context, Outcome, global_model_rounds
 
 NAME = "fedprox"
@@ -31,9 +31,7 @@ class Hyper:
     mu: float = 0.01  # Table II
 
     def __post_init__(self):
-        mu = self.mu
-        if isinstance(mu, bool) or not isinstance(mu, (int, float)) or not (math.isfinite(mu) and mu >= 0):
-            raise ValueError(f"mu must be a finite number ≥ 0, got {self.mu!r}")
+        check_number(self.mu, "mu", 0)
 
 
 def run(ctx: Context, hp: Hyper) -> Outcome:

@@ -40,7 +40,8 @@ import torch.nn.functional as F
 
 from ..engine import broadcast, predict_logits, weighted_average
 from ..evaluation import global_accuracy
-from ..models import init_params
+from ..engine.host import to_host
+from ..validation import check_int, check_number
 from .base import Context, Outcome, State, take
 
 NAME = "fedsoft"
@@ -56,10 +57,10 @@ class Hyper:
     estimation_interval: int = 1  # τ, rounds between importance estimates
 
     def __post_init__(self):
-        if self.n_clusters < 1 or self.estimation_interval < 1:
-            raise ValueError(f"n_clusters and estimation_interval must be ≥ 1, got {self}")
-        if self.lam < 0 or not 0 < self.sigma < 1:
-            raise ValueError(f"need lam ≥ 0 and 0 < sigma < 1, got {self}")
+        check_int(self.n_clusters, "n_clusters", 1)
+        check_int(self.estimation_interval, "estimation_interval", 1)
+        check_number(self.lam, "lam", 0)
+        check_number(self.sigma, "sigma", 0, 1, low_open=True, high_open=True)
 
 
 GRID = {"n_clusters": (5, 10, 50)}
@@ -160,14 +161,7 @@ def _estimate(ctx: Context, clusters: State, sigma: float) -> np.ndarray:
     logits = predict_logits(ctx.model, clusters, x[index])
     target = y[index].expand(len(logits), -1)
     losses = F.cross_entropy(logits.flatten(0, 1), target.flatten(), reduction="none").view(target.shape)
-    return importance_weights(losses.cpu().numpy(), owner, ctx.n_clients, sigma)
-
-
-def _initial_clusters(ctx: Context, s: int) -> State:
-    """S cluster models from distinct seeds drawn from the run seed."""
-    seeds = ctx.rng("fedsoft/cluster-init").integers(0, 2**31 - 1, size=s)
-    states = [init_params(ctx.model, int(seed)) for seed in seeds]
-    return {k: torch.stack([st[k] for st in states]).to(ctx.fed.device) for k in states[0]}
+    return importance_weights(to_host(losses), owner, ctx.n_clients, sigma)
 
 
 def run(ctx: Context, hp: Hyper) -> Outcome:
@@ -175,7 +169,7 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
     k, s = ctx.n_clients, hp.n_clusters
     m = max(1, int(ctx.cfg.fraction * k / s))
     n = ctx.fed.n_train
-    clusters = _initial_clusters(ctx, s)
+    clusters = ctx.init_states(s, "fedsoft/cluster-init")
     local = broadcast(ctx.init_state(), k)
     rng = ctx.rng("fedsoft/selection")
     u = _estimate(ctx, clusters, hp.sigma)

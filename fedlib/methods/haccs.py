@@ -41,6 +41,8 @@ from dataclasses import dataclass
 import numpy as np
 from sklearn.cluster import OPTICS
 
+from ..engine.host import to_host
+from ..validation import check_choice, check_int, check_number
 from .base import Context, Outcome
 from .base import global_model_rounds, round_size
 from .poc import local_losses
@@ -58,13 +60,9 @@ class Hyper:
     min_samples: int = 5      # OPTICS min_samples (sklearn's default), capped at K
 
     def __post_init__(self):
-        if not 0.0 <= float(self.rho) <= 1.0:
-            raise ValueError(f"rho must be in [0, 1], got {self.rho!r}")
-        if self.variant not in VARIANTS:
-            raise ValueError(f"variant must be one of {VARIANTS}, got {self.variant!r}")
-        if isinstance(self.min_samples, bool) or not isinstance(self.min_samples, (int, np.integer)) \
-                or self.min_samples < 2:
-            raise ValueError(f"min_samples must be an integer ≥ 2, got {self.min_samples!r}")
+        check_number(self.rho, "rho", 0, 1)
+        check_choice(self.variant, "variant", VARIANTS)
+        check_int(self.min_samples, "min_samples", 2)
 
 
 def label_pmfs(counts) -> np.ndarray:
@@ -196,7 +194,7 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
     rng = ctx.rng("selection/haccs")
 
     def observe(clients, res):
-        losses[clients] = res.mean_loss.cpu().numpy()
+        losses[clients] = to_host(res.mean_loss)
 
     out = global_model_rounds(ctx, choose=lambda t, w: select(rng, labels, losses, hp.rho, m), observe=observe)
     out.info.update({"variant": hp.variant, "clusters": labels.tolist(),

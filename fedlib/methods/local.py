@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..validation import check_int
 from .base import Context, Outcome
 from ..engine import broadcast
 
@@ -17,9 +18,12 @@ NAME = "local"
 class Hyper:
     epochs: int | None = None  # None: rounds × local_epochs
 
+    def __post_init__(self):
+        check_int(self.epochs, "epochs", 1, optional=True)
+
 
 def run(ctx: Context, hp: Hyper) -> Outcome:
-    epochs = hp.epochs or ctx.cfg.rounds * ctx.cfg.local_epochs
+    epochs = ctx.cfg.rounds * ctx.cfg.local_epochs if hp.epochs is None else hp.epochs
     k = ctx.n_clients
     res = ctx.train(broadcast(ctx.init_state(), k), np.arange(k), 0, epochs=epochs)
     assignment = np.arange(k)

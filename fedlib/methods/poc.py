@@ -27,6 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..engine import broadcast, evaluate
+from ..engine.host import to_host
+from ..validation import check_int
 from .base import Context, Outcome, State, global_model_rounds, round_size
 
 NAME = "poc"
@@ -38,8 +40,7 @@ class Hyper:
     d: int = 8  # candidate-set size (Table II)
 
     def __post_init__(self):
-        if isinstance(self.d, bool) or not isinstance(self.d, (int, np.integer)) or self.d < 1:
-            raise ValueError(f"d must be an integer ≥ 1, got {self.d!r}")
+        check_int(self.d, "d", 1)
 
 
 
@@ -94,7 +95,7 @@ def local_losses(ctx: Context, global_state: State, clients) -> np.ndarray:
     clients = np.asarray(clients, dtype=np.int64)
     res = evaluate(ctx.model, broadcast(global_state, len(clients)), ctx.fed, clients,
                    split="train", path=ctx.cfg.path)
-    return res.mean_loss.cpu().numpy()
+    return to_host(res.mean_loss)
 
 
 def select(ctx: Context, rng: np.random.Generator, global_state: State, d: int, m: int) -> np.ndarray:

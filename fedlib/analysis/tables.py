@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .methods import DISPLAY_NAMES
+from ..methods import DISPLAY_NAMES
 
 __all__ = ["records_frame", "table3", "table4", "to_markdown", "SETTING_KEYS"]
 

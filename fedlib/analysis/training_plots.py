@@ -1,5 +1,5 @@
 """Figures of notebooks 04–06 (Figs. 5–8). Each returns a matplotlib Figure; save it with
-the CSV behind it through :func:`fedlib.plots.save_figure`.
+the CSV behind it through :func:`fedlib.analysis.plots.save_figure`.
 
 Colours are stable: a method always gets :func:`method_color` (one distinct colour for each
 of the 14 registered methods, Clust-PSI-PFL in black), and a series of Figs. 5–6 gets its
@@ -14,7 +14,7 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.lines import Line2D
 
-from .methods import DISPLAY_NAMES
+from ..methods import DISPLAY_NAMES
 
 __all__ = ["fig5_silhouette", "fig6_tau", "fig7_accuracy", "fig8_ecdf", "method_color"]
 

@@ -160,7 +160,7 @@ def metric_importance(df: pd.DataFrame, target: str = "level",
     Parameters
     ----------
     df : DataFrame
-        A metric grid (:func:`fedlib.metric_study.metric_grid`); rows with
+        A metric grid (:func:`fedlib.analysis.metric_study.metric_grid`); rows with
         ``feasible == False`` or NaN features are dropped. One fit per value of ``by``
         (all rows together when ``df`` lacks that column).
     target : str, default 'level'

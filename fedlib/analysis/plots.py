@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from .paths import figures_dir
+from ..paths import figures_dir
 
 __all__ = ["save_figure", "label_distribution", "client_sizes", "fig3_metrics", "fig4_importance"]
 
@@ -77,7 +77,7 @@ def label_distribution(table: pd.DataFrame, n_show: int = 20, class_names=None, 
 
     Parameters
     ----------
-    table : DataFrame from :func:`fedlib.metric_study.client_label_table`
+    table : DataFrame from :func:`fedlib.analysis.metric_study.client_label_table`
         (columns setting, client, class, count).
     n_show : int
         Clients drawn per panel (clients 0..n_show-1).
@@ -118,7 +118,7 @@ def client_sizes(table: pd.DataFrame, bins: int = 20, ncols: int = 3):
 
     Parameters
     ----------
-    table : DataFrame from :func:`fedlib.metric_study.client_label_table`.
+    table : DataFrame from :func:`fedlib.analysis.metric_study.client_label_table`.
     bins : int
     ncols : int
 
@@ -214,7 +214,7 @@ def fig4_importance(importances: pd.DataFrame, by: str = "protocol"):
 
     Parameters
     ----------
-    importances : DataFrame from :func:`fedlib.importance.metric_importance`.
+    importances : DataFrame from :func:`fedlib.analysis.importance.metric_importance`.
     by : grouping column.
 
     Returns

@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from . import partition as P
-from .clustering import psi_features, select_n_clusters
-from .noniid import wpsi
+from .. import partition as P
+from ..clustering import psi_features, select_n_clusters
+from ..noniid import wpsi
 
 __all__ = ["cluster_selection_study"]
 
