@@ -25,6 +25,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import silhouette_score
 
 from .noniid import EPS, psi, psi_per_class
+from .validation import check_choice, check_int, check_seed, fail
 
 __all__ = ["psi_features", "standardise", "ClusterSelection", "select_n_clusters", "kmeans_labels"]
 
@@ -37,9 +38,27 @@ def psi_features(counts, eps: float = EPS) -> np.ndarray:
     return np.column_stack([psi(counts, eps), psi_per_class(counts, eps)])
 
 
+def _as_matrix(x, name: str) -> np.ndarray:
+    """``x`` as a float64 (K clients × F features) matrix, or a ValueError naming ``name``."""
+    try:
+        a = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError):
+        fail(name, "a numeric (K clients × F features) matrix", x)
+    if a.ndim != 2 or a.shape[0] < 1:
+        raise ValueError(f"{name} must be a (K clients × F features) matrix, got shape {a.shape}")
+    return a
+
+
+def _check_n_init(n_init):
+    """K-means restarts: 'auto' or an integer ≥ 1."""
+    if isinstance(n_init, str):
+        return check_choice(n_init, "n_init", ("auto",))
+    return check_int(n_init, "n_init", 1)
+
+
 def standardise(x) -> np.ndarray:
     """Zero mean, unit variance per column; a constant column becomes all zeros. (K, F)."""
-    x = np.asarray(x, dtype=np.float64)
+    x = _as_matrix(x, "x")
     sd = x.std(axis=0)
     return (x - x.mean(axis=0)) / np.where(sd > 0, sd, 1.0)
 
@@ -74,7 +93,14 @@ class ClusterSelection:
 
 
 def kmeans_labels(x: np.ndarray, n_clusters: int, seed: int, n_init="auto") -> np.ndarray:
-    """k-means++ K-means labels, shape (K,), relabelled in order of first appearance."""
+    """k-means++ K-means labels, shape (K,), relabelled in order of first appearance.
+
+    ``x``: (K, F); ``n_clusters`` in 1..K; ``seed`` ≥ 0; ``n_init``: 'auto' or an int ≥ 1.
+    """
+    x = _as_matrix(x, "x")
+    check_int(n_clusters, "n_clusters", 1, x.shape[0])
+    check_seed(seed)
+    _check_n_init(n_init)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)  # duplicate points: fewer distinct clusters
         raw = KMeans(n_clusters=n_clusters, init="k-means++", n_init=n_init, random_state=seed).fit_predict(x)
@@ -83,6 +109,16 @@ def kmeans_labels(x: np.ndarray, n_clusters: int, seed: int, n_init="auto") -> n
     remap = np.empty(raw.max() + 1, dtype=np.int64)
     remap[np.unique(raw)[order]] = np.arange(order.size)
     return remap[raw]
+
+
+def _check_candidates(candidates) -> np.ndarray:
+    """Sorted distinct cluster counts, (J,) int64, from an iterable of integers."""
+    if isinstance(candidates, (str, bytes, dict)) or not hasattr(candidates, "__iter__"):
+        fail("candidates", "an iterable of integers (cluster counts to try)", candidates)
+    values = list(candidates)  # a generator is read once
+    for j in values:
+        check_int(j, "candidates", 2)
+    return np.asarray(sorted(set(int(j) for j in values)), dtype=np.int64)
 
 
 def select_n_clusters(
@@ -112,15 +148,16 @@ def select_n_clusters(
     -------
     ClusterSelection
     """
-    x = np.asarray(features, dtype=np.float64)
-    if x.ndim != 2 or x.shape[0] < 1:
-        raise ValueError(f"features must be a (K clients × F) matrix, got shape {x.shape}")
+    x = _as_matrix(features, "features")
+    check_seed(seed)
+    _check_n_init(n_init)
+    check_choice(standardize, "standardize", (True, False))
     if not np.all(np.isfinite(x)):
         raise ValueError("features contain NaN/inf: compute PSI with eps > 0 (the default)")
     k = x.shape[0]
     if standardize:
         x = standardise(x)
-    cand = np.arange(2, k) if candidates is None else np.asarray(sorted(set(int(j) for j in candidates)))
+    cand = np.arange(2, k) if candidates is None else _check_candidates(candidates)
     if cand.size and (cand.min() < 2 or cand.max() > k - 1):
         raise ValueError(f"candidates must lie in 2..K-1 = 2..{k - 1}, got {cand.tolist()}")
     n_distinct = np.unique(np.round(x, 12), axis=0).shape[0]

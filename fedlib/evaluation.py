@@ -13,28 +13,52 @@ from __future__ import annotations
 
 import numpy as np
 
+from .validation import check_number, fail
+
 __all__ = ["local_accuracy", "global_accuracy", "average_distance", "client_parity", "summarise_clients"]
 
 
 def _as_1d(name, v) -> np.ndarray:
-    a = np.asarray(v, dtype=np.float64)
+    """``v`` as a float64 (K,) array of real numbers (NaN allowed); strings and booleans refused."""
+    a = np.asarray(v)
+    if a.dtype.kind not in "iuf":
+        fail(name, "a non-empty 1-D array of numbers (one entry per client)", v)
+    a = a.astype(np.float64)
     if a.ndim != 1 or a.size == 0:
         raise ValueError(f"{name} must be a non-empty 1-D array (one entry per client), got shape {a.shape}")
     return a
 
 
-def local_accuracy(correct, n) -> np.ndarray:
-    """A_k = correct_k / n_k, shape (K,); NaN for a client with an empty test split."""
+def _check_counts(correct, n) -> tuple[np.ndarray, np.ndarray]:
+    """Per-client correct counts and test sizes, (K,) each: finite, 0 ≤ correct ≤ n."""
     c, m = _as_1d("correct", correct), _as_1d("n", n)
     if c.shape != m.shape:
         raise ValueError(f"correct and n must have the same shape, got {c.shape} and {m.shape}")
+    if not (np.all(np.isfinite(m)) and np.all(m >= 0)):
+        fail("n", "finite test-sample counts ≥ 0 (one per client)", n)
+    if not (np.all(np.isfinite(c)) and np.all(c >= 0) and np.all(c <= m)):
+        fail("correct", "finite counts with 0 ≤ correct ≤ n (one per client)", correct)
+    return c, m
+
+
+def _check_acc(acc) -> np.ndarray:
+    """Local accuracies, (K,): each in [0, 1], or NaN for a client without a test split."""
+    a = _as_1d("acc", acc)
+    if not np.all(np.isnan(a) | ((a >= 0) & (a <= 1))):
+        fail("acc", "local accuracies in [0, 1] (NaN for a client without a test split)", acc)
+    return a
+
+
+def local_accuracy(correct, n) -> np.ndarray:
+    """A_k = correct_k / n_k, shape (K,); NaN for a client with an empty test split."""
+    c, m = _check_counts(correct, n)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(m > 0, c / np.where(m > 0, m, 1), np.nan)
 
 
 def global_accuracy(correct, n) -> float:
     """Σ correct / Σ n: the sample-weighted mean of the local accuracies."""
-    c, m = _as_1d("correct", correct), _as_1d("n", n)
+    c, m = _check_counts(correct, n)
     if m.sum() <= 0:
         raise ValueError("no test samples: every client's test split is empty")
     return float(c.sum() / m.sum())
@@ -46,8 +70,11 @@ def average_distance(acc, target=1.0) -> tuple[float, float]:
     ``target`` is 1.0 (Clust-PSI-PFL) or the CL accuracy (PSI-PFL): a scalar, or an array
     of per-client targets of shape (K,).
     """
-    a = _as_1d("acc", acc)
-    d = np.abs(a - np.asarray(target, dtype=np.float64))
+    a = _check_acc(acc)
+    t = np.asarray(target)
+    if t.dtype.kind not in "iuf" or t.ndim > 1 or (t.ndim == 1 and t.shape != a.shape):
+        fail("target", f"a number or an array of shape {a.shape} (one per client)", target)
+    d = np.abs(a - t.astype(np.float64))
     d = d[~np.isnan(d)]
     if d.size == 0:
         raise ValueError("no client has a defined local accuracy")
@@ -56,8 +83,10 @@ def average_distance(acc, target=1.0) -> tuple[float, float]:
 
 def client_parity(acc) -> float:
     """CP = (A_max − A_min) / A_min over clients with a defined accuracy (0 = perfect parity)."""
-    a = _as_1d("acc", acc)
+    a = _check_acc(acc)
     a = a[~np.isnan(a)]
+    if a.size == 0:
+        fail("acc", "local accuracies with at least one defined (non-NaN) entry", acc)
     lo, hi = float(a.min()), float(a.max())
     if lo == 0:
         return float("inf") if hi > 0 else 0.0
@@ -72,6 +101,7 @@ def summarise_clients(correct, n, cl_accuracy: float | None = None) -> dict:
     dict with global_accuracy, ad, sdad (target 1.0), ad_cl, sdad_cl (target CL accuracy,
     NaN when ``cl_accuracy`` is None), cp, and local_accuracy (list, one per client).
     """
+    check_number(cl_accuracy, "cl_accuracy", 0, 1, optional=True)
     acc = local_accuracy(correct, n)
     ad, sdad = average_distance(acc, 1.0)
     if cl_accuracy is None:

@@ -24,13 +24,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import __version__, partition as P
-from .engine import Federation
+from . import __version__, claims, partition as P
+from .engine import Federation, resolve_device
 from .evaluation import global_accuracy, summarise_clients
 from .methods import METHODS, Context, FLConfig, get_method, make_hyper
 from .models import ARCH_FOR_DATASET, ARCHITECTURES, build_model
 from .noniid import wpsi
-from .validation import check_choice, check_number, fail
+from .validation import check_choice, check_int, check_number, check_seed, fail
 
 __all__ = ["RunSpec", "run", "run_grid", "grid_specs", "load_records", "record_path", "build_federation",
            "write_manifest", "load_grid"]
@@ -84,23 +84,26 @@ class RunSpec:
         """Raise ValueError naming the bad field, before any data is loaded or trained."""
         from .datasets import DATASETS
 
-        if self.dataset not in DATASETS:
+        if not isinstance(self.dataset, str) or self.dataset not in DATASETS:
             raise ValueError(f"unknown dataset {self.dataset!r}; available: {sorted(DATASETS)}")
-        if self.protocol not in P.PROTOCOLS:
+        if not isinstance(self.protocol, str) or self.protocol not in P.PROTOCOLS:
             raise ValueError(f"unknown protocol {self.protocol!r}; available: {sorted(P.PROTOCOLS)}")
-        if self.method not in METHODS:
+        if not isinstance(self.method, str) or self.method not in METHODS:
             raise ValueError(f"unknown method {self.method!r}; available: {', '.join(METHODS)}")
+        level_name = P.PROTOCOLS[self.protocol].level_name
+        check_number(self.level, "level")  # never a string: YAML gives '0.5' and 0.5 alike
+        if level_name in P._INTEGER_LEVELS and not (float(self.level).is_integer() and self.level >= 1):
+            fail("level", f"a whole number ≥ 1 for the {self.protocol} protocol (its {level_name})", self.level)
         if self.protocol == "dirichlet" and not float(self.level) > 0:
             raise ValueError(f"alpha (level) must be > 0 for the Dirichlet protocol, got {self.level}")
         if self.protocol == "similarity" and not 0 <= float(self.level) <= 1:
             raise ValueError(f"S (level) must be in [0, 1] for the Similarity protocol, got {self.level}")
-        if int(self.n_clients) < 1:
-            raise ValueError(f"n_clients must be ≥ 1, got {self.n_clients}")
-        if int(self.seed) < 0:
-            raise ValueError(f"seed must be ≥ 0, got {self.seed}")
+        check_int(self.n_clients, "n_clients", 1)
+        check_seed(self.seed)
+        check_int(self.n_train, "n_train", 1, optional=True)
         if self.n_train is not None and int(self.n_train) < int(self.n_clients):
             raise ValueError(f"n_train={self.n_train} is smaller than n_clients={self.n_clients}")
-        if self.arch is not None and self.arch not in ARCHITECTURES:
+        if self.arch is not None and (not isinstance(self.arch, str) or self.arch not in ARCHITECTURES):
             raise ValueError(f"arch={self.arch!r} is unknown; choose one of {sorted(ARCHITECTURES)}")
         if self.arch is None and self.dataset not in ARCH_FOR_DATASET:
             raise ValueError(f"dataset={self.dataset!r} has no default architecture; pass arch= "
@@ -112,6 +115,10 @@ class RunSpec:
             fail("test_fraction + val_fraction", "< 1 (some data must stay for training)",
                  self.test_fraction + self.val_fraction)
         check_choice(self.global_test, "global_test", (False, True))
+        if not isinstance(self.hyper, dict):
+            fail("hyper", "a dict of the method's hyperparameters", self.hyper)
+        if not isinstance(self.fl, dict):
+            fail("fl", "a dict of training settings (fedlib.methods.FLConfig fields)", self.fl)
         make_hyper(self.method, self.hyper)
         FLConfig.from_dict(self.fl)
 
@@ -153,6 +160,7 @@ def build_federation(spec: RunSpec, device="auto"):
     ------
     fedlib.partition.InfeasiblePartitionError for an infeasible partition.
     """
+    spec.validate()
     ds = _load(spec.dataset, spec.n_train)
     y = ds.y_train
     parts = P.partition(y, spec.protocol, int(spec.n_clients), spec.level, int(spec.seed),
@@ -177,8 +185,20 @@ def _versions() -> dict:
 
 
 def run(spec: RunSpec, device="auto") -> dict:
-    """Run one experiment and return its record (nothing is written)."""
+    """Run one experiment and return its record (nothing is written).
+
+    ``status`` is ``"ok"`` (with metrics), ``"infeasible"`` (the partition cannot be made) or
+    ``"failed"``: training diverged (a :class:`~fedlib.engine.errors.DivergenceError` — some
+    weights or losses became NaN/±inf, in local training, a server update or the final
+    models). A failed record has ``error`` (naming the method, the clients or server models,
+    the round and the likely cause, e.g. the lr), ``divergence`` (those facts as fields) and
+    no metrics at all, so that it can never enter a table as a number.
+    """
+    from .engine.errors import DivergenceError
+    from .methods.base import check_finite_models
+
     spec.validate()
+    resolve_device(device)  # a bad device fails before the data is loaded
     base = {"record_version": RECORD_VERSION, "key": spec.key(), "spec": spec.to_dict(),
             "versions": _versions()}
     t0 = time.perf_counter()
@@ -193,7 +213,15 @@ def run(spec: RunSpec, device="auto") -> dict:
     cfg = FLConfig.from_dict(spec.fl)
     ctx = Context(fed=fed, model=model, cfg=cfg, seed=int(spec.seed), counts_train=counts)
     method = get_method(spec.method)
-    outcome = method.run(ctx, make_hyper(spec.method, spec.hyper))
+    try:
+        outcome = method.run(ctx, make_hyper(spec.method, spec.hyper))
+        check_finite_models(outcome.models, None, f"in the final models (after {cfg.rounds} rounds)", cfg)
+    except DivergenceError as err:
+        err = err.with_context(method=spec.method)
+        return {**base, "status": "failed", "error": str(err),
+                "divergence": {k: v for k, v in err.fields().items() if k != "hint"},
+                "dataset_source": ds.source, "paper_name": ds.paper_name, "fl": asdict(cfg),
+                "device": str(fed.device), "seconds": time.perf_counter() - t0}
     correct, n = ctx.evaluate(outcome.models, outcome.assignment, predictor=outcome.predictor)
     metrics = summarise_clients(correct, n)
     extra = {}
@@ -230,6 +258,12 @@ def record_path(results_dir, spec: RunSpec) -> Path:
 
 
 def _write_atomic(path: Path, record: dict) -> None:
+    """Write ``record`` as strict JSON (:mod:`fedlib.strict_json`: NaN/±inf become null and are
+    listed in ``"nonfinite"`` with their reason), atomically (temporary file + rename)."""
+    from .strict_json import sanitise
+
+    record = sanitise(record)
+    json.dumps(record, allow_nan=False)  # anything non-finite left fails here, before any file exists
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
     try:
@@ -247,7 +281,22 @@ def _is_complete(path: Path) -> bool:
         rec = json.loads(path.read_text())
     except (OSError, ValueError):
         return False
-    return rec.get("record_version") == RECORD_VERSION and rec.get("status") in ("ok", "infeasible")
+    return rec.get("record_version") == RECORD_VERSION and rec.get("status") in FINISHED
+
+
+FINISHED = ("ok", "infeasible", "failed")  # a failed (diverged) run fails again: delete it to retry
+
+
+def _check_writable(results_dir: Path) -> None:
+    """Fail before any training if records cannot be written to ``results_dir``."""
+    try:
+        results_dir.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=results_dir, prefix=".probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        raise ValueError(f"results_dir {str(results_dir)!r} is not writable ({err.strerror or err}); "
+                         "choose another folder (results_dir= or $FEDLIB_RESULTS)") from None
 
 
 PROGRESS_MODES = ("bar", "lines", "off")
@@ -270,13 +319,42 @@ def _describe(s: RunSpec) -> str:
     return f"{s.dataset} {s.protocol}={s.level:g} K={s.n_clients} {s.method} seed={s.seed}"
 
 
+_POLL_SECONDS = 0.5
+
+
+def _run_claimed(specs, results_dir: Path, device, bar, report) -> list:
+    """Compute each spec this process can claim; return those other live processes hold."""
+    held = []
+    for s in specs:
+        path = record_path(results_dir, s)
+        if not (claims.try_claim(path) or (claims.is_stale(path) and claims.take_over(path))):
+            held.append(s)
+            continue
+        try:
+            if _is_complete(path):  # finished by another process since we looked
+                report(s, None)
+                continue
+            if bar is not None:
+                bar.set_postfix_str(_describe(s))
+            record = run(s, device)
+            _write_atomic(path, record)
+            report(s, record)
+        finally:
+            claims.release(path)
+    return held
+
+
 def run_grid(specs, results_dir, *, device="auto", progress=True, shard=(0, 1)) -> list[dict]:
     """Run every spec not already recorded in ``results_dir``; return their records.
 
     Every spec is validated first, so a typo fails before any training starts; finished
-    records are reused, never recomputed or overwritten. ``shard=(i, n)`` runs only every
-    n-th spec starting at i (and returns only those records): n machines sharing one results
-    folder, each with its own i, split a grid between them.
+    records are reused, never recomputed or overwritten. Several processes (or machines) may
+    run the same grid on one results folder: each run is claimed before it is computed
+    (:mod:`fedlib.claims`), so every run is computed once and recorded once; a process waits
+    for the runs others hold and takes over those whose process died. A diverged run is
+    recorded with status ``failed`` and, like an infeasible one, not retried (delete its record
+    to retry). A results folder that cannot be written fails before any training.
+    ``shard=(i, n)`` runs only every n-th spec starting at i (and returns only those records).
 
     ``progress``: True (default) follows ``$FEDLIB_PROGRESS`` and else draws a tqdm bar (a
     widget in JupyterLab); ``'lines'`` prints one line per finished run to stderr (what
@@ -286,11 +364,13 @@ def run_grid(specs, results_dir, *, device="auto", progress=True, shard=(0, 1)) 
     i, n = (int(v) for v in shard)
     if not (n >= 1 and 0 <= i < n):
         raise ValueError(f"shard must be (index, count) with 0 <= index < count, got {shard!r}")
-    specs = list({s.key(): s for s in specs}.values())  # drop duplicates, keep order
-    for s in specs:
+    specs = list(specs)
+    for s in specs:  # before anything else (the key itself needs valid fields)
         s.validate()
+    specs = list({s.key(): s for s in specs}.values())  # drop duplicates, keep order
     specs = specs[i::n]
     results_dir = Path(results_dir)
+    _check_writable(results_dir)
     todo = [s for s in specs if not _is_complete(record_path(results_dir, s))]
     if mode == "lines":
         print(f"run_grid: {len(specs)} runs, {len(specs) - len(todo)} already recorded, "
@@ -300,17 +380,33 @@ def run_grid(specs, results_dir, *, device="auto", progress=True, shard=(0, 1)) 
         from tqdm.auto import tqdm
 
         bar = tqdm(total=len(todo), desc="runs", unit="run")
-    for done, s in enumerate(todo, 1):
-        if bar is not None:
-            bar.set_postfix_str(_describe(s))
-        record = run(s, device)
-        _write_atomic(record_path(results_dir, s), record)
+    done = 0
+
+    def report(s: RunSpec, record: dict | None) -> None:
+        nonlocal done
+        done += 1
         if bar is not None:
             bar.update(1)
-        elif mode == "lines":
+        elif mode == "lines" and record is not None:
             result = (f"global accuracy {record['global_accuracy']:.3f} in {record['seconds']:.1f} s"
                       if record["status"] == "ok" else record["status"])
             print(f"run_grid [{done}/{len(todo)}] {_describe(s)}: {result}", file=sys.stderr, flush=True)
+
+    waiting = _run_claimed(todo, results_dir, device, bar, report)
+    if waiting and mode == "lines":
+        print(f"run_grid: waiting for {len(waiting)} runs that other processes are computing",
+              file=sys.stderr, flush=True)
+    while waiting:  # runs other processes claimed: wait for their records, take over if they die
+        time.sleep(_POLL_SECONDS)
+        finished = [s for s in waiting if _is_complete(record_path(results_dir, s))]
+        for s in finished:
+            report(s, None)
+        waiting = [s for s in waiting if s not in finished]
+        orphans = [s for s in waiting if not claims.claim_path(record_path(results_dir, s)).exists()
+                   or claims.is_stale(record_path(results_dir, s))]
+        if orphans:
+            left = _run_claimed(orphans, results_dir, device, bar, report)
+            waiting = [s for s in waiting if s not in orphans or s in left]
     if bar is not None:
         bar.close()
     return [json.loads(record_path(results_dir, s).read_text()) for s in specs]
@@ -337,7 +433,28 @@ def grid_specs(datasets, protocols: dict, n_clients, seeds, methods, *, hyper: d
     hyper : dict method -> hyperparameter overrides
     fl : training protocol overrides (FLConfig fields), shared by every run
     n_train : training-pool subset size, one int for all datasets or a dict per dataset
+
+    Levels, K and seeds must be numbers (a string such as '0.5' from a params file is refused,
+    never converted); the rest of each spec is checked by :meth:`RunSpec.validate`.
     """
+    for name, values in (("datasets", datasets), ("n_clients", n_clients), ("seeds", seeds),
+                         ("methods", methods)):
+        _check_list(values, name)
+    if not isinstance(protocols, dict):
+        fail("protocols", "a dict protocol -> list of levels, e.g. {'dirichlet': [0.3]}", protocols)
+    for protocol, levels in protocols.items():
+        _check_list(levels, f"protocols[{protocol!r}]")
+        for level in levels:
+            check_number(level, f"protocols[{protocol!r}] level")
+    for k in n_clients:
+        check_int(k, "n_clients", 1)
+    for seed in seeds:
+        check_seed(seed, "seeds")
+    for name, value in (("hyper", hyper), ("fl", fl)):
+        if value is not None and not isinstance(value, dict):
+            fail(name, "a dict or None", value)
+    if not isinstance(n_train, dict):
+        check_int(n_train, "n_train", 1, optional=True)
     hyper = hyper or {}
     specs = []
     for ds in datasets:
@@ -351,6 +468,12 @@ def grid_specs(datasets, protocols: dict, n_clients, seeds, methods, *, hyper: d
                                                  hyper=dict(hyper.get(m, {})), fl=dict(fl or {}),
                                                  n_train=nt))
     return specs
+
+
+def _check_list(values, name: str) -> None:
+    """A list (or tuple) of grid values: a bare string or number is refused, not iterated."""
+    if not isinstance(values, (list, tuple, range, np.ndarray)) or np.ndim(values) != 1:
+        fail(name, "a list", values)
 
 
 def write_manifest(results_dir, specs, name: str = "manifest.json") -> Path:

@@ -62,7 +62,7 @@ import math
 import torch
 from torch import nn
 
-from .validation import check_seed
+from .validation import check_int, check_seed
 
 __all__ = ["ARCH_FOR_DATASET", "ARCHITECTURES", "build_model", "init_params", "float_state",
            "KerasBatchNorm1d", "BasicBlock", "body", "head", "head_prefix"]
@@ -317,7 +317,9 @@ def build_model(arch: str, n_classes: int, input_shape: tuple, vocab_size: int |
         raise ValueError(f"arch={arch!r} is unknown; choose one of {sorted(ARCHITECTURES)}")
     if isinstance(n_classes, bool) or not isinstance(n_classes, int) or n_classes < 2:
         raise ValueError(f"n_classes must be an integer ≥ 2, got {n_classes!r}")
-    input_shape = tuple(int(s) for s in input_shape)
+    if isinstance(input_shape, (str, bytes)) or not hasattr(input_shape, "__iter__"):
+        raise ValueError(f"input_shape must be a tuple of positive integers, got {input_shape!r}")
+    input_shape = tuple(check_int(s, "input_shape entries", 1) for s in input_shape)
     if not input_shape or min(input_shape) < 1:
         raise ValueError(f"input_shape must be a non-empty tuple of positive sizes, got {input_shape}")
     if arch in _IMAGE_ARCHS and len(input_shape) != 3:

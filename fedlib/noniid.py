@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .validation import check_choice, check_number
+
 __all__ = [
     "EPS",
     "psi_per_class",
@@ -55,7 +57,7 @@ def _check_counts(counts) -> np.ndarray:
     if a.shape[0] < 1 or a.shape[1] < 1:
         raise ValueError(f"counts needs at least one client and one class, got shape {a.shape}")
     if not np.issubdtype(a.dtype, np.number) or np.issubdtype(a.dtype, np.complexfloating):
-        raise ValueError(f"counts must be numeric, got dtype {a.dtype}")
+        raise ValueError(f"counts must be numeric label counts, got dtype {a.dtype}: {_short(counts)}")
     a = a.astype(np.float64)
     if not np.all(np.isfinite(a)):
         raise ValueError("counts contains NaN or infinite values")
@@ -70,6 +72,12 @@ def _check_counts(counts) -> np.ndarray:
     return a
 
 
+def _short(value) -> str:
+    """``repr`` of a value, cut to one readable line for the error messages."""
+    text = " ".join(repr(value).split())
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
 def _client_pmfs(a: np.ndarray) -> np.ndarray:
     return a / a.sum(axis=1, keepdims=True)
 
@@ -78,8 +86,7 @@ def _client_pmfs(a: np.ndarray) -> np.ndarray:
 def psi_per_class(counts, eps: float = EPS) -> np.ndarray:
     """Per-class PSI (Eq. 2), shape (K, C); every entry ≥ 0."""
     a = _check_counts(counts)
-    if eps < 0:
-        raise ValueError(f"eps must be ≥ 0, got {eps}")
+    check_number(eps, "eps", 0)
     obs = _client_pmfs(a) + eps
     exp = a.sum(axis=0) / a.sum() + eps
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -163,8 +170,7 @@ def earth_movers(counts, variant: str = "faithful") -> float:
     -------
     float in [0, 1]: sqrt(mean over pairs i<j of W1(p_i, p_j)), clipped at 1. One client ⇒ 0.
     """
-    if variant not in ("faithful", "corrected"):
-        raise ValueError(f"variant must be 'faithful' or 'corrected', got {variant!r}")
+    check_choice(variant, "variant", ("faithful", "corrected"))
     p = _client_pmfs(_check_counts(counts))
     k, c = p.shape
     if k < 2:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .validation import check_seed
+from .validation import check_int, check_number, check_seed, fail
 
 __all__ = [
     "InfeasiblePartitionError",
@@ -71,11 +71,7 @@ def _check_labels(labels) -> np.ndarray:
 
 
 def _check_n_clients(n_clients, n_samples: int, minimum_per_client: int = 1) -> int:
-    if isinstance(n_clients, bool) or not isinstance(n_clients, (int, np.integer)):
-        raise ValueError(f"n_clients must be an integer ≥ 1, got {n_clients!r}")
-    k = int(n_clients)
-    if k < 1:
-        raise ValueError(f"n_clients must be ≥ 1, got {k}")
+    k = check_int(n_clients, "n_clients", 1)
     if k * minimum_per_client > n_samples:
         raise ValueError(
             f"n_clients={k} needs at least {k * minimum_per_client} samples "
@@ -87,6 +83,25 @@ def _check_n_clients(n_clients, n_samples: int, minimum_per_client: int = 1) -> 
 
 def _check_seed(seed) -> int:
     return check_seed(seed)
+
+
+def _is_number(value) -> bool:
+    """A real number (Python or numpy), not a bool and not a string."""
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+
+
+def _check_parts(parts, name: str = "parts") -> list[np.ndarray]:
+    """A sequence of 1-D integer index arrays (one per client); returned as int64 arrays."""
+    if isinstance(parts, (str, bytes, dict)) or not hasattr(parts, "__iter__") \
+            or (isinstance(parts, np.ndarray) and parts.ndim == 0):
+        fail(name, "a sequence of K 1-D integer index arrays (one per client)", parts)
+    out = []
+    for i, p in enumerate(parts):
+        a = np.asarray(p)
+        if a.ndim != 1 or (a.size and not np.issubdtype(a.dtype, np.integer)):
+            fail(f"{name}[{i}]", "a 1-D array of integer indices", p)
+        out.append(a.astype(np.int64))
+    return out
 
 
 def _dataset_tag(name: str | None, n: int) -> str:
@@ -146,14 +161,14 @@ def dirichlet(
     """
     y = _check_labels(labels)
     n = y.size
-    if not np.isfinite(alpha) or alpha <= 0:
-        raise ValueError(
-            f"alpha must be a finite number > 0 (smaller = more non-IID), got {alpha!r}"
-        )
+    if not (_is_number(alpha) and np.isfinite(alpha) and alpha > 0):
+        fail("alpha", "a finite number > 0 (smaller = more non-IID)", alpha)
+    check_int(min_samples, "min_samples", 0)
     k = _check_n_clients(n_clients, n, minimum_per_client=max(1, min_samples))
     seed = _check_seed(seed)
-    if max_draws < 1:
-        raise ValueError(f"max_draws must be ≥ 1, got {max_draws}")
+    check_int(max_draws, "max_draws", 1)
+    if dataset_name is not None and not isinstance(dataset_name, str):
+        fail("dataset_name", "a string or None", dataset_name)
     rng = np.random.default_rng(seed)
     classes, class_sizes = np.unique(y, return_counts=True)
     cap = n / k
@@ -213,8 +228,8 @@ def similarity(labels, n_clients: int, s: float, seed: int) -> list[np.ndarray]:
     list of K int64 arrays (disjoint; up to 2(K-1) samples are left unassigned).
     """
     y = _check_labels(labels)
-    if not (isinstance(s, (int, float, np.floating, np.integer)) and 0.0 <= float(s) <= 1.0):
-        raise ValueError(f"s must be a number in [0, 1] (1 = IID, 0 = label-sorted), got {s!r}")
+    if not (_is_number(s) and 0.0 <= float(s) <= 1.0):
+        fail("s", "a number in [0, 1] (1 = IID, 0 = label-sorted)", s)
     k = _check_n_clients(n_clients, y.size)
     rng = np.random.default_rng(_check_seed(seed))
     perm = rng.permutation(y.size)
@@ -238,8 +253,7 @@ def shards(labels, n_clients: int, shards_per_client: int, seed: int) -> list[np
     list of K int64 arrays.
     """
     y = _check_labels(labels)
-    if not isinstance(shards_per_client, (int, np.integer)) or shards_per_client < 1:
-        raise ValueError(f"shards_per_client must be an integer ≥ 1, got {shards_per_client!r}")
+    check_int(shards_per_client, "shards_per_client", 1)
     k = _check_n_clients(n_clients, y.size, minimum_per_client=int(shards_per_client))
     rng = np.random.default_rng(_check_seed(seed))
     order = rng.permutation(y.size)
@@ -275,10 +289,7 @@ def classes_per_client(labels, n_clients: int, n_classes_per_client: int, seed: 
     """
     y = _check_labels(labels)
     n_classes = int(y.max()) + 1
-    if not isinstance(n_classes_per_client, (int, np.integer)) or not 1 <= n_classes_per_client <= n_classes:
-        raise ValueError(
-            f"n_classes_per_client must be an integer in [1, {n_classes}], got {n_classes_per_client!r}"
-        )
+    check_int(n_classes_per_client, "n_classes_per_client", 1, n_classes)
     k = _check_n_clients(n_clients, y.size, minimum_per_client=int(n_classes_per_client))
     rng = np.random.default_rng(_check_seed(seed))
     holders: dict[int, list[int]] = {c: [] for c in range(n_classes)}
@@ -304,12 +315,13 @@ def cluster_of_client(n_clients: int, n_clusters: int) -> np.ndarray:
     -------
     int64 array, shape (K,).
     """
+    check_int(n_clients, "n_clients", 1)
+    check_int(n_clusters, "n_clusters", 1)
     return np.arange(n_clients, dtype=np.int64) % n_clusters
 
 
 def _cluster_label_sets(n_classes: int, n_clusters: int) -> list[np.ndarray]:
-    if not isinstance(n_clusters, (int, np.integer)) or not 1 <= n_clusters <= n_classes:
-        raise ValueError(f"n_clusters must be an integer in [1, C={n_classes}], got {n_clusters!r}")
+    check_int(n_clusters, "n_clusters", 1, n_classes)
     return np.array_split(np.arange(n_classes), n_clusters)
 
 
@@ -338,8 +350,8 @@ def noisy_clusters(
     y = _check_labels(labels)
     n_classes = int(y.max()) + 1
     label_sets = _cluster_label_sets(n_classes, n_clusters)
-    if not 0.0 <= p_noise <= 1.0:
-        raise ValueError(f"p_noise must be a probability in [0, 1], got {p_noise!r}")
+    check_number(p_noise, "p_noise", 0, 1)
+    check_int(n_noise_labels, "n_noise_labels", 0)
     k = _check_n_clients(n_clients, y.size)
     if k < n_clusters:
         raise ValueError(f"n_clients={k} must be ≥ n_clusters={n_clusters} so every cluster has a client")
@@ -388,12 +400,29 @@ PROTOCOLS = {
 def partition(labels, protocol: str, n_clients: int, level, seed: int, **kwargs) -> list[np.ndarray]:
     """Dispatch by protocol name; ``level`` is the protocol's one parameter
     (α, S, shards per client, classes per client, or number of clusters)."""
-    if protocol not in PROTOCOLS:
+    if not isinstance(protocol, str) or protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol {protocol!r}; choose one of {sorted(PROTOCOLS)}")
     spec = PROTOCOLS[protocol]
+    level = _check_level(level, protocol, spec.level_name)
     if protocol in ("pathological_clusters", "noisy_clusters"):
-        return spec.func(labels, n_clients, seed, n_clusters=int(level), **kwargs)
+        return spec.func(labels, n_clients, seed, n_clusters=level, **kwargs)
     return spec.func(labels, n_clients, level, seed, **kwargs)
+
+
+_INTEGER_LEVELS = ("shards_per_client", "n_classes_per_client", "n_clusters")
+
+
+def _check_level(level, protocol: str, level_name: str):
+    """``level`` must be a number (never a string: YAML gives '0.5' and 0.5 alike); for the
+    protocols whose parameter is a count, an integral float (2.0, as RunSpec stores levels)
+    becomes an int. The protocol itself checks the range."""
+    if not _is_number(level):
+        fail("level", f"a number (the {protocol} protocol's {level_name})", level)
+    if level_name in _INTEGER_LEVELS:
+        if not float(level).is_integer():
+            fail("level", f"a whole number (the {protocol} protocol's {level_name})", level)
+        return int(level)
+    return level
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -408,12 +437,11 @@ def train_test_split(parts, seed: int, test_fraction: float = 0.2) -> tuple[list
     -------
     (train_parts, test_parts) : two lists of K sorted int64 arrays.
     """
-    if not 0.0 <= test_fraction < 1.0:
-        raise ValueError(f"test_fraction must be in [0, 1), got {test_fraction!r}")
+    _check_fraction(test_fraction, "test_fraction")
     seed = _check_seed(seed)
+    parts = _check_parts(parts)
     train, test = [], []
     for i, idx in enumerate(parts):
-        idx = np.asarray(idx, dtype=np.int64)
         rng = np.random.default_rng([seed, i])
         shuffled = rng.permutation(idx)
         n_test = int(round(test_fraction * idx.size))
@@ -501,7 +529,15 @@ def label_counts(labels, parts, n_classes: int | None = None) -> np.ndarray:
     int64 array, shape (K, C).
     """
     y = _check_labels(labels)
+    check_int(n_classes, "n_classes", 1, optional=True)
     c = int(y.max()) + 1 if n_classes is None else int(n_classes)
     if c <= int(y.max()):
         raise ValueError(f"n_classes={c} is smaller than the largest label + 1 ({int(y.max()) + 1})")
-    return np.stack([np.bincount(y[np.asarray(p, dtype=np.int64)], minlength=c) for p in parts]).astype(np.int64)
+    parts = _check_parts(parts)
+    if not parts:
+        fail("parts", "a non-empty sequence of K index arrays (one per client)", parts)
+    for i, p in enumerate(parts):
+        if p.size and (p.min() < 0 or p.max() >= y.size):
+            bad = int(p.min()) if p.min() < 0 else int(p.max())
+            fail(f"parts[{i}]", f"indices into labels, in 0..{y.size - 1}", bad)
+    return np.stack([np.bincount(y[p], minlength=c) for p in parts]).astype(np.int64)

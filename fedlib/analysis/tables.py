@@ -4,7 +4,10 @@
 ``table4`` (AD ± SDAD) aggregate over seeds into one row per (dataset, protocol, level, K,
 method) with ``mean``, ``std`` (population std over seeds), ``n_seeds``; a setting whose
 partition was infeasible for every seed has n_seeds = 0 and renders as "—", as in the paper.
-``to_markdown`` pivots a table to the paper's layout (methods × settings, "mean ± std").
+A cell with a failed (diverged) run has ``n_failed`` > 0, ``mean`` and ``std`` NaN (its other
+seeds' numbers would silently drop it) and renders as "failed" (all seeds failed) or
+"failed (f/n seeds)". ``to_markdown`` pivots a table to the paper's layout (methods ×
+settings, "mean ± std").
 """
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ..methods import DISPLAY_NAMES
+from ..strict_json import restore
 
 __all__ = ["records_frame", "table3", "table4", "to_markdown", "SETTING_KEYS"]
 
@@ -23,13 +27,18 @@ def records_frame(records) -> pd.DataFrame:
     """One row per run: the spec's keys, status, metrics, τ, WPSI and AD/SDAD vs CL.
 
     The CL-target fairness (PSI-PFL) uses the CL run of the same setting and seed; it is NaN
-    where no such run exists.
+    where no such run exists. Values a strict-JSON record holds as null (listed in its
+    ``"nonfinite"`` field, :mod:`fedlib.strict_json`) are restored to NaN/±inf; a failed run
+    has its ``error`` and no metrics.
     """
     rows = []
     for r in records:
+        r = restore(r) if "nonfinite" in r else r
         s = r["spec"]
         row = {k: s[k] for k in ("dataset", "protocol", "level", "n_clients", "seed", "method")}
         row.update(status=r["status"], paper_name=r.get("paper_name"))
+        if r["status"] == "failed":
+            row["error"] = r.get("error")
         if r["status"] == "ok":
             row.update({k: r[k] for k in ("global_accuracy", "ad", "sdad", "cp", "wpsi")})
             row["tau"] = r.get("info", {}).get("tau")
@@ -64,10 +73,16 @@ def _aggregate(df: pd.DataFrame, value: str) -> pd.DataFrame:
     settings = df[_KEYS].drop_duplicates()
     out = settings.merge(out, on=_KEYS, how="left")
     out["n_seeds"] = out["n_seeds"].fillna(0).astype(int)
-    out["n_infeasible"] = out.merge(
-        df[df.status == "infeasible"].groupby(_KEYS).size().rename("n").reset_index(), on=_KEYS, how="left"
-    )["n"].fillna(0).astype(int).values
+    for status, col in (("infeasible", "n_infeasible"), ("failed", "n_failed")):
+        out[col] = _count(out, df, status)
+    out.loc[out.n_failed > 0, ["mean", "std"]] = np.nan  # never a number from the surviving seeds
     return out.sort_values(_KEYS).reset_index(drop=True)
+
+
+def _count(out: pd.DataFrame, df: pd.DataFrame, status: str) -> np.ndarray:
+    """Runs of each row of ``out`` (one per setting × method) with ``status``, shape (rows,)."""
+    counts = df[df.status == status].groupby(_KEYS).size().rename("n").reset_index()
+    return out[_KEYS].merge(counts, on=_KEYS, how="left")["n"].fillna(0).astype(int).values
 
 
 def table3(df: pd.DataFrame) -> pd.DataFrame:
@@ -82,10 +97,15 @@ def table4(df: pd.DataFrame) -> pd.DataFrame:
     out = _aggregate(df, "ad").rename(columns={"mean": "ad", "std": "ad_std"})
     ok = df[df.status == "ok"]
     extra = ok.groupby(_KEYS, dropna=False)[["sdad", "ad_cl", "sdad_cl"]].mean().reset_index()
-    return out.merge(extra, on=_KEYS, how="left")
+    out = out.merge(extra, on=_KEYS, how="left")
+    out.loc[out.n_failed > 0, ["sdad", "ad_cl", "sdad_cl"]] = np.nan
+    return out
 
 
-def _fmt(a, b, n, digits=2) -> str:
+def _fmt(a, b, n, digits=2, n_failed=0) -> str:
+    """"mean ± std"; "failed" / "failed (f/n seeds)" when runs diverged; "—" when none ran."""
+    if n_failed:
+        return "failed" if n == 0 else f"failed ({n_failed}/{n_failed + n} seeds)"
     if n == 0 or pd.isna(a):
         return "—"
     return f"{a:.{digits}f} ± {b:.{digits}f}"
@@ -98,7 +118,8 @@ def to_markdown(table: pd.DataFrame, value: str = "mean", spread: str = "std") -
         f"{'α' if p == 'dirichlet' else 'S' if p == 'similarity' else p}={lv:g}, K={k}"
         for p, lv, k in zip(t.protocol, t.level, t.n_clients)
     ]
-    t["cell"] = [_fmt(a, b, n) for a, b, n in zip(t[value], t[spread], t.n_seeds)]
+    failed = t["n_failed"] if "n_failed" in t else pd.Series(0, index=t.index)
+    t["cell"] = [_fmt(a, b, n, n_failed=f) for a, b, n, f in zip(t[value], t[spread], t.n_seeds, failed)]
     t["Method"] = t.method.map(lambda m: DISPLAY_NAMES.get(m, m))
     order = {m: i for i, m in enumerate(DISPLAY_NAMES)}
     blocks = []

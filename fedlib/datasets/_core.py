@@ -164,6 +164,8 @@ def data_dir(data_dir: str | os.PathLike | None = None) -> Path:
     """
     from ..paths import data_root
 
+    if data_dir is not None and not isinstance(data_dir, (str, os.PathLike)):
+        raise ValueError(f"data_dir must be a folder path (str or os.PathLike) or None, got {data_dir!r}")
     return data_root(data_dir)
 
 

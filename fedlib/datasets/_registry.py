@@ -6,6 +6,7 @@ and a ``SPEC = DatasetSpec(...)``, then add one line to ``DATASETS`` below.
 
 from __future__ import annotations
 
+import inspect
 import os
 
 from . import acs_income, adult, amazon_reviews, cifar10, fine_foods, fmnist, mlbench, \
@@ -61,7 +62,18 @@ def load(name: str, data_dir: str | os.PathLike | None = None, **options) -> Dat
         The data is not here; the message says how to get it.
     """
     spec = _spec(name)
-    return spec.loader(_data_dir(data_dir), **options)
+    root = _data_dir(data_dir)
+    _check_options(spec, options)
+    return spec.loader(root, **options)
+
+
+def _check_options(spec: DatasetSpec, options: dict) -> None:
+    """Every option must be a keyword of the dataset's loader (its values the loader checks)."""
+    accepted = list(inspect.signature(spec.loader).parameters)[1:]  # after the data folder
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise ValueError(f"options must be keyword options of the {spec.name!r} loader "
+                         f"({', '.join(accepted) or 'it takes none'}), got {unknown!r}")
 
 
 def available(data_dir: str | os.PathLike | None = None) -> dict[str, bool | str]:

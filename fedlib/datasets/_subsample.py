@@ -7,6 +7,7 @@ import numbers
 
 import numpy as np
 
+from ..validation import check_seed
 from ._core import Dataset
 
 
@@ -39,11 +40,9 @@ def stratified_indices(y: np.ndarray, n: int, rng: np.random.Generator) -> np.nd
 def _check(n, available: int, param: str) -> None:
     if n is None:
         return
-    if isinstance(n, bool) or not isinstance(n, numbers.Integral):
-        raise ValueError(f"{param} must be an int or None, got {n!r}")
-    if n < 1 or n > available:
-        raise ValueError(f"{param}={n} is out of range: must be between 1 and the "
-                         f"{available} rows available")
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or not 1 <= n <= available:
+        raise ValueError(f"{param} must be an int in [1, {available}] (the rows available) or None "
+                         f"(keep the split whole), got {n!r}")
 
 
 def subsample(ds: Dataset, n_train: int | None, n_test: int | None, seed: int) -> Dataset:
@@ -68,8 +67,11 @@ def subsample(ds: Dataset, n_train: int | None, n_test: int | None, seed: int) -
     ValueError
         If ``n_train`` / ``n_test`` is not an int in 1..available, or ``seed`` is not an int.
     """
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-        raise ValueError(f"seed must be an int, got {seed!r}")
+    if not isinstance(ds, Dataset):
+        text = " ".join(repr(ds).split())
+        raise ValueError(f"ds must be a fedlib.datasets.Dataset (from load), got "
+                         f"{text if len(text) <= 80 else text[:77] + '...'}")
+    check_seed(seed)
     _check(n_train, len(ds.y_train), "n_train")
     n_test_avail = 0 if ds.y_test is None else len(ds.y_test)
     _check(n_test, n_test_avail, "n_test")

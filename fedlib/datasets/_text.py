@@ -8,6 +8,8 @@ from collections import Counter
 
 import numpy as np
 
+from ..validation import check_int
+
 PAD, OOV = "<pad>", "<oov>"
 #: The authors' Sent140 sequence length.
 SEQ_LEN = 25
@@ -20,6 +22,14 @@ _URL = re.compile(r"(https?://\S+|www\.\S+)")
 _USER = re.compile(r"@\w+")
 _HTML = re.compile(r"<[^>]*>")
 _NON_LETTER = re.compile(r"[^a-z]+")
+
+
+def check_options(seq_len, min_count, max_vocab) -> None:
+    """The text loaders' options, checked before any file is read: ``seq_len`` ≥ 1,
+    ``min_count`` ≥ 1, ``max_vocab`` ≥ 3 (padding, OOV and one token) or None."""
+    check_int(seq_len, "seq_len", 1)
+    check_int(min_count, "min_count", 1)
+    check_int(max_vocab, "max_vocab", 3, optional=True)
 
 
 def tokenize(text: str) -> list[str]:

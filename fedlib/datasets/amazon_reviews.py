@@ -50,6 +50,7 @@ def load(root: Path, seq_len: int = _text.SEQ_LEN, min_count: int = _text.MIN_CO
     Dataset
         x: int64 (N, seq_len) token ids; y: int64 (N,) product category.
     """
+    _text.check_options(seq_len, min_count, max_vocab)
     train_path, test_path = folder(root) / "train.csv", folder(root) / "test.csv"
     if not train_path.is_file():
         raise DataUnavailableError(f"amazon_reviews: {train_path} not found. "

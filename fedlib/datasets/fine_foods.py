@@ -72,6 +72,7 @@ def load(root: Path, seq_len: int = _text.SEQ_LEN, min_count: int = _text.MIN_CO
     Dataset
         x: int64 (N, seq_len) token ids; y: int64 (N,), 1 = great; 4,000 train, 1,000 test.
     """
+    _text.check_options(seq_len, min_count, max_vocab)
     d = _dir(root)
     if d is None:
         raise _missing(root)

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from . import _text
+from ..validation import check_number, check_seed
 from ._core import SPLIT_NOTE, DatasetSpec, Dataset, DataUnavailableError, how_to_fix, \
     split_80_20
 
@@ -73,8 +74,9 @@ def load(root: Path, fraction: float = FRACTION, seed: int = SAMPLE_SEED,
     Dataset
         x: int64 (N, seq_len) token ids; y: int64 (N,), 1 = positive.
     """
-    if not 0 < fraction <= 1:
-        raise ValueError(f"fraction must be in (0, 1], got {fraction!r}")
+    check_number(fraction, "fraction", 0, 1, low_open=True)
+    check_seed(seed)
+    _text.check_options(seq_len, min_count, max_vocab)
     train_path, test_path = folder(root) / TRAIN_FILE, folder(root) / TEST_FILE
     if not train_path.is_file():
         raise DataUnavailableError(

@@ -7,6 +7,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from ..validation import check_int, fail
+
 __all__ = ["Federation", "resolve_device", "gather"]
 
 NO_GLOBAL_TEST = ("this Federation has no global test set: build it with "
@@ -14,15 +16,43 @@ NO_GLOBAL_TEST = ("this Federation has no global test set: build it with "
                   "official test split)")
 
 
+DEVICES = "'auto', 'cpu', 'cuda' or 'cuda:N'"
+"""The devices fedlib runs on (a torch.device of type cpu or cuda is accepted too)."""
+
+
+def _parse_device(device) -> torch.device | None:
+    """``device`` as a cpu/cuda torch.device, or None when it names no such device."""
+    if isinstance(device, torch.device):
+        return device if device.type in ("cpu", "cuda") else None
+    if not isinstance(device, str):
+        return None
+    if device == "cpu":
+        return torch.device("cpu")
+    if device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit()):
+        return torch.device(device)
+    return None
+
+
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
-    """``'auto'`` → CUDA when available, else CPU; any other value is checked and returned."""
+    """``'auto'`` → CUDA when available, else CPU; any other value is checked and returned.
+
+    Allowed: ``'auto'``, ``'cpu'``, ``'cuda'``, ``'cuda:N'`` (N < the number of GPUs), or a
+    ``torch.device`` of type cpu/cuda. Apple's ``'mps'`` and other torch backends are not
+    supported (the engine's kernels are tested on CPU and CUDA only).
+    """
     if isinstance(device, str) and device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device={str(device)!r} was asked for but CUDA is not available; "
-                         "use 'cpu' or 'auto'")
-    return device
+    parsed = _parse_device(device)
+    if parsed is None:
+        kind = device.type if isinstance(device, torch.device) else str(device).split(":")[0]
+        note = " (Apple's MPS backend is not supported by fedlib)" if kind == "mps" else ""
+        fail("device", DEVICES + note, device)
+    if parsed.type == "cuda":
+        if not torch.cuda.is_available():
+            fail("device", "'auto' or 'cpu' here (CUDA is not available on this machine)", device)
+        if parsed.index is not None and parsed.index >= torch.cuda.device_count():
+            fail("device", f"'cuda' or 'cuda:N' with N < {torch.cuda.device_count()} (the GPUs here)", device)
+    return parsed
 
 
 def gather(data: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -116,6 +146,11 @@ class Federation:
             by :func:`fedlib.engine.evaluate_global`; both or neither.
         """
         device = resolve_device(device)
+        check_int(n_classes, "n_classes", 2, optional=True)
+        for name, parts in (("train_parts", train_parts), ("test_parts", test_parts),
+                            ("val_parts", val_parts)):
+            if parts is not None and (isinstance(parts, (str, bytes, dict)) or not hasattr(parts, "__len__")):
+                fail(name, "a sequence of K 1-D integer index arrays (one per client)", parts)
         if (x_test is None) != (y_test is None):
             raise ValueError("give both x_test and y_test, or neither")
         x_t, y_t = _to_inputs(x, "x", device), _to_labels(y, "y", device)
@@ -231,8 +266,17 @@ class Federation:
         return c.astype(np.int64)
 
 
+def _as_tensor(v, name: str, what: str) -> torch.Tensor:
+    try:
+        return torch.as_tensor(v)
+    except (TypeError, ValueError, RuntimeError):
+        text = " ".join(repr(v).split())
+        raise ValueError(f"{name} must be {what}, got {text if len(text) <= 120 else text[:117] + '...'}") \
+            from None
+
+
 def _to_inputs(x, name: str, device: torch.device) -> torch.Tensor:
-    t = torch.as_tensor(x)
+    t = _as_tensor(x, name, "an array of floats or integer token ids, shape (N, *input_shape)")
     if t.dim() < 2:
         raise ValueError(f"{name} must have shape (N, *input_shape), got {tuple(t.shape)}")
     if t.is_floating_point():
@@ -243,7 +287,7 @@ def _to_inputs(x, name: str, device: torch.device) -> torch.Tensor:
 
 
 def _to_labels(y, name: str, device: torch.device) -> torch.Tensor:
-    t = torch.as_tensor(y)
+    t = _as_tensor(y, name, "a 1-D array of integer class ids")
     if t.dim() != 1 or t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
         raise ValueError(f"{name} must be a 1-D array of integer class ids, got {t.dtype} {tuple(t.shape)}")
     if len(t) and t.min() < 0:

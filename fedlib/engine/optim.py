@@ -86,12 +86,12 @@ class Adam:
 
     def __post_init__(self):
         lr = _positive("lr", self.lr)
-        try:
-            betas = tuple(float(b) for b in self.betas)
-        except (TypeError, ValueError):
-            betas = ()
-        if len(betas) != 2 or not all(0 <= b < 1 for b in betas):
+        if isinstance(self.betas, (str, bytes)) or not hasattr(self.betas, "__len__") or len(self.betas) != 2:
             raise ValueError(f"betas must be two numbers in [0, 1), got {self.betas!r}")
+        try:
+            betas = tuple(check_number(b, "betas entries", 0, 1, high_open=True) for b in self.betas)
+        except ValueError:
+            raise ValueError(f"betas must be two numbers in [0, 1), got {self.betas!r}") from None
         object.__setattr__(self, "lr", lr)
         object.__setattr__(self, "betas", betas)
         object.__setattr__(self, "eps", _positive("eps", self.eps))

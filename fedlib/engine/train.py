@@ -55,10 +55,11 @@ from .optim import (SGD, Adam, AdamState, EmbeddingPull, SGDState, StackedOptimi
                     check_opt_state, check_optimizer, clone_state, fresh_state, pull_terms)
 from .paths import clients_per_chunk, resolve_path
 from .schedule import BatchPlan, batch_plan, client_torch_seed
+from .errors import DivergenceError
 from .host import to_host
 from ._validation import check_int, check_state
 
-__all__ = ["TrainResult", "local_train"]
+__all__ = ["TrainResult", "local_train", "DivergenceError"]
 
 State = dict[str, torch.Tensor]
 
@@ -164,6 +165,16 @@ def local_train(model: nn.Module, params: State, fed: Federation, clients, *, ep
     Returns
     -------
     TrainResult
+
+    Raises
+    ------
+    DivergenceError
+        When some clients' weights (parameters or float buffers) or last-epoch loss are NaN
+        or ±inf after training (typically lr too large). It names every such client, the
+        round (``round_idx``) and the optimiser's lr. Every client trains to the end
+        first, so both paths name the same clients. The check costs one sum per tensor
+        per chunk (vectorised) or per client (sequential) and one host sync; the exact
+        per-client search runs only when a sum is not finite (:func:`_nonfinite_rows`).
     """
     clients = fed.check_clients(clients)
     check_int(epochs, "epochs", 1)
@@ -186,14 +197,16 @@ def local_train(model: nn.Module, params: State, fed: Federation, clients, *, ep
     want_opt = bool(return_opt_state) or opt_state is not None
     if chosen == "sequential":
         plans = [batch_plan(fed.train_parts[c], epochs, batch_size, seed, round_idx, c) for c in clients]
-        new_state, loss_sum, new_opt = _train_sequential(template, state, fed, clients, plans, opt, prox,
-                                                         seed, round_idx, start_opt, want_opt, pull)
+        new_state, loss_sum, new_opt, bad = _train_sequential(template, state, fed, clients, plans, opt, prox,
+                                                              seed, round_idx, start_opt, want_opt, pull)
     else:  # the same batches, as positions within each client's own split
         plans = [batch_plan(np.arange(len(fed.train_parts[c])), epochs, batch_size, seed, round_idx, c)
                  for c in clients]
         chunk = clients_per_chunk(template, fed.x[:1], batch_size, True, max_clients_per_chunk)
-        new_state, loss_sum, new_opt = _train_vectorised(template, names, state, fed, clients, plans, opt,
-                                                         prox, chunk, start_opt, want_opt, pull)
+        new_state, loss_sum, new_opt, bad = _train_vectorised(template, names, state, fed, clients, plans,
+                                                              opt, prox, chunk, start_opt, want_opt, pull)
+    if bad:
+        raise _divergence(clients, bad, round_idx, opt)
     n = torch.as_tensor(fed.n_train[clients], device=fed.device)
     mean_loss = torch.where(n > 0, loss_sum / n.clamp(min=1), torch.full_like(loss_sum, float("nan")))
     return TrainResult(new_state, n, mean_loss, chosen, new_opt)
@@ -217,12 +230,16 @@ def _template(model: nn.Module, device: torch.device, path: str, needs_autograd:
 def _train_sequential(template: nn.Module, state: State, fed: Federation, clients: np.ndarray,
                       plans: list[BatchPlan], opt: Adam | SGD, prox: _Prox | None, seed: int,
                       round_idx: int, opt_state: AdamState | SGDState | None, want_opt: bool,
-                      pull: EmbeddingPull | None) -> tuple[State, torch.Tensor, AdamState | SGDState | None]:
+                      pull: EmbeddingPull | None
+                      ) -> tuple[State, torch.Tensor, AdamState | SGDState | None, dict[int, str]]:
     """Client after client: load row i into ``template``, train it, write it back.
 
     With ``opt_state`` each client's row is loaded into its ``torch.optim`` optimiser's
     state dict before training; with ``want_opt`` the optimiser's state is read back.
+    The last value returned maps the rows whose weights or loss became non-finite to what
+    did (:func:`_nonfinite_rows`); empty when training stayed finite.
     """
+    bad: dict[int, str] = {}
     out = {k: v.clone() for k, v in state.items()}
     loss_sum = torch.zeros(len(clients), dtype=torch.float64, device=fed.device)
     live = float_state(template)
@@ -258,9 +275,11 @@ def _train_sequential(template: nn.Module, state: State, fed: Federation, client
         with torch.no_grad():
             for name, tensor in live.items():
                 out[name][i].copy_(tensor)
+            for row, what in _nonfinite_rows([out[name][i:i + 1] for name in live], loss_sum[i:i + 1]).items():
+                bad[i + row] = what
         if want_opt:
             new_opt = _read_client_state(optimizer, weights, names, new_opt, i)
-    return out, loss_sum, new_opt
+    return out, loss_sum, new_opt, bad
 
 
 def _sequential_loss(template: nn.Module, pull: EmbeddingPull | None, i: int):
@@ -342,14 +361,18 @@ def _seeded_rng(seed: int, device: torch.device):
 def _train_vectorised(template: nn.Module, names: list[str], state: State, fed: Federation,
                       clients: np.ndarray, plans: list[BatchPlan], opt: Adam | SGD, prox: _Prox | None,
                       chunk: int, opt_state: AdamState | SGDState | None, want_opt: bool,
-                      pull: EmbeddingPull | None) -> tuple[State, torch.Tensor, AdamState | SGDState | None]:
+                      pull: EmbeddingPull | None
+                      ) -> tuple[State, torch.Tensor, AdamState | SGDState | None, dict[int, str]]:
     """All clients of a chunk per step; clients sorted by step count (see module docstring).
 
     ``plans`` index positions within each client's own train split (``batch_plan`` of
     ``arange(n)``: the same batches as over the pooled indices); each chunk first copies
     its clients' samples into one contiguous block, so the steps gather from a few
-    megabytes that stay in cache rather than from the whole pooled data set.
+    megabytes that stay in cache rather than from the whole pooled data set. The last value
+    returned maps the rows whose weights or loss became non-finite to what did (checked once
+    per chunk, :func:`_nonfinite_rows`); empty when training stayed finite.
     """
+    bad: dict[int, str] = {}
     out = {k: v.clone() for k, v in state.items()}
     loss_sum = torch.zeros(len(plans), dtype=torch.float64, device=fed.device)
     new_opt = (opt_state if opt_state is not None else fresh_state(opt, state, names)) if want_opt else None
@@ -372,9 +395,12 @@ def _train_vectorised(template: nn.Module, names: list[str], state: State, fed: 
         loss_sum[rows] = (step_loss.T.double() * batches.stat).sum(1)
         for name, tensor in sub.items():
             out[name][rows] = tensor
+        chunk_rows = order[start:start + chunk]
+        for row, what in _nonfinite_rows(list(sub.values()), loss_sum[rows]).items():
+            bad[int(chunk_rows[row])] = what
         if want_opt:
             new_opt = new_opt.put(rows.cpu(), stepper.final_state())
-    return out, loss_sum, new_opt
+    return out, loss_sum, new_opt, dict(sorted(bad.items()))
 
 
 @dataclass
@@ -556,10 +582,49 @@ def _prox_rows(prox: _Prox | None, names: list[str], m: int):
     return [prox.mu[:m].view(-1, *[1] * (c.dim() - 1)) for c in centers], centers
 
 
+# ----------------------------------------------------------------------------- divergence
+def _nonfinite_rows(tensors: list[torch.Tensor], loss: torch.Tensor) -> dict[int, str]:
+    """Rows whose weights or loss are not finite, mapped to ``"weights"``, ``"loss"`` or both.
+
+    ``tensors``: stacked (m, ...) each; ``loss``: (m,). The common case costs one sum per
+    tensor and one host sync: a sum is finite unless some entry is NaN/±inf or the sum
+    overflows, so a finite sum clears the tensor (``isfinite().all()`` allocates a mask and
+    is ~25× slower on a large MLP). Only when a sum is not finite are the rows searched
+    exactly (an overflowing sum of finite weights then finds nothing).
+    """
+    if _all_finite(tensors + [loss]):
+        return {}
+    bad_w = torch.zeros(len(loss), dtype=torch.bool, device=loss.device)
+    for t in tensors:
+        bad_w |= ~torch.isfinite(t.reshape(len(t), -1)).all(1)
+    bad_l = ~torch.isfinite(loss)
+    out = {}
+    for row, (w, l) in enumerate(zip(bad_w.tolist(), bad_l.tolist())):
+        if w or l:
+            out[row] = "weights and loss" if w and l else "weights" if w else "loss"
+    return out
+
+
+def _all_finite(tensors: list[torch.Tensor]) -> bool:
+    """Cheap screen: True when the sum of every tensor is finite (then so is every entry)."""
+    return bool(torch.isfinite(torch.stack([t.sum().double() for t in tensors])).all())
+
+
+def _divergence(clients: np.ndarray, bad: dict[int, str], round_idx: int, opt: Adam | SGD) -> DivergenceError:
+    """The error naming the diverged clients (ids, ascending), the round and the optimiser."""
+    rows = sorted(bad, key=lambda r: int(clients[r]))
+    kinds = sorted(set(bad.values()), key=["weights", "loss", "weights and loss"].index)
+    what = kinds[0] if len(kinds) == 1 else "weights and/or loss"
+    return DivergenceError([int(clients[r]) for r in rows], round_idx, what=what, lr=opt.lr,
+                           optimizer=type(opt).__name__.lower())
+
+
 # ----------------------------------------------------------------------------- validation
 def _check_prox(center: State | None, mu, names: list[str], state: State, m: int,
                 device: torch.device) -> _Prox | None:
     """Validated proximal term, or None when μ is zero everywhere."""
+    if isinstance(mu, (str, bytes)) or (isinstance(mu, (list, tuple)) and any(isinstance(v, (str, bytes)) for v in mu)):
+        raise ValueError(f"prox_mu must be a float ≥ 0 or an array of shape ({m},), got {mu!r}")
     mu_np = to_host(mu, np.float64)
     if mu_np.ndim == 0:
         mu_np = np.full(m, float(mu_np))

@@ -57,6 +57,8 @@ def get_method(name: str):
 def make_hyper(name: str, values: dict | None = None):
     """The method's Hyper dataclass filled with ``values`` over its paper defaults."""
     hyper_cls = get_method(name).Hyper
+    if values is not None and not isinstance(values, dict):
+        raise ValueError(f"hyper must be a dict of hyperparameter values (or None), got {values!r}")
     values = dict(values or {})
     known = {f.name for f in dataclasses.fields(hyper_cls)}
     unknown = sorted(set(values) - known)

@@ -30,6 +30,7 @@ warm-up phase and then a second phase that continues the round count.
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass, field, fields
 
 import numpy as np
@@ -37,6 +38,7 @@ import torch
 from torch import nn
 
 from ..engine import Federation, broadcast, evaluate, local_train, weighted_average
+from ..engine.errors import DivergenceError
 from ..engine.evaluate import evaluate_global, loss_matrix
 from ..engine.host import to_host
 from ..engine.optim import SGD, Adam, EmbeddingPull, fresh_state
@@ -48,7 +50,7 @@ from ..validation import check_choice, check_int, check_number, fail
 State = dict  # name -> Tensor; "stacked" when every tensor has a leading client/model axis
 
 __all__ = ["FLConfig", "Context", "Outcome", "sample_clients", "take", "federated_averaging",
-           "global_model_rounds", "round_size", "State"]
+           "global_model_rounds", "round_size", "check_finite_models", "State"]
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,11 @@ class FLConfig:
     ``weight_decay`` is torch's coupled L2 for either. ``keep_optimizer_state`` False (the
     paper's Keras clients: a fresh optimiser each round) or True (each client keeps its
     Adam moments / SGD momentum across the rounds it is selected in).
+
+    ``max_loss``: a client whose last-epoch mean training loss exceeds ``max_loss · ln C``
+    (ln C: the loss of a uniform guess over C classes) has diverged even if its weights are
+    finite — Adam moves each weight by at most about lr per step, so lr = 1e6 leaves huge
+    finite weights at chance accuracy; the run then fails like a non-finite one.
     """
 
     rounds: int = 40
@@ -77,6 +84,7 @@ class FLConfig:
     momentum: float = 0.0
     weight_decay: float = 0.0
     keep_optimizer_state: bool = False
+    max_loss: float = 100.0
 
     def __post_init__(self):
         for name in ("rounds", "local_epochs", "batch_size", "eval_every"):
@@ -88,6 +96,7 @@ class FLConfig:
         check_number(self.momentum, "momentum", 0, 1, high_open=True)
         check_number(self.weight_decay, "weight_decay", 0)
         check_choice(self.keep_optimizer_state, "keep_optimizer_state", (False, True))
+        check_number(self.max_loss, "max_loss", 1, low_open=True)
         if self.optimizer == "adam" and self.momentum:
             fail("momentum", "0 with optimizer='adam' (Adam's β1 plays that role; use optimizer='sgd')",
                  self.momentum)
@@ -184,18 +193,31 @@ class Context:
         ``epochs`` None: the protocol's E. With ``cfg.keep_optimizer_state`` each client
         resumes its own optimiser state and leaves its new state behind (a client listed
         twice in one call keeps the state of its last row).
+
+        Raises :class:`~fedlib.engine.errors.DivergenceError` (naming the clients, the round
+        and the protocol's lr and optimiser) when local training leaves non-finite weights.
         """
         clients = np.asarray(clients, dtype=np.int64)
         optimizer = self.cfg.client_optimizer()
         keep = self.cfg.keep_optimizer_state
-        res = local_train(
-            self.model, start, self.fed, clients,
-            epochs=self.cfg.local_epochs if epochs is None else epochs, batch_size=self.cfg.batch_size,
-            seed=self.seed, round_idx=round_idx, prox_center=prox_center, prox_mu=prox_mu,
-            path=self.cfg.path, optimizer=optimizer, embedding_pull=embedding_pull,
-            opt_state=self._opt_state.take(clients) if keep and self._opt_state is not None else None,
-            return_opt_state=keep,
-        )
+        try:
+            res = local_train(
+                self.model, start, self.fed, clients,
+                epochs=self.cfg.local_epochs if epochs is None else epochs, batch_size=self.cfg.batch_size,
+                seed=self.seed, round_idx=round_idx, prox_center=prox_center, prox_mu=prox_mu,
+                path=self.cfg.path, optimizer=optimizer, embedding_pull=embedding_pull,
+                opt_state=self._opt_state.take(clients) if keep and self._opt_state is not None else None,
+                return_opt_state=keep,
+            )
+        except DivergenceError as err:
+            raise err.with_context(round_idx=round_idx, lr=self.cfg.lr, optimizer=self.cfg.optimizer) from None
+        limit = self.cfg.max_loss * math.log(self.fed.n_classes)
+        loss = to_host(res.mean_loss, np.float64)
+        exploded = np.flatnonzero(np.isfinite(loss) & (loss > limit))
+        if exploded.size:
+            raise DivergenceError(sorted(set(clients[exploded].tolist())), round_idx, what="training loss",
+                                  state="exploded", stage=f"(last-epoch mean up to {loss[exploded].max():.3g} > "
+                                  f"max_loss·ln C = {limit:.3g})", lr=self.cfg.lr, optimizer=self.cfg.optimizer)
         if keep:
             if self._opt_state is None:
                 self._opt_state = fresh_state(optimizer, broadcast({k: v[0] for k, v in start.items()}, self.n_clients), [
@@ -276,9 +298,32 @@ def federated_averaging(ctx: Context, groups, *, start: State | None = None, log
             rows = np.flatnonzero(owner == gi)
             new.append(weighted_average(take(res.params, rows), n[rows]))
         models = {k: torch.stack([m[k] for m in new]) for k in new[0]}
+        check_finite_models(models, t, "after aggregation", ctx.cfg)
         if log:
             ctx.log_round(t, models, assignment)
     return Outcome(models, assignment)
+
+
+def check_finite_models(models: State, round_idx: int | None, stage: str, cfg: FLConfig | None = None) -> None:
+    """Raise :class:`~fedlib.engine.errors.DivergenceError` naming the rows of the stacked
+    ``models`` (name -> (G, ...)) that hold a NaN or ±inf; ``stage`` says when (e.g.
+    ``"after the server update"``), ``round_idx`` (0-based) in which round, None if unknown;
+    ``cfg`` adds the clients' lr and optimiser to the message.
+
+    Costs one sum per tensor and one host sync (a finite sum clears a tensor); rows are
+    searched exactly only when a sum is not finite.
+    """
+    tensors = [t for t in models.values() if t.is_floating_point()]
+    if not tensors or bool(torch.isfinite(torch.stack([t.sum().double() for t in tensors])).all()):
+        return
+    bad = torch.zeros(len(tensors[0]), dtype=torch.bool, device=tensors[0].device)
+    for t in tensors:
+        bad |= ~torch.isfinite(t.reshape(len(t), -1)).all(1)
+    if not bad.any():  # finite weights whose sum overflowed
+        return
+    raise DivergenceError(models=torch.nonzero(bad).flatten().tolist(), round_idx=round_idx, what="weights",
+                          stage=stage, lr=None if cfg is None else cfg.lr,
+                          optimizer=None if cfg is None else cfg.optimizer)
 
 
 def round_size(n_clients: int, fraction: float) -> int:
@@ -322,6 +367,8 @@ def global_model_rounds(ctx: Context, *, choose=None, server_step=None, state=No
         res = ctx.train(start, clients, t, prox_center=start if prox_mu else None, prox_mu=prox_mu)
         aggregate = weighted_average(res.params, res.n_samples)
         model, state = server_step(model, aggregate, state) if server_step else (aggregate, state)
+        check_finite_models(broadcast(model, 1), t, "after the server update" if server_step else "after aggregation",
+                            ctx.cfg)
         if observe is not None:
             observe(clients, res)
         selected.append(clients.tolist())
