@@ -119,8 +119,12 @@ class RunSpec:
             fail("hyper", "a dict of the method's hyperparameters", self.hyper)
         if not isinstance(self.fl, dict):
             fail("fl", "a dict of training settings (fedlib.methods.FLConfig fields)", self.fl)
-        make_hyper(self.method, self.hyper)
+        hp = make_hyper(self.method, self.hyper)
         FLConfig.from_dict(self.fl)
+        needs_val = getattr(get_method(self.method), "needs_validation", None)
+        if needs_val is not None and needs_val(hp) and self.val_fraction == 0:
+            fail("val_fraction", f"> 0 for method {self.method!r} with hyper {self.hyper or '{}'} (it selects or "
+                 "weights on the clients' validation split), e.g. 0.1", self.val_fraction)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -422,7 +426,8 @@ def load_records(results_dir) -> list[dict]:
 
 
 def grid_specs(datasets, protocols: dict, n_clients, seeds, methods, *, hyper: dict | None = None,
-               fl: dict | None = None, n_train: dict | int | None = None) -> list[RunSpec]:
+               fl: dict | None = None, n_train: dict | int | None = None,
+               val_fraction: dict | float = 0.0) -> list[RunSpec]:
     """The cross product of a training grid as RunSpecs (what notebook 05's parameters name).
 
     Parameters
@@ -433,6 +438,8 @@ def grid_specs(datasets, protocols: dict, n_clients, seeds, methods, *, hyper: d
     hyper : dict method -> hyperparameter overrides
     fl : training protocol overrides (FLConfig fields), shared by every run
     n_train : training-pool subset size, one int for all datasets or a dict per dataset
+    val_fraction : per-client validation share (RunSpec.val_fraction), one number for every
+        method or a dict method -> share (methods not named get 0), e.g. {'psi_pfl': 0.1}
 
     Levels, K and seeds must be numbers (a string such as '0.5' from a params file is refused,
     never converted); the rest of each spec is checked by :meth:`RunSpec.validate`.
@@ -455,6 +462,11 @@ def grid_specs(datasets, protocols: dict, n_clients, seeds, methods, *, hyper: d
             fail(name, "a dict or None", value)
     if not isinstance(n_train, dict):
         check_int(n_train, "n_train", 1, optional=True)
+    if isinstance(val_fraction, dict):
+        for m, v in val_fraction.items():
+            check_number(v, f"val_fraction[{m!r}]", 0, 1, high_open=True)
+    else:
+        check_number(val_fraction, "val_fraction", 0, 1, high_open=True)
     hyper = hyper or {}
     specs = []
     for ds in datasets:
@@ -464,9 +476,10 @@ def grid_specs(datasets, protocols: dict, n_clients, seeds, methods, *, hyper: d
                 for k in n_clients:
                     for seed in seeds:
                         for m in methods:
+                            vf = val_fraction.get(m, 0.0) if isinstance(val_fraction, dict) else val_fraction
                             specs.append(RunSpec(ds, protocol, float(level), int(k), int(seed), m,
                                                  hyper=dict(hyper.get(m, {})), fl=dict(fl or {}),
-                                                 n_train=nt))
+                                                 n_train=nt, val_fraction=float(vf)))
     return specs
 
 

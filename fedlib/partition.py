@@ -12,6 +12,7 @@ shards               FedAvg "pathological" shards (sort by label, deal shards)
 classes_per_client   each client holds exactly n classes (CAFA, FL-bench ``-c``)
 pathological_clusters pFedLIA: clusters own disjoint label sets
 noisy_clusters       pFedLIA noisy variant: some clients get extra labels from outside
+iid_fraction_classes CAFA Tables II–III: a share of IID clients, the others 2–4 classes
 
 Helpers: :func:`partition` (dispatch by protocol name), :func:`train_test_split`
 (per-client seeded 80/20 split), :func:`train_val_test_split` (the same split with a
@@ -35,6 +36,7 @@ __all__ = [
     "classes_per_client",
     "pathological_clusters",
     "noisy_clusters",
+    "iid_fraction_classes",
     "cluster_of_client",
     "partition",
     "train_test_split",
@@ -372,6 +374,66 @@ def noisy_clusters(
     return parts
 
 
+def iid_fraction_classes(labels, n_clients: int, iid_fraction: float, seed: int, *,
+                         classes=(2, 4)) -> list[np.ndarray]:
+    """CAFA's partition (Sec. IV-B, Tables II–III): a share of IID clients, the rest holding
+    2–4 random classes (20–40 % of 10), with random client sizes.
+
+    * Clients ``0 … n_IID−1`` are the IID ones, n_IID = ⌊iid_fraction·K + ½⌋ (CAFA's Tables
+      II–III: 25 % / 50 % of K); their order carries no information for K-means, and it lets
+      a caller recompute the truth (``np.arange(K) < n_IID``).
+    * IID client i takes ⌊f_i·n_c⌋ samples of every class c (n_c: the class's size), with
+      f_i = u_i / K, u_i ~ U(0.5, 1.5): its label histogram is the data set's (to rounding).
+    * Non-IID client i draws c_i ~ U{classes[0] … classes[1]} distinct classes uniformly and a
+      weight w_i ~ U(0.5, 1.5); what the IID clients leave of each class is split among its
+      non-IID holders ∝ w_i (contiguous shares of the shuffled class; a class no non-IID
+      client drew stays unused).
+
+    Parameters
+    ----------
+    labels : int array (N,)
+    n_clients : K ≥ 1
+    iid_fraction : float in [0, 1] (the protocol's level)
+    seed : int ≥ 0
+    classes : (low, high) with 1 ≤ low ≤ high ≤ C, classes per non-IID client
+
+    Returns
+    -------
+    list of K sorted int64 index arrays (disjoint). Raises InfeasiblePartitionError when a
+    client receives no sample.
+    """
+    y = _check_labels(labels)
+    n_classes = int(y.max()) + 1
+    f = check_number(iid_fraction, "iid_fraction", 0, 1)
+    if isinstance(classes, (str, bytes)) or not hasattr(classes, "__len__") or len(classes) != 2:
+        fail("classes", "a pair (low, high) of classes per non-IID client", classes)
+    low = check_int(classes[0], "classes[0]", 1, n_classes)
+    high = check_int(classes[1], "classes[1]", low, n_classes)
+    k = _check_n_clients(n_clients, y.size)
+    rng = np.random.default_rng(_check_seed(seed))
+    n_iid = int(np.floor(f * k + 0.5))
+    share = rng.uniform(0.5, 1.5, size=k)
+    chosen = [rng.choice(n_classes, size=int(rng.integers(low, high + 1)), replace=False)
+              for _ in range(k - n_iid)]
+    parts: list[list[np.ndarray]] = [[] for _ in range(k)]
+    for c in range(n_classes):
+        idx = rng.permutation(np.flatnonzero(y == c))
+        take = np.floor(share[:n_iid] / k * idx.size).astype(np.int64)
+        cuts = np.concatenate([[0], np.cumsum(take)])
+        for i in range(n_iid):
+            parts[i].append(idx[cuts[i]:cuts[i + 1]])
+        rest = idx[cuts[-1]:]
+        holders = [n_iid + j for j, cs in enumerate(chosen) if c in cs]
+        if holders:
+            w = share[holders]
+            bounds = np.round(np.cumsum(w) / w.sum() * rest.size).astype(np.int64)
+            for client, a, b in zip(holders, np.concatenate([[0], bounds[:-1]]), bounds):
+                parts[client].append(rest[a:b])
+    out = [np.sort(np.concatenate(p)).astype(np.int64) if p else np.empty(0, np.int64) for p in parts]
+    _raise_if_empty(out, "iid_fraction_classes")
+    return out
+
+
 def _raise_if_empty(parts, protocol: str) -> None:
     empty = [i for i, p in enumerate(parts) if p.size == 0]
     if empty:
@@ -394,6 +456,7 @@ PROTOCOLS = {
     "classes_per_client": _Protocol(classes_per_client, "n_classes_per_client"),
     "pathological_clusters": _Protocol(pathological_clusters, "n_clusters"),
     "noisy_clusters": _Protocol(noisy_clusters, "n_clusters"),
+    "iid_fraction_classes": _Protocol(iid_fraction_classes, "iid_fraction"),
 }
 
 

@@ -16,18 +16,32 @@ def digits():
 
 
 def make_context(*, protocol="dirichlet", level=1.0, n_clients=10, seed=0, arch="logistic",
-                 rounds=5, local_epochs=2, fraction=0.5, lr=0.01, x=None, y=None, path="auto") -> Context:
+                 rounds=5, local_epochs=2, fraction=0.5, lr=0.01, x=None, y=None, path="auto",
+                 val_fraction=0.0) -> Context:
     """A Context over a partition of digits (or of the given x, y), CPU, a small protocol
-    (lr 0.01 instead of the paper's 0.001 so that a few rounds learn)."""
+    (lr 0.01 instead of the paper's 0.001 so that a few rounds learn); ``val_fraction`` > 0
+    gives every client a validation split (the test split stays the same)."""
     if x is None:
         x, y = digits()
     parts = P.partition(y, protocol, n_clients, level, seed)
-    train, test = P.train_test_split(parts, seed)
-    fed = Federation.from_arrays(x, y, train, test, "cpu", n_classes=int(y.max()) + 1)
+    if val_fraction:
+        train, val, test = P.train_val_test_split(parts, seed, 0.2, val_fraction)
+    else:
+        (train, test), val = P.train_test_split(parts, seed), None
+    fed = Federation.from_arrays(x, y, train, test, "cpu", n_classes=int(y.max()) + 1, val_parts=val)
     model = build_model(arch, fed.n_classes, fed.input_shape)
     cfg = FLConfig(rounds=rounds, local_epochs=local_epochs, fraction=fraction, lr=lr, path=path)
     return Context(fed=fed, model=model, cfg=cfg, seed=seed,
                    counts_train=P.label_counts(y, train, fed.n_classes))
+
+
+def method_context(name: str, **kw) -> Context:
+    """:func:`make_context` for method ``name`` at its default hyperparameters: with a
+    validation split (val_fraction 0.2) when the method needs one (PSI-PFL, CAFA)."""
+    from fedlib.methods import get_method, make_hyper
+
+    needs = getattr(get_method(name), "needs_validation", lambda hp: False)(make_hyper(name, {}))
+    return make_context(**({"val_fraction": 0.2} if needs else {}), **kw)
 
 
 def opposite_label_groups(n_clients=10, seed=0):

@@ -98,7 +98,8 @@ def test_forced_kernels_change_the_bits_of_training():
 def _smoke_tables() -> tuple[pd.DataFrame, pd.DataFrame]:
     p = yaml.safe_load((ROOT / "params" / "smoke" / "05_training.yaml").read_text())
     specs = experiment.grid_specs(p["datasets"], p["protocols"], p["n_clients"], p["seeds"],
-                                  p["methods"], hyper=p["hyper"], fl=p["fl"], n_train=p["n_train"])
+                                  p["methods"], hyper=p["hyper"], fl=p["fl"], n_train=p["n_train"],
+                                  val_fraction=p["val_fraction"])
     records = experiment.run_grid(specs, results_dir() / p["results_name"], progress=False)
     df = tables.records_frame(records)
     return tables.table3(df), tables.table4(df)

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from fedlib.methods import METHODS, get_method, make_hyper
-from fl_fixtures import make_context
+from fl_fixtures import method_context
 
 DATA = Path(__file__).parent / "data" / "method_regression.json"
 WRITE = os.environ.get("FEDLIB_REGRESSION_WRITE") == "1"
@@ -34,7 +34,7 @@ CASES = {"logistic": {"arch": "logistic", "path": "auto"},
 
 def outcome_of(name: str, case: str) -> dict:
     """Per-client correct counts, per-round accuracies and selections of one method's run."""
-    ctx = make_context(rounds=3, local_epochs=2, seed=0, **CASES[case])
+    ctx = method_context(name, rounds=3, local_epochs=2, seed=0, **CASES[case])
     out = get_method(name).run(ctx, make_hyper(name, {}))
     correct, n = ctx.evaluate(out.models, out.assignment)
     return {"correct": correct.tolist(), "n": n.tolist(),

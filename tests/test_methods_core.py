@@ -6,7 +6,7 @@ import torch
 from fedlib.methods import FLConfig, METHODS, get_method, make_hyper, sample_clients
 from fedlib.methods.base import federated_averaging
 from fedlib.methods.clust_psi_pfl import cluster_clients
-from fl_fixtures import make_context
+from fl_fixtures import make_context, method_context
 
 
 def run(name, ctx, **hyper):
@@ -42,7 +42,7 @@ def test_every_method_same_seed_same_numbers_other_seed_other_numbers(name):
     """Reproducibility across the whole registry: every random choice flows from the seed."""
     accs, infos = [], []
     for seed in (0, 0, 1):
-        ctx = make_context(rounds=2, seed=seed)
+        ctx = method_context(name, rounds=2, seed=seed)
         out = run(name, ctx)
         accs.append(ctx.evaluate(out.models, out.assignment)[0])
         infos.append(out.info.get("selected"))

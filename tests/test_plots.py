@@ -206,9 +206,17 @@ def test_fig7_two_levels_keep_lines_and_the_wpsi_axis():
 
 def test_method_colours_are_distinct_and_stable():
     colours = [to_hex(training_plots.method_color(m)) for m in ALL_METHODS]
-    assert len(set(colours)) == len(ALL_METHODS) == 14
+    assert len(set(colours)) == len(ALL_METHODS) >= 14
     assert to_hex(training_plots.method_color("clust_psi_pfl")) == "#000000"
     assert training_plots.method_color("not_a_method") == training_plots.method_color("not_a_method")
+
+
+def test_another_proposed_method_is_the_black_one():
+    """Notebook 07 draws PSI-PFL as the proposed method: it alone is black, the others keep
+    their colours and Clust-PSI-PFL gets one of its own."""
+    assert to_hex(training_plots.method_color("psi_pfl", proposed="psi_pfl")) == "#000000"
+    assert to_hex(training_plots.method_color("clust_psi_pfl", proposed="psi_pfl")) != "#000000"
+    assert training_plots.method_color("fedavg", proposed="psi_pfl") == training_plots.method_color("fedavg")
 
 
 # ----------------------------------------------------------------------------- Fig. 8

@@ -17,7 +17,7 @@ import pandas as pd
 from ..methods import DISPLAY_NAMES
 from ..strict_json import restore
 
-__all__ = ["records_frame", "table3", "table4", "to_markdown", "SETTING_KEYS"]
+__all__ = ["records_frame", "table3", "table4", "seed_summary", "to_markdown", "SETTING_KEYS"]
 
 SETTING_KEYS = ["dataset", "protocol", "level", "n_clients"]
 _KEYS = SETTING_KEYS + ["method"]
@@ -83,6 +83,12 @@ def _count(out: pd.DataFrame, df: pd.DataFrame, status: str) -> np.ndarray:
     """Runs of each row of ``out`` (one per setting × method) with ``status``, shape (rows,)."""
     counts = df[df.status == status].groupby(_KEYS).size().rename("n").reset_index()
     return out[_KEYS].merge(counts, on=_KEYS, how="left")["n"].fillna(0).astype(int).values
+
+
+def seed_summary(df: pd.DataFrame, value: str) -> pd.DataFrame:
+    """Any per-run column (e.g. ``cp``), mean ± std over seeds in Table III's layout (the
+    columns :func:`to_markdown` renders)."""
+    return _aggregate(df, value)
 
 
 def table3(df: pd.DataFrame) -> pd.DataFrame:

@@ -32,17 +32,20 @@ _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 _LINESTYLES = ("-", "--", ":", "-.")
 
 
-def method_color(method: str):
+def method_color(method: str, proposed: str = PROPOSED):
     """A stable colour per method: distinct for every registered method (registry order),
-    black for Clust-PSI-PFL; an unknown method gets a fixed colour derived from its name."""
-    if method in _METHOD_COLORS:
+    black for the ``proposed`` one (Clust-PSI-PFL; notebook 07 passes PSI-PFL); any other
+    method gets a fixed colour derived from its name."""
+    if method == proposed:
+        return "#000000"
+    if method in _METHOD_COLORS and method != PROPOSED:
         return _METHOD_COLORS[method]
     return sns.color_palette("husl", 16).as_hex()[zlib.crc32(str(method).encode()) % 16]
 
 
-def _method_line(method: str) -> dict:
+def _method_line(method: str, proposed: str = PROPOSED) -> dict:
     """Line keywords of a method: its colour, thick for the proposed method, dashed for references."""
-    return {"color": method_color(method), "lw": 2.4 if method == PROPOSED else 1.3,
+    return {"color": method_color(method, proposed), "lw": 2.4 if method == proposed else 1.3,
             "ls": "--" if method in REFERENCES else "-"}
 
 
@@ -52,9 +55,9 @@ def _method_order(methods) -> list:
     return [m for m in DISPLAY_NAMES if m in present] + [m for m in present if m not in DISPLAY_NAMES]
 
 
-def _method_legend(fig, methods, extra=(), ncol=8, marker="o") -> None:
+def _method_legend(fig, methods, extra=(), ncol=8, marker="o", proposed: str = PROPOSED) -> None:
     """One legend below the panels: a handle per method (registry order), then ``extra``."""
-    handles = [Line2D([], [], marker=marker, ms=5, **_method_line(m)) for m in methods]
+    handles = [Line2D([], [], marker=marker, ms=5, **_method_line(m, proposed)) for m in methods]
     labels = [DISPLAY_NAMES.get(m, m) for m in methods]
     for h, lab in extra:
         handles.append(h)
@@ -147,13 +150,13 @@ def fig6_tau(selections: pd.DataFrame) -> plt.Figure:
     return fig
 
 
-def _level_panel(ax, sub, proto, methods) -> None:
+def _level_panel(ax, sub, proto, methods, proposed: str = PROPOSED) -> None:
     """Global accuracy (mean over seeds) against the level, a line per method; median WPSI dashed
     on a twin axis."""
     for m in methods:
         s = sub[sub.method == m].groupby("level").global_accuracy.mean()
         if not s.empty:
-            ax.plot(s.index, s.values, marker="o", ms=4, **_method_line(m))
+            ax.plot(s.index, s.values, marker="o", ms=4, **_method_line(m, proposed))
     ax.set(xlabel=_LEVEL.get(proto, "level"), ylabel="global accuracy", ylim=(0, 1.02))
     if proto == "dirichlet" and (sub.level > 0).all():
         ax.set_xscale("log")
@@ -164,17 +167,17 @@ def _level_panel(ax, sub, proto, methods) -> None:
     twin.set_ylim(bottom=0)
 
 
-def _single_level_panel(ax, sub, methods) -> None:
+def _single_level_panel(ax, sub, methods, proposed: str = PROPOSED) -> None:
     """One level only: a dot per method at its mean global accuracy over seeds, bars = min..max."""
     stats = sub.groupby("method").global_accuracy.agg(["mean", "min", "max"])
     shown = [m for m in methods if m in stats.index]
     for y, m in enumerate(shown):
         mean, lo, hi = stats.loc[m, ["mean", "min", "max"]]
-        ax.errorbar([mean], [y], xerr=[[mean - lo], [hi - mean]], fmt="o", color=method_color(m),
-                    ms=7 if m == PROPOSED else 5, capsize=2, lw=1.2)
+        ax.errorbar([mean], [y], xerr=[[mean - lo], [hi - mean]], fmt="o", color=method_color(m, proposed),
+                    ms=7 if m == proposed else 5, capsize=2, lw=1.2)
     ax.set_yticks(range(len(shown)), [DISPLAY_NAMES.get(m, m) for m in shown], fontsize=8)
     for t, m in zip(ax.get_yticklabels(), shown):
-        if m == PROPOSED:
+        if m == proposed:
             t.set_fontweight("bold")
     ax.set_ylim(len(shown) - 0.5, -0.5)  # first method on top
     ax.grid(axis="y", color="0.9", lw=0.8)
@@ -182,13 +185,14 @@ def _single_level_panel(ax, sub, methods) -> None:
     ax.set(xlabel="global accuracy (mean over seeds; bars = min..max)", xlim=(0, 1.02))
 
 
-def fig7_accuracy(runs: pd.DataFrame) -> plt.Figure:
+def fig7_accuracy(runs: pd.DataFrame, proposed: str = PROPOSED) -> plt.Figure:
     """Global accuracy per method, one panel per (dataset, protocol, K).
 
     A panel with at least two levels draws accuracy (mean over seeds) against the level, a line
     per method, and the median WPSI dotted on a second axis. A panel with a single level draws a
     dot per method (mean over seeds, bars = min..max over seeds) and gives the median WPSI in
-    its title. Colours follow :func:`method_color`; one legend for all panels.
+    its title. Colours follow :func:`method_color` (``proposed`` drawn black and thick); one
+    legend for all panels.
     """
     ok = runs[runs.status == "ok"]
     panels = ok[["dataset", "protocol", "n_clients"]].drop_duplicates().values.tolist()
@@ -199,20 +203,21 @@ def fig7_accuracy(runs: pd.DataFrame) -> plt.Figure:
         sub = ok[(ok.dataset == ds) & (ok.protocol == proto) & (ok.n_clients == k)]
         levels = sub.level.unique()
         if len(levels) >= 2:
-            _level_panel(ax, sub, proto, methods)
+            _level_panel(ax, sub, proto, methods, proposed)
             ax.set_title(f"{ds}, {proto}, K={k}")
             any_lines = True
         else:
-            _single_level_panel(ax, sub, methods)
+            _single_level_panel(ax, sub, methods, proposed)
             ax.set_title(f"{ds}, {proto}, K={k}, {_label(proto, levels[0])}\n"
                          f"median WPSI = {sub.wpsi.median():.3g}")
     extra = [(Line2D([], [], color="k", ls=":", lw=1.4), "median WPSI")] if any_lines else []
-    _method_legend(fig, methods, extra)
+    _method_legend(fig, methods, extra, proposed=proposed)
     fig.tight_layout(rect=(0, 0.12, 1, 1))
     return fig
 
 
-def fig8_ecdf(runs: pd.DataFrame, protocol: str, level: float, n_clients: int) -> plt.Figure:
+def fig8_ecdf(runs: pd.DataFrame, protocol: str, level: float, n_clients: int,
+              proposed: str = PROPOSED) -> plt.Figure:
     """ECDF of clients' local accuracy per method (all seeds pooled) for one setting,
     one panel per dataset, one legend below the panels."""
     ok = runs[(runs.status == "ok") & (runs.protocol == protocol) & (runs.level == level)
@@ -230,9 +235,9 @@ def fig8_ecdf(runs: pd.DataFrame, protocol: str, level: float, n_clients: int) -
             acc = np.concatenate([np.asarray(a, float).ravel() for a in g.local_accuracy])
             acc = acc[~np.isnan(acc)]
             if acc.size:
-                sns.ecdfplot(x=acc, ax=ax, label=DISPLAY_NAMES.get(m, m), **_method_line(m))
+                sns.ecdfplot(x=acc, ax=ax, label=DISPLAY_NAMES.get(m, m), **_method_line(m, proposed))
         ax.set(xlabel="local accuracy", ylabel="ECDF", xlim=(0, 1.01), ylim=(0, 1.02),
                title=f"{ds}, {_label(protocol, level)}, K={n_clients}")
-    _method_legend(fig, methods, marker=None)
+    _method_legend(fig, methods, marker=None, proposed=proposed)
     fig.tight_layout(rect=(0, 0.14, 1, 1))
     return fig

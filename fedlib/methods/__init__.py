@@ -23,6 +23,9 @@ _MODULES = {
     "cfl": "cfl",
     "fedsoft": "fedsoft",
     "clust_psi_pfl": "clust_psi_pfl",
+    # the related seed papers' systems
+    "psi_pfl": "psi_pfl",
+    "cafa": "cafa",
 }
 
 DISPLAY_NAMES = {
@@ -40,6 +43,8 @@ DISPLAY_NAMES = {
     "cfl": "CFL",
     "fedsoft": "FedSoft",
     "clust_psi_pfl": "Clust-PSI-PFL",
+    "psi_pfl": "PSI-PFL",
+    "cafa": "CAFA",
 }
 
 METHODS = tuple(_MODULES)

@@ -21,6 +21,8 @@ loss_matrix  M models × K clients' losses in one batched call (IFCA, FedSoft, p
              influence scores, FedFomo, CAFA)
 init_state, init_states, rng, log_round   the seeded initial model(s), named RNG streams,
              per-round history
+restart      forget the history and kept optimiser states (PSI-PFL trains one candidate per
+             threshold, each afresh)
 
 Shared loops: :func:`federated_averaging` (FedAvg inside each of several groups) and
 :func:`global_model_rounds` (one global model, pluggable selection and server step); both
@@ -250,6 +252,12 @@ class Context:
         ``clients`` (K',), and the split sizes (K',) — numpy, on the host."""
         res = loss_matrix(self.model, models, self.fed, np.asarray(clients, dtype=np.int64), split=split)
         return to_host(res.loss), to_host(res.correct), to_host(res.n)
+
+    def restart(self) -> None:
+        """Forget the per-round history and the clients' kept optimiser states: a method that
+        trains several independent candidates (PSI-PFL's thresholds) starts each afresh."""
+        self.history = []
+        self._opt_state = None
 
     def log_round(self, round_idx: int, models: State, assignment, predictor=None) -> None:
         """Record the global test accuracy after round ``round_idx`` (every ``eval_every``)."""

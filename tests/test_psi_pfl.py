@@ -1,0 +1,134 @@
+"""PSI-PFL (PSI-PFL paper Section 3): the threshold rule by hand, the selection on validation
+(not test) by default, FedAvg as the everyone-selected special case, learning, clear errors."""
+import numpy as np
+import pytest
+import torch
+
+from fedlib import experiment
+from fedlib.methods import get_method, make_hyper
+from fedlib.methods import psi_pfl
+from fedlib.noniid import psi
+
+from fl_fixtures import make_context
+
+
+def test_candidate_thresholds_are_linear_percentiles_by_hand():
+    v = [0.0, 1.0, 2.0, 3.0, 10.0]
+    # linear interpolation between order statistics: position p/100·(K−1)
+    # 10th: 0.4 → 0.4;  25th: 1.0 → 1.0;  50th: 2.0;  75th: 3.0;  90th: 3.6 → 3 + 0.6·7 = 7.2
+    np.testing.assert_allclose(psi_pfl.candidate_thresholds(v), [0.4, 1.0, 2.0, 3.0, 7.2])
+
+
+def test_selected_clients_are_those_at_or_below_the_threshold():
+    v = np.array([0.5, 0.1, 0.9, 0.1, 0.3])
+    assert psi_pfl.selected_clients(v, 0.1).tolist() == [1, 3]  # ties included (PSI ≤ ζ)
+    assert psi_pfl.selected_clients(v, 0.35).tolist() == [1, 3, 4]
+    assert psi_pfl.selected_clients(v, 1.0).tolist() == [0, 1, 2, 3, 4]
+    with pytest.raises(ValueError, match=r"threshold must be ≥ the smallest client PSI \(0.1\)"):
+        psi_pfl.selected_clients(v, 0.05)
+
+
+def test_best_candidate_ties_go_to_the_lower_percentile():
+    assert psi_pfl.best_candidate([0.5, 0.7, 0.7, 0.2]) == 1
+    assert psi_pfl.best_candidate([0.9]) == 0
+
+
+def test_three_clients_by_hand_select_the_homogeneous_ones():
+    """Clients 0 and 1 hold the global mix, client 2 a single class: PSI puts client 2 far
+    above the others, so the 50th-percentile threshold leaves it out."""
+    counts = np.array([[50, 50], [40, 60], [0, 100]])
+    v = psi(counts)
+    assert v[2] > 10 * max(v[0], v[1])
+    z = psi_pfl.candidate_thresholds(v, [50])[0]
+    assert z == np.median(v)
+    assert psi_pfl.selected_clients(v, z).tolist() == sorted(np.flatnonzero(v <= np.median(v)).tolist())
+    assert 2 not in psi_pfl.selected_clients(v, z).tolist()
+
+
+@pytest.mark.parametrize("values, match", [
+    ({"percentiles": [10, 101]}, "percentiles must be"),
+    ({"percentiles": [-1]}, "percentiles must be"),
+    ({"percentiles": []}, "percentiles must be a non-empty list"),
+    ({"percentiles": "50"}, "percentiles must be a non-empty list"),
+    ({"percentiles": [50, 50]}, "percentiles must be distinct"),
+    ({"percentiles": ["50"]}, "percentiles must be"),
+    ({"select_on": "train"}, "select_on must be one of"),
+])
+def test_bad_hyperparameters_are_refused(values, match):
+    with pytest.raises(ValueError, match=match):
+        make_hyper("psi_pfl", values)
+
+
+def test_list_percentiles_from_a_params_file_become_a_tuple():
+    assert make_hyper("psi_pfl", {"percentiles": [10, 90]}).percentiles == (10, 90)
+
+
+def test_everyone_selected_is_fedavg_bit_for_bit():
+    a = make_context(protocol="dirichlet", level=0.3, rounds=3)
+    fedavg = get_method("fedavg").run(a, make_hyper("fedavg"))
+    b = make_context(protocol="dirichlet", level=0.3, rounds=3)
+    out = get_method("psi_pfl").run(b, make_hyper("psi_pfl", {"percentiles": [100]}))
+    assert all(torch.equal(fedavg.models[k], out.models[k]) for k in fedavg.models)
+    assert a.history == b.history
+    assert out.info["selected_on"] == "fixed" and out.info["n_selected"] == 10
+
+
+def test_threshold_chosen_on_validation_by_default_and_every_candidate_recorded():
+    ctx = make_context(protocol="dirichlet", level=0.3, rounds=3, val_fraction=0.2)
+    out = get_method("psi_pfl").run(ctx, make_hyper("psi_pfl"))
+    info = out.info
+    cands = info["candidates"]
+    assert [c["percentile"] for c in cands] == [10, 25, 50, 75, 90]
+    assert info["selected_on"] == "val"
+    assert info["chosen"] == int(np.argmax([c["val_accuracy"] for c in cands]))
+    np.testing.assert_allclose([c["threshold"] for c in cands],
+                               np.percentile(psi(ctx.counts_train), [10, 25, 50, 75, 90]))
+    for c in cands:  # each candidate trains only clients at or below its threshold
+        assert c["clients"] == np.flatnonzero(np.asarray(info["psi"]) <= c["threshold"]).tolist()
+        assert c["n_selected"] == len(c["clients"])
+    chosen = cands[info["chosen"]]
+    assert {k for r in info["selected"] for k in r} <= set(chosen["clients"])
+    # the returned model is the chosen candidate's: its test accuracy is the recorded one
+    correct, n = ctx.evaluate(out.models, out.assignment)
+    assert correct.tolist() == chosen["test_correct"]
+    assert len(ctx.history) == ctx.cfg.rounds  # the chosen candidate's history only
+
+
+def test_test_selection_is_the_papers_variant_and_takes_the_best_test_accuracy():
+    ctx = make_context(protocol="dirichlet", level=0.3, rounds=3, val_fraction=0.2)
+    out = get_method("psi_pfl").run(ctx, make_hyper("psi_pfl", {"select_on": "test"}))
+    cands = out.info["candidates"]
+    assert out.info["selected_on"] == "test"
+    assert out.info["chosen"] == int(np.argmax([c["test_accuracy"] for c in cands]))
+
+
+def test_selection_on_validation_without_a_validation_split_fails_before_training():
+    ctx = make_context(rounds=2)
+    with pytest.raises(ValueError, match="val_fraction > 0"):
+        get_method("psi_pfl").run(ctx, make_hyper("psi_pfl"))
+    assert ctx.history == []
+    spec = experiment.RunSpec("adult", "dirichlet", 0.3, 10, 0, "psi_pfl")
+    with pytest.raises(ValueError, match="val_fraction must be > 0 for method 'psi_pfl'"):
+        spec.validate()
+    experiment.RunSpec("adult", "dirichlet", 0.3, 10, 0, "psi_pfl", val_fraction=0.1).validate()
+    experiment.RunSpec("adult", "dirichlet", 0.3, 10, 0, "psi_pfl", hyper={"select_on": "test"}).validate()
+
+
+def test_grid_specs_give_the_validation_split_per_method():
+    specs = experiment.grid_specs(["adult"], {"dirichlet": [0.3]}, [10], [0], ["fedavg", "psi_pfl"],
+                                  val_fraction={"psi_pfl": 0.1})
+    assert [(s.method, s.val_fraction) for s in specs] == [("fedavg", 0.0), ("psi_pfl", 0.1)]
+    with pytest.raises(ValueError, match=r"val_fraction\['psi_pfl'\] must be"):
+        experiment.grid_specs(["adult"], {"dirichlet": [0.3]}, [10], [0], ["psi_pfl"],
+                              val_fraction={"psi_pfl": "0.1"})
+
+
+def test_psi_pfl_learns_and_is_deterministic_per_seed():
+    accs = []
+    for seed in (0, 0, 1):
+        ctx = make_context(protocol="dirichlet", level=0.5, rounds=4, seed=seed, val_fraction=0.2)
+        out = get_method("psi_pfl").run(ctx, make_hyper("psi_pfl"))
+        correct, n = ctx.evaluate(out.models, out.assignment)
+        accs.append(correct)
+        assert correct.sum() / n.sum() > 0.5  # chance is 0.1
+    assert np.array_equal(accs[0], accs[1]) and not np.array_equal(accs[0], accs[2])
