@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import torch
 from sklearn.datasets import load_digits
 
 from fedlib import partition as P
@@ -70,3 +71,17 @@ def opposite_label_groups(n_clients=10, seed=0):
     ctx = Context(fed=fed, model=model, cfg=cfg, seed=seed,
                   counts_train=np.stack([np.bincount(Y[t], minlength=2) for t in tr]))
     return ctx, group
+
+
+def assert_states_close(a, b, atol=1e-5):
+    """Two states (name -> tensor) with the same names, equal within atol / rtol 1e-4."""
+    assert a.keys() == b.keys()
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], atol=atol, rtol=1e-4, msg=name)
+
+
+def assert_states_equal(a, b):
+    """Two states (name -> tensor) with the same names, equal bit for bit."""
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), name

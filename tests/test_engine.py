@@ -13,20 +13,10 @@ from fedlib.engine.dense import dense_stack
 from fedlib.engine.schedule import batch_plan
 from fedlib.models import KerasBatchNorm1d, build_model, init_params
 
+from fl_fixtures import assert_states_close, assert_states_equal
+
 CPU = torch.device("cpu")
 RAGGED = [45, 70, 3, 32, 1, 97]  # exact multiple of 32, single-sample and partial-batch clients
-
-
-def _assert_states_close(a, b, atol=1e-5):
-    assert a.keys() == b.keys()
-    for name in a:
-        torch.testing.assert_close(a[name], b[name], atol=atol, rtol=1e-4, msg=name)
-
-
-def _assert_states_equal(a, b):
-    assert a.keys() == b.keys()
-    for name in a:
-        assert torch.equal(a[name], b[name]), name
 
 
 @pytest.fixture(scope="module")
@@ -84,11 +74,11 @@ def test_stack_unstack_broadcast_flatten_round_trip():
     b = {"w": -torch.arange(6.0).view(2, 3), "b": torch.tensor([8.0])}
     stacked = stack_params([a, b])
     assert stacked["w"].shape == (2, 2, 3)
-    _assert_states_equal(unstack(stacked)[1], b)
+    assert_states_equal(unstack(stacked)[1], b)
     flat = flatten_params(stacked)
     assert flat.shape == (2, 7)
     assert flat[1].tolist() == [-0.0, -1, -2, -3, -4, -5, 8]
-    _assert_states_equal(unflatten_params(flat, stacked), stacked)
+    assert_states_equal(unflatten_params(flat, stacked), stacked)
     copies = broadcast(a, 3)
     copies["w"][0, 0, 0] = 100.0  # rows are independent copies
     assert copies["w"][1, 0, 0] == 0.0 and a["w"][0, 0] == 0.0
@@ -124,7 +114,7 @@ def test_sequential_and_vectorised_paths_agree_on_ragged_clients(ragged_fed, arc
     seq = local_train(model, start, ragged_fed, clients, path="sequential", **kwargs)
     vec = local_train(model, start, ragged_fed, clients, path="vectorised", max_clients_per_chunk=4, **kwargs)
     assert (seq.path, vec.path) == ("sequential", "vectorised")
-    _assert_states_close(seq.params, vec.params)
+    assert_states_close(seq.params, vec.params)
     torch.testing.assert_close(seq.mean_loss, vec.mean_loss, atol=1e-5, rtol=1e-5)
     assert seq.n_samples.tolist() == RAGGED
     moved = flatten_params(seq.params) - flatten_params(start)
@@ -142,7 +132,7 @@ def test_embedding_model_paths_agree():
     start = broadcast(init_params(model, seed=0), 3)
     seq = local_train(model, start, fed, [0, 1, 2], epochs=2, seed=0, path="sequential")
     vec = local_train(model, start, fed, [0, 1, 2], epochs=2, seed=0, path="vectorised")
-    _assert_states_close(seq.params, vec.params)
+    assert_states_close(seq.params, vec.params)
 
 
 def test_dense_stack_recognises_linear_relu_stacks_only():
@@ -161,7 +151,7 @@ def test_paths_agree_with_a_per_client_proximal_term(ragged_fed):
     kwargs = dict(epochs=2, seed=1, prox_center=center, prox_mu=mu)
     seq = local_train(model, start, ragged_fed, range(6), path="sequential", **kwargs)
     vec = local_train(model, start, ragged_fed, range(6), path="vectorised", **kwargs)
-    _assert_states_close(seq.params, vec.params)
+    assert_states_close(seq.params, vec.params)
     plain = local_train(model, start, ragged_fed, range(6), path="vectorised", epochs=2, seed=1)
     dist = lambda res: (flatten_params(res.params) - flatten_params(center)).norm(dim=1)  # noqa: E731
     assert torch.allclose(dist(vec)[0], dist(plain)[0])  # μ = 0: no pull
@@ -185,7 +175,7 @@ def test_proximal_gradient_matches_autograd_of_the_squared_term(ragged_fed):
         loss = loss + 0.35 * sum(((p - center[n][0]) ** 2).sum() for n, p in net.named_parameters())
         loss.backward()
         opt.step()
-    _assert_states_close(unstack(res.params)[0], dict(net.named_parameters()))
+    assert_states_close(unstack(res.params)[0], dict(net.named_parameters()))
 
 
 # ----------------------------------------------------------------------------- masking, seeds
@@ -196,7 +186,7 @@ def test_masking_is_exact_a_client_alone_equals_the_client_among_others(ragged_f
     for row in (2, 4):  # short clients: padded for most of the schedule
         alone = local_train(model, {n: t[row:row + 1] for n, t in start.items()}, ragged_fed, [row],
                             epochs=2, seed=3, path="vectorised")
-        _assert_states_close({n: t[row:row + 1] for n, t in together.params.items()}, alone.params, atol=1e-7)
+        assert_states_close({n: t[row:row + 1] for n, t in together.params.items()}, alone.params, atol=1e-7)
         torch.testing.assert_close(together.mean_loss[row:row + 1], alone.mean_loss)
 
 
@@ -207,7 +197,7 @@ def test_a_client_with_no_samples_is_returned_unchanged(digits):
     start = broadcast(init_params(model, seed=0), 2)
     for path in ("sequential", "vectorised"):
         res = local_train(model, start, fed, [0, 1], epochs=2, seed=0, path=path)
-        _assert_states_equal({n: t[1] for n, t in res.params.items()}, {n: t[1] for n, t in start.items()})
+        assert_states_equal({n: t[1] for n, t in res.params.items()}, {n: t[1] for n, t in start.items()})
         assert res.n_samples.tolist() == [40, 0] and torch.isnan(res.mean_loss[1])
 
 
@@ -217,7 +207,7 @@ def test_same_seed_gives_bit_identical_results(ragged_fed, path):
     start = broadcast(init_params(model, seed=6), 6)
     runs = [local_train(model, start, ragged_fed, range(6), epochs=2, seed=s, path=path)
             for s in (11, 11, 12)]
-    _assert_states_equal(runs[0].params, runs[1].params)
+    assert_states_equal(runs[0].params, runs[1].params)
     assert torch.equal(runs[0].mean_loss, runs[1].mean_loss)
     assert not torch.equal(runs[0].params["1.weight"], runs[2].params["1.weight"])
 
@@ -247,7 +237,7 @@ def test_dropout_and_batchnorm_models_train_sequentially_and_reproducibly(ragged
     assert res.path == "sequential"
     assert not torch.equal(res.params["net.2.running_mean"], start["net.2.running_mean"])
     alone = local_train(model, {n: t[3:4] for n, t in start.items()}, ragged_fed, [3], epochs=2, seed=9)
-    _assert_states_equal({n: t[3:4] for n, t in res.params.items()}, alone.params)
+    assert_states_equal({n: t[3:4] for n, t in res.params.items()}, alone.params)
     ev_seq = evaluate(model, res.params, ragged_fed, range(6), path="sequential")
     ev_vec = evaluate(model, res.params, ragged_fed, range(6), path="vectorised", batch_size=16)
     assert torch.equal(ev_seq.correct, ev_vec.correct)
@@ -344,7 +334,7 @@ def test_empty_clients_beside_several_trained_ones_in_one_chunk(digits, arch):
     for row in (0, 2):
         alone = local_train(model, {n: t[row:row + 1] for n, t in start.items()}, fed, [row], epochs=2,
                             seed=0, path="vectorised")
-        _assert_states_close({n: t[row:row + 1] for n, t in res.params.items()}, alone.params, atol=1e-6)
+        assert_states_close({n: t[row:row + 1] for n, t in res.params.items()}, alone.params, atol=1e-6)
         torch.testing.assert_close(res.mean_loss[row:row + 1], alone.mean_loss)
     for row in (1, 3):
-        _assert_states_equal({n: t[row] for n, t in res.params.items()}, {n: t[row] for n, t in start.items()})
+        assert_states_equal({n: t[row] for n, t in res.params.items()}, {n: t[row] for n, t in start.items()})

@@ -13,32 +13,22 @@ from fedlib.engine import (SGD, Adam, AdamState, EmbeddingPull, Federation, SGDS
 from fedlib.engine.schedule import batch_plan
 from fedlib.models import body, build_model, head, init_params
 
+from fl_fixtures import assert_states_close, assert_states_equal
+
 CPU = torch.device("cpu")
 RAGGED = [45, 70, 3, 32, 1, 97]  # exact multiple of 32, single-sample and partial-batch clients
 FULL_BATCH = 128  # ≥ every client's size: one step per epoch
-
-
-def _assert_states_close(a, b, atol=1e-5):
-    assert a.keys() == b.keys()
-    for name in a:
-        torch.testing.assert_close(a[name], b[name], atol=atol, rtol=1e-4, msg=name)
-
-
-def _assert_states_equal(a, b):
-    assert a.keys() == b.keys()
-    for name in a:
-        assert torch.equal(a[name], b[name]), name
 
 
 def _assert_opt_states_close(a, b, atol=1e-5):
     assert type(a) is type(b)
     if isinstance(a, AdamState):
         assert torch.equal(a.step, b.step)
-        _assert_states_close(a.exp_avg, b.exp_avg, atol)
-        _assert_states_close(a.exp_avg_sq, b.exp_avg_sq, atol)
+        assert_states_close(a.exp_avg, b.exp_avg, atol)
+        assert_states_close(a.exp_avg_sq, b.exp_avg_sq, atol)
     else:
         assert torch.equal(a.has_buffer, b.has_buffer)
-        _assert_states_close(a.momentum_buffer, b.momentum_buffer, atol)
+        assert_states_close(a.momentum_buffer, b.momentum_buffer, atol)
 
 
 @pytest.fixture(scope="module")
@@ -94,11 +84,11 @@ def test_optimizer_none_and_the_default_adam_are_bit_identical_to_the_keyword_ar
     for path in ("sequential", "vectorised"):
         kwargs = dict(epochs=2, seed=1, path=path)
         plain = local_train(model, start, ragged_fed, range(6), **kwargs)
-        _assert_states_equal(plain.params, local_train(model, start, ragged_fed, range(6), optimizer=Adam(),
+        assert_states_equal(plain.params, local_train(model, start, ragged_fed, range(6), optimizer=Adam(),
                                                        **kwargs).params)
         legacy = local_train(model, start, ragged_fed, range(6), lr=1e-2, betas=(0.8, 0.99), eps=1e-6, **kwargs)
         chosen = local_train(model, start, ragged_fed, range(6), optimizer=Adam(1e-2, (0.8, 0.99), 1e-6), **kwargs)
-        _assert_states_equal(legacy.params, chosen.params)
+        assert_states_equal(legacy.params, chosen.params)
         assert not torch.equal(legacy.params["1.weight"], plain.params["1.weight"])
         assert plain.opt_state is None  # not requested: not returned
 
@@ -123,7 +113,7 @@ def test_sgd_paths_agree_on_ragged_clients(ragged_fed, arch, config):
     start = broadcast(init_params(model, seed=1), 6)
     seq, vec = _both_paths(model, start, ragged_fed, range(6), epochs=3, seed=7, round_idx=2,
                            optimizer=SGDS[config])
-    _assert_states_close(seq.params, vec.params)
+    assert_states_close(seq.params, vec.params)
     torch.testing.assert_close(seq.mean_loss, vec.mean_loss, atol=1e-5, rtol=1e-5)
     moved = flatten_params(seq.params) - flatten_params(start)
     assert (moved.abs().amax(1) > 1e-3).all()  # every client trained
@@ -153,7 +143,7 @@ def test_sgd_follows_the_written_out_formula(ragged_fed, config, path):
                 buffers[name] = g.clone() if name not in buffers else sgd.momentum * buffers[name] + g
                 step = g + sgd.momentum * buffers[name] if sgd.nesterov else buffers[name]
                 w -= sgd.lr * step
-    _assert_states_close(unstack(res.params)[0], dict(net.named_parameters()))
+    assert_states_close(unstack(res.params)[0], dict(net.named_parameters()))
 
 
 @pytest.mark.parametrize("arch", ["mlp", "cnn"])
@@ -165,7 +155,7 @@ def test_sgd_combines_with_the_proximal_term(ragged_fed, arch):
     sgd = SGD(lr=0.05, momentum=0.9, weight_decay=1e-3)
     seq, vec = _both_paths(model, start, ragged_fed, range(6), epochs=2, seed=1, optimizer=sgd,
                            prox_center=center, prox_mu=mu)
-    _assert_states_close(seq.params, vec.params)
+    assert_states_close(seq.params, vec.params)
     plain = local_train(model, start, ragged_fed, range(6), path="vectorised", epochs=2, seed=1, optimizer=sgd)
     dist = lambda res: (flatten_params(res.params) - flatten_params(center)).norm(dim=1)  # noqa: E731
     torch.testing.assert_close(dist(vec)[0], dist(plain)[0])  # μ = 0: no pull
@@ -178,7 +168,7 @@ def test_adam_weight_decay_paths_agree_and_shrink_the_weights(ragged_fed, arch):
     start = broadcast(init_params(model, seed=4), 6)
     adam = Adam(lr=1e-2, weight_decay=0.5)
     seq, vec = _both_paths(model, start, ragged_fed, range(6), epochs=2, seed=0, optimizer=adam)
-    _assert_states_close(seq.params, vec.params)
+    assert_states_close(seq.params, vec.params)
     plain = local_train(model, start, ragged_fed, range(6), epochs=2, seed=0, lr=1e-2, path="vectorised")
     norm = lambda res: flatten_params(res.params).norm(dim=1)  # noqa: E731
     assert (norm(vec) < norm(plain)).all()
@@ -200,7 +190,7 @@ def test_two_epochs_equal_one_epoch_twice_with_the_state_passed_back(ragged_fed,
     first = local_train(model, start, ragged_fed, range(6), epochs=1, return_opt_state=True, **kwargs)
     second = local_train(model, first.params, ragged_fed, range(6), epochs=1, opt_state=first.opt_state,
                          round_idx=1, **kwargs)
-    _assert_states_close(both.params, second.params, atol=1e-6)
+    assert_states_close(both.params, second.params, atol=1e-6)
     _assert_opt_states_close(both.opt_state, second.opt_state, atol=1e-6)
     torch.testing.assert_close(both.mean_loss, second.mean_loss, atol=1e-5, rtol=1e-5)
     if opt == "adam":
@@ -226,7 +216,7 @@ def test_paths_agree_when_resuming_from_unequal_per_client_states(ragged_fed, ar
         assert warm.opt_state.step.tolist() == [2, 3, 1, 1, 1, 4]
     seq, vec = _both_paths(model, warm.params, ragged_fed, range(6), epochs=2, seed=0, round_idx=1,
                            optimizer=optimizer, opt_state=warm.opt_state)
-    _assert_states_close(seq.params, vec.params)
+    assert_states_close(seq.params, vec.params)
     _assert_opt_states_close(seq.opt_state, vec.opt_state)
     torch.testing.assert_close(seq.mean_loss, vec.mean_loss, atol=1e-5, rtol=1e-5)
     if opt == "adam":
@@ -261,7 +251,7 @@ def test_per_row_adam_matches_torch_adam_client_by_client(ragged_fed):
             opt.zero_grad()
             nn.functional.cross_entropy(net(ragged_fed.x[idx]), ragged_fed.y[idx]).backward()
             opt.step()
-        _assert_states_close(unstack(res.params)[i], dict(net.named_parameters()))
+        assert_states_close(unstack(res.params)[i], dict(net.named_parameters()))
 
 
 def test_returning_the_state_changes_nothing_else_and_state_rows_can_be_taken_and_put(ragged_fed):
@@ -272,7 +262,7 @@ def test_returning_the_state_changes_nothing_else_and_state_rows_can_be_taken_an
             plain = local_train(model, start, ragged_fed, range(6), epochs=1, seed=0, optimizer=opt, path=path)
             kept = local_train(model, start, ragged_fed, range(6), epochs=1, seed=0, optimizer=opt, path=path,
                                return_opt_state=True)
-            _assert_states_equal(plain.params, kept.params)
+            assert_states_equal(plain.params, kept.params)
             assert plain.opt_state is None and kept.opt_state is not None
         if isinstance(opt, SGD) and not opt.momentum:
             assert kept.opt_state.momentum_buffer == {} and not kept.opt_state.has_buffer.any()
@@ -295,7 +285,7 @@ def test_a_row_without_momentum_buffer_starts_with_torch_first_step_rule(ragged_
     fresh = local_train(model, start, ragged_fed, range(6), epochs=1, seed=0, optimizer=sgd, path="sequential")
     seq, vec = _both_paths(model, start, ragged_fed, range(6), epochs=1, seed=0, optimizer=sgd,
                            opt_state=SGDState(ones, has))
-    _assert_states_close(seq.params, vec.params)
+    assert_states_close(seq.params, vec.params)
     for row in range(6):
         same = all(torch.equal(seq.params[n][row], fresh.params[n][row]) for n in start)
         assert same == (not has[row])  # a real buffer of ones changes the result
@@ -342,7 +332,7 @@ def test_embedding_pull_paths_agree_and_the_term_changes_the_result(ragged_fed, 
     pull = _pull(model, 6)
     kwargs = dict(epochs=2, seed=4, optimizer=Adam(lr=1e-2))
     seq, vec = _both_paths(model, start, ragged_fed, range(6), embedding_pull=pull, **kwargs)
-    _assert_states_close(seq.params, vec.params)
+    assert_states_close(seq.params, vec.params)
     torch.testing.assert_close(seq.mean_loss, vec.mean_loss, atol=1e-5, rtol=1e-5)
     plain = local_train(model, start, ragged_fed, range(6), path="sequential", **kwargs)
     gap = (flatten_params(plain.params) - flatten_params(seq.params)).abs().amax(1)
@@ -359,13 +349,13 @@ def test_embedding_pull_of_weight_zero_is_exactly_no_term(ragged_fed, path):
     kwargs = dict(epochs=2, seed=5, path=path)
     plain = local_train(model, start, ragged_fed, range(6), **kwargs)
     zero = local_train(model, start, ragged_fed, range(6), embedding_pull=_pull(model, 6, weight=[0.0] * 6), **kwargs)
-    _assert_states_equal(plain.params, zero.params)
+    assert_states_equal(plain.params, zero.params)
     assert torch.equal(plain.mean_loss, zero.mean_loss)
     if path == "sequential":  # a client of weight 0 among pulled ones: no term for it
         mixed = local_train(model, start, ragged_fed, range(6),
                             embedding_pull=_pull(model, 6, weight=[0.0, 1.0, 0.0, 1.0, 1.0, 1.0]), **kwargs)
         for row in (0, 2):
-            _assert_states_equal(unstack(plain.params)[row], unstack(mixed.params)[row])
+            assert_states_equal(unstack(plain.params)[row], unstack(mixed.params)[row])
         assert not torch.equal(unstack(plain.params)[1]["1.weight"], unstack(mixed.params)[1]["1.weight"])
 
 
@@ -423,7 +413,7 @@ def test_embedding_pull_matches_autograd_of_the_written_out_loss_with_adam(ragge
         loss = nn.functional.cross_entropy(head(net)(e), y) + 0.8 * (terms * keep).sum() / keep.sum()
         loss.backward()
         opt.step()
-    _assert_states_close(unstack(res.params)[0], dict(net.named_parameters()))
+    assert_states_close(unstack(res.params)[0], dict(net.named_parameters()))
 
 
 def test_bad_embedding_pulls_fail_fast(ragged_fed):

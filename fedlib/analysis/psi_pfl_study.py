@@ -18,9 +18,8 @@ import pandas as pd
 import seaborn as sns
 
 from ..evaluation import summarise_clients
-from ..methods import DISPLAY_NAMES
 from .tables import SETTING_KEYS
-from .training_plots import _method_legend, _method_line, _method_order
+from .training_plots import REFERENCES, _method_legend, _method_order, ecdf_panel
 
 __all__ = ["PAPER_VARIANT", "LOW_PERCENTILES", "candidates_frame", "fig5_thresholds",
            "paper_variant_records", "fairness_table", "fig7_ecdfs", "observations"]
@@ -28,7 +27,6 @@ __all__ = ["PAPER_VARIANT", "LOW_PERCENTILES", "candidates_frame", "fig5_thresho
 METHOD = "psi_pfl"
 PAPER_VARIANT = "PSI-PFL (ζ chosen on test, the paper's)"
 LOW_PERCENTILES = (10.0, 25.0)  # the paper's "Low" and "Medium-low" thresholds (Observation 2)
-REFERENCES = ("cl", "local")
 
 
 def candidates_frame(records) -> pd.DataFrame:
@@ -109,15 +107,8 @@ def fig7_ecdfs(df: pd.DataFrame, n_clients: int) -> plt.Figure:
     methods = _method_order(ok.method)
     fig, axes = plt.subplots(1, len(panels), figsize=(3.9 * len(panels), 3.7), squeeze=False)
     for ax, (ds, level) in zip(axes[0], panels):
-        sub = ok[(ok.dataset == ds) & (ok.level == level)]
-        for m in methods:
-            acc = [np.asarray(a, float) for a in sub[sub.method == m].local_accuracy]
-            acc = np.concatenate(acc) if acc else np.empty(0)
-            acc = acc[~np.isnan(acc)]
-            if acc.size:
-                sns.ecdfplot(x=acc, ax=ax, **_method_line(m, METHOD))
-        ax.set(xlabel="local accuracy", ylabel="ECDF", xlim=(0, 1.01), ylim=(0, 1.02),
-               title=f"{ds}, α={level:g}, K={n_clients}")
+        ecdf_panel(ax, ok[(ok.dataset == ds) & (ok.level == level)], methods, METHOD)
+        ax.set_title(f"{ds}, α={level:g}, K={n_clients}")
     _method_legend(fig, methods, marker=None, ncol=6, proposed=METHOD)
     fig.tight_layout(rect=(0, 0.16, 1, 1))
     return fig
@@ -187,7 +178,3 @@ def observations(df: pd.DataFrame, cands: pd.DataFrame) -> tuple[list[str], dict
 
 def _verdict(k: int, n: int) -> str:
     return "no settings" if n == 0 else "confirmed" if k == n else "partly confirmed" if k else "not confirmed"
-
-
-def display_name(method: str) -> str:
-    return DISPLAY_NAMES.get(method, method)

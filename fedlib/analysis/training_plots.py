@@ -16,7 +16,7 @@ from matplotlib.lines import Line2D
 
 from ..methods import DISPLAY_NAMES
 
-__all__ = ["fig5_silhouette", "fig6_tau", "fig7_accuracy", "fig8_ecdf", "method_color"]
+__all__ = ["fig5_silhouette", "fig6_tau", "fig7_accuracy", "fig8_ecdf", "ecdf_panel", "method_color"]
 
 _LEVEL = {"dirichlet": "α", "similarity": "S"}
 PROPOSED = "clust_psi_pfl"
@@ -216,6 +216,20 @@ def fig7_accuracy(runs: pd.DataFrame, proposed: str = PROPOSED) -> plt.Figure:
     return fig
 
 
+def ecdf_panel(ax, runs: pd.DataFrame, methods, proposed: str = PROPOSED) -> None:
+    """One ECDF per method of the clients' local accuracies in ``runs`` (seeds pooled, NaN —
+    clients without a test split — dropped), in each method's colour and line style."""
+    for m in methods:
+        g = runs[runs.method == m]
+        if g.empty:
+            continue
+        acc = np.concatenate([np.asarray(a, float).ravel() for a in g.local_accuracy])
+        acc = acc[~np.isnan(acc)]
+        if acc.size:
+            sns.ecdfplot(x=acc, ax=ax, label=DISPLAY_NAMES.get(m, m), **_method_line(m, proposed))
+    ax.set(xlabel="local accuracy", ylabel="ECDF", xlim=(0, 1.01), ylim=(0, 1.02))
+
+
 def fig8_ecdf(runs: pd.DataFrame, protocol: str, level: float, n_clients: int,
               proposed: str = PROPOSED) -> plt.Figure:
     """ECDF of clients' local accuracy per method (all seeds pooled) for one setting,
@@ -227,17 +241,8 @@ def fig8_ecdf(runs: pd.DataFrame, protocol: str, level: float, n_clients: int,
     n = max(1, len(datasets))
     fig, axes = plt.subplots(1, n, figsize=(max(5.0 * n, 8.0), 4.2), squeeze=False)
     for ax, ds in zip(axes[0], datasets):
-        sub = ok[ok.dataset == ds]
-        for m in methods:
-            g = sub[sub.method == m]
-            if g.empty:
-                continue
-            acc = np.concatenate([np.asarray(a, float).ravel() for a in g.local_accuracy])
-            acc = acc[~np.isnan(acc)]
-            if acc.size:
-                sns.ecdfplot(x=acc, ax=ax, label=DISPLAY_NAMES.get(m, m), **_method_line(m, proposed))
-        ax.set(xlabel="local accuracy", ylabel="ECDF", xlim=(0, 1.01), ylim=(0, 1.02),
-               title=f"{ds}, {_label(protocol, level)}, K={n_clients}")
+        ecdf_panel(ax, ok[ok.dataset == ds], methods, proposed)
+        ax.set_title(f"{ds}, {_label(protocol, level)}, K={n_clients}")
     _method_legend(fig, methods, marker=None, proposed=proposed)
     fig.tight_layout(rect=(0, 0.14, 1, 1))
     return fig

@@ -82,16 +82,24 @@ def evaluate(model: nn.Module, params: State, fed: Federation, clients, split: s
     -------
     EvalResult
     """
+    clients, x, y, parts, template, state, chosen = _prepare(model, params, fed, clients, split, batch_size, path)
+    index = [parts[c] for c in clients]
+    correct, loss_sum = _eval_rows(template, state, x, y, index, batch_size, chosen, max_clients_per_chunk)
+    n = torch.as_tensor([len(i) for i in index], dtype=torch.int64, device=fed.device)
+    return EvalResult(correct, n, loss_sum, chosen)
+
+
+def _prepare(model: nn.Module, params: State, fed: Federation, clients, split: str, batch_size: int, path: str):
+    """What every evaluation of one model row per client checks and builds first: the clients
+    (checked), the split's x, y and per-client parts, the model in eval mode on the
+    federation's device, the checked state and the resolved path."""
     clients = fed.check_clients(clients)
     check_int(batch_size, "batch_size", 1)
     x, y, parts = fed.split(split)
     template = copy.deepcopy(model).to(fed.device).eval()
     state = check_state(params, template, len(clients), fed.device)
     chosen = resolve_path(path, template, fed.device, training=False)
-    index = [parts[c] for c in clients]
-    correct, loss_sum = _eval_rows(template, state, x, y, index, batch_size, chosen, max_clients_per_chunk)
-    n = torch.as_tensor([len(i) for i in index], dtype=torch.int64, device=fed.device)
-    return EvalResult(correct, n, loss_sum, chosen)
+    return clients, x, y, parts, template, state, chosen
 
 
 def _eval_rows(template, state, x, y, index, batch_size, chosen, max_rows_per_chunk):

@@ -29,8 +29,8 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from ..models import body, head_prefix
-from ._validation import check_int, check_state
-from .evaluate import EvalResult, _pad_index, evaluate
+from ._validation import check_state
+from .evaluate import EvalResult, _pad_index, _prepare, evaluate
 from .federation import Federation, gather
 from .paths import clients_per_chunk, resolve_path
 
@@ -197,12 +197,7 @@ def evaluate_with(predictor: Predictor, model: nn.Module, params: State, fed: Fe
     if not isinstance(predictor, (GatedMixture, NearestPrototype)):
         raise ValueError(f"predictor must be OneModel, GatedMixture or NearestPrototype, "
                          f"got {type(predictor).__name__}")
-    clients = fed.check_clients(clients)
-    check_int(batch_size, "batch_size", 1)
-    x, y, parts = fed.split(split)
-    template = copy.deepcopy(model).to(fed.device).eval()
-    state = check_state(params, template, len(clients), fed.device)
-    chosen = resolve_path(path, template, fed.device, training=False)
+    clients, x, y, parts, template, state, chosen = _prepare(model, params, fed, clients, split, batch_size, path)
     clients_t = torch.as_tensor(clients, device=fed.device)
     if isinstance(predictor, GatedMixture):
         expert_template = copy.deepcopy(predictor.expert_model or model).to(fed.device).eval()
