@@ -8,6 +8,8 @@ Definitions (Clust-PSI-PFL Sec. IV-A; PSI-PFL Sec. 4):
     CP               client parity, the maximum relative accuracy difference between clients:
                      max_{i,j} (A_i − A_j) / A_j = (A_max − A_min) / A_min (inf if A_min = 0).
                      PSI-PFL's formula is lost in the text; this reading matches its values (> 1).
+    cluster recovery the adjusted Rand index between a method's client grouping and the true
+                     groups of a planted partition (1 = recovered up to relabelling, ≈ 0 = chance)
 """
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ import numpy as np
 
 from .validation import check_number, fail
 
-__all__ = ["local_accuracy", "global_accuracy", "average_distance", "client_parity", "summarise_clients"]
+__all__ = ["local_accuracy", "global_accuracy", "average_distance", "client_parity", "summarise_clients",
+           "cluster_recovery"]
 
 
 def _as_1d(name, v) -> np.ndarray:
@@ -117,3 +120,27 @@ def summarise_clients(correct, n, cl_accuracy: float | None = None) -> dict:
         "cp": client_parity(acc),
         "local_accuracy": acc.tolist(),
     }
+
+
+def cluster_recovery(assignment, truth) -> float:
+    """Adjusted Rand index between a grouping of the clients and their true groups.
+
+    Parameters
+    ----------
+    assignment, truth : int arrays (K,)
+        Group labels per client (any integers; only equality matters).
+
+    Returns
+    -------
+    float in [-0.5, 1]: 1 when the grouping equals the truth up to relabelling, ≈ 0 for a
+    random grouping (IFCA, FedClust, pFedLIA, FeSEM, CFL on planted groups).
+    """
+    from sklearn.metrics import adjusted_rand_score
+
+    a, t = np.asarray(assignment), np.asarray(truth)
+    for name, v, raw in (("assignment", a, assignment), ("truth", t, truth)):
+        if v.dtype.kind not in "iu" or v.ndim != 1 or v.size == 0:
+            fail(name, "a non-empty 1-D array of integer group labels (one per client)", raw)
+    if a.shape != t.shape:
+        fail("truth", f"one label per client like assignment (length {a.size})", truth)
+    return float(adjusted_rand_score(t, a))

@@ -36,7 +36,7 @@ __all__ = ["RunSpec", "run", "run_grid", "grid_specs", "load_records", "record_p
            "write_manifest", "load_grid"]
 
 RECORD_VERSION = 1
-_LATER_FIELDS = {"val_fraction": 0.0, "global_test": False}  # added in interface v2, with defaults
+_LATER_FIELDS = {"val_fraction": 0.0, "global_test": False, "n_global_test": None}  # added in interface v2, with defaults
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,8 @@ class RunSpec:
         papers' protocol; the test split is the same for every val_fraction)
     global_test : also evaluate every client's model on the data set's official test set
         (FedPrism's "global accuracy"; recorded as ``global_test_*``)
+    n_global_test : optional stratified subset (seed 0) of that official test set (CI-sized
+        runs: every personalised model is evaluated on it); None = all of it
 
     Fields added after the first release enter the record key only when they differ from
     their defaults, so records computed before they existed are still found.
@@ -79,6 +81,7 @@ class RunSpec:
     arch: str | None = None
     val_fraction: float = 0.0
     global_test: bool = False
+    n_global_test: int | None = None
 
     def validate(self) -> None:
         """Raise ValueError naming the bad field, before any data is loaded or trained."""
@@ -115,6 +118,10 @@ class RunSpec:
             fail("test_fraction + val_fraction", "< 1 (some data must stay for training)",
                  self.test_fraction + self.val_fraction)
         check_choice(self.global_test, "global_test", (False, True))
+        check_int(self.n_global_test, "n_global_test", 1, optional=True)
+        if self.n_global_test is not None and not self.global_test:
+            fail("n_global_test", "None unless global_test=True (it subsets the official test set)",
+                 self.n_global_test)
         if not isinstance(self.hyper, dict):
             fail("hyper", "a dict of the method's hyperparameters", self.hyper)
         if not isinstance(self.fl, dict):
@@ -144,12 +151,14 @@ class RunSpec:
 
 # ----------------------------------------------------------------------------- data
 @lru_cache(maxsize=4)
-def _load(dataset: str, n_train: int | None):
+def _load(dataset: str, n_train: int | None, n_test: int | None = None):
     from .datasets import load, subsample
 
     ds = load(dataset)
     if n_train is not None and n_train < len(ds.y_train):
         ds = subsample(ds, n_train, None, seed=0)
+    if n_test is not None and ds.y_test is not None and n_test < len(ds.y_test):
+        ds = subsample(ds, None, n_test, seed=0)
     return ds
 
 
@@ -165,7 +174,7 @@ def build_federation(spec: RunSpec, device="auto"):
     fedlib.partition.InfeasiblePartitionError for an infeasible partition.
     """
     spec.validate()
-    ds = _load(spec.dataset, spec.n_train)
+    ds = _load(spec.dataset, spec.n_train, spec.n_global_test)
     y = ds.y_train
     parts = P.partition(y, spec.protocol, int(spec.n_clients), spec.level, int(spec.seed),
                         **({"dataset_name": spec.dataset} if spec.protocol == "dirichlet" else {}))

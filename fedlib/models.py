@@ -76,6 +76,8 @@ ARCH_FOR_DATASET = {
     "shuttle": "mlp",
     "fmnist": "fmnist_cnn",
     "cifar10": "cifar_cnn",
+    "cifar100": "lenet5",  # FedPrism's LeNet-5
+    "svhn": "lenet5",
     "sent140": "lstm",
     "fine_foods": "lstm",
     "amazon_reviews": "embed_dnn",

@@ -22,7 +22,8 @@ from fedlib.datasets import (DATASETS, DataChecksumError, Dataset, DataUnavailab
                              subsample)
 from fedlib.datasets import _rlazyload, _text
 
-PAPER = ["fmnist", "cifar10", "acs_income", "serengeti", "sent140", "amazon_reviews"]
+PAPER = ["fmnist", "cifar10", "acs_income", "serengeti", "sent140", "amazon_reviews", "cifar100",
+         "svhn"]
 STAND_INS = ["adult", "letter", "fine_foods", "satellite", "shuttle"]
 
 

@@ -30,7 +30,7 @@ def _no_download(monkeypatch):
 
 def _downloads_fail(monkeypatch):
     """Turn downloads on, with every downloader failing offline (nothing reaches the network):
-    torchvision's CIFAR10 / FashionMNIST and a stand-in folktables package."""
+    torchvision's CIFAR10 / CIFAR100 / SVHN / FashionMNIST and a stand-in folktables package."""
     import torchvision
 
     def offline(*args, **kwargs):
@@ -38,6 +38,8 @@ def _downloads_fail(monkeypatch):
 
     monkeypatch.setenv("FEDLIB_ALLOW_DOWNLOAD", "1")
     monkeypatch.setattr(torchvision.datasets, "CIFAR10", offline)
+    monkeypatch.setattr(torchvision.datasets, "CIFAR100", offline)
+    monkeypatch.setattr(torchvision.datasets, "SVHN", offline)
     monkeypatch.setattr(torchvision.datasets, "FashionMNIST", offline)
     fake = types.ModuleType("folktables")
     fake.ACSDataSource = offline

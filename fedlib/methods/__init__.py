@@ -26,6 +26,10 @@ _MODULES = {
     # the related seed papers' systems
     "psi_pfl": "psi_pfl",
     "cafa": "cafa",
+    "fedprism": "fedprism",
+    "ifca": "ifca",
+    "fedclust": "fedclust",
+    "fedamp": "fedamp",
 }
 
 DISPLAY_NAMES = {
@@ -45,6 +49,10 @@ DISPLAY_NAMES = {
     "clust_psi_pfl": "Clust-PSI-PFL",
     "psi_pfl": "PSI-PFL",
     "cafa": "CAFA",
+    "fedprism": "FedPrism",
+    "ifca": "IFCA",
+    "fedclust": "FedClust",
+    "fedamp": "FedAMP",
 }
 
 METHODS = tuple(_MODULES)

@@ -1,0 +1,180 @@
+"""CIFAR-100, 50,000 + 10,000 colour 32x32 images, 100 classes (20 superclasses).
+
+Read from torchvision's layout ``<data>/cifar-100-python/`` (``train``, ``test``,
+``meta``). Those files are Python pickles, and unpickling an untrusted pickle can run
+arbitrary code, so, as for CIFAR-10 (:mod:`fedlib.datasets.cifar10`):
+
+1. the official md5 of EVERY file (as pinned by torchvision) is checked before any of
+   them is unpickled; a mismatch raises `DataChecksumError` and nothing is read;
+2. the verified bytes are then read by `RestrictedUnpickler`, which resolves only the
+   few numpy globals the official files reference (`ALLOWED_GLOBALS`, the same as
+   CIFAR-10's) and raises ``pickle.UnpicklingError`` for anything else.
+
+Labels are the 100 fine classes (``fine_labels``); ``load(root, labels="coarse")``
+gives the 20 superclasses (``coarse_labels``) instead, e.g. for pFedLIA.
+
+torchvision downloads the tree only when ``FEDLIB_ALLOW_DOWNLOAD=1`` (it checks the
+archive's md5 before extracting). No package ships CIFAR-100 offline.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+from pathlib import Path
+
+import numpy as np
+
+from . import cifar10
+from ._core import (DatasetSpec, Dataset, DataUnavailableError, download_allowed,
+                    download_failed, how_to_fix, read_verified)
+
+FOLDER = "cifar-100-python"
+TRAIN_FILES = ("train",)
+TEST_FILES = ("test",)
+META_FILE = "meta"
+#: Official md5s of the release (as pinned by torchvision.datasets.CIFAR100).
+MD5 = {
+    "train": "16019d7e3df5f24257cddd939b257f8d",
+    "test": "f0ef6b0ae62326f3e7ffdfab6717acfc",
+    "meta": "7973b15100ade9c7d40fb424638fde48",
+}
+ARCHIVE, ARCHIVE_MD5 = "cifar-100-python.tar.gz", "eb9058c3a382ffc7106e4002c42a8d85"
+#: The only globals a pickle of CIFAR-100 may name: the same numpy array reconstruction
+#: globals as the CIFAR-10 batches (same writer, same format).
+ALLOWED_GLOBALS = dict(cifar10.ALLOWED_GLOBALS)
+#: ``labels=`` option -> (key of the label list in train/test, key of the names in meta).
+LABELS = {"fine": ("fine_labels", "fine_label_names"),
+          "coarse": ("coarse_labels", "coarse_label_names")}
+HOW_TO_GET = (f"extract the official {ARCHIVE} (md5 {ARCHIVE_MD5}, from "
+              f"https://www.cs.toronto.edu/~kriz/cifar.html) in <data>/ so that <data>/{FOLDER}/ "
+              f"holds {', '.join(TRAIN_FILES + TEST_FILES)} and {META_FILE}")
+DOWNLOAD = "torchvision downloads 161 MB from cs.toronto.edu"
+#: Why a CIFAR-100 file with the wrong md5 is refused (see `read_verified`).
+WHY = cifar10.WHY
+
+
+class RestrictedUnpickler(pickle.Unpickler):
+    """A `pickle.Unpickler` that resolves only `ALLOWED_GLOBALS`.
+
+    Any other global (``builtins.open``, ``os.system``, ...) raises
+    ``pickle.UnpicklingError`` before it can be called.
+    """
+
+    def find_class(self, module: str, name: str):
+        try:
+            return ALLOWED_GLOBALS[(module, name)]
+        except KeyError:
+            allowed = ", ".join(f"{m}.{n}" for m, n in ALLOWED_GLOBALS)
+            raise pickle.UnpicklingError(
+                f"global {module}.{name} is not allowed in a CIFAR-100 pickle "
+                f"(allowed: {allowed})") from None
+
+
+def is_local(root: Path) -> bool:
+    """True when ``train``, ``test`` and ``meta`` are under ``<root>/cifar-100-python``."""
+    return all((Path(root) / FOLDER / f).is_file() for f in (*TRAIN_FILES, *TEST_FILES, META_FILE))
+
+
+def unpickle(data: bytes) -> dict:
+    """One CIFAR-100 file (already md5-verified bytes) read by `RestrictedUnpickler`.
+
+    Returns
+    -------
+    dict
+        str keys (``"data"``: uint8 (N, 3072), ``"fine_labels"`` / ``"coarse_labels"``:
+        N ints; or, for ``meta``, ``"fine_label_names"`` / ``"coarse_label_names"``).
+
+    Raises
+    ------
+    pickle.UnpicklingError
+        The pickle names a global outside `ALLOWED_GLOBALS`.
+    """
+    d = RestrictedUnpickler(io.BytesIO(data), encoding="latin1").load()
+    return {k.decode() if isinstance(k, bytes) else k: v for k, v in d.items()}
+
+
+def _stack(batches: list[dict], label_key: str) -> tuple[np.ndarray, np.ndarray]:
+    """x float32 (N, 3, 32, 32) in [0, 1] and y int64 (N,) from unpickled files."""
+    xs = [np.asarray(d["data"], dtype=np.uint8).reshape(-1, 3, 32, 32) for d in batches]
+    ys = [np.asarray(d[label_key], dtype=np.int64) for d in batches]
+    return np.concatenate(xs).astype(np.float32) / np.float32(255.0), np.concatenate(ys)
+
+
+def _download(root: Path) -> None:
+    """Let torchvision fetch and extract the official archive into ``root``."""
+    folder = root / FOLDER
+    try:
+        import torchvision
+
+        torchvision.datasets.CIFAR100(root=str(root), train=True, download=True)
+    except Exception as e:  # noqa: BLE001 - one clear error instead of a deep trace
+        raise DataUnavailableError(f"cifar100: {download_failed('torchvision', folder, e)}. "
+                                   f"Fix: {how_to_fix(root, HOW_TO_GET, DOWNLOAD)}") from None
+    if not is_local(root):
+        raise DataUnavailableError(f"cifar100: torchvision's download into {folder} finished "
+                                   "but some files are missing. "
+                                   f"Fix: {how_to_fix(root, HOW_TO_GET, DOWNLOAD)}")
+
+
+def load(root: Path, labels: str = "fine") -> Dataset:
+    """Load CIFAR-100 with its official 50,000/10,000 split.
+
+    Parameters
+    ----------
+    root : Path
+        The data directory.
+    labels : {"fine", "coarse"}
+        ``"fine"``: the 100 classes (default); ``"coarse"``: the 20 superclasses.
+
+    Returns
+    -------
+    Dataset
+        x: float32 (N, 3, 32, 32) in [0, 1]; y: int64 (N,) in 0..99 (coarse: 0..19).
+
+    Raises
+    ------
+    ValueError
+        ``labels`` is neither ``"fine"`` nor ``"coarse"``.
+    DataUnavailableError
+        Files missing (and download off or failed), or a file the restricted
+        unpickler refuses.
+    DataChecksumError
+        A file's md5 is not the official one (checked for all files before any is read).
+    """
+    if not isinstance(labels, str) or labels not in LABELS:
+        raise ValueError(f"labels must be 'fine' (100 classes) or 'coarse' (20 superclasses), "
+                         f"got {labels!r}")
+    label_key, names_key = LABELS[labels]
+    root = Path(root)
+    folder = root / FOLDER
+    if not is_local(root) and download_allowed():
+        _download(root)
+    if not is_local(root):
+        raise DataUnavailableError(
+            f"cifar100: CIFAR-100 not found. Tried {folder}/ (torchvision layout) and download "
+            f"(off: FEDLIB_ALLOW_DOWNLOAD is not 1). Fix: {how_to_fix(root, HOW_TO_GET, DOWNLOAD)}")
+    fix = f"delete {folder}, then {how_to_fix(root, HOW_TO_GET, DOWNLOAD)}"
+    verified = {f: read_verified(folder / f, md5, fix, algorithm="md5", why=WHY)
+                for f, md5 in MD5.items()}  # every file, before anything is unpickled
+    files = {}
+    for f, data in verified.items():
+        try:
+            files[f] = unpickle(data)
+        except pickle.UnpicklingError as e:
+            raise DataUnavailableError(f"cifar100: refused to unpickle {folder / f}: {e}. "
+                                       f"Fix: {fix}") from e
+    x_tr, y_tr = _stack([files[f] for f in TRAIN_FILES], label_key)
+    x_te, y_te = _stack([files[f] for f in TEST_FILES], label_key)
+    names = tuple(n.decode() if isinstance(n, bytes) else str(n)
+                  for n in files[META_FILE][names_key])
+    which = "100 fine classes" if labels == "fine" else "20 coarse superclasses"
+    return Dataset(name="cifar100", paper_name="CIFAR-100", modality="image",
+                   source=f"CIFAR-100 python files in {folder} (md5 verified; official "
+                          f"train/test split; {which})",
+                   x_train=x_tr, y_train=y_tr, x_test=x_te, y_test=y_te, class_names=names)
+
+
+SPEC = DatasetSpec(name="cifar100", paper_name="CIFAR-100", modality="image", n_classes=100,
+                   loader=load, how_to_get=HOW_TO_GET, is_local=is_local, can_download=True,
+                   download=DOWNLOAD)

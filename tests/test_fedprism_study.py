@@ -1,0 +1,126 @@
+"""Notebook 09's layer (fedlib.analysis.fedprism_study) on hand-made records, and the official
+test-set subset (RunSpec.n_global_test) its smoke profile uses."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedlib import partition as P
+from fedlib.analysis import fedprism_study as S
+from fedlib.experiment import RunSpec, build_federation
+
+FL = {"rounds": 100, "local_epochs": 10, "fraction": 0.1}
+
+
+def test_local_only_trains_what_a_fedprism_client_trains_on_average():
+    assert S.local_epochs_total(FL) == 100  # R·C·E of the paper's protocol
+    assert S.local_epochs_total({"rounds": 3, "fraction": 0.1, "local_epochs": 1}) == 1  # at least one
+
+
+def test_training_specs_follow_fedprism_protocol():
+    specs = S.training_specs([0.1, 0.5], 100, [0, 1], FL, hyper={"fedprism": {"tau": 0.2}}, n_global_test=500)
+    assert len(specs) == 2 * 2 * len(S.METHODS)
+    assert {s.arch for s in specs} == {"lenet5"} and all(s.global_test and s.n_global_test == 500 for s in specs)
+    local = [s for s in specs if s.method == "local"]
+    assert all(s.hyper == {"epochs": 100} for s in local)
+    assert all(s.hyper == {"tau": 0.2} for s in specs if s.method == "fedprism")
+    for s in specs:
+        s.validate()
+
+
+def test_ablation_specs_and_their_labels():
+    specs = S.ablation_specs(0.1, 20, [0], FL, components=["global", "private"], global_weights=[0.1, 0.5],
+                             hyper={"fedprism": {"warmup": 2}})
+    labels = [S.variant_of(s.to_dict()) for s in specs]
+    assert labels == ["global", "private", "alpha=0.1", "alpha=0.5"]
+    assert all(s.hyper["warmup"] == 2 and s.level == 0.1 for s in specs)
+    assert S.variant_of({"hyper": {}}) == "full" and S.variant_of({"hyper": {"alpha": 0.9}}) == "full"
+
+
+def record(method, level, local, glob, *, hyper=None, status="ok", sweep=None, g_model=None):
+    """A run record with the fields accuracy_frame reads; ``local`` per-client accuracies."""
+    r = {"spec": {"method": method, "level": level, "n_clients": len(local), "seed": 0, "hyper": hyper or {}},
+         "status": status, "seconds": 1.0}
+    if status == "ok":
+        n = [10] * len(local)
+        r.update(local_accuracy=list(local), global_test_accuracy=glob, n_test=n,
+                 info={**({"expert_weight_sweep": sweep} if sweep else {}),
+                       **({"global_model_accuracy": g_model} if g_model is not None else {})})
+    return r
+
+
+@pytest.fixture
+def frame():
+    recs = [record("fedprism", 0.1, [0.9, 1.0], 0.5, sweep={"0": [2, 4], "1": [10, 9]}, g_model=0.6),
+            record("fedavg", 0.1, [0.6, 0.8], 0.8),
+            record("local", 0.1, [1.0, 0.9], 0.2),
+            record("ifca", 0.1, [0.5, 0.5], 0.4, status="failed"),
+            record("fedprism", 0.1, [0.5, 0.7], 0.3, hyper={"components": "private"}),
+            record("fedprism", 0.1, [0.8, 0.8], 0.35, hyper={"alpha": 0.5})]
+    return S.accuracy_frame(recs)
+
+
+def test_accuracy_frame_in_percent(frame):
+    fp = frame[(frame.method == "fedprism") & (frame.variant == "full")].iloc[0]
+    assert fp.local == pytest.approx(95.0) and fp["global"] == pytest.approx(50.0)
+    assert fp.global_model == pytest.approx(60.0)
+    assert fp.sweep == {0.0: pytest.approx(30.0), 1.0: pytest.approx(95.0)}  # mean of 2/10, 4/10; 10/10, 9/10
+    assert frame[frame.method == "ifca"].status.item() == "failed"
+
+
+def test_main_table_puts_the_paper_beside_ours_and_shows_failures(frame):
+    t = S.main_table(frame, ["fedprism", "fedavg", "ifca"]).set_index("Method")
+    assert t.loc["FedPrism", "α=0.1 Loc"] == "95.00 ± 0.00"
+    assert t.loc["FedPrism", "α=0.1 Loc (paper)"] == "95.66"
+    assert t.loc["FedAvg", "α=0.1 Glob"] == "80.00 ± 0.00" and t.loc["FedAvg", "α=0.1 Glob (paper)"] == "84.35"
+    assert t.loc["IFCA", "α=0.1 Loc"] == "failed"
+
+
+def test_ablation_and_sweep_tables(frame):
+    t9 = S.ablation_table(frame, 0.1, 9).set_index("Configuration")
+    assert t9.loc["Pure Private", "Loc"] == "60.00 ± 0.00" and t9.loc["Pure Private", "Loc (paper)"] == 95.15
+    assert t9.loc["Pure Global", "Loc"] == "—"  # not run
+    t11 = S.ablation_table(frame, 0.1, 11).set_index("α")
+    assert t11.loc[0.5, "Glob"] == "35.00 ± 0.00" and t11.loc[0.9, "Glob"] == "50.00 ± 0.00"
+    t10 = S.weight_sweep_table(frame, 0.1).set_index("Local expert weight")
+    assert t10.loc[0.0, "Loc"] == "30.00 ± 0.00" and t10.loc[0.2, "Loc"] == "—"
+    assert t10.loc[1.0, "Glob"] == "50.00 ± 0.00"  # the backbone's, whatever the weight
+    with pytest.raises(ValueError, match="table must be 9 or 11"):
+        S.ablation_table(frame, 0.1, 10)
+
+
+def test_observations_are_computed_from_the_frame(frame):
+    lines = S.observations(frame)
+    assert "FedPrism local 95.00 vs FedAvg 70.00 — ahead: True (paper: 95.66 vs 85.01, ahead: True)" in lines[0]
+    assert "≥ Local-only's (95.00 vs 95.00): True" in lines[1]
+    assert "within 5 points of FedAvg's (50.00 vs 80.00): False (paper: True)" in lines[2]
+    assert lines[3].endswith("best local accuracy: FedPrism (paper: FedPrism)")
+
+
+def test_partition_preview_is_the_runs_partition():
+    y = np.repeat(np.arange(4), 50)
+    preview = S.partition_preview(y, 10, 0.5, 3, n_show=4)
+    parts = P.partition(y, "dirichlet", 10, 0.5, 3)
+    assert preview.to_numpy().tolist() == P.label_counts(y, parts[:4], 4).tolist()
+    with pytest.raises(ValueError, match="n_show must be"):
+        S.partition_preview(y, 10, 0.5, 3, n_show=11)
+
+
+def test_n_global_test_subsets_the_official_test_set_stratified():
+    with pytest.raises(ValueError, match=r"n_global_test must be None unless global_test=True"):
+        RunSpec("fmnist", "dirichlet", 0.5, 4, 0, "fedavg", n_global_test=100).validate()
+    spec = RunSpec("fmnist", "dirichlet", 0.5, 4, 0, "fedavg", n_train=400, global_test=True, n_global_test=500)
+    fed, _, _ = build_federation(spec, "cpu")
+    assert len(fed.y_global) == 500
+    assert np.bincount(fed.y_global.numpy(), minlength=10).tolist() == [50] * 10  # FMNIST's test set is balanced
+    full, _, _ = build_federation(RunSpec("fmnist", "dirichlet", 0.5, 4, 0, "fedavg", n_train=400, global_test=True),
+                                  "cpu")
+    assert len(full.y_global) == 10000
+    assert np.array_equal(fed.n_train, full.n_train)  # the training federation does not change
+    assert "n_global_test" not in RunSpec("fmnist", "dirichlet", 0.5, 4, 0, "fedavg").to_dict()  # old keys stay
+
+
+def test_table_markdown_renders_missing_paper_values_as_a_dash(frame):
+    md = S.table_markdown(S.ablation_table(frame, 0.1, 9))
+    assert md.splitlines()[2] == "| Full FedPrism | 50.00 ± 0.00 | — | 95.00 ± 0.00 | — |"
+    assert "| Pure Private | 30.00 ± 0.00 | 19.98 | 60.00 ± 0.00 | 95.15 |" in md
