@@ -124,3 +124,11 @@ def test_table_markdown_renders_missing_paper_values_as_a_dash(frame):
     md = S.table_markdown(S.ablation_table(frame, 0.1, 9))
     assert md.splitlines()[2] == "| Full FedPrism | 50.00 ± 0.00 | — | 95.00 ± 0.00 | — |"
     assert "| Pure Private | 30.00 ± 0.00 | 19.98 | 60.00 ± 0.00 | 95.15 |" in md
+
+
+def test_the_papers_other_columns_are_selectable(frame):
+    t = S.main_table(frame, ["fedavg"], dataset="cifar100").set_index("Method")
+    assert t.loc["FedAvg", "α=0.1 Glob (paper)"] == "13.46" and t.loc["FedAvg", "α=0.1 Loc (paper)"] == "13.48"
+    assert S.PAPER_MAIN["svhn"][0.3]["cfl"] == (19.58, 39.01)  # Table 6, FedCFL on SVHN
+    with pytest.raises(ValueError, match=r"dataset must be one of the paper's data sets .* got 'mnist'"):
+        S.main_table(frame, dataset="mnist")

@@ -35,14 +35,41 @@ __all__ = ["PAPER_MAIN", "PAPER_TABLE9", "PAPER_TABLE10", "PAPER_TABLE11", "NOT_
            "fig_partition", "table_markdown"]
 
 METHODS = ["fedprism", "fedavg", "ifca", "fedclust", "fedamp", "cfl", "local"]  # Table 1's rows
-# FMNIST (Glob, Loc) in % — Table 1 (Dirichlet α = 0.1), Table 6 (α = 0.3), Table 7 (α = 0.5).
+# (Glob, Loc) in %, as printed — Table 1 (Dirichlet α = 0.1), Table 6 (α = 0.3), Table 7 (α = 0.5);
+# rows in METHODS order; columns SVHN, FMNIST, CIFAR-10, CIFAR-100 (only FMNIST is available offline).
 PAPER_MAIN = {
-    0.1: {"fedprism": (81.93, 95.66), "fedavg": (84.35, 85.01), "ifca": (35.52, 87.05), "fedclust": (10.00, 58.11),
-          "fedamp": (10.36, 55.58), "cfl": (10.00, 44.86), "local": (30.51, 95.05)},
-    0.3: {"fedprism": (82.59, 90.53), "fedavg": (87.10, 86.46), "ifca": (52.5, 88.76), "fedclust": (78.73, 69.32),
-          "fedamp": (32.27, 89.83), "cfl": (14.13, 73.03), "local": (47.38, 90.13)},
-    0.5: {"fedprism": (88.12, 88.01), "fedavg": (87.33, 87.24), "ifca": (61.39, 88.51), "fedclust": (85.19, 81.09),
-          "fedamp": (48.66, 87.21), "cfl": (75.44, 80.55), "local": (56.08, 87.11)},
+    "svhn": {
+        0.1: dict(zip(METHODS, [(73.67, 87.89), (83.11, 82.16), (51.27, 83.82), (44.54, 36.51),
+                                (11.07, 51.95), (6.38, 17.72), (23.45, 84.93)])),
+        0.3: dict(zip(METHODS, [(81.73, 84.95), (86.94, 86.40), (32.22, 82.77), (78.96, 70.39),
+                                (22.94, 78.48), (19.58, 39.01), (36.71, 82.06)])),
+        0.5: dict(zip(METHODS, [(86.94, 86.85), (86.85, 86.80), (67.63, 86.27), (79.66, 76.23),
+                                (33.20, 79.49), (29.23, 56.85), (43.23, 79.94)])),
+    },
+    "fmnist": {
+        0.1: dict(zip(METHODS, [(81.93, 95.66), (84.35, 85.01), (35.52, 87.05), (10.00, 58.11),
+                                (10.36, 55.58), (10.00, 44.86), (30.51, 95.05)])),
+        0.3: dict(zip(METHODS, [(82.59, 90.53), (87.10, 86.46), (52.50, 88.76), (78.73, 69.32),
+                                (32.27, 89.83), (14.13, 73.03), (47.38, 90.13)])),
+        0.5: dict(zip(METHODS, [(88.12, 88.01), (87.33, 87.24), (61.39, 88.51), (85.19, 81.09),
+                                (48.66, 87.21), (75.44, 80.55), (56.08, 87.11)])),
+    },
+    "cifar10": {
+        0.1: dict(zip(METHODS, [(38.69, 81.63), (36.83, 36.11), (18.41, 55.28), (10.56, 17.77),
+                                (10.00, 56.24), (10.00, 11.73), (16.01, 79.84)])),
+        0.3: dict(zip(METHODS, [(41.87, 66.52), (46.57, 46.95), (28.21, 51.93), (32.57, 31.16),
+                                (16.16, 62.09), (10.00, 16.02), (21.37, 66.12)])),
+        0.5: dict(zip(METHODS, [(50.22, 49.92), (48.73, 48.77), (30.61, 48.65), (22.51, 26.66),
+                                (18.39, 58.58), (10.41, 19.95), (24.40, 55.99)])),
+    },
+    "cifar100": {
+        0.1: dict(zip(METHODS, [(14.33, 39.91), (13.46, 13.48), (6.81, 15.50), (4.96, 8.00),
+                                (1.19, 39.01), (1.06, 3.89), (4.44, 38.05)])),
+        0.3: dict(zip(METHODS, [(13.64, 23.45), (15.31, 15.24), (8.61, 13.51), (4.17, 6.30),
+                                (3.33, 22.22), (1.39, 3.83), (5.00, 22.13)])),
+        0.5: dict(zip(METHODS, [(14.47, 18.04), (13.89, 13.88), (9.05, 15.15), (5.57, 5.45),
+                                (3.61, 13.58), (1.17, 3.87), (5.05, 15.45)])),
+    },
 }
 # FMNIST, Dirichlet α = 0.1: Table 9 (components), Table 10 (fixed expert weight), Table 11 (global weight α).
 PAPER_TABLE9 = {"global": (84.81, 95.70), "cluster": (82.37, 95.54), "global_cluster": (84.21, 95.51),
@@ -143,9 +170,11 @@ def _cell(values) -> str:
     return "—" if v.size == 0 else f"{v.mean():.2f} ± {v.std():.2f}"
 
 
-def main_table(df: pd.DataFrame, methods=None) -> pd.DataFrame:
-    """Tables 1/6/7 (FMNIST): per method and α, ours (Glob, Loc: mean ± std over seeds) and the
-    paper's; runs that failed or were infeasible show their status."""
+def main_table(df: pd.DataFrame, methods=None, dataset: str = "fmnist") -> pd.DataFrame:
+    """Tables 1/6/7: per method and α, ours (Glob, Loc: mean ± std over seeds) and the paper's
+    column for ``dataset`` ('svhn', 'fmnist', 'cifar10', 'cifar100'); runs that failed or were
+    infeasible show their status."""
+    paper_ds = _paper_columns(dataset)
     rows = []
     main = df[(df.method != "fedprism") | (df.variant == "full")]
     for m in methods or METHODS:
@@ -154,11 +183,11 @@ def main_table(df: pd.DataFrame, methods=None) -> pd.DataFrame:
             g = main[(main.method == m) & (main.level == a)]
             ok = g[g.status == "ok"]
             bad = sorted(set(g.status) - {"ok"})
-            paper = PAPER_MAIN.get(round(a, 6), {}).get(m, (np.nan, np.nan))
+            paper = paper_ds.get(round(a, 6), {}).get(m, (np.nan, np.nan))
             row[f"α={a:g} Glob"] = _cell(ok["global"]) if not bad else "/".join(bad)
-            row[f"α={a:g} Glob (paper)"] = f"{paper[0]:.2f}"
+            row[f"α={a:g} Glob (paper)"] = "—" if np.isnan(paper[0]) else f"{paper[0]:.2f}"
             row[f"α={a:g} Loc"] = _cell(ok["local"]) if not bad else "/".join(bad)
-            row[f"α={a:g} Loc (paper)"] = f"{paper[1]:.2f}"
+            row[f"α={a:g} Loc (paper)"] = "—" if np.isnan(paper[1]) else f"{paper[1]:.2f}"
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -196,8 +225,15 @@ def weight_sweep_table(df: pd.DataFrame, alpha: float) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def observations(df: pd.DataFrame) -> list[str]:
-    """The paper's claims on FMNIST, each computed from these runs (mean over seeds)."""
+def _paper_columns(dataset: str) -> dict:
+    if dataset not in PAPER_MAIN:
+        fail("dataset", f"one of the paper's data sets {sorted(PAPER_MAIN)}", dataset)
+    return PAPER_MAIN[dataset]
+
+
+def observations(df: pd.DataFrame, dataset: str = "fmnist") -> list[str]:
+    """The paper's claims on ``dataset``, each computed from these runs (mean over seeds)."""
+    paper_ds = _paper_columns(dataset)
     ok = df[(df.status == "ok") & ((df.method != "fedprism") | (df.variant == "full"))]
     mean = ok.groupby(["method", "level"])[["local", "global"]].mean()
     lines = []
@@ -208,7 +244,7 @@ def observations(df: pd.DataFrame) -> list[str]:
     for a in sorted(ok.level.unique()):
         fp_l, fa_l, lo_l = get("fedprism", a, "local"), get("fedavg", a, "local"), get("local", a, "local")
         fp_g, fa_g = get("fedprism", a, "global"), get("fedavg", a, "global")
-        pa = PAPER_MAIN.get(round(a, 6), {})
+        pa = paper_ds.get(round(a, 6), {})
         if not np.isnan(fp_l) and not np.isnan(fa_l) and pa:
             lines.append(f"α={a:g}: FedPrism local {fp_l:.2f} vs FedAvg {fa_l:.2f} — ahead: {fp_l > fa_l} "
                          f"(paper: {pa['fedprism'][1]:.2f} vs {pa['fedavg'][1]:.2f}, ahead: "

@@ -107,7 +107,8 @@ class Hyper:
         check_number(self.alpha, "alpha", 0, 1)
         check_number(self.beta, "beta", 0, 1)
         if self.components == "full" and self.alpha + self.beta > 1:
-            fail("alpha + beta", "≤ 1 (γ = 1 − α − β is the private component's weight)", self.alpha + self.beta)
+            fail("alpha + beta", "≤ 1 (γ = 1 − α − β is the private component's weight)",
+                 self.alpha + self.beta)
         check_number(self.eta_cluster, "eta_cluster", 0, 1)
         check_number(self.eta_alpha, "eta_alpha", 0)
         check_number(self.tau, "tau", 0, low_open=True)
@@ -194,7 +195,8 @@ def cluster_step(clusters: State, trained: State, weights, eta: float) -> State:
 
 
 def alpha_step(alpha, dist_cluster, dist_global, eta: float, high: float) -> np.ndarray:
-    """Algorithm 2, lines 28–31: α_i ← clip(α_i + η_α (‖W'_i − C̄_i‖ − ‖W'_i − G‖), 0, high) (M,)."""
+    """Algorithm 2, lines 28–31, (M,) each:
+    α_i ← clip(α_i + η_α (‖W'_i − C̄_i‖ − ‖W'_i − G‖), 0, high)."""
     a = np.asarray(alpha, dtype=np.float64)
     delta = np.asarray(dist_cluster, dtype=np.float64) - np.asarray(dist_global, dtype=np.float64)
     return np.clip(a + eta * delta, 0.0, high)
@@ -254,7 +256,8 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
         m, rows = len(s), torch.as_tensor(s, device=g[next(iter(g))].device)
         # Algorithm 1, path A (expert) and step 1 (private component): one engine call
         if uses_private:
-            res = ctx.train({n: torch.cat([expert[n][rows], private[n][rows]]) for n in expert}, np.concatenate([s, s]), t)
+            both = {n: torch.cat([expert[n][rows], private[n][rows]]) for n in expert}
+            res = ctx.train(both, np.concatenate([s, s]), t)
             for n in expert:
                 expert[n][rows] = res.params[n][:m]
                 private[n][rows] = res.params[n][m:]
