@@ -39,6 +39,8 @@ REASONS = {  # regular expression over the JSON path -> reason
                             "against CL from the CL run of the same setting and seed)",
     r"\$\.cp": "client parity (A_max - A_min) / A_min with A_min = 0 (a client with accuracy 0)",
     r".*mean_loss.*": "mean_loss of a client with no training samples",
+    r"\$\.info\.norms\[\d+\]\.ratio": "CFL's max/mean update-norm ratio in a round whose weighted mean "
+                                       "update is exactly zero",
 }
 _GENERIC = "non-finite value (no known cause recorded for this field)"
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

@@ -104,6 +104,80 @@ def test_cfl_warm_up_delays_the_split():
     assert out.info["n_clusters"] == 1
 
 
+def test_cfl_warm_up_follows_the_number_of_rounds():
+    assert cfl.Hyper().warmup_rounds is None
+    assert [cfl.warmup_for(cfl.Hyper(), t) for t in (40, 80, 4, 3)] == [10, 20, 1, 0]  # ⌊T/4⌋
+    assert cfl.warmup_for(cfl.Hyper(warmup_rounds=7), 40) == 7
+
+
+def test_cfl_splits_within_the_smoke_protocols_four_rounds():
+    """With the warm-up fixed at 10 rounds CFL could never split in a 4-round run; ⌊T/4⌋ = 1."""
+    ctx, group = opposite_label_groups()
+    ctx.cfg = dataclasses.replace(ctx.cfg, rounds=4)
+    hp = {k: v for k, v in SPLIT_HP.items() if k != "warmup_rounds"}
+    out = run("cfl", ctx, **hp)
+    assert out.info["warmup_rounds"] == 1
+    assert out.info["n_clusters"] == 2 and recovery_accuracy(out.assignment, group) == 1.0
+    assert 1 < out.info["splits"][0]["round"] <= 4
+
+
+def test_update_norms_by_hand():
+    dw = torch.tensor([[3.0, 4.0], [0.0, 0.0]])
+    n = cfl.update_norms(dw)
+    assert n == pytest.approx({"mean_norm": 2.5, "max_norm": 5.0, "mean_of_norms": 2.5, "ratio": 2.0})
+    w = cfl.update_norms(dw, weights=[1, 3])  # weighted mean (0.75, 1)
+    assert w["mean_norm"] == pytest.approx(1.25) and w["ratio"] == pytest.approx(4.0)
+    assert w["mean_of_norms"] == pytest.approx(2.5)  # a plain mean of the clients' norms
+    assert cfl.update_norms(torch.tensor([[1.0, 0.0], [-1.0, 0.0]]))["ratio"] == float("inf")
+    assert cfl.auto_eps1(0.2, 0.5) == pytest.approx(0.1)
+
+
+def test_cfl_records_the_norms_its_test_reads_every_round():
+    ctx = make_context(protocol="similarity", level=1.0, rounds=4)
+    out = run("cfl", ctx)  # Table II's thresholds: no split
+    rows = out.info["norms"]
+    assert [r["round"] for r in rows] == [1, 2, 3, 4] and {r["cluster"] for r in rows} == {0}
+    assert all(r["size"] == 5 for r in rows)  # q = 0.5 of 10 clients
+    for r in rows:
+        assert r["ratio"] == pytest.approx(r["max_norm"] / r["mean_norm"])
+        assert r["mean_norm"] <= r["mean_of_norms"] + 1e-12 <= r["max_norm"] + 2e-12  # triangle inequality
+        assert not (r["mean_norm"] < 1e-5 and r["max_norm"] > 0.1)  # why it did not split
+    assert out.info["eps1"] == 1e-5 and out.info["n_clusters"] == 1
+
+
+@pytest.mark.parametrize("fraction", [1.0, 0.5])
+def test_cfl_auto_eps1_is_calibrated_at_the_end_of_warm_up_and_splits_the_groups(fraction):
+    ctx, group = opposite_label_groups()
+    ctx.cfg = dataclasses.replace(ctx.cfg, fraction=fraction, rounds=4)
+    out = run("cfl", ctx, eps1="auto", eps2=0.1, gamma=0.5)
+    last_warm_up = [r for r in out.info["norms"] if r["round"] == out.info["warmup_rounds"]]
+    assert len(last_warm_up) == 1
+    assert out.info["eps1_auto_from"] == last_warm_up[0]["mean_of_norms"]
+    assert out.info["eps1"] == pytest.approx(0.5 * last_warm_up[0]["mean_of_norms"])
+    assert "departure" in out.info["eps1_rule"]
+    assert out.info["n_clusters"] == 2 and recovery_accuracy(out.assignment, group) == 1.0
+
+
+def test_cfl_auto_eps1_does_not_split_an_iid_federation():
+    ctx = make_context(protocol="similarity", level=1.0, rounds=10)
+    out = run("cfl", ctx, eps1="auto")
+    assert out.info["n_clusters"] == 1
+    assert all(r["mean_norm"] > out.info["eps1"] for r in out.info["norms"])  # congruent updates add up
+
+
+def test_cfl_auto_eps1_needs_a_warm_up_round_and_says_so_before_training():
+    from fedlib.experiment import RunSpec
+
+    ctx = make_context(rounds=3)  # ⌊3/4⌋ = 0 warm-up rounds
+    with pytest.raises(ValueError, match=r"^warmup_rounds must be in \[1, rounds = 3\) with eps1='auto'.*got 0$"):
+        run("cfl", ctx, eps1="auto")
+    assert ctx.history == []  # nothing trained
+    spec = RunSpec(dataset="adult", protocol="dirichlet", n_clients=10, level=1.0, seed=0, method="cfl",
+                   hyper={"eps1": "auto", "warmup_rounds": 4}, fl={"rounds": 4})
+    with pytest.raises(ValueError, match="warmup_rounds must be in"):
+        spec.validate()
+
+
 # ----------------------------------------------------------------------------- FedSoft rules
 def test_importance_weights_counts_lowest_loss_samples_and_smooths_zeros():
     losses = np.array([

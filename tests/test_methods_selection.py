@@ -75,6 +75,27 @@ def test_poc_with_d_equal_k_trains_exactly_the_top_m_losses():
     assert out.info["d_effective"] == 10 and out.info["m"] == 5
 
 
+def test_round_sizes_under_both_d_policies_by_hand():
+    assert poc.round_sizes(8, 50, 100, "raise") == (50, 50)  # Table II's d = 8 at K = 100, q = 0.5
+    assert poc.round_sizes(8, 50, 100, "min") == (8, 8)      # the authors' code: only the 8 train
+    assert poc.round_sizes(60, 50, 100, "min") == (60, 50)   # d ≥ m: the policies agree
+    assert poc.round_sizes(60, 50, 100, "raise") == (60, 50)
+    assert poc.round_sizes(16, 5, 10, "min") == (10, 5)      # capped at K
+    with pytest.raises(ValueError, match="d_policy must be one of"):
+        poc.round_sizes(8, 5, 10, "max")
+
+
+def test_poc_min_policy_trains_only_the_d_candidates_highest_loss_first():
+    ctx = make_context(rounds=1)  # K = 10, m = 5
+    out = run("poc", ctx, d=3, d_policy="min")
+    assert len(out.info["selected"][0]) == 3
+    assert out.info["d_effective"] == 3 and out.info["m_trained"] == 3 and out.info["d_policy"] == "min"
+    losses = poc.local_losses(ctx, ctx.init_state(), out.info["selected"][0])
+    assert list(losses) == sorted(losses, reverse=True)  # the candidates, highest loss first
+    raised = run("poc", make_context(rounds=1), d=3)
+    assert len(raised.info["selected"][0]) == 5 and raised.info["m_trained"] == 5
+
+
 def test_poc_records_a_clamped_d():
     ctx = make_context(rounds=1, fraction=0.9)
     out = run("poc", ctx, d=6)

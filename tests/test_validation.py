@@ -20,7 +20,8 @@ BAD_HYPER = [  # (method, field, bad value)
     ("fedadam", "variant", "keras"), ("poc", "d", 0), ("poc", "d", 2.0),
     ("haccs", "rho", 1.5), ("haccs", "variant", "x"), ("haccs", "min_samples", 1),
     ("fedcls", "tau", -1.0), ("fedcls", "variant", None),
-    ("cfl", "eps1", -1e-5), ("cfl", "gamma", 1.0), ("cfl", "warmup_rounds", -1),
+    ("cfl", "eps1", -1e-5), ("cfl", "eps1", "Auto"), ("cfl", "gamma", 1.0), ("cfl", "warmup_rounds", -1),
+    ("cfl", "warmup_rounds", 2.5), ("cfl", "auto_scale", 0.0), ("poc", "d_policy", "max"),
     ("fedsoft", "n_clusters", 0), ("fedsoft", "n_clusters", 2.5), ("fedsoft", "sigma", 0.0),
     ("fedsoft", "lam", "0.1"), ("fedsoft", "estimation_interval", 0),
 ]

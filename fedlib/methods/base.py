@@ -60,7 +60,7 @@ State = dict  # name -> Tensor; "stacked" when every tensor has a leading client
 CLUSTER_STREAM = "clusters/selection"  # selection streams of the per-cluster phase after a warm-up
 
 __all__ = ["FLConfig", "Context", "Outcome", "sample_clients", "take", "federated_averaging", "CLUSTER_STREAM",
-           "global_model_rounds", "round_size", "check_finite_models", "State"]
+           "global_model_rounds", "round_size", "check_finite_models", "State", "local_losses", "round_robin"]
 
 
 @dataclass(frozen=True)
@@ -403,3 +403,39 @@ def global_model_rounds(ctx: Context, *, choose=None, server_step=None, state=No
         selected.append(clients.tolist())
         ctx.log_round(t, broadcast(model, 1), assignment)
     return Outcome(broadcast(model, 1), assignment, {"selected": selected})
+
+
+# ----------------------------------------------------------------------------- selection helpers
+def local_losses(ctx: Context, global_state: State, clients) -> np.ndarray:
+    """F_k(w): mean train-split cross-entropy of the global model on each of ``clients`` ((d,))."""
+    clients = np.asarray(clients, dtype=np.int64)
+    res = evaluate(ctx.model, broadcast(global_state, len(clients)), ctx.fed, clients,
+                   split="train", path=ctx.cfg.path)
+    return to_host(res.mean_loss)
+
+
+def round_robin(order, ranked_members, m: int) -> np.ndarray:
+    """Fill a round: pass after pass over the groups in ``order``, take each group's next
+    member (in its own ranking) until m clients are chosen.
+
+    Parameters
+    ----------
+    order : sequence of int — group ids, most preferred first.
+    ranked_members : list of int arrays — group g's clients, most preferred first.
+    m : int, 1 ≤ m ≤ total number of clients.
+
+    Returns
+    -------
+    ndarray, shape (m,), int64 — distinct clients in selection order.
+    """
+    total = sum(len(r) for r in ranked_members)
+    if not 1 <= m <= total:
+        raise ValueError(f"m must be in 1..{total}, got {m}")
+    chosen = []
+    depth = 0
+    while len(chosen) < m:
+        for g in order:
+            if depth < len(ranked_members[g]) and len(chosen) < m:
+                chosen.append(int(ranked_members[g][depth]))
+        depth += 1
+    return np.asarray(chosen, dtype=np.int64)

@@ -13,7 +13,7 @@ first; the other groups follow in farthest-first order over the groups' Hamming 
 (each next group maximises its minimum distance to the groups already ordered, ties at
 random — :func:`farthest_first`), so that the round prefers groups with complementary labels;
 the round is filled pass after pass over that order, one random not-yet-chosen member per
-group per pass (:func:`fedlib.methods.haccs.round_robin`), until m distinct clients are
+group per pass (:func:`fedlib.methods.base.round_robin`), until m distinct clients are
 chosen. The server takes the sample-weighted FedAvg of their weights.
 
 Variants (``Hyper.variant``):
@@ -35,9 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..validation import check_choice, check_number
-from .base import Context, Outcome
-from .haccs import round_robin
-from .base import global_model_rounds, round_size
+from .base import Context, Outcome, global_model_rounds, round_robin, round_size
 
 NAME = "fedcls"
 GRID = {"tau": (0.1, 0.5, 0.95)}  # Clust-PSI-PFL Table II

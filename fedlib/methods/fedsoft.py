@@ -22,9 +22,18 @@ keeps its own personalised model w_k across rounds (all start from the run's ini
    weights once m approaches the number of clients a cluster really serves.)
 
 Evaluation: client k uses the cluster model of its largest u_{ks} (``assignment`` =
-argmax_s u_{ks}, from the latest estimate) — the cluster-model evaluation that the PSI
-papers' code reported; FedSoft's paper also reports the personalised w_k, whose global
-test accuracy is returned as ``info['personalised_global_accuracy']``.
+argmax_s u_{ks}, from the latest estimate), each client on its own test split like every
+other method here; FedSoft's paper also reports the personalised w_k, whose global test
+accuracy is returned as ``info['personalised_global_accuracy']``.
+
+What the PSI papers ran is not this module (their public PSI-PFL code, the ancestor of the
+Clust-PSI-PFL code; reference-notes "What produced Table III"): clients sampled uniformly, not
+∝ u_{ks} n_k; personal models re-initialised every round as Σ_s u_{ks} c_s; the proximal weight
+λ, not λ/2; importance re-estimated every 2 rounds; aggregation weights u_{ks} normalised over
+the round's clients, without n_k; plain SGD (lr 0.001, batch 64, no shuffling); and Table III's
+number is the *best* round's mean over the cluster models of each model's accuracy on the
+pooled test set — not each client on its own cluster's model. This module implements Ruan &
+Joe-Wong's rules and the workbook's evaluation.
 
 Fresh Adam state per local update (the engine's protocol); FedSoft's code kept each
 client's optimiser across rounds. λ = 0.1 and σ = 1e-4 are FedSoft's code defaults for its

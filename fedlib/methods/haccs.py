@@ -17,17 +17,25 @@ OPTICS (:func:`cluster_clients`); OPTICS noise points (label −1) become single
 3. the clusters are ordered by weighted sampling without replacement with P
    (:func:`weighted_order`), and the round is filled by going through that order, one
    client per cluster per pass, each time the lowest-latency member not yet selected
-   (:func:`round_robin`), until m distinct clients are chosen;
+   (:func:`fedlib.methods.base.round_robin`), until m distinct clients are chosen;
 4. the server takes the sample-weighted FedAvg of their weights.
 
 Variants (``Hyper.variant``):
 
-* ``"psi"`` (default; what the PSI papers ran for Table III): OPTICS on the precomputed
-  matrix of Hellinger distances H(p_i, p_j) = ‖√p_i − √p_j‖₂ / √2 between the clients'
-  train label pmfs; ρ = 0.95 (Table II); per-round random latencies.
+* ``"psi"`` (default): OPTICS on the precomputed matrix of Hellinger distances
+  H(p_i, p_j) = ‖√p_i − √p_j‖₂ / √2 between the clients' train label pmfs; ρ = 0.95
+  (Table II); per-round random latencies. Only the distance is what the PSI papers ran; the
+  rest of this variant follows Wolfrath et al. as described above.
 * ``"original"`` (Wolfrath et al.): OPTICS with the Euclidean metric on the clients'
   label-frequency histograms P(y) (the same pmfs). The paper uses measured device
   latencies; none exist here, so this variant draws them per round exactly as ``"psi"``.
+
+What the PSI papers' public code ran (reference-notes "What produced Table III"), none of it in
+this module: OPTICS parameters chosen by silhouette over min_samples ∈ {2, 3}, max_eps ∈
+{0.2, 0.8}, ξ ∈ {0.05, 0.8} with at most 30 % noise points; latencies from a four-class
+CPU/bandwidth mixture; cluster scores θ_c = ρ(1 − ℓ̄_c/ℓ_max) + (1 − ρ)·L̄_c/Σ L̄ (the loss linear,
+not squared); only d/2 clusters drawn, the fastest client of each, the round then filled to
+⌊q·K⌋ by data share; plain SGD (lr 0.001, batch 64, no shuffling).
 
 Both use sklearn's OPTICS defaults besides the metric (``min_samples=5``, ξ = 0.05), with
 min_samples capped at K. How several clients are taken when m exceeds the number of
@@ -43,9 +51,7 @@ from sklearn.cluster import OPTICS
 
 from ..engine.host import to_host
 from ..validation import check_choice, check_int, check_number
-from .base import Context, Outcome
-from .base import global_model_rounds, round_size
-from .poc import local_losses
+from .base import Context, Outcome, global_model_rounds, local_losses, round_robin, round_size
 
 NAME = "haccs"
 GRID = {"rho": (0.1, 0.5, 0.95)}  # Clust-PSI-PFL Table II
@@ -56,7 +62,7 @@ LATENCY_RANGE = (1.0, 10.0)  # per-round client latencies ~ U(LATENCY_RANGE)
 @dataclass(frozen=True)
 class Hyper:
     rho: float = 0.95         # latency-vs-loss mix (Table II)
-    variant: str = "psi"      # "psi" (Hellinger, the papers' runs) or "original" (Euclidean)
+    variant: str = "psi"      # "psi" (the PSI papers' Hellinger distance) or "original" (Euclidean)
     min_samples: int = 5      # OPTICS min_samples (sklearn's default), capped at K
 
     def __post_init__(self):
@@ -147,33 +153,6 @@ def weighted_order(rng: np.random.Generator, p) -> np.ndarray:
     with np.errstate(divide="ignore"):
         keys = np.log(rng.random(p.size)) / p  # −inf where p = 0
     return np.argsort(-keys, kind="stable").astype(np.int64)
-
-
-def round_robin(order, ranked_members, m: int) -> np.ndarray:
-    """Fill a round: pass after pass over the groups in ``order``, take each group's next
-    member (in its own ranking) until m clients are chosen.
-
-    Parameters
-    ----------
-    order : sequence of int — group ids, most preferred first.
-    ranked_members : list of int arrays — group g's clients, most preferred first.
-    m : int, 1 ≤ m ≤ total number of clients.
-
-    Returns
-    -------
-    ndarray, shape (m,), int64 — distinct clients in selection order.
-    """
-    total = sum(len(r) for r in ranked_members)
-    if not 1 <= m <= total:
-        raise ValueError(f"m must be in 1..{total}, got {m}")
-    chosen = []
-    depth = 0
-    while len(chosen) < m:
-        for g in order:
-            if depth < len(ranked_members[g]) and len(chosen) < m:
-                chosen.append(int(ranked_members[g][depth]))
-        depth += 1
-    return np.asarray(chosen, dtype=np.int64)
 
 
 def select(rng: np.random.Generator, labels, losses, rho: float, m: int) -> np.ndarray:

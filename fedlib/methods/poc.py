@@ -11,14 +11,20 @@ Each round t, with m = max(1, ⌊q·K⌋) (FedAvg's count):
 
 Deviations from Cho et al., and why:
 
-* **d < m.** The paper requires m ≤ d ≤ K. Here d is clamped to min(K, max(d, m))
-  (:func:`effective_d`) and the value used is recorded in ``info["d_effective"]``. With d = m
-  PoC degenerates to data-share-weighted random sampling. Note that Table II's grid
-  d ∈ {6, 8, 10, 16} is below m = 50 for K = 100, q = 0.5: the clamp is active in every
-  Table III cell at K = 100; the paper does not say how its code handled this.
+* **d < m.** The paper requires m ≤ d ≤ K; Table II's grid d ∈ {6, 8, 10, 16} is below
+  m = 50 for K = 100, q = 0.5, so every Table III cell at K = 100 meets the case. Two readings,
+  ``Hyper.d_policy`` (:func:`round_sizes`):
+
+  - ``"raise"`` (default): d is raised to m (and capped at K), so m clients train each round,
+    as in every other method. With d = m PoC degenerates to data-share-weighted sampling.
+  - ``"min"`` (the authors' code, reference-notes "What produced Table III"): d candidates are
+    drawn and the first min(d, m) by loss train — with d = 8 < m only the 8 candidates train,
+    a fraction d/K of the clients per round instead of q.
+
+  The values used are recorded in ``info["d_effective"]`` and ``info["m_trained"]``.
 * **Aggregation.** Cho et al. average the selected clients' models with equal weights
-  (1/m; the sampling ∝ p_k already accounts for data size). As the PSI papers' Flower
-  code, this module uses the sample-weighted FedAvg of the selected clients.
+  (1/m; the sampling ∝ p_k already accounts for data size). As the PSI papers' code, this
+  module uses the sample-weighted FedAvg of the selected clients.
 """
 from __future__ import annotations
 
@@ -26,21 +32,24 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..engine import broadcast, evaluate
-from ..engine.host import to_host
-from ..validation import check_int
-from .base import Context, Outcome, State, global_model_rounds, round_size
+from ..validation import check_choice, check_int
+from .base import Context, Outcome, State, global_model_rounds, local_losses, round_size
 
 NAME = "poc"
 GRID = {"d": (6, 8, 10, 16)}  # Clust-PSI-PFL Table II
 
 
+D_POLICIES = ("raise", "min")
+
+
 @dataclass(frozen=True)
 class Hyper:
-    d: int = 8  # candidate-set size (Table II)
+    d: int = 8               # candidate-set size (Table II)
+    d_policy: str = "raise"  # d < m: "raise" d to m, or train "min"(d, m) clients (the authors' code)
 
     def __post_init__(self):
         check_int(self.d, "d", 1)
+        check_choice(self.d_policy, "d_policy", D_POLICIES)
 
 
 
@@ -67,6 +76,17 @@ def effective_d(d: int, m: int, n_clients: int) -> int:
     return min(n_clients, max(d, m))
 
 
+def round_sizes(d: int, m: int, n_clients: int, policy: str = "raise") -> tuple[int, int]:
+    """(candidates drawn, clients trained) per round under ``policy``.
+
+    ``"raise"``: (min(K, max(d, m)), m); ``"min"`` (the authors' code): (min(K, d), min(K, d, m)).
+    """
+    check_choice(policy, "d_policy", D_POLICIES)
+    if policy == "raise":
+        return effective_d(d, m, n_clients), m
+    return min(n_clients, d), min(n_clients, d, m)
+
+
 def draw_candidates(rng: np.random.Generator, p, d: int) -> np.ndarray:
     """d distinct client ids drawn without replacement with probabilities ``p`` (shape (d,))."""
     return rng.choice(len(p), size=d, replace=False, p=p)
@@ -90,14 +110,6 @@ def top_m(losses, m: int) -> np.ndarray:
     return np.argsort(-losses, kind="stable")[:m].astype(np.int64)
 
 
-def local_losses(ctx: Context, global_state: State, clients) -> np.ndarray:
-    """F_k(w): mean train-split cross-entropy of the global model on each of ``clients`` ((d,))."""
-    clients = np.asarray(clients, dtype=np.int64)
-    res = evaluate(ctx.model, broadcast(global_state, len(clients)), ctx.fed, clients,
-                   split="train", path=ctx.cfg.path)
-    return to_host(res.mean_loss)
-
-
 def select(ctx: Context, rng: np.random.Generator, global_state: State, d: int, m: int) -> np.ndarray:
     """One round's PoC selection: d candidates ∝ data share, the m with the highest loss ((m,))."""
     candidates = draw_candidates(rng, candidate_distribution(ctx.fed.n_train), d)
@@ -107,8 +119,8 @@ def select(ctx: Context, rng: np.random.Generator, global_state: State, d: int, 
 
 def run(ctx: Context, hp: Hyper) -> Outcome:
     m = round_size(ctx.n_clients, ctx.cfg.fraction)
-    d = effective_d(hp.d, m, ctx.n_clients)
+    d, trained = round_sizes(hp.d, m, ctx.n_clients, hp.d_policy)
     rng = ctx.rng("selection/poc")
-    out = global_model_rounds(ctx, choose=lambda t, w: select(ctx, rng, w, d, m))
-    out.info.update({"d": hp.d, "d_effective": d, "m": m})
+    out = global_model_rounds(ctx, choose=lambda t, w: select(ctx, rng, w, d, trained))
+    out.info.update({"d": hp.d, "d_effective": d, "m": m, "m_trained": trained, "d_policy": hp.d_policy})
     return out
