@@ -30,13 +30,15 @@ from .evaluation import global_accuracy, summarise_clients
 from .methods import METHODS, Context, FLConfig, get_method, make_hyper
 from .models import ARCH_FOR_DATASET, ARCHITECTURES, build_model
 from .noniid import wpsi
+from .reproduction import PAPER_CODE, REPRODUCTIONS, Settings, reported_accuracy, settings_for
 from .validation import check_choice, check_int, check_number, check_seed, fail
 
 __all__ = ["RunSpec", "run", "run_grid", "grid_specs", "load_records", "record_path", "build_federation",
            "write_manifest", "load_grid"]
 
 RECORD_VERSION = 1
-_LATER_FIELDS = {"val_fraction": 0.0, "global_test": False, "n_global_test": None}  # added in interface v2, with defaults
+_LATER_FIELDS = {"val_fraction": 0.0, "global_test": False, "n_global_test": None,  # added in interface v2
+                 "reproduction": "paper_text"}  # added with fedlib.reproduction; defaults keep old keys
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,9 @@ class RunSpec:
         (FedPrism's "global accuracy"; recorded as ``global_test_*``)
     n_global_test : optional stratified subset (seed 0) of that official test set (CI-sized
         runs: every personalised model is evaluated on it); None = all of it
+    reproduction : 'paper_text' (Table II as written, the default) or 'paper_code' (what the
+        authors' code ran for this method: :mod:`fedlib.reproduction`; its settings override
+        ``hyper`` and ``fl`` for the fields they name)
 
     Fields added after the first release enter the record key only when they differ from
     their defaults, so records computed before they existed are still found.
@@ -82,6 +87,13 @@ class RunSpec:
     val_fraction: float = 0.0
     global_test: bool = False
     n_global_test: int | None = None
+    reproduction: str = "paper_text"
+
+    def effective(self) -> tuple[dict, dict, Settings]:
+        """(hyper, fl, settings): the spec's hyperparameters and training settings with its
+        reproduction's settings applied (:func:`fedlib.reproduction.settings_for`)."""
+        settings = settings_for(self.method, self.reproduction)
+        return {**self.hyper, **settings.hyper}, {**self.fl, **settings.fl}, settings
 
     def validate(self) -> None:
         """Raise ValueError naming the bad field, before any data is loaded or trained."""
@@ -126,15 +138,17 @@ class RunSpec:
             fail("hyper", "a dict of the method's hyperparameters", self.hyper)
         if not isinstance(self.fl, dict):
             fail("fl", "a dict of training settings (fedlib.methods.FLConfig fields)", self.fl)
-        hp = make_hyper(self.method, self.hyper)
-        FLConfig.from_dict(self.fl)
+        check_choice(self.reproduction, "reproduction", REPRODUCTIONS)
+        hyper, fl, _ = self.effective()
+        hp = make_hyper(self.method, hyper)
+        FLConfig.from_dict(fl)
         allowed = getattr(get_method(self.method), "PROTOCOLS", None)
         if allowed is not None and self.protocol not in allowed:
             fail("protocol", f"one of {list(allowed)} for method {self.method!r} (it needs the partition's "
                  "true clusters)", self.protocol)
         check_protocol = getattr(get_method(self.method), "check_protocol", None)
         if check_protocol is not None:  # a method's own constraint on the training protocol
-            check_protocol(hp, FLConfig.from_dict(self.fl))
+            check_protocol(hp, FLConfig.from_dict(fl))
         needs_val = getattr(get_method(self.method), "needs_validation", None)
         if needs_val is not None and needs_val(hp) and self.val_fraction == 0:
             fail("val_fraction", f"> 0 for method {self.method!r} with hyper {self.hyper or '{}'} (it selects or "
@@ -230,12 +244,14 @@ def run(spec: RunSpec, device="auto") -> dict:
     model = build_model(spec.arch or ARCH_FOR_DATASET[spec.dataset], ds.n_classes, ds.input_shape,
                         vocab_size=getattr(ds, "vocab_size", None) if ds.modality == "text" else None)
     model = model.to(fed.device)
-    cfg = FLConfig.from_dict(spec.fl)
+    hyper, fl, settings = spec.effective()
+    cfg = FLConfig.from_dict(fl)
     ctx = Context(fed=fed, model=model, cfg=cfg, seed=int(spec.seed), counts_train=counts,
-                  true_clusters=P.planted_clusters(spec.protocol, int(spec.n_clients), spec.level))
+                  true_clusters=P.planted_clusters(spec.protocol, int(spec.n_clients), spec.level),
+                  pooled_models_eval=settings.report == "best_round_pooled_cluster_mean")
     method = get_method(spec.method)
     try:
-        outcome = method.run(ctx, make_hyper(spec.method, spec.hyper))
+        outcome = method.run(ctx, make_hyper(spec.method, hyper))
         check_finite_models(outcome.models, None, f"in the final models (after {cfg.rounds} rounds)", cfg)
     except DivergenceError as err:
         err = err.with_context(method=spec.method)
@@ -254,6 +270,11 @@ def run(spec: RunSpec, device="auto") -> dict:
         g_correct, n_global = ctx.evaluate_global(outcome.models, outcome.assignment)
         extra.update({"global_test_correct": g_correct.tolist(), "n_global_test": n_global,
                       "global_test_accuracy": float(np.mean(g_correct / n_global))})
+    if spec.reproduction != "paper_text":  # what the reproduction reports, and how it ran
+        extra.update({"reproduction": spec.reproduction, "reported_rule": settings.report,
+                      "reported_accuracy": reported_accuracy(settings.report, metrics["global_accuracy"],
+                                                             ctx.history),
+                      "reproduction_settings": {"fl": settings.fl, "hyper": settings.hyper, "note": settings.note}})
     return {
         **base,
         "status": "ok",
@@ -337,7 +358,8 @@ def _progress_mode(progress) -> str:
 
 
 def _describe(s: RunSpec) -> str:
-    return f"{s.dataset} {s.protocol}={s.level:g} K={s.n_clients} {s.method} seed={s.seed}"
+    tag = "" if s.reproduction == "paper_text" else f" ({s.reproduction})"
+    return f"{s.dataset} {s.protocol}={s.level:g} K={s.n_clients} {s.method}{tag} seed={s.seed}"
 
 
 _POLL_SECONDS = 0.5
@@ -444,7 +466,7 @@ def load_records(results_dir) -> list[dict]:
 
 def grid_specs(datasets, protocols: dict, n_clients, seeds, methods, *, hyper: dict | None = None,
                fl: dict | None = None, n_train: dict | int | None = None,
-               val_fraction: dict | float = 0.0) -> list[RunSpec]:
+               val_fraction: dict | float = 0.0, reproductions=("paper_text",)) -> list[RunSpec]:
     """The cross product of a training grid as RunSpecs (what notebook 05's parameters name).
 
     Parameters
@@ -457,6 +479,9 @@ def grid_specs(datasets, protocols: dict, n_clients, seeds, methods, *, hyper: d
     n_train : training-pool subset size, one int for all datasets or a dict per dataset
     val_fraction : per-client validation share (RunSpec.val_fraction), one number for every
         method or a dict method -> share (methods not named get 0), e.g. {'psi_pfl': 0.1}
+    reproductions : list of 'paper_text' / 'paper_code' (RunSpec.reproduction); 'paper_code'
+        adds a run only for the methods :data:`fedlib.reproduction.PAPER_CODE` changes (the
+        others would repeat their 'paper_text' run)
 
     Levels, K and seeds must be numbers (a string such as '0.5' from a params file is refused,
     never converted); the rest of each spec is checked by :meth:`RunSpec.validate`.
@@ -484,6 +509,9 @@ def grid_specs(datasets, protocols: dict, n_clients, seeds, methods, *, hyper: d
             check_number(v, f"val_fraction[{m!r}]", 0, 1, high_open=True)
     else:
         check_number(val_fraction, "val_fraction", 0, 1, high_open=True)
+    _check_list(reproductions, "reproductions")
+    for r in reproductions:
+        check_choice(r, "reproductions", REPRODUCTIONS)
     hyper = hyper or {}
     specs = []
     for ds in datasets:
@@ -494,9 +522,12 @@ def grid_specs(datasets, protocols: dict, n_clients, seeds, methods, *, hyper: d
                     for seed in seeds:
                         for m in methods:
                             vf = val_fraction.get(m, 0.0) if isinstance(val_fraction, dict) else val_fraction
-                            specs.append(RunSpec(ds, protocol, float(level), int(k), int(seed), m,
-                                                 hyper=dict(hyper.get(m, {})), fl=dict(fl or {}),
-                                                 n_train=nt, val_fraction=float(vf)))
+                            for r in reproductions:
+                                if r != "paper_text" and m not in PAPER_CODE:
+                                    continue
+                                specs.append(RunSpec(ds, protocol, float(level), int(k), int(seed), m,
+                                                     hyper=dict(hyper.get(m, {})), fl=dict(fl or {}),
+                                                     n_train=nt, val_fraction=float(vf), reproduction=r))
     return specs
 
 

@@ -31,6 +31,7 @@ import fedlib.evaluation as E
 import fedlib.experiment as X
 import fedlib.noniid as N
 import fedlib.partition as P
+import fedlib.reproduction as R
 from fedlib.datasets import Dataset
 from fedlib.engine import Federation, broadcast, class_embeddings, evaluate, local_train, resolve_device
 from fedlib.methods import FLConfig, make_hyper
@@ -106,6 +107,8 @@ BASE = {
     X.grid_specs: dict(datasets=["adult"], protocols={"dirichlet": [0.5]}, n_clients=[4], seeds=[0],
                        methods=["fedavg"]),
     X.run: dict(spec=spec()),
+    R.settings_for: dict(method="cfl", reproduction="paper_code"),
+    R.reported_accuracy: dict(rule="last_round", final_accuracy=0.5, history=[]),
     X.run_grid: dict(specs=[spec()], results_dir=NOT_WRITABLE, progress=False),
     D.load: dict(name="adult"),
     D.available: dict(),
@@ -208,6 +211,7 @@ CASES = [
     (Federation.from_arrays, dict(train_parts=3), "train_parts"),
     (Federation.from_arrays, dict(x=[["a"]], y=[0]), "x"),
     (local_train, dict(epochs=2.5), "epochs"),
+    (local_train, dict(shuffle="no"), "shuffle"),
     (local_train, dict(seed="0"), "seed"),
     (local_train, dict(lr="1e-3"), "lr"),
     (local_train, dict(batch_size=32.0), "batch_size"),
@@ -245,6 +249,11 @@ CASES = [
     (X.grid_specs, dict(val_fraction={"psi_pfl": 1.0}), "val_fraction['psi_pfl']", "1.0"),
     (X.grid_specs, dict(n_clients=10), "n_clients"),
     (X.grid_specs, dict(protocols=["dirichlet"]), "protocols"),
+    (X.grid_specs, dict(reproductions=["code"]), "reproductions", "'code'"),
+    (X.grid_specs, dict(reproductions="paper_code"), "reproductions"),
+    (validate_spec, dict(reproduction="paper"), "reproduction", "'paper'"),
+    (R.settings_for, dict(reproduction="code"), "reproduction", "'code'"),
+    (R.reported_accuracy, dict(rule="best"), "rule", "'best'"),
     (X.run, dict(spec=spec(level="0.5")), "level", "'0.5'"),
     (X.run_grid, dict(specs=[spec(n_clients=2.5)]), "n_clients", "2.5"),
     # --- fedlib.datasets
@@ -299,13 +308,13 @@ def test_the_table_is_large_and_each_base_call_is_valid():
 
 
 # ----------------------------------------------------------------------------- coverage
-MODULES = [P, N, C, E, X, D, F]
+MODULES = [P, N, C, E, X, D, F, R]
 EXTRA_ENTRY_POINTS = [local_train, evaluate, class_embeddings]  # engine entry points outside federation.py
 
 EXEMPT = {
-    # classes that carry results or errors, not inputs
+    # classes that carry results, errors or fixed settings, not inputs
     "InfeasiblePartitionError", "ClusterSelection", "Dataset", "DatasetSpec", "DataUnavailableError",
-    "DataChecksumError",
+    "DataChecksumError", "Settings",
     # gather(data, index): the trainer's inner-loop indexing helper; tensors in, nothing to check
     "gather",
     # paths and files only: nothing but a folder or a spec to pass, and the spec is validated

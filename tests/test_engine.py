@@ -104,6 +104,30 @@ def test_batch_plan_keeps_the_partial_batch_and_reshuffles_each_epoch():
     assert batch_plan(part[:0], 3, 32, 0, 0, 0).n_steps == 0
 
 
+def test_batch_plan_without_shuffling_walks_the_stored_order_every_epoch():
+    part = np.arange(100, 170)[::-1].copy()  # a stored order that is not sorted
+    plan = batch_plan(part, epochs=2, batch_size=32, seed=3, round_idx=1, client_id=4, shuffle=False)
+    assert plan.count.tolist() == [32, 32, 6, 32, 32, 6]
+    for e in (0, 3):
+        visited = np.concatenate([plan.index[s, :c] for s, c in zip(range(e, e + 3), plan.count[e:e + 3])])
+        assert visited.tolist() == part.tolist()
+    assert np.array_equal(plan.index, batch_plan(part, 2, 32, 9, 5, 0, shuffle=False).index)  # no seed enters
+
+
+@pytest.mark.parametrize("arch", ["logistic", "cnn"])
+def test_paths_agree_without_shuffling_and_differ_from_shuffled(ragged_fed, arch):
+    model = SMALL_MODELS[arch]()
+    start = broadcast(init_params(model, seed=1), 6)
+    kwargs = dict(epochs=2, seed=7, round_idx=2, shuffle=False)
+    seq = local_train(model, start, ragged_fed, range(6), path="sequential", **kwargs)
+    vec = local_train(model, start, ragged_fed, range(6), path="vectorised", max_clients_per_chunk=4, **kwargs)
+    assert_states_close(seq.params, vec.params)
+    shuffled = local_train(model, start, ragged_fed, range(6), path="sequential", epochs=2, seed=7, round_idx=2)
+    assert not torch.equal(flatten_params(seq.params), flatten_params(shuffled.params))
+    other_seed = local_train(model, start, ragged_fed, range(6), path="sequential", **{**kwargs, "seed": 8})
+    assert_states_equal(seq.params, other_seed.params)  # the batch order no longer depends on the seed
+
+
 # ----------------------------------------------------------------------------- path equality
 @pytest.mark.parametrize("arch", sorted(SMALL_MODELS))
 def test_sequential_and_vectorised_paths_agree_on_ragged_clients(ragged_fed, arch):

@@ -27,66 +27,48 @@ def test_sample_clients_floor_and_at_least_one():
         sample_clients(rng, np.array([], int), 0.5)
 
 
-@pytest.mark.parametrize("name", ["cl", "local", "fedavg", "clust_psi_pfl"])
-def test_core_methods_learn(name):
-    ctx = make_context(rounds=5)
-    out = run(name, ctx)
-    assert final_accuracy(ctx) > 0.5  # chance is 0.1
-    assert out.assignment.shape == (10,)
-    g = len(next(iter(out.models.values())))
-    assert out.assignment.max() < g
+def test_sample_clients_minimum_is_flowers_min_fit_clients():
+    rng = np.random.default_rng(0)
+    assert len(sample_clients(rng, np.array([3, 5, 8]), 0.5, minimum=2)) == 2  # int(1.5) = 1 → 2
+    assert len(sample_clients(rng, np.array([3]), 0.5, minimum=2)) == 1        # capped at the pool
+    assert len(sample_clients(rng, np.arange(10), 0.5, minimum=2)) == 5        # above the minimum
+    a = sample_clients(np.random.default_rng(1), np.arange(10), 0.5)
+    assert a.tolist() == sample_clients(np.random.default_rng(1), np.arange(10), 0.5, minimum=1).tolist()
 
 
-@pytest.mark.parametrize("name", METHODS)
-def test_every_method_same_seed_same_numbers_other_seed_other_numbers(name):
-    """Reproducibility across the whole registry: every random choice flows from the seed."""
-    accs, infos = [], []
-    for seed in (0, 0, 1):
-        ctx = method_context(name, rounds=2, seed=seed)
-        out = get_method(name).run(ctx, method_hyper(name))
-        accs.append(ctx.evaluate(out.models, out.assignment)[0])
-        infos.append(out.info.get("selected"))
-    assert np.array_equal(accs[0], accs[1]) and infos[0] == infos[1]
-    assert not np.array_equal(accs[0], accs[2])
+def test_fedavg_min_clients_trains_two_of_a_three_client_cluster():
+    from dataclasses import replace
+
+    trained = []
+    ctx = make_context(rounds=2, fraction=0.5)
+    ctx.cfg = replace(ctx.cfg, min_clients=2)
+    train = ctx.train
+    ctx.train = lambda start, clients, t, **kw: trained.append(list(clients)) or train(start, clients, t, **kw)
+    federated_averaging(ctx, [np.array([0, 1, 2]), np.arange(3, 10)])
+    for clients in trained:  # ⌊0.5·3⌋ = 1 → 2 of the small group; ⌊0.5·7⌋ = 3 of the other
+        assert sum(c < 3 for c in clients) == 2 and sum(c >= 3 for c in clients) == 3
 
 
-def test_fedavg_aggregate_is_sample_weighted_mean_of_trained_clients():
-    ctx = make_context(rounds=1, fraction=1.0)
-    g0 = ctx.init_state()
-    out = federated_averaging(ctx, [np.arange(10)])
-    res = ctx.train({k: v.expand(10, *v.shape).clone() for k, v in g0.items()}, np.arange(10), 0)
-    w = res.n_samples.double() / res.n_samples.sum()
-    for k, v in res.params.items():
-        expected = (w.view(-1, *[1] * (v.dim() - 1)) * v.double()).sum(0).float()
-        torch.testing.assert_close(out.models[k][0], expected, rtol=1e-5, atol=1e-6)
+def test_clust_psi_pfl_nonpositive_silhouettes_argmax_or_the_authors_fallback(monkeypatch):
+    from fedlib.clustering import ClusterSelection
+    from fedlib.methods import clust_psi_pfl
 
-
-def test_clust_psi_pfl_one_model_per_cluster_and_clients_use_their_cluster_model():
-    ctx = make_context(protocol="similarity", level=0.0, n_clients=20, rounds=4)
-    out = run("clust_psi_pfl", ctx)
-    tau = out.info["tau"]
-    assert tau == len(next(iter(out.models.values())))
-    assert out.assignment.tolist() == out.info["assignment"]
-    # clients of one cluster have closer label distributions than clients of different clusters
-    p = ctx.counts_train / ctx.counts_train.sum(1, keepdims=True)
-    dist = np.abs(p[:, None] - p[None]).sum(-1)
-    same = out.assignment[:, None] == out.assignment[None]
-    off_diag = ~np.eye(len(p), dtype=bool)
-    assert tau > 1 and dist[same & off_diag].mean() < dist[~same].mean()
-    fed = make_context(protocol="similarity", level=0.0, n_clients=20, rounds=4)
-    run("fedavg", fed)
-    assert final_accuracy(ctx) > final_accuracy(fed) + 0.2
-
-
-def test_clust_psi_pfl_fixed_tau_and_degenerate_features():
-    ctx = make_context()
-    labels, info = cluster_clients(ctx.counts_train, make_hyper("clust_psi_pfl", {"tau": 3}))
-    assert info == {"tau": 3, "tau_fixed": True} and set(labels) == {0, 1, 2}
-    same = np.tile([10, 10, 10], (6, 1))
-    labels, info = cluster_clients(same, make_hyper("clust_psi_pfl"))
-    assert info["tau"] == 1 and info["degenerate"] and labels.tolist() == [0] * 6
-    with pytest.raises(ValueError, match="tau must be in 1..K=10"):
-        cluster_clients(ctx.counts_train, make_hyper("clust_psi_pfl", {"tau": 11}))
+    labels3 = np.array([0, 1, 2, 0, 1, 2])
+    flat = ClusterSelection(3, labels3, np.arange(2, 6), np.array([-0.05, -0.01, np.nan, -0.2]),
+                            note="max silhouette -0.0100 ≤ 0", cluster_sizes=(2, 2, 2))
+    monkeypatch.setattr(clust_psi_pfl, "select_n_clusters", lambda *a, **k: flat)
+    counts = np.tile([10, 10, 10], (6, 1))
+    labels, info = cluster_clients(counts, make_hyper("clust_psi_pfl"))
+    assert info["tau"] == 3 and labels.tolist() == labels3.tolist()  # Algorithm 1 as printed
+    labels, info = cluster_clients(counts, make_hyper("clust_psi_pfl", {"nonpositive_silhouette": "fedavg"}))
+    assert info["tau"] == 1 and labels.tolist() == [0] * 6 and info["tau_argmax"] == 3
+    assert "tau=1" in info["note"]
+    positive = ClusterSelection(3, labels3, np.arange(2, 6), np.array([-0.05, 0.01, np.nan, -0.2]))
+    monkeypatch.setattr(clust_psi_pfl, "select_n_clusters", lambda *a, **k: positive)
+    labels, info = cluster_clients(counts, make_hyper("clust_psi_pfl", {"nonpositive_silhouette": "fedavg"}))
+    assert info["tau"] == 3  # one positive silhouette: no fallback
+    with pytest.raises(ValueError, match="nonpositive_silhouette must be one of"):
+        make_hyper("clust_psi_pfl", {"nonpositive_silhouette": "x"})
 
 
 def test_registry_and_hyper_errors():

@@ -17,7 +17,7 @@ import pandas as pd
 from ..methods import DISPLAY_NAMES
 from ..strict_json import restore
 
-__all__ = ["records_frame", "table3", "table4", "seed_summary", "to_markdown", "frame_markdown", "SETTING_KEYS"]
+__all__ = ["records_frame", "for_reproduction", "table3", "table4", "seed_summary", "to_markdown", "frame_markdown", "SETTING_KEYS"]
 
 SETTING_KEYS = ["dataset", "protocol", "level", "n_clients"]
 _KEYS = SETTING_KEYS + ["method"]
@@ -36,11 +36,14 @@ def records_frame(records) -> pd.DataFrame:
         r = restore(r) if "nonfinite" in r else r
         s = r["spec"]
         row = {k: s[k] for k in ("dataset", "protocol", "level", "n_clients", "seed", "method")}
-        row.update(status=r["status"], paper_name=r.get("paper_name"))
+        row.update(status=r["status"], paper_name=r.get("paper_name"),
+                   reproduction=s.get("reproduction", "paper_text"))
         if r["status"] == "failed":
             row["error"] = r.get("error")
         if r["status"] == "ok":
             row.update({k: r[k] for k in ("global_accuracy", "ad", "sdad", "cp", "wpsi")})
+            row["reported_accuracy"] = r.get("reported_accuracy", r["global_accuracy"])
+            row["reported_rule"] = r.get("reported_rule", "last_round")
             row["tau"] = r.get("info", {}).get("tau")
             row["local_accuracy"] = r["local_accuracy"]
         rows.append(row)
@@ -50,7 +53,8 @@ def records_frame(records) -> pd.DataFrame:
     for col in ("global_accuracy", "ad", "sdad", "cp", "wpsi", "tau"):
         if col not in df:
             df[col] = np.nan
-    cl = df[(df.method == "cl") & (df.status == "ok")].set_index(SETTING_KEYS + ["seed"])["global_accuracy"]
+    cl = df[(df.method == "cl") & (df.status == "ok") & (df.reproduction == "paper_text")].set_index(
+        SETTING_KEYS + ["seed"])["global_accuracy"]
     ad_cl, sdad_cl = [], []
     for _, row in df.iterrows():
         key = tuple(row[k] for k in SETTING_KEYS + ["seed"])
@@ -85,21 +89,41 @@ def _count(out: pd.DataFrame, df: pd.DataFrame, status: str) -> np.ndarray:
     return out[_KEYS].merge(counts, on=_KEYS, how="left")["n"].fillna(0).astype(int).values
 
 
-def seed_summary(df: pd.DataFrame, value: str) -> pd.DataFrame:
+def seed_summary(df: pd.DataFrame, value: str, reproduction: str = "paper_text") -> pd.DataFrame:
     """Any per-run column (e.g. ``cp``), mean ± std over seeds in Table III's layout (the
-    columns :func:`to_markdown` renders)."""
-    return _aggregate(df, value)
+    columns :func:`to_markdown` renders), for the runs of one ``reproduction``."""
+    return _aggregate(for_reproduction(df, reproduction), value)
 
 
-def table3(df: pd.DataFrame) -> pd.DataFrame:
-    """Global accuracy, mean ± std over seeds, one row per (dataset, protocol, level, K, method)."""
-    return _aggregate(df, "global_accuracy")
+def for_reproduction(df: pd.DataFrame, reproduction: str = "paper_text") -> pd.DataFrame:
+    """The rows of one reading of Table III (:mod:`fedlib.reproduction`): ``'paper_text'`` keeps
+    the runs made as Table II says; ``'paper_code'`` the runs made as the authors' code ran, and
+    the ``paper_text`` run of every method the code ran that way too (not in ``PAPER_CODE``)."""
+    from ..reproduction import PAPER_CODE, REPRODUCTIONS
+    from ..validation import check_choice
+
+    check_choice(reproduction, "reproduction", REPRODUCTIONS)
+    if df.empty or reproduction == "paper_text":
+        return df if df.empty else df[df.reproduction == "paper_text"]
+    changed = df.method.isin(list(PAPER_CODE))
+    return df[(changed & (df.reproduction == "paper_code")) | (~changed & (df.reproduction == "paper_text"))]
 
 
-def table4(df: pd.DataFrame) -> pd.DataFrame:
+def table3(df: pd.DataFrame, reproduction: str = "paper_text") -> pd.DataFrame:
+    """Global accuracy, mean ± std over seeds, one row per (dataset, protocol, level, K, method).
+
+    ``reproduction='paper_code'``: the number each method's code reported (``reported_accuracy``:
+    the last round, or CFL's and FedSoft's best round of cluster models on the pooled test set)."""
+    df = for_reproduction(df, reproduction)
+    return _aggregate(df, "global_accuracy" if reproduction == "paper_text" else "reported_accuracy")
+
+
+def table4(df: pd.DataFrame, reproduction: str = "paper_text") -> pd.DataFrame:
     """AD ± SDAD against 1.0 (Clust-PSI-PFL's definition; mean over seeds of each run's AD and
     SDAD), with ``ad_std`` the std of AD over seeds, and the same against the CL accuracy
-    (``ad_cl``, ``sdad_cl``; NaN where no CL run of the setting exists)."""
+    (``ad_cl``, ``sdad_cl``; NaN where no CL run of the setting exists), for the runs of one
+    ``reproduction`` (:func:`for_reproduction`; each client's model after the last round)."""
+    df = for_reproduction(df, reproduction)
     out = _aggregate(df, "ad").rename(columns={"mean": "ad", "std": "ad_std"})
     ok = df[df.status == "ok"]
     extra = ok.groupby(_KEYS, dropna=False)[["sdad", "ad_cl", "sdad_cl"]].mean().reset_index()

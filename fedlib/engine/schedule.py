@@ -53,8 +53,11 @@ class BatchPlan:
 
 
 def batch_plan(part: np.ndarray, epochs: int, batch_size: int, seed: int, round_idx: int,
-               client_id: int) -> BatchPlan:
+               client_id: int, shuffle: bool = True) -> BatchPlan:
     """Shuffle-per-epoch mini-batches of a client's train indices ``part`` (shape (n,)).
+
+    ``shuffle=False``: every epoch walks ``part`` in its stored order (a DataLoader without
+    shuffling — what the PSI papers' FedLab baselines did).
 
     Returns
     -------
@@ -64,9 +67,12 @@ def batch_plan(part: np.ndarray, epochs: int, batch_size: int, seed: int, round_
     n = len(part)
     per_epoch = -(-n // batch_size)
     steps = epochs * per_epoch
-    rng = np.random.default_rng(_sequence(seed, round_idx, client_id, _SHUFFLE_STREAM))
-    # row e: the generator's (e+1)-th permutation of range(n), as E successive rng.permutation(n)
-    order = rng.permuted(np.broadcast_to(np.arange(n), (epochs, n)), axis=1)
+    if shuffle:
+        rng = np.random.default_rng(_sequence(seed, round_idx, client_id, _SHUFFLE_STREAM))
+        # row e: the generator's (e+1)-th permutation of range(n), as E successive rng.permutation(n)
+        order = rng.permuted(np.broadcast_to(np.arange(n), (epochs, n)), axis=1)
+    else:
+        order = np.broadcast_to(np.arange(n), (epochs, n))
     index = np.empty((epochs, per_epoch * batch_size), dtype=np.int64)
     index[:, :n] = np.asarray(part, dtype=np.int64)[order]
     index[:, n:] = index[:, :1]  # padding repeats a real index (weight 0); none when n = 0

@@ -108,7 +108,8 @@ def local_train(model: nn.Module, params: State, fed: Federation, clients, *, ep
                 eps: float = 1e-7, round_idx: int = 0, prox_center: State | None = None,
                 prox_mu=0.0, path: str = "auto", max_clients_per_chunk: int | None = None,
                 optimizer: Adam | SGD | None = None, opt_state: AdamState | SGDState | None = None,
-                return_opt_state: bool = False, embedding_pull: EmbeddingPull | None = None) -> TrainResult:
+                return_opt_state: bool = False, embedding_pull: EmbeddingPull | None = None,
+                shuffle: bool = True) -> TrainResult:
     """Train M clients locally, each from its own row of ``params``.
 
     Parameters
@@ -161,6 +162,9 @@ def local_train(model: nn.Module, params: State, fed: Federation, clients, *, ep
         :func:`fedlib.models.build_model`, an ``nn.Sequential`` ending in its
         classifier). The vectorised path then always uses its vmap + autograd kernel.
         A weight of 0 everywhere is the same as None.
+    shuffle : bool, default True
+        Reshuffle each client's samples every epoch (seeded as above); False walks them in
+        their stored order every epoch (the PSI papers' FedLab baselines).
 
     Returns
     -------
@@ -184,6 +188,8 @@ def local_train(model: nn.Module, params: State, fed: Federation, clients, *, ep
     opt = check_optimizer(optimizer, lr, betas, eps, _ADAM_DEFAULTS)
     if not isinstance(return_opt_state, (bool, np.bool_)):
         raise ValueError(f"return_opt_state must be a bool, got {return_opt_state!r}")
+    if not isinstance(shuffle, (bool, np.bool_)):
+        raise ValueError(f"shuffle must be a bool, got {shuffle!r}")
     chosen = resolve_path(path, model, fed.device, training=True)
     if embedding_pull is not None:
         head(model)  # raises unless model is an nn.Sequential ending in its classifier
@@ -196,12 +202,13 @@ def local_train(model: nn.Module, params: State, fed: Federation, clients, *, ep
         embedding_pull, len(clients), fed.n_classes, head(template).in_features, fed.device)
     want_opt = bool(return_opt_state) or opt_state is not None
     if chosen == "sequential":
-        plans = [batch_plan(fed.train_parts[c], epochs, batch_size, seed, round_idx, c) for c in clients]
+        plans = [batch_plan(fed.train_parts[c], epochs, batch_size, seed, round_idx, c, bool(shuffle))
+                 for c in clients]
         new_state, loss_sum, new_opt, bad = _train_sequential(template, state, fed, clients, plans, opt, prox,
                                                               seed, round_idx, start_opt, want_opt, pull)
     else:  # the same batches, as positions within each client's own split
-        plans = [batch_plan(np.arange(len(fed.train_parts[c])), epochs, batch_size, seed, round_idx, c)
-                 for c in clients]
+        plans = [batch_plan(np.arange(len(fed.train_parts[c])), epochs, batch_size, seed, round_idx, c,
+                            bool(shuffle)) for c in clients]
         chunk = clients_per_chunk(template, fed.x[:1], batch_size, True, max_clients_per_chunk)
         new_state, loss_sum, new_opt, bad = _train_vectorised(template, names, state, fed, clients, plans,
                                                               opt, prox, chunk, start_opt, want_opt, pull)

@@ -60,7 +60,8 @@ State = dict  # name -> Tensor; "stacked" when every tensor has a leading client
 CLUSTER_STREAM = "clusters/selection"  # selection streams of the per-cluster phase after a warm-up
 
 __all__ = ["FLConfig", "Context", "Outcome", "sample_clients", "take", "federated_averaging", "CLUSTER_STREAM",
-           "global_model_rounds", "round_size", "check_finite_models", "State", "local_losses", "round_robin"]
+           "global_model_rounds", "round_size", "check_finite_models", "State", "local_losses", "round_robin",
+           "pooled_accuracies"]
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,10 @@ class FLConfig:
     ``weight_decay`` is torch's coupled L2 for either. ``keep_optimizer_state`` False (the
     paper's Keras clients: a fresh optimiser each round) or True (each client keeps its
     Adam moments / SGD momentum across the rounds it is selected in).
+
+    ``shuffle`` False: clients walk their samples in stored order every epoch (the PSI papers'
+    FedLab baselines). ``min_clients``: at least this many clients per round and group
+    (Flower's ``min_fit_clients``, 2 in the PSI papers' code; capped at the group's size).
 
     ``max_loss``: a client whose last-epoch mean training loss exceeds ``max_loss · ln C``
     (ln C: the loss of a uniform guess over C classes) has diverged even if its weights are
@@ -95,6 +100,8 @@ class FLConfig:
     weight_decay: float = 0.0
     keep_optimizer_state: bool = False
     max_loss: float = 100.0
+    shuffle: bool = True
+    min_clients: int = 1
 
     def __post_init__(self):
         for name in ("rounds", "local_epochs", "batch_size", "eval_every"):
@@ -107,6 +114,8 @@ class FLConfig:
         check_number(self.weight_decay, "weight_decay", 0)
         check_choice(self.keep_optimizer_state, "keep_optimizer_state", (False, True))
         check_number(self.max_loss, "max_loss", 1, low_open=True)
+        check_choice(self.shuffle, "shuffle", (True, False))
+        check_int(self.min_clients, "min_clients", 1)
         if self.optimizer == "adam" and self.momentum:
             fail("momentum", "0 with optimizer='adam' (Adam's β1 plays that role; use optimizer='sgd')",
                  self.momentum)
@@ -145,16 +154,17 @@ class Outcome:
     predictor: object | None = None
 
 
-def sample_clients(rng: np.random.Generator, pool, fraction: float) -> np.ndarray:
-    """Uniformly sample max(1, ⌊q·|pool|⌋) clients of ``pool`` without replacement (sorted).
+def sample_clients(rng: np.random.Generator, pool, fraction: float, minimum: int = 1) -> np.ndarray:
+    """Uniformly sample min(|pool|, max(minimum, ⌊q·|pool|⌋)) clients of ``pool`` without
+    replacement (sorted).
 
-    Flower's rule (``int(q · available)``), with at least one client so that a small
-    cluster still trains every round.
+    Flower's rule (``max(int(q · available), min_fit_clients)``); ``minimum`` 1 (default) so
+    that a small cluster still trains every round, 2 for Flower's default ``min_fit_clients``.
     """
     pool = np.asarray(pool, dtype=np.int64)
     if pool.size == 0:
         raise ValueError("cannot sample from an empty client pool")
-    m = max(1, int(fraction * pool.size))
+    m = min(pool.size, max(minimum, int(fraction * pool.size)))
     return np.sort(rng.choice(pool, size=m, replace=False))
 
 
@@ -176,6 +186,7 @@ class Context:
     history: list = field(default_factory=list)
     _opt_state: object = field(default=None, repr=False)  # all K clients' optimiser state
     true_clusters: np.ndarray | None = None  # (K,) planted cluster of each client, where the partition has them
+    pooled_models_eval: bool = False  # log_round also scores every model on the pooled test set (paper_code's CFL/FedSoft)
 
     @property
     def planted_clusters(self) -> np.ndarray:
@@ -225,7 +236,7 @@ class Context:
                 self.model, start, self.fed, clients,
                 epochs=self.cfg.local_epochs if epochs is None else epochs, batch_size=self.cfg.batch_size,
                 seed=self.seed, round_idx=round_idx, prox_center=prox_center, prox_mu=prox_mu,
-                path=self.cfg.path, optimizer=optimizer, embedding_pull=embedding_pull,
+                path=self.cfg.path, optimizer=optimizer, embedding_pull=embedding_pull, shuffle=self.cfg.shuffle,
                 opt_state=self._opt_state.take(clients) if keep and self._opt_state is not None else None,
                 return_opt_state=keep,
             )
@@ -278,19 +289,49 @@ class Context:
         self._opt_state = None
 
     def log_round(self, round_idx: int, models: State, assignment, predictor=None) -> None:
-        """Record the global test accuracy after round ``round_idx`` (every ``eval_every``)."""
+        """Record the global test accuracy after round ``round_idx`` (every ``eval_every``).
+
+        With ``pooled_models_eval`` the entry also holds ``pooled_model_accuracy`` (G,): each of
+        the G stacked ``models`` on the pooled test set (every client's test split together),
+        and their plain mean ``mean_pooled_model_accuracy`` — how the PSI papers' code scored
+        CFL and FedSoft (:mod:`fedlib.reproduction`)."""
         last = round_idx == self.cfg.rounds - 1
         if (round_idx + 1) % self.cfg.eval_every and not last:
             return
         correct, n = self.evaluate(models, assignment, predictor=predictor)
-        self.history.append({"round": round_idx + 1, "global_accuracy": global_accuracy(correct, n)})
+        entry = {"round": round_idx + 1, "global_accuracy": global_accuracy(correct, n)}
+        if self.pooled_models_eval:
+            pooled = pooled_accuracies(*self.loss_matrix(models, np.arange(self.n_clients), "test")[1:])
+            entry.update({"pooled_model_accuracy": pooled.tolist(),
+                          "mean_pooled_model_accuracy": float(pooled.mean())})
+        self.history.append(entry)
+
+
+def pooled_accuracies(correct, n) -> np.ndarray:
+    """Each model's accuracy on the union of the clients' splits.
+
+    Parameters
+    ----------
+    correct : array-like, shape (G, K) — correct predictions of model g on client k's split
+    n : array-like, shape (K,) — the splits' sizes (positive sum)
+
+    Returns
+    -------
+    ndarray, shape (G,), float64
+    """
+    correct = np.asarray(correct, dtype=np.float64)
+    total = float(np.sum(n))
+    if not total > 0:
+        fail("n", "split sizes with a positive sum", n)
+    return correct.sum(axis=1) / total
 
 
 def federated_averaging(ctx: Context, groups, *, start: State | None = None, log: bool = True,
                         first_round: int = 0, rounds: int | None = None, stream: str = "selection") -> Outcome:
     """FedAvg run independently inside each group of clients (one model per group).
 
-    Each round every group samples max(1, ⌊q·|group|⌋) of its clients; all selected clients
+    Each round every group samples max(min_clients, ⌊q·|group|⌋) of its clients (at most all
+    of them; ``FLConfig.min_clients``, default 1); all selected clients
     of all groups train in one engine call (each from its group's model); each group's model
     becomes the sample-weighted average of its clients' weights.
 
@@ -317,7 +358,7 @@ def federated_averaging(ctx: Context, groups, *, start: State | None = None, log
     models = broadcast(start if start is not None else ctx.init_state(), len(groups))
     rngs = [ctx.rng(f"{stream}/group{gi}") for gi in range(len(groups))]
     for t in _window(ctx, first_round, rounds):
-        picks = [sample_clients(rng, g, ctx.cfg.fraction) for rng, g in zip(rngs, groups)]
+        picks = [sample_clients(rng, g, ctx.cfg.fraction, ctx.cfg.min_clients) for rng, g in zip(rngs, groups)]
         clients = np.concatenate(picks)
         owner = assignment[clients]
         res = ctx.train(take(models, owner), clients, t)
@@ -386,7 +427,8 @@ def global_model_rounds(ctx: Context, *, choose=None, server_step=None, state=No
     """
     if choose is None:
         rng = ctx.rng("selection/group0")
-        choose = lambda t, w: sample_clients(rng, np.arange(ctx.n_clients), ctx.cfg.fraction)  # noqa: E731
+        choose = lambda t, w: sample_clients(rng, np.arange(ctx.n_clients), ctx.cfg.fraction,  # noqa: E731
+                                               ctx.cfg.min_clients)
     assignment = np.zeros(ctx.n_clients, dtype=np.int64)
     model = ctx.init_state() if start is None else start
     selected = []

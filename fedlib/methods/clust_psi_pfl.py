@@ -12,6 +12,12 @@ replicated a cluster's client list ×4 when it had ≤ 2 clients is unnecessary 
 cluster always samples at least one client); a degenerate feature matrix gives τ=1 (plain
 FedAvg) with a note instead of a crash. ``tau`` fixes the number of clusters (skipping
 the silhouette search) for ablations.
+
+When every silhouette is ≤ 0 (no clear cluster structure), Algorithm 1 as printed still takes
+the argmax j ≥ 2 (``nonpositive_silhouette='argmax'``, the default); the authors' code falls
+back to τ = 1, plain FedAvg (``'fedavg'``; the ``paper_code`` reproduction). Flower's FedAvg
+inside each cluster sampled max(⌊q·n⌋, 2) clients (``FLConfig.min_clients=2`` in
+``paper_code``); this module's default is at least one.
 """
 from __future__ import annotations
 
@@ -20,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..clustering import kmeans_labels, psi_features, select_n_clusters, standardise
-from ..validation import check_int, check_seed
+from ..validation import check_choice, check_int, check_seed
 from .base import Context, Outcome, federated_averaging
 
 NAME = "clust_psi_pfl"
@@ -31,9 +37,11 @@ class Hyper:
     tau: int | None = None          # None: Algorithm 1 chooses
     kmeans_seed: int = 42           # the authors' KMeans random_state
     n_init: int | str = "auto"      # the authors' library default (one k-means++ init)
+    nonpositive_silhouette: str = "argmax"  # every silhouette ≤ 0: "argmax" (Algorithm 1) or "fedavg" (τ = 1)
 
     def __post_init__(self):
         check_int(self.tau, "tau", 1, optional=True)
+        check_choice(self.nonpositive_silhouette, "nonpositive_silhouette", ("argmax", "fedavg"))
         check_seed(self.kmeans_seed, "kmeans_seed")
         if self.n_init != "auto":
             check_int(self.n_init, "n_init", 1)
@@ -58,6 +66,12 @@ def cluster_clients(counts_train, hp: Hyper) -> tuple[np.ndarray, dict]:
         "degenerate": sel.degenerate,
         "note": sel.note,
     }
+    sil = np.asarray(sel.silhouettes, dtype=np.float64)
+    if (hp.nonpositive_silhouette == "fedavg" and not sel.degenerate and np.all(np.isnan(sil) | (sil <= 0))):
+        info.update({"tau": 1, "cluster_sizes": [len(feats)], "tau_argmax": sel.tau,
+                     "note": (sel.note + " " if sel.note else "") + "every silhouette ≤ 0: tau=1 (plain FedAvg), "
+                     "as the authors' code falls back."})
+        return np.zeros(len(feats), np.int64), info
     return sel.labels, info
 
 

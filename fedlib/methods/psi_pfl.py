@@ -118,7 +118,7 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
         ctx.restart()
         rng = ctx.rng("selection/group0")  # FedAvg's stream: ζ selecting everyone is FedAvg
         out = global_model_rounds(ctx, choose=lambda t, w, pool=pool, rng=rng: sample_clients(
-            rng, pool, ctx.cfg.fraction))
+            rng, pool, ctx.cfg.fraction, ctx.cfg.min_clients))
         test_correct, n_test = ctx.evaluate(out.models, out.assignment)
         entry = {"percentile": float(p), "threshold": float(z), "n_selected": int(pool.size),
                  "clients": pool.tolist(), "test_accuracy": global_accuracy(test_correct, n_test),

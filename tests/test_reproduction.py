@@ -1,0 +1,115 @@
+"""Two readings of Table III (fedlib.reproduction): the settings each applies, the reporting
+rules by hand, and real runs whose records carry what ran and what the code would report."""
+import numpy as np
+import pytest
+
+from fedlib import experiment as X
+from fedlib import reproduction as R
+from fedlib.analysis.tables import for_reproduction, records_frame, table3
+from fedlib.methods.base import pooled_accuracies
+
+FAST = {"rounds": 3, "local_epochs": 1}
+
+
+def spec(method="fedavg", reproduction="paper_text", **kw):
+    return X.RunSpec("adult", "dirichlet", 0.5, 10, 0, method, fl=FAST, n_train=2000,
+                     reproduction=reproduction, **kw)
+
+
+# ----------------------------------------------------------------------------- rules by hand
+def test_paper_text_changes_nothing_and_paper_code_what_the_authors_code_ran():
+    assert R.settings_for("cfl", "paper_text").fl == {} and R.settings_for("cfl", "paper_text").hyper == {}
+    fedlab = R.settings_for("cfl", "paper_code")
+    assert fedlab.fl == {"optimizer": "sgd", "lr": 0.001, "batch_size": 64, "shuffle": False}
+    assert fedlab.report == "best_round_pooled_cluster_mean"
+    assert R.settings_for("fedsoft", "paper_code").report == "best_round_pooled_cluster_mean"
+    assert R.settings_for("poc", "paper_code").hyper == {"d_policy": "min"}
+    assert R.settings_for("poc", "paper_code").report == "last_round"
+    assert R.settings_for("fedavg", "paper_code").fl == {"min_clients": 2}  # Keras Adam, batch 32: the default
+    assert R.settings_for("clust_psi_pfl", "paper_code").hyper == {"nonpositive_silhouette": "fedavg"}
+    assert R.settings_for("cl", "paper_code").fl == {}  # not one of the code's baselines
+    assert set(R.PAPER_CODE) == {"fedavg", "fedprox", "fedavgm", "fedadagrad", "fedyogi", "fedadam", "psi_pfl",
+                                 "clust_psi_pfl", "poc", "haccs", "fedcls", "cfl", "fedsoft"}
+    with pytest.raises(ValueError, match="reproduction must be one of"):
+        R.settings_for("cfl", "paper")
+
+
+def test_reported_accuracy_last_round_or_best_pooled_cluster_mean():
+    history = [{"round": 1, "global_accuracy": 0.5, "mean_pooled_model_accuracy": 0.4},
+               {"round": 2, "global_accuracy": 0.6, "mean_pooled_model_accuracy": 0.7},
+               {"round": 3, "global_accuracy": 0.8, "mean_pooled_model_accuracy": 0.65}]
+    assert R.reported_accuracy("last_round", 0.8, history) == 0.8
+    assert R.reported_accuracy("best_round_pooled_cluster_mean", 0.8, history) == 0.7  # round 2, not the last
+    with pytest.raises(ValueError, match="pooled_model_accuracy"):
+        R.reported_accuracy("best_round_pooled_cluster_mean", 0.8, [{"round": 1, "global_accuracy": 0.5}])
+    with pytest.raises(ValueError, match="rule must be one of"):
+        R.reported_accuracy("best", 0.8, history)
+
+
+def test_pooled_accuracies_by_hand():
+    correct = [[3, 0, 5], [1, 2, 0]]  # two models on three clients' test splits of 4, 2, 6 samples
+    np.testing.assert_allclose(pooled_accuracies(correct, [4, 2, 6]), [8 / 12, 3 / 12])
+    with pytest.raises(ValueError, match="n must be"):
+        pooled_accuracies(correct, [0, 0, 0])
+
+
+# ----------------------------------------------------------------------------- specs and grids
+def test_paper_text_keys_are_unchanged_and_paper_code_is_another_run():
+    text, code = spec("cfl"), spec("cfl", "paper_code")
+    assert "reproduction" not in text.to_dict()  # records computed before this field keep their keys
+    assert text.key() == X.RunSpec("adult", "dirichlet", 0.5, 10, 0, "cfl", fl=FAST, n_train=2000).key()
+    assert code.to_dict()["reproduction"] == "paper_code" and code.key() != text.key()
+    hyper, fl, _ = spec("poc", "paper_code", hyper={"d": 6, "d_policy": "raise"}).effective()
+    assert hyper == {"d": 6, "d_policy": "min"}  # the reproduction wins for the fields it names
+    assert fl == {**FAST, "optimizer": "sgd", "lr": 0.001, "batch_size": 64, "shuffle": False}
+    with pytest.raises(ValueError, match="reproduction must be one of"):
+        spec("cfl", "paper_cod").validate()
+
+
+def test_grid_specs_adds_paper_code_runs_only_where_the_code_differs():
+    specs = X.grid_specs(["adult"], {"dirichlet": [0.5]}, [10], [0], ["cl", "fedavg", "cfl"],
+                         reproductions=["paper_text", "paper_code"])
+    assert [(s.method, s.reproduction) for s in specs] == [
+        ("cl", "paper_text"), ("fedavg", "paper_text"), ("fedavg", "paper_code"),
+        ("cfl", "paper_text"), ("cfl", "paper_code")]
+    default = X.grid_specs(["adult"], {"dirichlet": [0.5]}, [10], [0], ["cl", "cfl"])
+    assert {s.reproduction for s in default} == {"paper_text"}
+    with pytest.raises(ValueError, match="reproductions must be one of"):
+        X.grid_specs(["adult"], {"dirichlet": [0.5]}, [10], [0], ["cl"], reproductions=["code"])
+
+
+# ----------------------------------------------------------------------------- real runs
+@pytest.fixture(scope="module")
+def cfl_records():
+    return {r: X.run(spec("cfl", r)) for r in R.REPRODUCTIONS}
+
+
+def test_paper_code_cfl_trains_as_the_code_did_and_reports_its_best_pooled_round(cfl_records):
+    rec = cfl_records["paper_code"]
+    assert rec["status"] == "ok" and rec["reproduction"] == "paper_code"
+    assert {k: rec["fl"][k] for k in ("optimizer", "lr", "batch_size", "shuffle")} == {
+        "optimizer": "sgd", "lr": 0.001, "batch_size": 64, "shuffle": False}
+    assert rec["reported_rule"] == "best_round_pooled_cluster_mean"
+    pooled = [h["mean_pooled_model_accuracy"] for h in rec["history"]]
+    assert len(pooled) == 3 and rec["reported_accuracy"] == max(pooled)
+    for h in rec["history"]:
+        assert h["mean_pooled_model_accuracy"] == pytest.approx(np.mean(h["pooled_model_accuracy"]))
+    if rec["info"]["n_clusters"] == 1:  # one model for every client: pooled accuracy = sample-weighted accuracy
+        assert rec["history"][-1]["pooled_model_accuracy"][0] == pytest.approx(rec["global_accuracy"])
+    text = cfl_records["paper_text"]
+    assert "reported_accuracy" not in text and "pooled_model_accuracy" not in text["history"][-1]
+    assert text["fl"]["optimizer"] == "adam" and text["fl"]["shuffle"] is True
+    assert text["correct"] != rec["correct"]  # another optimiser, batch and order: another run
+
+
+def test_table3_reads_each_reproduction(cfl_records):
+    cl = X.run(spec("cl"))
+    df = records_frame([cl, *cfl_records.values()])
+    pairs = lambda d: sorted(zip(d.method, d.reproduction))  # noqa: E731
+    assert pairs(for_reproduction(df, "paper_code")) == [("cfl", "paper_code"), ("cl", "paper_text")]
+    assert pairs(for_reproduction(df)) == [("cfl", "paper_text"), ("cl", "paper_text")]
+    text = table3(df).set_index("method")["mean"]
+    code = table3(df, "paper_code").set_index("method")["mean"]
+    assert text["cfl"] == pytest.approx(cfl_records["paper_text"]["global_accuracy"])
+    assert code["cfl"] == pytest.approx(cfl_records["paper_code"]["reported_accuracy"])
+    assert code["cl"] == text["cl"] == pytest.approx(cl["global_accuracy"])  # CL runs as Table II says in both
