@@ -13,8 +13,12 @@ proof, of what produced the published numbers:
   Clust-PSI-PFL) train Keras Adam, batch 32 — the workbook's protocol — but Flower samples
   max(⌊q·n⌋, 2) clients (``FLConfig.min_clients = 2``); Clust-PSI-PFL falls back to τ = 1 when
   every silhouette is ≤ 0;
+* FedProx's client never read μ, so it ran as FedAvg (μ = 0); PSI-PFL chose ζ on the test set;
 * the FedLab baselines (PoC, HACCS, FedCLS, CFL, FedSoft) train **plain SGD, lr 0.001, batch
-  64, no shuffling** (:data:`FEDLAB_FL`); PoC trains only its d candidates;
+  64, no shuffling** (:data:`FEDLAB_FL`; FedSoft shuffled) and the server takes the plain mean
+  of the clients' models; each method's own rules as that code had them — PoC trains only its
+  d candidates, ranked by FedLab's summed batch losses; HACCS, FedCLS and FedSoft run their
+  ``variant='psi_code'``; CFL tests the mean of the clients' deviation norms, with no warm-up;
 * reporting: the Flower methods and PoC/HACCS/FedCLS report the last round (each client's
   model on its own test split, as ``paper_text``); **CFL and FedSoft report the best round's
   mean over their cluster models of each model's accuracy on the pooled test set**
@@ -29,8 +33,10 @@ either reading without retraining (:func:`fedlib.analysis.tables.table3`).
 
 Quirks of the authors' code that this module does not copy (reference-notes, "Training
 protocol"): Keras ``validation_split=0.2`` dropping the last 20 % of each client's train data,
-identical initial weights for every seed, FedProx's proximal term that never reached the
-client, swapped precision/recall arguments.
+identical initial weights for every seed, unseeded client sampling, the ×4 replication of
+clusters of ≤ 2 clients, hyperparameters chosen on the test set (other than PSI-PFL's ζ),
+CFL's bipartition bug and its dropping of unsampled clients at a split (never reached at
+Table II's thresholds), swapped precision/recall arguments.
 """
 from __future__ import annotations
 
@@ -62,21 +68,31 @@ class Settings:
 
 
 _FLOWER = Settings(fl=FLOWER_FL, note="Flower: Keras Adam, batch 32, max(⌊q·n⌋, 2) clients, last round")
+_FEDLAB = "FedLab: SGD 0.001, batch 64, no shuffling, plain mean of the models"
 
 PAPER_CODE = {
-    "fedavg": _FLOWER, "fedprox": _FLOWER, "fedavgm": _FLOWER, "fedadagrad": _FLOWER, "fedyogi": _FLOWER,
-    "fedadam": _FLOWER, "psi_pfl": _FLOWER,
+    "fedavg": _FLOWER, "fedavgm": _FLOWER, "fedadagrad": _FLOWER, "fedyogi": _FLOWER, "fedadam": _FLOWER,
+    "psi_pfl": Settings(fl=FLOWER_FL, hyper={"select_on": "test"},
+                        note="Flower FedAvg on the selected clients; ζ chosen on the test set"),
+    "fedprox": Settings(fl=FLOWER_FL, hyper={"mu": 0.0},
+                        note="Flower; the client never read μ, so FedProx ran as FedAvg"),
     "clust_psi_pfl": Settings(fl=FLOWER_FL, hyper={"nonpositive_silhouette": "fedavg"},
                               note="Flower per cluster: max(⌊q·n⌋, 2) clients; τ = 1 when every silhouette ≤ 0"),
-    "poc": Settings(fl=FEDLAB_FL, hyper={"d_policy": "min"},
-                    note="FedLab: SGD 0.001, batch 64, no shuffling; only the d candidates train"),
-    "haccs": Settings(fl=FEDLAB_FL, note="FedLab: SGD 0.001, batch 64, no shuffling"),
-    "fedcls": Settings(fl=FEDLAB_FL, note="FedLab: SGD 0.001, batch 64, no shuffling"),
-    "cfl": Settings(fl=FEDLAB_FL, report="best_round_pooled_cluster_mean",
-                    note="FedLab: SGD 0.001, batch 64, no shuffling; best round, cluster models on the pooled test set"),
-    "fedsoft": Settings(fl=FEDLAB_FL, report="best_round_pooled_cluster_mean",
-                        note="FedLab: SGD 0.001, batch 64, no shuffling; best round, cluster models on the pooled "
-                             "test set"),
+    "poc": Settings(fl=FEDLAB_FL, hyper={"d_policy": "min", "aggregation": "uniform", "loss": "fedlab"},
+                    note=_FEDLAB + "; only the d candidates train, ranked by summed batch losses"),
+    "haccs": Settings(fl=FEDLAB_FL, hyper={"variant": "psi_code", "aggregation": "uniform"},
+                      note=_FEDLAB + "; OPTICS by silhouette, device-mixture latencies, d/2 clusters, "
+                                     "filled by data share"),
+    "fedcls": Settings(fl=FEDLAB_FL, hyper={"variant": "psi_code", "aggregation": "uniform"},
+                       note=_FEDLAB + "; random losses, fallback group, filled by data share"),
+    "cfl": Settings(fl=FEDLAB_FL, hyper={"split_test": "mean_of_norms", "aggregation": "uniform", "warmup_rounds": 0},
+                    report="best_round_pooled_cluster_mean",
+                    note=_FEDLAB + "; mean-of-norms split test, no warm-up; best round, cluster models on the "
+                                   "pooled test set"),
+    "fedsoft": Settings(fl={**FEDLAB_FL, "shuffle": True}, hyper={"variant": "psi_code", "estimation_interval": 2},
+                        report="best_round_pooled_cluster_mean",
+                        note="FedLab: SGD 0.001, batch 64, shuffled; uniform sampling, λ not λ/2, importance "
+                             "every 2 rounds; best round, cluster models on the pooled test set"),
 }
 """Per method, what ``paper_code`` changes (methods not listed run as ``paper_text``)."""
 

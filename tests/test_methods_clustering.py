@@ -124,7 +124,8 @@ def test_cfl_splits_within_the_smoke_protocols_four_rounds():
 def test_update_norms_by_hand():
     dw = torch.tensor([[3.0, 4.0], [0.0, 0.0]])
     n = cfl.update_norms(dw)
-    assert n == pytest.approx({"mean_norm": 2.5, "max_norm": 5.0, "mean_of_norms": 2.5, "ratio": 2.0})
+    assert n == pytest.approx({"mean_norm": 2.5, "max_norm": 5.0, "mean_of_norms": 2.5, "ratio": 2.0,
+                               "mean_deviation_norm": 2.5, "max_deviation_norm": 2.5})  # ±(1.5, 2) from the mean
     w = cfl.update_norms(dw, weights=[1, 3])  # weighted mean (0.75, 1)
     assert w["mean_norm"] == pytest.approx(1.25) and w["ratio"] == pytest.approx(4.0)
     assert w["mean_of_norms"] == pytest.approx(2.5)  # a plain mean of the clients' norms

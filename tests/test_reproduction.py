@@ -23,8 +23,13 @@ def test_paper_text_changes_nothing_and_paper_code_what_the_authors_code_ran():
     assert fedlab.fl == {"optimizer": "sgd", "lr": 0.001, "batch_size": 64, "shuffle": False}
     assert fedlab.report == "best_round_pooled_cluster_mean"
     assert R.settings_for("fedsoft", "paper_code").report == "best_round_pooled_cluster_mean"
-    assert R.settings_for("poc", "paper_code").hyper == {"d_policy": "min"}
+    assert fedlab.hyper == {"split_test": "mean_of_norms", "aggregation": "uniform", "warmup_rounds": 0}
+    assert R.settings_for("poc", "paper_code").hyper == {"d_policy": "min", "aggregation": "uniform", "loss": "fedlab"}
     assert R.settings_for("poc", "paper_code").report == "last_round"
+    for name in ("haccs", "fedcls"):
+        assert R.settings_for(name, "paper_code").hyper == {"variant": "psi_code", "aggregation": "uniform"}
+    assert R.settings_for("fedsoft", "paper_code").fl["shuffle"] is True  # FedSoft's trainer shuffled
+    assert R.settings_for("fedprox", "paper_code").hyper == {"mu": 0.0}  # the client never read μ
     assert R.settings_for("fedavg", "paper_code").fl == {"min_clients": 2}  # Keras Adam, batch 32: the default
     assert R.settings_for("clust_psi_pfl", "paper_code").hyper == {"nonpositive_silhouette": "fedavg"}
     assert R.settings_for("cl", "paper_code").fl == {}  # not one of the code's baselines
@@ -60,7 +65,7 @@ def test_paper_text_keys_are_unchanged_and_paper_code_is_another_run():
     assert text.key() == X.RunSpec("adult", "dirichlet", 0.5, 10, 0, "cfl", fl=FAST, n_train=2000).key()
     assert code.to_dict()["reproduction"] == "paper_code" and code.key() != text.key()
     hyper, fl, _ = spec("poc", "paper_code", hyper={"d": 6, "d_policy": "raise"}).effective()
-    assert hyper == {"d": 6, "d_policy": "min"}  # the reproduction wins for the fields it names
+    assert hyper == {"d": 6, "d_policy": "min", "aggregation": "uniform", "loss": "fedlab"}  # it wins where it speaks
     assert fl == {**FAST, "optimizer": "sgd", "lr": 0.001, "batch_size": 64, "shuffle": False}
     with pytest.raises(ValueError, match="reproduction must be one of"):
         spec("cfl", "paper_cod").validate()
@@ -79,6 +84,19 @@ def test_grid_specs_adds_paper_code_runs_only_where_the_code_differs():
 
 
 # ----------------------------------------------------------------------------- real runs
+@pytest.mark.parametrize("method", sorted(R.PAPER_CODE))
+def test_every_paper_code_method_runs_and_records_what_it_reports(method):
+    rec = X.run(spec(method, "paper_code", val_fraction=0.0))
+    assert rec["status"] == "ok", rec.get("error")
+    assert rec["reproduction_settings"]["hyper"] == R.PAPER_CODE[method].hyper
+    for name, value in R.PAPER_CODE[method].fl.items():
+        assert rec["fl"][name] == value
+    if rec["reported_rule"] == "last_round":
+        assert rec["reported_accuracy"] == rec["global_accuracy"]
+    else:
+        assert rec["reported_accuracy"] == max(h["mean_pooled_model_accuracy"] for h in rec["history"])
+
+
 @pytest.fixture(scope="module")
 def cfl_records():
     return {r: X.run(spec("cfl", r)) for r in R.REPRODUCTIONS}

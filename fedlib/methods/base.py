@@ -46,7 +46,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..engine import Federation, broadcast, evaluate, local_train, weighted_average
+from ..engine import Federation, broadcast, evaluate, local_train, predict_logits, weighted_average
 from ..engine.errors import DivergenceError
 from ..engine.evaluate import evaluate_global, loss_matrix
 from ..engine.host import to_host
@@ -61,7 +61,7 @@ CLUSTER_STREAM = "clusters/selection"  # selection streams of the per-cluster ph
 
 __all__ = ["FLConfig", "Context", "Outcome", "sample_clients", "take", "federated_averaging", "CLUSTER_STREAM",
            "global_model_rounds", "round_size", "check_finite_models", "State", "local_losses", "round_robin",
-           "pooled_accuracies"]
+           "pooled_accuracies", "fedlab_losses", "aggregation_weights", "AGGREGATIONS", "cluster_means"]
 
 
 @dataclass(frozen=True)
@@ -409,7 +409,7 @@ def _window(ctx: Context, first_round: int, rounds: int | None) -> range:
 
 def global_model_rounds(ctx: Context, *, choose=None, server_step=None, state=None,
                         prox_mu: float = 0.0, observe=None, start: State | None = None,
-                        first_round: int = 0, rounds: int | None = None) -> Outcome:
+                        first_round: int = 0, rounds: int | None = None, weights: str = "samples") -> Outcome:
     """The one-global-model loop shared by FedAvg-like methods.
 
     Each round t: ``clients = choose(t, global_state)`` (default: FedAvg's uniform sample from
@@ -419,12 +419,16 @@ def global_model_rounds(ctx: Context, *, choose=None, server_step=None, state=No
     state) -> (new, state)`` turns their sample-weighted average into the next global model
     (default: the average itself); ``observe(clients, result)`` sees each round's training.
     ``start`` (default: the seeded initial model) and the round window ``first_round``,
-    ``rounds`` (default: 0 and the protocol's T) let a phase continue another.
+    ``rounds`` (default: 0 and the protocol's T) let a phase continue another. ``weights``:
+    ``'samples'`` (FedAvg's n_k-weighted average, default) or ``'uniform'`` (a plain mean of
+    the clients' models, as FedLab's server aggregates — the PSI papers' code for PoC, HACCS,
+    FedCLS and CFL).
 
     Returns
     -------
     Outcome with models stacked (1, ...), assignment zeros (K,), info["selected"] per round.
     """
+    check_choice(weights, "weights", AGGREGATIONS)
     if choose is None:
         rng = ctx.rng("selection/group0")
         choose = lambda t, w: sample_clients(rng, np.arange(ctx.n_clients), ctx.cfg.fraction,  # noqa: E731
@@ -436,7 +440,7 @@ def global_model_rounds(ctx: Context, *, choose=None, server_step=None, state=No
         clients = np.asarray(choose(t, model), dtype=np.int64)
         start = broadcast(model, len(clients))
         res = ctx.train(start, clients, t, prox_center=start if prox_mu else None, prox_mu=prox_mu)
-        aggregate = weighted_average(res.params, res.n_samples)
+        aggregate = weighted_average(res.params, aggregation_weights(res.n_samples, weights))
         model, state = server_step(model, aggregate, state) if server_step else (aggregate, state)
         check_finite_models(broadcast(model, 1), t, "after the server update" if server_step else "after aggregation",
                             ctx.cfg)
@@ -447,7 +451,43 @@ def global_model_rounds(ctx: Context, *, choose=None, server_step=None, state=No
     return Outcome(broadcast(model, 1), assignment, {"selected": selected})
 
 
+AGGREGATIONS = ("samples", "uniform")
+
+
+def aggregation_weights(n_samples, rule: str = "samples"):
+    """Server weights of the round's client models: their sample counts (FedAvg), or equal
+    weights (``'uniform'``: FedLab's ``fedavg_aggregate`` without weights). Shape as ``n_samples``."""
+    check_choice(rule, "aggregation", AGGREGATIONS)
+    return n_samples if rule == "samples" else torch.ones_like(torch.as_tensor(n_samples), dtype=torch.float64)
+
+
 # ----------------------------------------------------------------------------- selection helpers
+def fedlab_losses(ctx: Context, global_state: State, clients, batch_size: int = 64) -> np.ndarray:
+    """The client "loss" FedLab's ``evaluate`` returns, which the PSI papers' PoC and HACCS rank
+    by: the sum over the client's train split in stored order, cut into batches of
+    ``batch_size``, of each batch's mean cross-entropy — so a client with more batches
+    looks lossier (⌈n_k / B⌉ batch means added up).
+
+    Returns
+    -------
+    ndarray, shape (len(clients),), float64; 0 for a client without training samples.
+    """
+    check_int(batch_size, "batch_size", 1)
+    clients = np.asarray(clients, dtype=np.int64)
+    x, y, parts = ctx.fed.split("train")
+    out = np.zeros(len(clients))
+    stacked = broadcast(global_state, 1)
+    for row, c in enumerate(clients):
+        index = torch.as_tensor(np.asarray(parts[c], dtype=np.int64), device=x.device)
+        if index.numel() == 0:
+            continue
+        with torch.no_grad():
+            loss = torch.nn.functional.cross_entropy(predict_logits(ctx.model, stacked, x[index])[0], y[index],
+                                                     reduction="none").double()
+        out[row] = float(sum(to_host(b.mean()) for b in torch.split(loss, batch_size)))
+    return out
+
+
 def local_losses(ctx: Context, global_state: State, clients) -> np.ndarray:
     """F_k(w): mean train-split cross-entropy of the global model on each of ``clients`` ((d,))."""
     clients = np.asarray(clients, dtype=np.int64)
@@ -481,3 +521,9 @@ def round_robin(order, ranked_members, m: int) -> np.ndarray:
                 chosen.append(int(ranked_members[g][depth]))
         depth += 1
     return np.asarray(chosen, dtype=np.int64)
+
+
+def cluster_means(values, labels) -> np.ndarray:
+    """Mean of ``values`` (K,) over each group of ``labels`` (K,; ids 0..G−1) → (G,)."""
+    labels = np.asarray(labels, dtype=np.int64)
+    return np.bincount(labels, weights=values) / np.bincount(labels)

@@ -46,9 +46,13 @@ stationarity condition (congruent clients' updates add up, ratio ≈ 1; incongru
 It needs a warm-up of at least one round.
 
 The authors' code (reference-notes: "What produced Table III") tested the *mean of the norms* of
-the clients' deviations from the new aggregate against ε1 instead; since max ≤ M·mean, at
-ε2/ε1 = 10⁴ it needs ≥ 10⁴ clients per round to ever fire: their CFL never split, and the
-paper's CFL column is FedAvg with small SGD steps reported at its best round.
+the clients' deviations from the new aggregate against ε1 instead (``split_test='mean_of_norms'``:
+mean_i ‖θ_i − θ̄‖ < ε1 and max_i ‖θ_i − θ̄‖ > ε2, θ̄ the new cluster model); since max ≤ M·mean,
+at ε2/ε1 = 10⁴ it needs ≥ 10⁴ clients per round to ever fire: their CFL never split, and the
+paper's CFL column is FedAvg with small SGD steps reported at its best round. Their server
+averaged the members' models without weights (``aggregation='uniform'``) and had no warm-up.
+When such a test fires, their code dropped the members not sampled in the split round; this
+module still places them by loss (they need a model to be evaluated).
 """
 from __future__ import annotations
 
@@ -62,10 +66,13 @@ from scipy.spatial.distance import squareform
 
 from ..engine import broadcast, evaluate, flatten_params, weighted_average
 from ..engine.host import to_host
-from ..validation import check_int, check_number, fail
-from .base import Context, FLConfig, Outcome, State, sample_clients, take
+from ..validation import check_choice, check_int, check_number, fail
+from .base import AGGREGATIONS, Context, FLConfig, Outcome, State, aggregation_weights, sample_clients, take
 
 NAME = "cfl"
+
+
+SPLIT_TESTS = ("sattler", "mean_of_norms")
 
 
 @dataclass(frozen=True)
@@ -77,8 +84,12 @@ class Hyper:
     gamma: float = 0.5         # γ: split only if √((1 − α_cross^max)/2) > γ
     warmup_rounds: int | None = None  # no split before round index t = warmup_rounds (0-based); None: ⌊T/4⌋
     auto_scale: float = 0.5    # eps1='auto': ε1 = auto_scale · mean client-update norm at the end of warm-up
+    split_test: str = "sattler"   # "sattler" (‖mean ΔW‖, max‖ΔW_i‖) or "mean_of_norms" (the authors' code)
+    aggregation: str = "samples"  # cluster model: "samples" (n_i-weighted) or "uniform" (the authors' code)
 
     def __post_init__(self):
+        check_choice(self.split_test, "split_test", SPLIT_TESTS)
+        check_choice(self.aggregation, "aggregation", AGGREGATIONS)
         if not (isinstance(self.eps1, str) and self.eps1 == "auto"):
             try:
                 check_number(self.eps1, "eps1", 0)
@@ -117,17 +128,22 @@ def update_norms(dw: torch.Tensor, weights=None) -> dict:
     -------
     dict
         ``mean_norm`` ‖Σ_i w_i dW_i / Σ_i w_i‖, ``max_norm`` max_i ‖dW_i‖, ``mean_of_norms``
-        mean_i ‖dW_i‖ (plain mean) and ``ratio`` max_norm / mean_norm (inf for a zero mean).
+        mean_i ‖dW_i‖ (plain mean), ``ratio`` max_norm / mean_norm (inf for a zero mean), and
+        the authors' statistics on the deviations from the new (weighted) aggregate,
+        ``mean_deviation_norm`` mean_i ‖dW_i − Σ_j w_j dW_j‖ and ``max_deviation_norm``.
     """
     d = dw.double()
     w = torch.ones(len(d), dtype=torch.float64) if weights is None else torch.as_tensor(
         np.asarray(weights, dtype=np.float64))
     w = (w / w.sum()).to(d.device)
+    mean = w @ d
     norms = d.norm(dim=1)
-    mean_norm = float((w @ d).norm())
+    deviations = (d - mean).norm(dim=1)
+    mean_norm = float(mean.norm())
     max_norm = float(norms.max())
     return {"mean_norm": mean_norm, "max_norm": max_norm, "mean_of_norms": float(norms.mean()),
-            "ratio": max_norm / mean_norm if mean_norm > 0 else math.inf}
+            "ratio": max_norm / mean_norm if mean_norm > 0 else math.inf,
+            "mean_deviation_norm": float(deviations.mean()), "max_deviation_norm": float(deviations.max())}
 
 
 def auto_eps1(mean_of_norms: float, scale: float) -> float:
@@ -167,6 +183,13 @@ def split_criterion(dw: torch.Tensor, eps1: float, eps2: float, weights=None) ->
     """
     norms = update_norms(dw, weights)
     return norms["mean_norm"] < eps1 and norms["max_norm"] > eps2
+
+
+def authors_split_criterion(dw: torch.Tensor, eps1: float, eps2: float, weights=None) -> bool:
+    """The PSI papers' code's test: mean_i ‖g_i‖ < ε1 and max_i ‖g_i‖ > ε2 with g_i = θ_i − θ̄ the
+    deviation from the new aggregate (= dW_i − mean dW, means weighted by ``weights``)."""
+    norms = update_norms(dw, weights)
+    return norms["mean_deviation_norm"] < eps1 and norms["max_deviation_norm"] > eps2
 
 
 def bipartition(dw: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
@@ -237,11 +260,13 @@ def _update_cluster(ctx: Context, hp: Hyper, may_split: bool, eps1: float, membe
     trained this round, in the same order; ``may_split`` is False during the warm-up.
     """
     sides = [np.arange(len(picked))]
-    if may_split and len(picked) > 2 and split_criterion(dw, eps1, hp.eps2, n):
+    w = to_host(aggregation_weights(n, hp.aggregation), np.float64)
+    test = split_criterion if hp.split_test == "sattler" else authors_split_criterion
+    if may_split and len(picked) > 2 and test(dw, eps1, hp.eps2, w):
         a, b = bipartition(dw)
         if gamma_max(cosine_similarity_matrix(dw), a, b) > hp.gamma:
             sides = [a, b]
-    models = [weighted_average(take(params, s), n[s]) for s in sides]
+    models = [weighted_average(take(params, s), w[s]) for s in sides]
     if len(sides) == 1:
         return [members], models
     groups = [list(picked[s]) for s in sides]
@@ -279,7 +304,7 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
         new_clusters, new_models = [], []
         for g, (members, picked) in enumerate(zip(clusters, picks)):
             rows = np.flatnonzero(owner == g)
-            norms = update_norms(dw[rows], n[rows])
+            norms = update_norms(dw[rows], to_host(aggregation_weights(n[rows], hp.aggregation), np.float64))
             norm_log.append({"round": t + 1, "cluster": g, "size": len(picked), **norms})
             if eps1 is None and t == warmup - 1:  # eps1='auto': calibrate on the last warm-up round
                 auto_from = norms["mean_of_norms"]

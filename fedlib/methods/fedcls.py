@@ -25,6 +25,17 @@ Variants (``Hyper.variant``):
 * ``"original"`` (Li & Wu): v_k is the binary label-presence vector 1[n_kc > 0] (the paper's
   one-hot label information); same threshold τ·C.
 
+* ``"psi_code"``: what the PSI papers' public code ran (reference-notes "What produced
+  Table III"; the ``paper_code`` reproduction). The grouping is ``"psi"``'s; when it forms no
+  group of two or more, clients 0 … ⌊0.2·K⌋−1 become one group (their fallback). Each round
+  (:func:`select_code`): every client gets a *random* "loss" U(0, 100) (no model is
+  evaluated); the ``clusters_per_round`` groups (their w = d/2 = 5) with the highest mean
+  loss are taken, each contributing its z = ⌊d/w⌋ highest-loss members, topped up to d
+  candidates from the other groups (drawn ∝ loss, spread over the taken groups); the
+  highest-loss candidate of each taken group trains, and the round is filled to
+  max(1, ⌊q·K⌋) clients by data share without replacement. The paper_code reproduction adds
+  their plain mean aggregation and plain SGD (lr 0.001, batch 64, no shuffling).
+
 The grouping procedure (greedy leaders), the first group and the farthest-first order are
 this module's precise reading of "group by Hamming distance, prefer complementary labels".
 """
@@ -34,22 +45,29 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..validation import check_choice, check_number
-from .base import Context, Outcome, global_model_rounds, round_robin, round_size
+from ..validation import check_choice, check_int, check_number
+from .base import AGGREGATIONS, Context, Outcome, cluster_means, global_model_rounds, round_robin, round_size
 
 NAME = "fedcls"
 GRID = {"tau": (0.1, 0.5, 0.95)}  # Clust-PSI-PFL Table II
-VARIANTS = ("psi", "original")
+VARIANTS = ("psi", "original", "psi_code")
+FALLBACK_GROUP = 0.2  # "psi_code": with no group of ≥ 2, clients 0..⌊0.2·K⌋−1 form one
 
 
 @dataclass(frozen=True)
 class Hyper:
     tau: float = 0.1        # grouping threshold as a fraction of C (Table II)
-    variant: str = "psi"    # "psi" (frequency vectors, the papers' code) or "original" (binary)
+    variant: str = "psi"    # "psi" (frequency vectors), "original" (binary), "psi_code" (the papers' code)
+    aggregation: str = "samples"  # "samples" (n_k-weighted) or "uniform" (plain mean; the authors' code)
+    d: int = 10                   # "psi_code": candidates per round (their d)
+    clusters_per_round: int = 5   # "psi_code": groups taken per round (their w = d/2)
 
     def __post_init__(self):
         check_number(self.tau, "tau", 0)
         check_choice(self.variant, "variant", VARIANTS)
+        check_choice(self.aggregation, "aggregation", AGGREGATIONS)
+        check_int(self.d, "d", 1)
+        check_int(self.clusters_per_round, "clusters_per_round", 1, self.d)
 
 
 def label_vectors(counts, variant: str = "psi") -> np.ndarray:
@@ -136,13 +154,66 @@ def select(rng: np.random.Generator, labels, group_dist, m: int) -> np.ndarray:
     return round_robin(order, ranked, m)
 
 
+# ----------------------------------------------------------------------------- the PSI papers' code
+def code_groups(labels) -> np.ndarray:
+    """The PSI papers' code's groups (K,) from leader groups ``labels`` (K,): unchanged when some
+    group has ≥ 2 members; else clients 0..⌊0.2·K⌋−1 form group 0 and every other client is a
+    singleton (ids 1, 2, … in client order)."""
+    labels = np.asarray(labels, dtype=np.int64)
+    k = labels.size
+    if np.bincount(labels).max(initial=0) >= 2 or int(FALLBACK_GROUP * k) < 2:
+        return labels
+    first = int(FALLBACK_GROUP * k)
+    return np.concatenate([np.zeros(first, np.int64), np.arange(1, k - first + 1)])
+
+
+def select_code(rng: np.random.Generator, labels, n_train, d: int, w: int, m: int) -> np.ndarray:
+    """One round of the PSI papers' FedCLS (module docstring, ``"psi_code"``).
+
+    Parameters
+    ----------
+    labels : int array-like, shape (K,) — group ids 0..G−1
+    n_train : array-like, shape (K,) — train samples (the data-share fill)
+    d, w, m : candidates, groups taken, clients per round
+
+    Returns
+    -------
+    ndarray, shape (max(m, groups taken),), int64 — distinct clients in selection order.
+    """
+    labels = np.asarray(labels, dtype=np.int64)
+    k = labels.size
+    loss = rng.uniform(0.0, 100.0, size=k)
+    top = np.argsort(-cluster_means(loss, labels), kind="stable")[:min(w, labels.max() + 1)]
+    z = d // len(top)
+    lists = [list(np.flatnonzero(labels == g)[np.argsort(-loss[labels == g], kind="stable")][:z]) for g in top]
+    others = np.flatnonzero(~np.isin(labels, top))
+    missing = min(d - sum(map(len, lists)), others.size)
+    if missing > 0:
+        extra = rng.choice(others, size=missing, replace=False, p=loss[others] / loss[others].sum())
+        for members, share in zip(lists, np.array_split(extra, len(lists))):
+            members += list(share)
+    chosen = [int(max(members, key=lambda c: loss[c])) for members in lists if members]
+    rest = np.setdiff1d(np.arange(k), chosen)
+    if len(chosen) < m and rest.size:
+        share = np.asarray(n_train, dtype=np.float64)[rest]
+        chosen += [int(c) for c in rng.choice(rest, size=min(m - len(chosen), rest.size), replace=False,
+                                              p=share / share.sum())]
+    return np.asarray(chosen, dtype=np.int64)
+
+
 def run(ctx: Context, hp: Hyper) -> Outcome:
-    dist = hamming_matrix(label_vectors(ctx.counts_train, hp.variant))
+    variant = "psi" if hp.variant == "psi_code" else hp.variant
+    dist = hamming_matrix(label_vectors(ctx.counts_train, variant))
     labels, leaders = leader_groups(dist, hp.tau * ctx.counts_train.shape[1])
-    group_dist = dist[np.ix_(leaders, leaders)]
     m = round_size(ctx.n_clients, ctx.cfg.fraction)
     rng = ctx.rng("selection/fedcls")
-    out = global_model_rounds(ctx, choose=lambda t, w: select(rng, labels, group_dist, m))
+    if hp.variant == "psi_code":
+        labels = code_groups(labels)
+        choose = lambda t, w: select_code(rng, labels, ctx.fed.n_train, hp.d, hp.clusters_per_round, m)  # noqa: E731
+    else:
+        group_dist = dist[np.ix_(leaders, leaders)]
+        choose = lambda t, w: select(rng, labels, group_dist, m)  # noqa: E731
+    out = global_model_rounds(ctx, choose=choose, weights=hp.aggregation)
     out.info.update({"variant": hp.variant, "groups": labels.tolist(),
-                     "n_groups": int(leaders.size), "m": m})
+                     "n_groups": int(labels.max() + 1), "m": m})
     return out

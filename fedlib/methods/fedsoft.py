@@ -26,14 +26,19 @@ argmax_s u_{ks}, from the latest estimate), each client on its own test split li
 other method here; FedSoft's paper also reports the personalised w_k, whose global test
 accuracy is returned as ``info['personalised_global_accuracy']``.
 
-What the PSI papers ran is not this module (their public PSI-PFL code, the ancestor of the
-Clust-PSI-PFL code; reference-notes "What produced Table III"): clients sampled uniformly, not
-∝ u_{ks} n_k; personal models re-initialised every round as Σ_s u_{ks} c_s; the proximal weight
-λ, not λ/2; importance re-estimated every 2 rounds; aggregation weights u_{ks} normalised over
-the round's clients, without n_k; plain SGD (lr 0.001, batch 64, no shuffling); and Table III's
-number is the *best* round's mean over the cluster models of each model's accuracy on the
-pooled test set — not each client on its own cluster's model. This module implements Ruan &
-Joe-Wong's rules and the workbook's evaluation.
+``variant='psi_code'``: what the PSI papers ran (their public PSI-PFL code, the ancestor of the
+Clust-PSI-PFL code; reference-notes "What produced Table III"; the ``paper_code`` reproduction):
+the S cluster models start identical; m = max(1, ⌊q·K⌋) clients sampled uniformly, not ∝
+u_{ks} n_k; each personal model re-initialised every round as Σ_s u_{ks} c_s with the current
+u; the proximal term λ Σ_s u_{ks}‖w − c_s‖² (λ, not λ/2); importance estimated in round 1 and
+every ``estimation_interval``-th round (theirs: 2) from the *pre-aggregation* cluster models,
+for the round's clients only (the others keep theirs, initially 1/S); c_s = Σ_i u_{is} w_i over
+the round's clients with u_{is} normalised over them (no n_k); plain SGD (lr 0.001, batch 64,
+shuffled); and Table III's number is the *best* round's mean over the cluster models of each
+model's accuracy on the pooled test set, the round before training included (the history
+gets a round-0 entry) — not each client on its own cluster's model (:mod:`fedlib.reproduction`).
+The default variant (``'paper'``) implements Ruan & Joe-Wong's rules and the workbook's
+evaluation.
 
 Fresh Adam state per local update (the engine's protocol); FedSoft's code kept each
 client's optimiser across rounds. λ = 0.1 and σ = 1e-4 are FedSoft's code defaults for its
@@ -50,7 +55,7 @@ import torch.nn.functional as F
 from ..engine import broadcast, predict_logits, weighted_average
 from ..evaluation import global_accuracy
 from ..engine.host import to_host
-from ..validation import check_int, check_number
+from ..validation import check_choice, check_int, check_number
 from .base import Context, Outcome, State, take
 
 NAME = "fedsoft"
@@ -64,9 +69,11 @@ class Hyper:
     lam: float = 0.1              # λ, proximal coefficient
     sigma: float = 1e-4           # σ, floor of a zero importance share
     estimation_interval: int = 1  # τ, rounds between importance estimates
+    variant: str = "paper"        # "paper" (Ruan & Joe-Wong) or "psi_code" (the PSI papers' code)
 
     def __post_init__(self):
         check_int(self.n_clusters, "n_clusters", 1)
+        check_choice(self.variant, "variant", ("paper", "psi_code"))
         check_int(self.estimation_interval, "estimation_interval", 1)
         check_number(self.lam, "lam", 0)
         check_number(self.sigma, "sigma", 0, 1, low_open=True, high_open=True)
@@ -162,19 +169,63 @@ def draw_clients(rng: np.random.Generator, probabilities, m: int) -> np.ndarray:
     return np.stack([rng.choice(p.shape[1], size=m, replace=True, p=row) for row in p]).astype(np.int64)
 
 
-def _estimate(ctx: Context, clusters: State, sigma: float) -> np.ndarray:
-    """(K, S) importance from the cluster models' losses on every client's train samples."""
+def _estimate(ctx: Context, clusters: State, sigma: float, clients=None) -> np.ndarray:
+    """(K', S) importance from the cluster models' losses on the train samples of ``clients``
+    (K',; default every client), rows in that order."""
     x, y, parts = ctx.fed.split("train")
-    owner = np.repeat(np.arange(ctx.n_clients), [len(p) for p in parts])
+    clients = np.arange(ctx.n_clients) if clients is None else np.asarray(clients, dtype=np.int64)
+    parts = [parts[c] for c in clients]
+    owner = np.repeat(np.arange(len(clients)), [len(p) for p in parts])
     index = torch.as_tensor(np.concatenate(parts).astype(np.int64), device=x.device)
     logits = predict_logits(ctx.model, clusters, x[index])
     target = y[index].expand(len(logits), -1)
     losses = F.cross_entropy(logits.flatten(0, 1), target.flatten(), reduction="none").view(target.shape)
-    return importance_weights(to_host(losses), owner, ctx.n_clients, sigma)
+    return importance_weights(to_host(losses), owner, len(clients), sigma)
+
+
+def code_aggregation_weights(u_round) -> np.ndarray:
+    """The PSI papers' code's aggregation: per cluster s, the round's clients weighted by
+    u_{is} / Σ_j u_{js} (no n_k). (M, S) importance rows → (S, M), each row summing to 1."""
+    u = np.asarray(u_round, dtype=np.float64).T
+    return u / (u.sum(1, keepdims=True) + 1e-10)
+
+
+def code_estimation_round(r: int, interval: int) -> bool:
+    """Whether the PSI papers' code re-estimates importance after round r (1-based): in round 1
+    and every ``interval``-th round."""
+    return r == 1 or r % interval == 0
+
+
+def _run_code(ctx: Context, hp: Hyper) -> Outcome:
+    """The ``psi_code`` variant (module docstring)."""
+    k, s = ctx.n_clients, hp.n_clusters
+    m = max(1, int(ctx.cfg.fraction * k))
+    clusters = broadcast(ctx.init_state(), s)
+    u = np.full((k, s), 1.0 / s)
+    rng = ctx.rng("fedsoft/selection")
+    ctx.log_round(-1, clusters, u.argmax(1))  # the code's evaluation before training (round 0)
+    for t in range(ctx.cfg.rounds):
+        chosen = np.sort(rng.choice(k, size=m, replace=False))
+        start = {name: torch.tensordot(torch.as_tensor(u[chosen]).to(c.device, c.dtype), c, dims=1)
+                 for name, c in clusters.items()}
+        center, mu = proximal_terms(u[chosen], clusters, 2 * hp.lam)  # λ Σ u‖w − c‖² = (μ/2)‖·‖², μ = 2λΣu
+        res = ctx.train(start, chosen, t, prox_center=center, prox_mu=mu)
+        if code_estimation_round(t + 1, hp.estimation_interval):
+            u[chosen] = _estimate(ctx, clusters, hp.sigma, chosen)  # the pre-aggregation cluster models
+        weights = code_aggregation_weights(u[chosen])
+        new = [weighted_average(res.params, torch.as_tensor(row)) for row in weights]
+        clusters = {name: torch.stack([c[name] for c in new]) for name in new[0]}
+        ctx.log_round(t, clusters, u.argmax(1))
+    assignment = u.argmax(1)
+    info = {"n_clusters": s, "clients_per_round": m, "variant": hp.variant,
+            "cluster_sizes": np.bincount(assignment, minlength=s).tolist()}
+    return Outcome(clusters, assignment, info)
 
 
 def run(ctx: Context, hp: Hyper) -> Outcome:
     """FedSoft over ``ctx.cfg.rounds`` rounds; the S cluster models, clients on their argmax-u one."""
+    if hp.variant == "psi_code":
+        return _run_code(ctx, hp)
     k, s = ctx.n_clients, hp.n_clusters
     m = max(1, int(ctx.cfg.fraction * k / s))
     n = ctx.fed.n_train

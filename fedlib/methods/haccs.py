@@ -30,12 +30,21 @@ Variants (``Hyper.variant``):
   label-frequency histograms P(y) (the same pmfs). The paper uses measured device
   latencies; none exist here, so this variant draws them per round exactly as ``"psi"``.
 
-What the PSI papers' public code ran (reference-notes "What produced Table III"), none of it in
-this module: OPTICS parameters chosen by silhouette over min_samples ∈ {2, 3}, max_eps ∈
-{0.2, 0.8}, ξ ∈ {0.05, 0.8} with at most 30 % noise points; latencies from a four-class
-CPU/bandwidth mixture; cluster scores θ_c = ρ(1 − ℓ̄_c/ℓ_max) + (1 − ρ)·L̄_c/Σ L̄ (the loss linear,
-not squared); only d/2 clusters drawn, the fastest client of each, the round then filled to
-⌊q·K⌋ by data share; plain SGD (lr 0.001, batch 64, no shuffling).
+* ``"psi_code"``: what the PSI papers' public code ran (reference-notes "What produced
+  Table III"; the ``paper_code`` reproduction), once, before training: OPTICS on the Hellinger
+  matrix with its parameters chosen by the silhouette of the non-noise points over
+  min_samples ∈ {2, 3}, max_eps ∈ {0.2, 0.8}, ξ ∈ {0.05, 0.8} among the settings with 2–49
+  clusters and more than ⌊0.7·K⌋ non-noise clients (:func:`optics_by_silhouette`; none valid:
+  the first setting, where their code was undefined), noise clients as singletons. Each
+  round: every client's FedLab loss under the global model
+  (:func:`fedlib.methods.base.fedlab_losses`) and a latency from a four-class device mixture
+  (network + CPU, :func:`mixture_latencies`); cluster scores θ_c = ρ(1 − ℓ̄_c/max_k ℓ_k) +
+  (1 − ρ)·L̄_c/Σ L̄ (loss linear, :func:`code_cluster_probabilities`); ``clusters_per_round``
+  (their d/2 = 5) clusters drawn without replacement ∝ θ; the lowest-id member of each (their
+  sort key was the cluster's mean latency, equal for all members); the round filled to
+  max(1, ⌊q·K⌋) clients by data share without replacement (:func:`select_code`). The paper_code
+  reproduction adds their plain mean aggregation and plain SGD (lr 0.001, batch 64, no
+  shuffling).
 
 Both use sklearn's OPTICS defaults besides the metric (``min_samples=5``, ξ = 0.05), with
 min_samples capped at K. How several clients are taken when m exceeds the number of
@@ -44,31 +53,48 @@ fastest device of each sampled cluster.
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
 from sklearn.cluster import OPTICS
+from sklearn.metrics import silhouette_score
 
 from ..engine.host import to_host
 from ..validation import check_choice, check_int, check_number
-from .base import Context, Outcome, global_model_rounds, local_losses, round_robin, round_size
+from .base import (AGGREGATIONS, Context, Outcome, cluster_means, fedlab_losses, global_model_rounds, local_losses,
+                   round_robin, round_size)
 
 NAME = "haccs"
 GRID = {"rho": (0.1, 0.5, 0.95)}  # Clust-PSI-PFL Table II
-VARIANTS = ("psi", "original")
+VARIANTS = ("psi", "original", "psi_code")
 LATENCY_RANGE = (1.0, 10.0)  # per-round client latencies ~ U(LATENCY_RANGE)
+# The PSI papers' code ("psi_code"): its OPTICS grid and validity rule, and its device mixture
+OPTICS_GRID = {"min_samples": (2, 3), "max_eps": (0.2, 0.8), "xi": (0.05, 0.8)}
+MIN_NON_NOISE = 0.7                    # valid only with more than ⌊0.7·K⌋ non-noise clients
+MAX_CLUSTERS = 50                      # ... and 2 ≤ clusters < 50
+DEVICE_CLASSES = (0.6, 0.2, 0.14, 0.06)  # fast, medium, slow, very slow (network and CPU alike)
+BANDWIDTH_MBPS = ((75.0, 100.0), (50.0, 75.0), (25.0, 50.0), (1.0, 25.0))
+LINK_SECONDS = (0.02, 0.2)
+MODEL_MEGABITS = 80.0                  # a 10 MB model
+CPU_FACTOR = ((0.0, 0.5), (0.5, 1.0), (1.0, 1.5), (1.5, 2.0))
+EPOCH_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
 class Hyper:
     rho: float = 0.95         # latency-vs-loss mix (Table II)
-    variant: str = "psi"      # "psi" (the PSI papers' Hellinger distance) or "original" (Euclidean)
-    min_samples: int = 5      # OPTICS min_samples (sklearn's default), capped at K
+    variant: str = "psi"      # "psi" (the PSI papers' Hellinger distance), "original" (Euclidean), "psi_code"
+    min_samples: int = 5      # OPTICS min_samples (sklearn's default), capped at K ("psi", "original")
+    aggregation: str = "samples"  # "samples" (n_k-weighted) or "uniform" (plain mean; the authors' code)
+    clusters_per_round: int = 5   # "psi_code": clusters drawn per round (their w = d/2, d = 10)
 
     def __post_init__(self):
         check_number(self.rho, "rho", 0, 1)
         check_choice(self.variant, "variant", VARIANTS)
         check_int(self.min_samples, "min_samples", 2)
+        check_choice(self.aggregation, "aggregation", AGGREGATIONS)
+        check_int(self.clusters_per_round, "clusters_per_round", 1)
 
 
 def label_pmfs(counts) -> np.ndarray:
@@ -106,6 +132,46 @@ def optics_labels(x, min_samples: int, metric: str) -> np.ndarray:
     return noise_to_singletons(fit.labels_)
 
 
+def optics_by_silhouette(dist) -> tuple[np.ndarray, dict]:
+    """The PSI papers' code's OPTICS: the :data:`OPTICS_GRID` setting whose non-noise points
+    have the best silhouette (first maximum in grid order) among the valid ones (2 ≤ clusters
+    < :data:`MAX_CLUSTERS`, non-noise clients > ⌊:data:`MIN_NON_NOISE`·K⌋); no valid setting:
+    the first one. Noise clients become singletons.
+
+    Parameters
+    ----------
+    dist : array-like, shape (K, K) — precomputed distances (Hellinger)
+
+    Returns
+    -------
+    labels : ndarray, shape (K,), int64
+    info : dict — the chosen ``min_samples``, ``max_eps``, ``xi``, its ``silhouette`` (None if
+        no setting was valid) and ``n_valid`` settings
+    """
+    dist = np.asarray(dist, dtype=np.float64)
+    k = len(dist)
+    best, n_valid = None, 0
+    for ms in OPTICS_GRID["min_samples"]:
+        for max_eps in OPTICS_GRID["max_eps"]:
+            for xi in OPTICS_GRID["xi"]:
+                with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
+                    warnings.filterwarnings("ignore", "All reachability values are inf")  # all noise: invalid
+                    lab = OPTICS(min_samples=min(ms, k), max_eps=max_eps, metric="precomputed",
+                                 cluster_method="xi", xi=xi).fit(dist).labels_
+                keep = lab >= 0
+                n_clusters = np.unique(lab[keep]).size
+                valid = (2 <= n_clusters < MAX_CLUSTERS and keep.sum() > int(MIN_NON_NOISE * k)
+                         and n_clusters < keep.sum())
+                score = silhouette_score(dist[keep][:, keep], lab[keep], metric="precomputed") if valid else None
+                n_valid += valid
+                entry = (score, lab, {"min_samples": ms, "max_eps": max_eps, "xi": xi})
+                if best is None or (score is not None and (best[0] is None or score > best[0])):
+                    best = entry
+    score, lab, params = best
+    return noise_to_singletons(lab), {**params, "silhouette": None if score is None else float(score),
+                                      "n_valid": int(n_valid)}
+
+
 def cluster_clients(counts, variant: str = "psi", min_samples: int = 5) -> np.ndarray:
     """HACCS clusters (K,) from train label counts (K, C): see the module docstring."""
     p = label_pmfs(counts)
@@ -113,13 +179,9 @@ def cluster_clients(counts, variant: str = "psi", min_samples: int = 5) -> np.nd
         return optics_labels(hellinger_matrix(p), min_samples, "precomputed")
     if variant == "original":
         return optics_labels(p, min_samples, "euclidean")
+    if variant == "psi_code":
+        return optics_by_silhouette(hellinger_matrix(p))[0]
     raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
-
-
-def cluster_means(values, labels) -> np.ndarray:
-    """Mean of ``values`` (K,) over each cluster of ``labels`` (K,; ids 0..G−1) → (G,)."""
-    labels = np.asarray(labels, dtype=np.int64)
-    return np.bincount(labels, weights=values) / np.bincount(labels)
 
 
 def cluster_probabilities(latency, loss, rho: float) -> np.ndarray:
@@ -166,7 +228,67 @@ def select(rng: np.random.Generator, labels, losses, rho: float, m: int) -> np.n
     return round_robin(weighted_order(rng, p), ranked, m)
 
 
+# ----------------------------------------------------------------------------- the PSI papers' code
+def mixture_latencies(rng: np.random.Generator, n: int) -> np.ndarray:
+    """n client latencies (seconds) from the PSI papers' device mixture: a network delay
+    U(:data:`LINK_SECONDS`) + :data:`MODEL_MEGABITS` / bandwidth, and a CPU delay
+    :data:`EPOCH_SECONDS` × a factor, the bandwidth and the factor each from a class drawn with
+    :data:`DEVICE_CLASSES` (independently). Shape (n,)."""
+    p = np.asarray(DEVICE_CLASSES)
+    net, cpu = rng.choice(len(p), size=n, p=p), rng.choice(len(p), size=n, p=p)
+    bw = np.asarray(BANDWIDTH_MBPS)[net]
+    factor = np.asarray(CPU_FACTOR)[cpu]
+    network = rng.uniform(*LINK_SECONDS, size=n) + MODEL_MEGABITS / rng.uniform(bw[:, 0], bw[:, 1])
+    return network + EPOCH_SECONDS * rng.uniform(factor[:, 0], factor[:, 1])
+
+
+def code_cluster_probabilities(latency, loss, labels, rho: float) -> np.ndarray:
+    """The PSI papers' code's cluster scores, normalised: θ_c = ρ(1 − ℓ̄_c / max_k ℓ_k) +
+    (1 − ρ)·L̄_c / Σ_c' L̄_c' (linear in the loss; uniform loss term when every L̄ = 0).
+
+    Parameters
+    ----------
+    latency, loss : array-like, shape (K,) — per client (the max is over clients)
+    labels : int array-like, shape (K,) — cluster ids 0..G−1
+    rho : float in [0, 1]
+
+    Returns
+    -------
+    ndarray, shape (G,), summing to 1.
+    """
+    latency = np.asarray(latency, dtype=np.float64)
+    mean_latency, mean_loss = cluster_means(latency, labels), cluster_means(loss, labels)
+    loss_share = (mean_loss / mean_loss.sum() if mean_loss.sum() > 0
+                  else np.full(mean_loss.size, 1.0 / mean_loss.size))
+    theta = rho * (1.0 - mean_latency / latency.max()) + (1.0 - rho) * loss_share
+    if not theta.sum() > 0:  # ρ = 1 and every cluster as slow as the slowest client
+        return np.full(theta.size, 1.0 / theta.size)
+    return theta / theta.sum()
+
+
+def select_code(rng: np.random.Generator, labels, losses, n_train, rho: float, w: int, m: int) -> np.ndarray:
+    """One round of the PSI papers' HACCS: min(w, G) clusters drawn without replacement ∝ θ,
+    the lowest-id member of each, then clients by data share (without replacement) until m.
+
+    Returns
+    -------
+    ndarray, shape (max(m, clusters drawn),), int64 — distinct clients, in selection order.
+    """
+    labels = np.asarray(labels, dtype=np.int64)
+    p = code_cluster_probabilities(mixture_latencies(rng, labels.size), losses, labels, rho)
+    drawn = rng.choice(p.size, size=min(w, np.count_nonzero(p)), replace=False, p=p)
+    chosen = [int(np.flatnonzero(labels == c)[0]) for c in drawn]
+    rest = np.setdiff1d(np.arange(labels.size), chosen)
+    if len(chosen) < m and rest.size:
+        share = np.asarray(n_train, dtype=np.float64)[rest]
+        extra = rng.choice(rest, size=min(m - len(chosen), rest.size), replace=False, p=share / share.sum())
+        chosen += [int(c) for c in extra]
+    return np.asarray(chosen, dtype=np.int64)
+
+
 def run(ctx: Context, hp: Hyper) -> Outcome:
+    if hp.variant == "psi_code":
+        return _run_code(ctx, hp)
     labels = cluster_clients(ctx.counts_train, hp.variant, hp.min_samples)
     m = round_size(ctx.n_clients, ctx.cfg.fraction)
     losses = local_losses(ctx, ctx.init_state(), np.arange(ctx.n_clients))
@@ -175,7 +297,22 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
     def observe(clients, res):
         losses[clients] = to_host(res.mean_loss)
 
-    out = global_model_rounds(ctx, choose=lambda t, w: select(rng, labels, losses, hp.rho, m), observe=observe)
+    out = global_model_rounds(ctx, choose=lambda t, w: select(rng, labels, losses, hp.rho, m), observe=observe,
+                              weights=hp.aggregation)
     out.info.update({"variant": hp.variant, "clusters": labels.tolist(),
                      "n_clusters": int(labels.max() + 1), "m": m})
+    return out
+
+
+def _run_code(ctx: Context, hp: Hyper) -> Outcome:
+    """The ``psi_code`` variant: clusters once, then :func:`select_code` on FedLab losses every round."""
+    labels, optics = optics_by_silhouette(hellinger_matrix(label_pmfs(ctx.counts_train)))
+    m = round_size(ctx.n_clients, ctx.cfg.fraction)
+    rng = ctx.rng("selection/haccs")
+    everyone = np.arange(ctx.n_clients)
+    choose = lambda t, w: select_code(rng, labels, fedlab_losses(ctx, w, everyone),  # noqa: E731
+                                      ctx.fed.n_train, hp.rho, hp.clusters_per_round, m)
+    out = global_model_rounds(ctx, choose=choose, weights=hp.aggregation)
+    out.info.update({"variant": hp.variant, "clusters": labels.tolist(), "n_clusters": int(labels.max() + 1),
+                     "m": m, "optics": optics})
     return out

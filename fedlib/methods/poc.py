@@ -23,8 +23,17 @@ Deviations from Cho et al., and why:
 
   The values used are recorded in ``info["d_effective"]`` and ``info["m_trained"]``.
 * **Aggregation.** Cho et al. average the selected clients' models with equal weights
-  (1/m; the sampling ∝ p_k already accounts for data size). As the PSI papers' code, this
-  module uses the sample-weighted FedAvg of the selected clients.
+  (1/m; the sampling ∝ p_k already accounts for data size). This module uses the
+  sample-weighted FedAvg of the selected clients by default (``aggregation='samples'``, as
+  Table II's FedAvg family); ``'uniform'`` is the plain mean, which is also what the PSI
+  papers' FedLab code computed.
+* **Loss.** F_k(w) is the mean cross-entropy on the client's train split (``loss='mean'``).
+  The PSI papers' code ranked by FedLab's summed batch losses (``loss='fedlab'``:
+  :func:`fedlib.methods.base.fedlab_losses`, Σ of ⌈n_k/64⌉ batch means), which favours
+  large clients.
+
+The PSI papers' code (``paper_code`` reproduction): ``d_policy='min'``, ``aggregation='uniform'``,
+``loss='fedlab'``, plain SGD lr 0.001, batch 64, no shuffling.
 """
 from __future__ import annotations
 
@@ -33,7 +42,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..validation import check_choice, check_int
-from .base import Context, Outcome, State, global_model_rounds, local_losses, round_size
+from .base import (AGGREGATIONS, Context, Outcome, State, fedlab_losses, global_model_rounds, local_losses,
+                   round_size)
 
 NAME = "poc"
 GRID = {"d": (6, 8, 10, 16)}  # Clust-PSI-PFL Table II
@@ -44,12 +54,16 @@ D_POLICIES = ("raise", "min")
 
 @dataclass(frozen=True)
 class Hyper:
-    d: int = 8               # candidate-set size (Table II)
-    d_policy: str = "raise"  # d < m: "raise" d to m, or train "min"(d, m) clients (the authors' code)
+    d: int = 8                   # candidate-set size (Table II)
+    d_policy: str = "raise"      # d < m: "raise" d to m, or train "min"(d, m) clients (the authors' code)
+    aggregation: str = "samples"  # "samples" (n_k-weighted) or "uniform" (plain mean; the authors' code)
+    loss: str = "mean"           # ranking loss: "mean" cross-entropy or "fedlab" (summed batch means)
 
     def __post_init__(self):
         check_int(self.d, "d", 1)
         check_choice(self.d_policy, "d_policy", D_POLICIES)
+        check_choice(self.aggregation, "aggregation", AGGREGATIONS)
+        check_choice(self.loss, "loss", ("mean", "fedlab"))
 
 
 
@@ -110,10 +124,12 @@ def top_m(losses, m: int) -> np.ndarray:
     return np.argsort(-losses, kind="stable")[:m].astype(np.int64)
 
 
-def select(ctx: Context, rng: np.random.Generator, global_state: State, d: int, m: int) -> np.ndarray:
+def select(ctx: Context, rng: np.random.Generator, global_state: State, d: int, m: int,
+           loss: str = "mean") -> np.ndarray:
     """One round's PoC selection: d candidates ∝ data share, the m with the highest loss ((m,))."""
     candidates = draw_candidates(rng, candidate_distribution(ctx.fed.n_train), d)
-    return candidates[top_m(local_losses(ctx, global_state, candidates), m)]
+    scores = (local_losses if loss == "mean" else fedlab_losses)(ctx, global_state, candidates)
+    return candidates[top_m(scores, m)]
 
 
 
@@ -121,6 +137,8 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
     m = round_size(ctx.n_clients, ctx.cfg.fraction)
     d, trained = round_sizes(hp.d, m, ctx.n_clients, hp.d_policy)
     rng = ctx.rng("selection/poc")
-    out = global_model_rounds(ctx, choose=lambda t, w: select(ctx, rng, w, d, trained))
-    out.info.update({"d": hp.d, "d_effective": d, "m": m, "m_trained": trained, "d_policy": hp.d_policy})
+    out = global_model_rounds(ctx, choose=lambda t, w: select(ctx, rng, w, d, trained, hp.loss),
+                              weights=hp.aggregation)
+    out.info.update({"d": hp.d, "d_effective": d, "m": m, "m_trained": trained, "d_policy": hp.d_policy,
+                     "aggregation": hp.aggregation, "loss": hp.loss})
     return out
