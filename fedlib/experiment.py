@@ -30,7 +30,7 @@ from .evaluation import global_accuracy, summarise_clients
 from .methods import METHODS, Context, FLConfig, get_method, make_hyper
 from .models import ARCH_FOR_DATASET, ARCHITECTURES, build_model
 from .noniid import wpsi
-from .reproduction import PAPER_CODE, REPRODUCTIONS, Settings, reported_accuracy, settings_for
+from .reproduction import REPRODUCTIONS, Settings, reported_accuracy, runs_differently, settings_for
 from .validation import check_choice, check_int, check_number, check_seed, fail
 
 __all__ = ["RunSpec", "run", "run_grid", "grid_specs", "load_records", "record_path", "build_federation",
@@ -480,8 +480,9 @@ def grid_specs(datasets, protocols: dict, n_clients, seeds, methods, *, hyper: d
     val_fraction : per-client validation share (RunSpec.val_fraction), one number for every
         method or a dict method -> share (methods not named get 0), e.g. {'psi_pfl': 0.1}
     reproductions : list of 'paper_text' / 'paper_code' (RunSpec.reproduction); 'paper_code'
-        adds a run only for the methods :data:`fedlib.reproduction.PAPER_CODE` changes (the
-        others would repeat their 'paper_text' run)
+        adds a run only where the code ran the method differently at that K and q
+        (:func:`fedlib.reproduction.runs_differently`; elsewhere it would repeat the
+        'paper_text' run)
 
     Levels, K and seeds must be numbers (a string such as '0.5' from a params file is refused,
     never converted); the rest of each spec is checked by :meth:`RunSpec.validate`.
@@ -523,8 +524,9 @@ def grid_specs(datasets, protocols: dict, n_clients, seeds, methods, *, hyper: d
                         for m in methods:
                             vf = val_fraction.get(m, 0.0) if isinstance(val_fraction, dict) else val_fraction
                             for r in reproductions:
-                                if r != "paper_text" and m not in PAPER_CODE:
-                                    continue
+                                q = (fl or {}).get("fraction", FLConfig.fraction)
+                                if r != "paper_text" and not runs_differently(m, int(k), q):
+                                    continue  # its paper_text run is its paper_code run
                                 specs.append(RunSpec(ds, protocol, float(level), int(k), int(seed), m,
                                                      hyper=dict(hyper.get(m, {})), fl=dict(fl or {}),
                                                      n_train=nt, val_fraction=float(vf), reproduction=r))

@@ -27,7 +27,8 @@ proof, of what produced the published numbers:
 
 What each method changes is :data:`PAPER_CODE` (training settings ``fl`` and hyperparameters
 ``hyper`` that override a spec's own for the fields they name, and the reporting rule); a
-method not listed runs as ``paper_text``. A record carries ``reproduction``, the settings that
+method not listed runs as ``paper_text``, and so does one whose changes do nothing at the run's
+K and q (:func:`runs_differently`): grids then make one run that serves both readings. A record carries ``reproduction``, the settings that
 were applied, and ``reported_accuracy`` with its ``reported_rule``, so Table III is rebuilt for
 either reading without retraining (:func:`fedlib.analysis.tables.table3`).
 
@@ -45,7 +46,7 @@ from dataclasses import dataclass, field
 from .validation import check_choice
 
 __all__ = ["REPRODUCTIONS", "REPORT_RULES", "FEDLAB_FL", "FLOWER_FL", "PAPER_CODE", "Settings", "settings_for",
-           "reported_accuracy"]
+           "reported_accuracy", "runs_differently"]
 
 REPRODUCTIONS = ("paper_text", "paper_code")
 REPORT_RULES = ("last_round", "best_round_pooled_cluster_mean")
@@ -103,6 +104,19 @@ def settings_for(method: str, reproduction: str) -> Settings:
     if reproduction == "paper_text":
         return Settings(note="Table II as written")
     return PAPER_CODE.get(method, Settings(note="not in the authors' code's Table III baselines: as paper_text"))
+
+
+def runs_differently(method: str, n_clients: int, fraction: float) -> bool:
+    """Whether ``paper_code`` trains or reports ``method`` differently from ``paper_text`` at K =
+    ``n_clients`` and q = ``fraction``. False for a method the code ran as Table II says, and for
+    the Flower methods whose only change, at least two clients per round, changes nothing when
+    ⌊q·K⌋ ≥ 2: their ``paper_text`` run is their ``paper_code`` run, so grids do not repeat it."""
+    s = PAPER_CODE.get(method)
+    if s is None:
+        return False
+    if s.hyper or s.report != "last_round" or set(s.fl) - {"min_clients"}:
+        return True
+    return int(fraction * n_clients) < s.fl.get("min_clients", 1)
 
 
 def reported_accuracy(rule: str, final_accuracy: float, history: list) -> float:

@@ -39,6 +39,14 @@ def test_paper_text_changes_nothing_and_paper_code_what_the_authors_code_ran():
         R.settings_for("cfl", "paper")
 
 
+def test_runs_differently_only_where_the_code_changes_something():
+    assert not R.runs_differently("cl", 100, 0.5)                  # not one of the code's baselines
+    assert not R.runs_differently("fedavg", 100, 0.5)              # max(⌊50⌋, 2) = 50
+    assert R.runs_differently("fedavg", 3, 0.5)                    # max(⌊1.5⌋, 2) = 2 ≠ 1
+    assert R.runs_differently("fedprox", 100, 0.5)                 # μ = 0
+    assert R.runs_differently("cfl", 100, 0.5) and R.runs_differently("clust_psi_pfl", 100, 0.5)
+
+
 def test_reported_accuracy_last_round_or_best_pooled_cluster_mean():
     history = [{"round": 1, "global_accuracy": 0.5, "mean_pooled_model_accuracy": 0.4},
                {"round": 2, "global_accuracy": 0.6, "mean_pooled_model_accuracy": 0.7},
@@ -74,9 +82,11 @@ def test_paper_text_keys_are_unchanged_and_paper_code_is_another_run():
 def test_grid_specs_adds_paper_code_runs_only_where_the_code_differs():
     specs = X.grid_specs(["adult"], {"dirichlet": [0.5]}, [10], [0], ["cl", "fedavg", "cfl"],
                          reproductions=["paper_text", "paper_code"])
-    assert [(s.method, s.reproduction) for s in specs] == [
-        ("cl", "paper_text"), ("fedavg", "paper_text"), ("fedavg", "paper_code"),
-        ("cfl", "paper_text"), ("cfl", "paper_code")]
+    assert [(s.method, s.reproduction) for s in specs] == [  # ⌊0.5·10⌋ ≥ 2: FedAvg's code runs as Table II
+        ("cl", "paper_text"), ("fedavg", "paper_text"), ("cfl", "paper_text"), ("cfl", "paper_code")]
+    few = X.grid_specs(["adult"], {"dirichlet": [0.5]}, [3], [0], ["fedavg"], fl={"fraction": 0.5},
+                       reproductions=["paper_text", "paper_code"])
+    assert [s.reproduction for s in few] == ["paper_text", "paper_code"]  # ⌊1.5⌋ = 1 < Flower's 2
     default = X.grid_specs(["adult"], {"dirichlet": [0.5]}, [10], [0], ["cl", "cfl"])
     assert {s.reproduction for s in default} == {"paper_text"}
     with pytest.raises(ValueError, match="reproductions must be one of"):
@@ -125,6 +135,8 @@ def test_table3_reads_each_reproduction(cfl_records):
     df = records_frame([cl, *cfl_records.values()])
     pairs = lambda d: sorted(zip(d.method, d.reproduction))  # noqa: E731
     assert pairs(for_reproduction(df, "paper_code")) == [("cfl", "paper_code"), ("cl", "paper_text")]
+    only_text = records_frame([cl, cfl_records["paper_text"]])  # no paper_code run of CFL: its text run stands in
+    assert pairs(for_reproduction(only_text, "paper_code")) == [("cfl", "paper_text"), ("cl", "paper_text")]
     assert pairs(for_reproduction(df)) == [("cfl", "paper_text"), ("cl", "paper_text")]
     text = table3(df).set_index("method")["mean"]
     code = table3(df, "paper_code").set_index("method")["mean"]

@@ -1,0 +1,86 @@
+"""Table III's FMNIST column like for like: each method as Table II says (paper_text) and as the
+authors' code ran it (paper_code, :mod:`fedlib.reproduction`), beside the paper's value.
+
+The paper's protocol by default: the whole of FMNIST, K = 100, T = 40, E = 5, q = 0.5 (≈ 16 min
+per run on a 2-core CPU; ``--device cuda`` on a GPU). Records go to results/<--name>/ and are
+reused: a rerun computes only what is missing, and several processes may run the same command
+at once (each run is claimed before it is computed). ``--report`` prints what is there without
+training. Prints, per setting and method::
+
+    <setting> <method> paper=<v> paper_text=<v> paper_code=<v> closer=<reading>
+
+where paper_code is the number the code reported (the last round, or CFL's and FedSoft's best
+round of their cluster models on the pooled test set) and ``closer`` names the reading nearer to
+the paper's value. A method whose code ran as Table II says at this K and q has one run for both.
+
+Usage: python benchmarks/table3_like_for_like.py [--settings similarity:0,similarity:1,dirichlet:0.3]
+       [--methods cfl,fedsoft,...] [--seeds 0] [--rounds 40] [--epochs 5] [--clients 100]
+       [--name table3_like_for_like] [--device auto] [--reproductions paper_text,paper_code] [--report]
+"""
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+from fedlib.analysis.paper_table3 import paper_value
+from fedlib.analysis.tables import records_frame, table3
+from fedlib.experiment import grid_specs, load_records, run_grid
+from fedlib.paths import results_dir
+
+METHODS = ("cl", "fedavg", "fedprox", "fedavgm", "fedadagrad", "fedyogi", "fedadam", "poc", "haccs", "fedcls",
+           "cfl", "fedsoft", "clust_psi_pfl")
+
+
+def _settings(text: str) -> dict:
+    out: dict = {}
+    for item in text.split(","):
+        protocol, level = item.split(":")
+        out.setdefault(protocol.strip(), []).append(float(level))
+    return out
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--settings", default="similarity:0,similarity:1,dirichlet:0.3")
+    ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--seeds", default="0")
+    ap.add_argument("--clients", type=int, default=100)
+    ap.add_argument("--rounds", type=int, default=40)
+    ap.add_argument("--epochs", type=int, default=5)
+    ap.add_argument("--name", default="table3_like_for_like")
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--reproductions", default="paper_text,paper_code", help="their order is the runs' order")
+    ap.add_argument("--report", action="store_true", help="print the records there are; train nothing")
+    a = ap.parse_args(argv)
+    protocols = _settings(a.settings)
+    methods = [m.strip() for m in a.methods.split(",") if m.strip()]
+    specs = grid_specs(["fmnist"], protocols, [a.clients], [int(s) for s in a.seeds.split(",")], methods,
+                       fl={"rounds": a.rounds, "local_epochs": a.epochs, "fraction": 0.5},
+                       reproductions=[r.strip() for r in a.reproductions.split(",")])
+    folder = results_dir() / a.name
+    if not a.report:
+        run_grid(specs, folder, device=a.device, progress="lines")
+    keys = {s.key() for s in specs}
+    records = [r for r in load_records(folder) if r.get("key") in keys] if folder.exists() else []
+    if not records:
+        print(f"no records yet in {folder}")
+        return
+    df = records_frame(records)
+    text = table3(df).set_index(["protocol", "level", "method"])["mean"]
+    code = table3(df, "paper_code").set_index(["protocol", "level", "method"])["mean"]
+    for protocol, levels in protocols.items():
+        for level in levels:
+            for m in methods:
+                key = (protocol, level, m)
+                p, t, c = paper_value(m, protocol, level), text.get(key, np.nan), code.get(key, np.nan)
+                closer = "—"
+                if p is not None and np.isfinite(t) and np.isfinite(c):
+                    closer = "paper_text" if abs(t - p) < abs(c - p) else "paper_code" if abs(c - p) < abs(t - p) else "tie"
+                fmt = lambda v: "—" if v is None or not np.isfinite(v) else f"{v:.4f}"  # noqa: E731
+                print(f"{protocol}={level:g} {m} paper={fmt(p)} paper_text={fmt(t)} paper_code={fmt(c)} "
+                      f"closer={closer}")
+
+
+if __name__ == "__main__":
+    main()
