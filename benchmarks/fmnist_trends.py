@@ -20,21 +20,10 @@ import argparse
 
 import numpy as np
 
+from fedlib.analysis.paper_table3 import paper_value
 from fedlib.experiment import grid_specs, run_grid
 from fedlib.paths import results_dir
 
-# Table III, FMNIST, K = 100 (mean over five seeds; the paper's T = 40, E = 5)
-PAPER = {
-    ("dirichlet", 50.0): {"fedavg": 0.86, "clust_psi_pfl": 0.86},
-    ("dirichlet", 0.7): {"fedavg": 0.83, "clust_psi_pfl": 0.83},
-    ("dirichlet", 0.3): {"fedavg": 0.82, "clust_psi_pfl": 0.80},
-    ("dirichlet", 0.2): {"fedavg": 0.81, "clust_psi_pfl": 0.83},
-    ("dirichlet", 0.09): {"fedavg": 0.73, "clust_psi_pfl": 0.84},
-    ("dirichlet", 0.05): {"fedavg": 0.68, "clust_psi_pfl": 0.83},
-    ("similarity", 1.0): {"fedavg": 0.86, "clust_psi_pfl": 0.86},
-    ("similarity", 0.03): {"fedavg": 0.74, "clust_psi_pfl": 0.98},
-    ("similarity", 0.0): {"fedavg": 0.14, "clust_psi_pfl": 0.98},
-}
 METHODS = ("fedavg", "clust_psi_pfl")
 
 
@@ -73,7 +62,8 @@ def main(argv=None) -> None:
     for protocol, levels in protocols.items():
         for level in levels:
             ours = [float(np.mean(acc[(protocol, level, m)])) for m in METHODS]
-            paper = PAPER.get((protocol, level))
+            paper = {m: paper_value("fmnist", m, protocol, level) for m in METHODS}
+            paper = paper if None not in paper.values() else None  # Table III, FMNIST, K = 100
             name = f"{'α' if protocol == 'dirichlet' else 'S'}={level:g}"
             cols = (f"{paper['fedavg']:12.2f} {paper['clust_psi_pfl']:11.2f} "
                     f"{paper['clust_psi_pfl'] - paper['fedavg']:+9.2f}") if paper else f"{'—':>12s}"

@@ -73,7 +73,7 @@ def main(argv=None) -> None:
         for level in levels:
             for m in methods:
                 key = (protocol, level, m)
-                p, t, c = paper_value(m, protocol, level), text.get(key, np.nan), code.get(key, np.nan)
+                p, t, c = paper_value("fmnist", m, protocol, level), text.get(key, np.nan), code.get(key, np.nan)
                 closer = "—"
                 if p is not None and np.isfinite(t) and np.isfinite(c):
                     closer = "paper_text" if abs(t - p) < abs(c - p) else "paper_code" if abs(c - p) < abs(t - p) else "tie"

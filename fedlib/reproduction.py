@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from .validation import check_choice
 
 __all__ = ["REPRODUCTIONS", "REPORT_RULES", "FEDLAB_FL", "FLOWER_FL", "PAPER_CODE", "Settings", "settings_for",
-           "reported_accuracy", "runs_differently"]
+           "reported_accuracy", "runs_differently", "describe"]
 
 REPRODUCTIONS = ("paper_text", "paper_code")
 REPORT_RULES = ("last_round", "best_round_pooled_cluster_mean")
@@ -144,3 +144,20 @@ def reported_accuracy(rule: str, final_accuracy: float, history: list) -> float:
         raise ValueError("rule 'best_round_pooled_cluster_mean' needs per-round pooled_model_accuracy in the "
                          "history (Context.pooled_models_eval=True); the run did not record it")
     return float(max(values))
+
+
+def describe(methods, n_clients: int, fraction: float) -> list[dict]:
+    """Per method, what ``paper_code`` changes and whether that makes another run at K =
+    ``n_clients``, q = ``fraction`` — which reading the paper's number corresponds to.
+
+    Returns
+    -------
+    list of dict with ``method``, ``paper_code`` (what the code did differently, or "as Table II")
+    and ``own_run`` (True: the two readings are two runs; False: one run serves both).
+    """
+    out = []
+    for m in methods:
+        s = PAPER_CODE.get(m)
+        out.append({"method": m, "paper_code": s.note if s is not None else "as Table II (not in the code's baselines)",
+                    "own_run": runs_differently(m, n_clients, fraction)})
+    return out

@@ -143,3 +143,20 @@ def test_table3_reads_each_reproduction(cfl_records):
     assert text["cfl"] == pytest.approx(cfl_records["paper_text"]["global_accuracy"])
     assert code["cfl"] == pytest.approx(cfl_records["paper_code"]["reported_accuracy"])
     assert code["cl"] == text["cl"] == pytest.approx(cl["global_accuracy"])  # CL runs as Table II says in both
+
+
+def test_paper_values_and_the_side_by_side_table(cfl_records):
+    from fedlib.analysis.paper_table3 import paper_value
+    from fedlib.analysis.tables import beside_paper
+
+    assert paper_value("fmnist", "cfl", "similarity", 0) == 0.59
+    assert paper_value("adult", "cfl", "similarity", 0.0) == 0.76      # ACSIncome's column, adult its stand-in
+    assert paper_value("adult", "fedavg", "dirichlet", 0.05) is None   # "—": infeasible for two classes
+    assert paper_value("fmnist", "local", "similarity", 0.0) is None   # not a Table III row
+    cl = X.run(spec("cl"))
+    t = beside_paper(records_frame([cl, *cfl_records.values()])).set_index("method")
+    assert bool(t.loc["cfl", "own_run"]) and not bool(t.loc["cl", "own_run"])
+    assert t.loc["cfl", "paper_text"] == f"{cfl_records['paper_text']['global_accuracy']:.2f} ± 0.00"
+    assert t.loc["cfl", "paper_code"] == f"{cfl_records['paper_code']['reported_accuracy']:.2f} ± 0.00"
+    assert t.loc["cl", "paper_code"] == t.loc["cl", "paper_text"]
+    assert t.paper.isna().all() and (t.paper_dataset == "acs_income").all()  # α = 0.5 is not in the table

@@ -17,7 +17,7 @@ import pandas as pd
 from ..methods import DISPLAY_NAMES
 from ..strict_json import restore
 
-__all__ = ["records_frame", "for_reproduction", "table3", "table4", "seed_summary", "to_markdown", "frame_markdown", "SETTING_KEYS"]
+__all__ = ["records_frame", "for_reproduction", "table3", "table4", "beside_paper", "seed_summary", "to_markdown", "frame_markdown", "SETTING_KEYS"]
 
 SETTING_KEYS = ["dataset", "protocol", "level", "n_clients"]
 _KEYS = SETTING_KEYS + ["method"]
@@ -121,6 +121,33 @@ def table3(df: pd.DataFrame, reproduction: str = "paper_text") -> pd.DataFrame:
     the last round, or CFL's and FedSoft's best round of cluster models on the pooled test set)."""
     df = for_reproduction(df, reproduction)
     return _aggregate(df, "global_accuracy" if reproduction == "paper_text" else "reported_accuracy")
+
+
+def beside_paper(df: pd.DataFrame, n_clients: int | None = None) -> pd.DataFrame:
+    """Table III in both readings beside the paper's K = 100 value, one row per (data set,
+    setting, method): ``paper`` (the published mean, of the paper's data set that ``dataset``
+    stands in for — :data:`fedlib.analysis.paper_table3.STAND_INS`; NaN where the table has
+    none), ``paper_text`` and ``paper_code`` as "mean ± std" over seeds (:func:`table3`), and
+    ``own_run`` (whether the two readings are two runs here). ``n_clients`` keeps one K."""
+    from ..analysis.paper_table3 import STAND_INS, paper_value
+
+    keys = _KEYS
+    text, code = table3(df).set_index(keys), table3(df, "paper_code").set_index(keys)
+    own = set(df[df.reproduction == "paper_code"][keys].itertuples(index=False, name=None))
+    rows = []
+    for key, t in text.iterrows():
+        name, protocol, level, k, method = key
+        if n_clients is not None and k != n_clients:
+            continue
+        c = code.loc[key] if key in code.index else None
+        rows.append({"dataset": name, "paper_dataset": STAND_INS.get(name, name),
+                     "setting": f"{'α' if protocol == 'dirichlet' else 'S'}={level:g}, K={k}", "method": method,
+                     "paper": paper_value(name, method, protocol, level) or np.nan,
+                     "paper_text": _fmt(t["mean"], t["std"], t["n_seeds"], n_failed=t.get("n_failed", 0)),
+                     "paper_code": "—" if c is None else _fmt(c["mean"], c["std"], c["n_seeds"],
+                                                              n_failed=c.get("n_failed", 0)),
+                     "own_run": key in own})
+    return pd.DataFrame(rows)
 
 
 def table4(df: pd.DataFrame, reproduction: str = "paper_text") -> pd.DataFrame:
