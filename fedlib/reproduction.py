@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .validation import check_choice
+from .validation import check_choice, check_int, check_number, fail
 
 __all__ = ["REPRODUCTIONS", "REPORT_RULES", "FEDLAB_FL", "FLOWER_FL", "PAPER_CODE", "Settings", "settings_for",
            "reported_accuracy", "runs_differently", "describe"]
@@ -98,9 +98,16 @@ PAPER_CODE = {
 """Per method, what ``paper_code`` changes (methods not listed run as ``paper_text``)."""
 
 
+def _check_method(method) -> None:
+    from .methods import METHODS
+
+    check_choice(method, "method", METHODS)
+
+
 def settings_for(method: str, reproduction: str) -> Settings:
     """The settings ``reproduction`` applies to ``method`` (empty for ``paper_text``)."""
     check_choice(reproduction, "reproduction", REPRODUCTIONS)
+    _check_method(method)
     if reproduction == "paper_text":
         return Settings(note="Table II as written")
     return PAPER_CODE.get(method, Settings(note="not in the authors' code's Table III baselines: as paper_text"))
@@ -111,6 +118,9 @@ def runs_differently(method: str, n_clients: int, fraction: float) -> bool:
     ``n_clients`` and q = ``fraction``. False for a method the code ran as Table II says, and for
     the Flower methods whose only change, at least two clients per round, changes nothing when
     ⌊q·K⌋ ≥ 2: their ``paper_text`` run is their ``paper_code`` run, so grids do not repeat it."""
+    _check_method(method)
+    check_int(n_clients, "n_clients", 1)
+    check_number(fraction, "fraction (q)", 0, 1, low_open=True)
     s = PAPER_CODE.get(method)
     if s is None:
         return False
@@ -155,8 +165,11 @@ def describe(methods, n_clients: int, fraction: float) -> list[dict]:
     list of dict with ``method``, ``paper_code`` (what the code did differently, or "as Table II")
     and ``own_run`` (True: the two readings are two runs; False: one run serves both).
     """
+    if isinstance(methods, str):
+        fail("methods", "a list of method names", methods)
     out = []
     for m in methods:
+        _check_method(m)
         s = PAPER_CODE.get(m)
         out.append({"method": m, "paper_code": s.note if s is not None else "as Table II (not in the code's baselines)",
                     "own_run": runs_differently(m, n_clients, fraction)})
