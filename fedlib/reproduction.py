@@ -16,11 +16,13 @@ proof, of what produced the published numbers:
 * FedProx's client never read μ, so it ran as FedAvg (μ = 0); PSI-PFL chose ζ on the test set;
 * the FedLab baselines (PoC, HACCS, FedCLS, CFL, FedSoft) train **plain SGD, lr 0.001, batch
   64, no shuffling** (:data:`FEDLAB_FL`; FedSoft shuffled) and the server takes the plain mean
-  of the clients' models; each method's own rules as that code had them — PoC trains only its
+  of the clients' models (FedSoft: importance-weighted); each method's own rules as that code
+  had them — PoC trains only its
   d candidates, ranked by FedLab's summed batch losses; HACCS, FedCLS and FedSoft run their
   ``variant='psi_code'``; CFL tests the mean of the clients' deviation norms, with no warm-up;
-* reporting: the Flower methods and PoC/HACCS/FedCLS report the last round (each client's
-  model on its own test split, as ``paper_text``); **CFL and FedSoft report the best round's
+* reporting: the Flower methods and PoC/HACCS/FedCLS report the last round (the code scored
+  the global model on the pooled test set, which for one model is the sample-weighted accuracy
+  over the clients' test splits that ``paper_text`` reports); **CFL and FedSoft report the best round's
   mean over their cluster models of each model's accuracy on the pooled test set**
   (``'best_round_pooled_cluster_mean'``, from the per-round ``pooled_model_accuracy`` that
   :meth:`fedlib.methods.Context.log_round` records for them).
@@ -28,9 +30,10 @@ proof, of what produced the published numbers:
 What each method changes is :data:`PAPER_CODE` (training settings ``fl`` and hyperparameters
 ``hyper`` that override a spec's own for the fields they name, and the reporting rule); a
 method not listed runs as ``paper_text``, and so does one whose changes do nothing at the run's
-K and q (:func:`runs_differently`): grids then make one run that serves both readings. A record carries ``reproduction``, the settings that
-were applied, and ``reported_accuracy`` with its ``reported_rule``, so Table III is rebuilt for
-either reading without retraining (:func:`fedlib.analysis.tables.table3`).
+K and q (:func:`runs_differently`): grids then make one run that serves both readings. A record
+carries ``reproduction``, the settings that were applied, and ``reported_accuracy`` with its
+``reported_rule``, so Table III is rebuilt for either reading without retraining
+(:func:`fedlib.analysis.tables.table3`).
 
 Quirks of the authors' code that this module does not copy (reference-notes, "Training
 protocol"): Keras ``validation_split=0.2`` dropping the last 20 % of each client's train data,
