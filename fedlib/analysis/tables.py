@@ -129,7 +129,7 @@ def beside_paper(df: pd.DataFrame, n_clients: int | None = None) -> pd.DataFrame
     stands in for — :data:`fedlib.analysis.paper_table3.STAND_INS`; NaN where the table has
     none), ``paper_text`` and ``paper_code`` as "mean ± std" over seeds (:func:`table3`), and
     ``own_run`` (whether the two readings are two runs here). ``n_clients`` keeps one K."""
-    from ..analysis.paper_table3 import STAND_INS, paper_value
+    from .paper_table3 import STAND_INS, paper_value
 
     keys = _KEYS
     text, code = table3(df).set_index(keys), table3(df, "paper_code").set_index(keys)
