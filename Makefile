@@ -36,7 +36,7 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -r requirements.txt
 	$(PIP) install -q --no-deps -e .
-	$(BIN)/python -c "import fedlib, torch, torchvision, lightgbm, papermill, nbval, ipywidgets; print('setup: ok, torch', torch.__version__)"
+	$(BIN)/python -c "import fedlib, torch, torchvision, lightgbm, papermill, nbval, ipywidgets, ray, flwr; print('setup: ok, torch', torch.__version__, 'ray', ray.__version__, 'flwr', flwr.__version__)"
 	touch $@
 
 data: $(FEDLIB_DATA)/.ready

@@ -387,37 +387,59 @@ def _run_claimed(specs, results_dir: Path, device, bar, report) -> list:
     return held
 
 
-def run_grid(specs, results_dir, *, device="auto", progress=True, shard=(0, 1)) -> list[dict]:
+BACKENDS = ("local", "ray")
+
+
+def run_grid(specs, results_dir, *, device="auto", progress=True, backend: str = "local",
+             ray_address: str | None = None, num_cpus: float = 1, num_gpus: float = 0,
+             max_retries: int = 3) -> list[dict]:
     """Run every spec not already recorded in ``results_dir``; return their records.
 
     Every spec is validated first, so a typo fails before any training starts; finished
-    records are reused, never recomputed or overwritten. Several processes (or machines) may
-    run the same grid on one results folder: each run is claimed before it is computed
-    (:mod:`fedlib.claims`), so every run is computed once and recorded once; a process waits
-    for the runs others hold and takes over those whose process died. A diverged run is
-    recorded with status ``failed`` and, like an infeasible one, not retried (delete its record
-    to retry). A results folder that cannot be written fails before any training.
-    ``shard=(i, n)`` runs only every n-th spec starting at i (and returns only those records).
+    records are reused, never recomputed or overwritten. A diverged run is recorded with
+    status ``failed`` and, like an infeasible one, not retried (delete its record to retry).
+    A results folder that cannot be written fails before any training.
 
-    ``progress``: True (default) follows ``$FEDLIB_PROGRESS`` and else draws a tqdm bar (a
-    widget in JupyterLab); ``'lines'`` prints one line per finished run to stderr (what
-    ``make workbook`` shows through papermill's log); ``'bar'``; False or ``'off'``.
+    Where the runs are computed (``backend``):
+
+    - ``'local'`` (default): in this process, one after another. Several processes (or
+      machines) may run the same grid on one **shared** results folder: each run is claimed
+      before it is computed (:mod:`fedlib.claims`), so every run is computed once and recorded
+      once; a process waits for the runs others hold and takes over those whose process died.
+      Use it on one machine, or on machines that share a folder but no Ray (e.g. SLURM array
+      jobs on one network filesystem).
+    - ``'ray'``: every run one Ray task (:mod:`fedlib.ray_grid`) needing ``num_cpus`` CPUs and
+      ``num_gpus`` GPUs; this process writes each finished record, so the workers share no
+      folder with it. ``ray_address`` (or ``$RAY_ADDRESS``) joins a running cluster; neither
+      starts a local Ray instance. A worker that dies mid-run is retried (``max_retries``
+      times); a run that raises is reported after the others finished (its record is not
+      written; the records already written stay). Use it for a cluster, or for several runs at
+      once on one machine (``num_cpus=1``: one run per core).
+
+    ``progress``: True (default) follows ``$FEDLIB_PROGRESS`` and else draws a tqdm bar over
+    the finished runs (a widget in JupyterLab); ``'lines'`` prints one line per finished run
+    to stderr (what ``make workbook`` shows through papermill's log); ``'bar'``; False or
+    ``'off'``.
     """
     mode = _progress_mode(progress)
-    i, n = (int(v) for v in shard)
-    if not (n >= 1 and 0 <= i < n):
-        raise ValueError(f"shard must be (index, count) with 0 <= index < count, got {shard!r}")
+    check_choice(backend, "backend", BACKENDS)
+    if backend == "ray":
+        from .ray_grid import check_options
+
+        check_options(ray_address, num_cpus, num_gpus, max_retries)
+    if ray_address is not None and backend != "ray":
+        fail("ray_address", "None unless backend='ray'", ray_address)
     specs = list(specs)
     for s in specs:  # before anything else (the key itself needs valid fields)
         s.validate()
     specs = list({s.key(): s for s in specs}.values())  # drop duplicates, keep order
-    specs = specs[i::n]
     results_dir = Path(results_dir)
     _check_writable(results_dir)
+    resolve_device(device)  # a bad device fails here, not in every task
     todo = [s for s in specs if not _is_complete(record_path(results_dir, s))]
     if mode == "lines":
         print(f"run_grid: {len(specs)} runs, {len(specs) - len(todo)} already recorded, "
-              f"{len(todo)} to train", file=sys.stderr, flush=True)
+              f"{len(todo)} to train{' on Ray' if backend == 'ray' and todo else ''}", file=sys.stderr, flush=True)
     bar = None
     if mode == "bar" and todo:
         from tqdm.auto import tqdm
@@ -435,6 +457,37 @@ def run_grid(specs, results_dir, *, device="auto", progress=True, shard=(0, 1)) 
                       if record["status"] == "ok" else record["status"])
             print(f"run_grid [{done}/{len(todo)}] {_describe(s)}: {result}", file=sys.stderr, flush=True)
 
+    try:
+        if backend == "ray":
+            _run_ray(todo, results_dir, device, report, ray_address, num_cpus, num_gpus, max_retries)
+        else:
+            _run_local(todo, results_dir, device, bar, report, mode)
+    finally:
+        if bar is not None:
+            bar.close()
+    return [json.loads(record_path(results_dir, s).read_text()) for s in specs]
+
+
+def _run_ray(todo, results_dir, device, report, address, num_cpus, num_gpus, max_retries) -> None:
+    """The runs as Ray tasks; every finished record written here, atomically, once."""
+    from .ray_grid import run_on_ray
+
+    def on_record(s: RunSpec, record: dict) -> None:
+        path = record_path(results_dir, s)
+        if not _is_complete(path):  # another process may have recorded it meanwhile
+            _write_atomic(path, record)
+        report(s, record)
+
+    failed = run_on_ray(todo, device=device, on_record=on_record, ray_address=address, num_cpus=num_cpus,
+                        num_gpus=num_gpus, max_retries=max_retries)
+    if failed:
+        lines = "\n".join(f"  {_describe(s)}: {why}" for s, why in failed)
+        raise RuntimeError(f"{len(failed)} of {len(todo)} runs failed on Ray (their records were not written; "
+                           f"the other {len(todo) - len(failed)} were):\n{lines}")
+
+
+def _run_local(todo, results_dir, device, bar, report, mode) -> None:
+    """The runs in this process, sharing the folder with other processes through claims."""
     waiting = _run_claimed(todo, results_dir, device, bar, report)
     if waiting and mode == "lines":
         print(f"run_grid: waiting for {len(waiting)} runs that other processes are computing",
@@ -450,9 +503,6 @@ def run_grid(specs, results_dir, *, device="auto", progress=True, shard=(0, 1)) 
         if orphans:
             left = _run_claimed(orphans, results_dir, device, bar, report)
             waiting = [s for s in waiting if s not in orphans or s in left]
-    if bar is not None:
-        bar.close()
-    return [json.loads(record_path(results_dir, s).read_text()) for s in specs]
 
 
 def load_records(results_dir) -> list[dict]:

@@ -31,6 +31,8 @@ import fedlib.evaluation as E
 import fedlib.experiment as X
 import fedlib.noniid as N
 import fedlib.partition as P
+import fedlib.privacy as Pv
+import fedlib.ray_grid as RG
 import fedlib.reproduction as R
 from fedlib.datasets import Dataset
 from fedlib.engine import Federation, broadcast, class_embeddings, evaluate, local_train, resolve_device
@@ -112,6 +114,11 @@ BASE = {
     R.runs_differently: dict(method="cfl", n_clients=10, fraction=0.5),
     R.describe: dict(methods=["cfl", "cl"], n_clients=10, fraction=0.5),
     X.run_grid: dict(specs=[spec()], results_dir=NOT_WRITABLE, progress=False),
+    RG.ray_session: dict(ray_address=None),
+    RG.run_on_ray: dict(specs=[], device="cpu", on_record=print),
+    RG.check_options: dict(ray_address=None, num_cpus=1, num_gpus=0, max_retries=3),
+    Pv.laplace_counts: dict(counts=COUNTS[0], epsilon=1.0, seed=0, client_id=0),
+    Pv.noisy_label_counts: dict(counts=COUNTS, epsilon=1.0, seed=0),
     D.load: dict(name="adult"),
     D.available: dict(),
     D.data_dir: dict(),
@@ -264,6 +271,22 @@ CASES = [
     (R.describe, dict(methods=["cfl", "x"]), "method", "'x'"),
     (X.run, dict(spec=spec(level="0.5")), "level", "'0.5'"),
     (X.run_grid, dict(specs=[spec(n_clients=2.5)]), "n_clients", "2.5"),
+    (X.run_grid, dict(backend="spark"), "backend", "'spark'"),
+    (X.run_grid, dict(backend="ray", num_gpus=-1), "num_gpus", "-1"),
+    (X.run_grid, dict(ray_address="auto"), "ray_address", "'auto'"),
+    # --- fedlib.ray_grid (before Ray is started)
+    (RG.ray_session, dict(ray_address=6379), "ray_address", "6379"),
+    (RG.run_on_ray, dict(num_cpus="1"), "num_cpus", "'1'"),
+    (RG.run_on_ray, dict(max_retries=1.5), "max_retries", "1.5"),
+    (RG.check_options, dict(ray_address=""), "ray_address", "''"),
+    # --- fedlib.privacy
+    (Pv.laplace_counts, dict(epsilon=0), "epsilon", "0"),
+    (Pv.laplace_counts, dict(epsilon="1"), "epsilon", "'1'"),
+    (Pv.laplace_counts, dict(counts=[1, -2, 3]), "counts"),
+    (Pv.laplace_counts, dict(client_id=-1), "client_id", "-1"),
+    (Pv.noisy_label_counts, dict(counts=COUNTS[0]), "counts"),
+    (Pv.noisy_label_counts, dict(seed=1.5), "seed", "1.5"),
+    (Pv.noisy_label_counts, dict(epsilon=float("inf")), "epsilon", "inf"),
     # --- fedlib.datasets
     (D.load, dict(name=["adult"]), "dataset", "['adult']"),
     (D.load, dict(data_dir=5), "data_dir"),
@@ -309,14 +332,14 @@ def test_the_table_is_large_and_each_base_call_is_valid():
     """Each bad line differs from a good call only by its bad arguments (so the line, not the
     base, is what the error is about): the base calls that are cheap must succeed."""
     assert len(CASES) >= 40
-    slow = {X.run, X.run_grid, D.load}  # would load data / train: their bases are good by construction
+    slow = {X.run, X.run_grid, D.load, RG.ray_session}  # ray_session would start Ray  # would load data / train: their bases are good by construction
     for fn, kwargs in BASE.items():
         if fn not in slow:
             _call(fn, {})
 
 
 # ----------------------------------------------------------------------------- coverage
-MODULES = [P, N, C, E, X, D, F, R]
+MODULES = [P, N, C, E, X, D, F, R, Pv, RG]
 EXTRA_ENTRY_POINTS = [local_train, evaluate, class_embeddings]  # engine entry points outside federation.py
 
 EXEMPT = {

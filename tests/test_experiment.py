@@ -117,17 +117,6 @@ def test_tables_rebuild_from_records_with_infeasible_cells(tmp_path):
     assert "| FedAvg |" in md and "—" in md and "α=0.5, K=10" in md
 
 
-def test_shards_split_a_grid_between_machines(tmp_path):
-    specs = [spec(seed=s) for s in range(5)]
-    a = X.run_grid(specs, tmp_path, progress=False, shard=(0, 2))
-    b = X.run_grid(specs, tmp_path, progress=False, shard=(1, 2))
-    assert [r["spec"]["seed"] for r in a] == [0, 2, 4] and [r["spec"]["seed"] for r in b] == [1, 3]
-    X.write_manifest(tmp_path, specs)
-    assert len(X.load_grid(tmp_path)) == 5  # the union is the whole grid
-    with pytest.raises(ValueError, match="shard"):
-        X.run_grid(specs, tmp_path, shard=(2, 2))
-
-
 def test_load_grid_reports_missing_runs(tmp_path):
     specs = [spec(seed=s) for s in range(2)]
     X.write_manifest(tmp_path, specs)

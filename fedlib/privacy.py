@@ -1,0 +1,84 @@
+"""Laplace noise on the label histograms that PSI-based methods send to the server.
+
+What the server learns. Clust-PSI-PFL and PSI-PFL need, from every client i, only its label
+histogram n_i = (n_{i,1} … n_{i,C}) (the counts of its train split): PSI, PSI per class and
+Algorithm 1 are computed from these. The histogram says how many examples of each label the
+client holds — e.g. that a hospital has 37 positive cases — which is itself sensitive. The
+papers claim compatibility with differential privacy but never measure it; this module makes
+it measurable.
+
+The mechanism (local DP, each client perturbs its own histogram before sending it):
+
+    ñ_{i,c} = max(0, n_{i,c} + Lap(0, 1/ε))        c = 1 … C
+
+Neighbouring data sets differ by adding or removing one example, which changes one count by
+one: the histogram's L1 sensitivity is 1, so Laplace noise of scale 1/ε on every count is
+ε-differentially private for the client's data (Dwork & Roth 2014, Thm. 3.6); clipping at
+zero is post-processing and keeps the guarantee. Under the replace-one neighbourhood the
+sensitivity is 2: pass ε/2 for the same guarantee.
+
+Every client draws from its own generator, ``numpy.random.default_rng([seed, client_id])``,
+so a client's noise depends only on (seed, its id, ε): fedlib's methods and the Flower
+strategies (:mod:`fedlib.flower`), where each client adds its own noise, send the same noisy
+histograms for the same seed.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .validation import check_int, check_number, check_seed, fail
+
+__all__ = ["laplace_counts", "noisy_label_counts", "SENSITIVITY"]
+
+SENSITIVITY = 1.0
+"""L1 sensitivity of a label histogram under add/remove-one neighbouring data sets."""
+
+
+def _check_counts(counts, name: str, ndim: int) -> np.ndarray:
+    try:
+        a = np.asarray(counts, dtype=np.float64)
+    except (TypeError, ValueError):
+        fail(name, f"a {ndim}-D array of non-negative label counts", counts)
+    if a.ndim != ndim or a.size == 0 or not np.all(np.isfinite(a)) or np.any(a < 0):
+        fail(name, f"a non-empty {ndim}-D array of finite non-negative label counts"
+             + (" (K clients × C classes)" if ndim == 2 else " (C classes)"), counts)
+    return a
+
+
+def laplace_counts(counts, epsilon: float, seed: int, client_id: int) -> np.ndarray:
+    """One client's ε-DP label histogram.
+
+    Parameters
+    ----------
+    counts : array-like, shape (C,), non-negative — the client's label counts
+    epsilon : float > 0 — the privacy budget (noise scale SENSITIVITY/ε)
+    seed : int ≥ 0 — the run's noise seed
+    client_id : int ≥ 0 — the client's id (its own generator: ``default_rng([seed, client_id])``)
+
+    Returns
+    -------
+    ndarray, shape (C,), float64, ≥ 0 — ``max(0, counts + Lap(0, 1/ε))``; a row clipped to
+    all zeros becomes uniform 1/C (post-processing: the guarantee holds; PSI needs a non-empty
+    histogram)
+    """
+    c = _check_counts(counts, "counts", 1)
+    eps = check_number(epsilon, "epsilon", 0, low_open=True)
+    rng = np.random.default_rng([check_seed(seed), check_int(client_id, "client_id", 0)])
+    noisy = np.maximum(c + rng.laplace(0.0, SENSITIVITY / eps, size=c.shape), 0.0)
+    if noisy.sum() == 0:  # every count clipped: one example spread evenly (PSI needs a non-empty row)
+        noisy = np.full(c.shape, 1.0 / c.size)
+    return noisy
+
+
+def noisy_label_counts(counts, epsilon: float | None, seed: int) -> np.ndarray:
+    """Every client's histogram as the server receives it, shape (K, C).
+
+    ``epsilon=None`` returns the counts unchanged (no noise, as float64); otherwise row i is
+    :func:`laplace_counts` (counts[i], ε, seed, i) — what client i sends.
+    """
+    c = _check_counts(counts, "counts", 2)
+    check_seed(seed)
+    if epsilon is None:
+        return c.copy()
+    check_number(epsilon, "epsilon", 0, low_open=True)
+    return np.stack([laplace_counts(row, epsilon, seed, i) for i, row in enumerate(c)])
