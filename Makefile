@@ -92,6 +92,7 @@ lab: setup data
 
 bench: setup data
 	$(BIN)/python benchmarks/engine_vs_sequential.py
+	$(BIN)/python benchmarks/engine_vs_flower.py
 
 # Developer step: re-execute the committed notebooks in place with their default (smoke)
 # parameters, rewrite figures/, and strip volatile metadata, so nbval compares against fresh

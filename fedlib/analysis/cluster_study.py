@@ -3,17 +3,43 @@
 Only labels are needed: each (dataset, protocol, level, K, seed) cell is partitioned and
 split exactly as a training run would be (fedlib.partition + 80/20 per client), and
 Algorithm 1 runs on the train-split PSI features.
+
+:func:`privacy_study` (one federation) and :func:`privacy_grid` (a grid of them) measure what
+ε-DP Laplace noise on the label counts (:mod:`fedlib.privacy`, the methods' ``dp_epsilon``)
+does to the server's decisions: Clust-PSI-PFL's τ and cluster assignment, and PSI-PFL's
+selected clients; :func:`privacy_summary` and :func:`privacy_figure` condense the result.
 """
 from __future__ import annotations
 
+import math
+
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from sklearn.metrics import adjusted_rand_score
 
 from .. import partition as P
 from ..clustering import psi_features, select_n_clusters
-from ..noniid import wpsi
+from ..methods import clust_psi_pfl, psi_pfl
+from ..noniid import psi, wpsi
+from ..privacy import noisy_label_counts
+from ..validation import check_number, check_seed, fail
 
-__all__ = ["cluster_selection_study"]
+__all__ = ["cluster_selection_study", "privacy_study", "privacy_grid", "privacy_summary", "privacy_figure",
+           "epsilon_label", "NO_NOISE"]
+
+NO_NOISE = math.inf
+"""The ``epsilon`` value of the noiseless rows (``dp_epsilon=None``) in the privacy tables."""
+
+
+def _train_counts(labels, n_classes: int, protocol: str, k: int, level, seed: int, dataset_name: str,
+                  test_fraction: float) -> np.ndarray:
+    """Train-split label counts (K, C) of one cell, exactly as a training run splits it; raises
+    P.InfeasiblePartitionError."""
+    extra = {"dataset_name": dataset_name} if protocol == "dirichlet" else {}
+    parts = P.partition(labels, protocol, int(k), level, int(seed), **extra)
+    train, _ = P.train_test_split(parts, int(seed), test_fraction)
+    return P.label_counts(labels, train, n_classes)
 
 
 def cluster_selection_study(labels, n_classes: int, protocols: dict, n_clients, seeds, *,
@@ -44,13 +70,11 @@ def cluster_selection_study(labels, n_classes: int, protocols: dict, n_clients, 
                     key = dict(dataset=dataset_name, protocol=protocol, level=float(level),
                                n_clients=int(k), seed=int(seed))
                     try:
-                        extra = {"dataset_name": dataset_name} if protocol == "dirichlet" else {}
-                        parts = P.partition(labels, protocol, int(k), level, int(seed), **extra)
+                        counts = _train_counts(labels, n_classes, protocol, k, level, seed, dataset_name,
+                                               test_fraction)
                     except P.InfeasiblePartitionError:
                         sel_rows.append({**key, "feasible": False})
                         continue
-                    train, _ = P.train_test_split(parts, int(seed), test_fraction)
-                    counts = P.label_counts(labels, train, n_classes)
                     sel = select_n_clusters(psi_features(counts), seed=kmeans_seed, n_init=n_init)
                     sel_rows.append({**key, "feasible": True, "tau": sel.tau,
                                      "max_silhouette": float(np.nanmax(sel.silhouettes))
@@ -60,3 +84,189 @@ def cluster_selection_study(labels, n_classes: int, protocols: dict, n_clients, 
                     curve_rows += [{**key, "j": int(j), "silhouette": float(s)}
                                    for j, s in zip(sel.candidates, sel.silhouettes)]
     return pd.DataFrame(sel_rows), pd.DataFrame(curve_rows)
+
+
+# ----------------------------------------------------------------------------- differential privacy
+def _check_epsilons(epsilons) -> list:
+    """Distinct privacy budgets: None or ∞ (no noise, returned as None) or finite numbers > 0."""
+    allowed = "a non-empty list of privacy budgets (None for no noise, or numbers > 0)"
+    if isinstance(epsilons, (str, bytes, dict)) or not hasattr(epsilons, "__iter__"):
+        fail("epsilons", allowed, epsilons)
+    values = list(epsilons)
+    if not values:
+        fail("epsilons", allowed, epsilons)
+    out = []
+    for e in values:
+        if e is None or (isinstance(e, (float, np.floating)) and e == math.inf):
+            out.append(None)
+        else:
+            out.append(check_number(e, "epsilons", 0, low_open=True))
+    if len(set(out)) != len(out):
+        fail("epsilons", "distinct privacy budgets (None and inf are both no noise)", values)
+    return out
+
+
+def _check_seeds(seeds, name: str) -> list:
+    if isinstance(seeds, (str, bytes, dict)) or not hasattr(seeds, "__iter__") or len(list(seeds)) == 0:
+        fail(name, "a non-empty list of seeds (integers ≥ 0)", seeds)
+    out = [check_seed(s, name) for s in seeds]
+    if len(set(out)) != len(out):
+        fail(name, "distinct seeds", out)
+    return out
+
+
+def _server_view(counts, hp: clust_psi_pfl.Hyper, percentile: float) -> dict:
+    """What the server derives from ``counts`` (K, C): Algorithm 1's assignment (K,), τ, the
+    maximum silhouette, and PSI-PFL's selection (M,) at the ``percentile``-th PSI percentile."""
+    labels, info = clust_psi_pfl.cluster_clients(counts, hp)
+    sil = [s for s in info.get("silhouettes", []) if s is not None]
+    values = psi(counts)
+    chosen = psi_pfl.selected_clients(values, psi_pfl.candidate_thresholds(values, [percentile])[0])
+    return {"labels": labels, "tau": int(info["tau"]), "max_silhouette": max(sil) if sil else np.nan,
+            "degenerate": bool(info.get("degenerate", False)), "selected": set(chosen.tolist())}
+
+
+def privacy_study(counts, epsilons, noise_seeds, *, percentile: float = 50, kmeans_seed: int = 42,
+                  n_init="auto", nonpositive_silhouette: str = "argmax") -> pd.DataFrame:
+    """The server's decisions on ε-DP noisy label counts, against those on the exact counts.
+
+    For every ε and noise seed s the server receives ``noisy_label_counts(counts, ε, s)``
+    (:mod:`fedlib.privacy`; ε = None: the exact counts) and runs Clust-PSI-PFL's Algorithm 1
+    (:func:`fedlib.methods.clust_psi_pfl.cluster_clients`) and PSI-PFL's threshold rule at one
+    percentile (:func:`fedlib.methods.psi_pfl.selected_clients`) on them — exactly what the
+    methods do with ``hyper dp_epsilon=ε, dp_seed=s``.
+
+    Parameters
+    ----------
+    counts : array-like, shape (K, C), non-negative — the clients' exact train-split label counts
+    epsilons : list of privacy budgets: None (or ``math.inf``) for no noise, numbers > 0
+    noise_seeds : list of distinct seeds ≥ 0 (``dp_seed``)
+    percentile : number in [0, 100] — PSI-PFL's candidate threshold compared (default: the median)
+    kmeans_seed, n_init, nonpositive_silhouette : Algorithm 1's settings (clust_psi_pfl.Hyper)
+
+    Returns
+    -------
+    DataFrame, one row per (ε, noise seed) in the order given — ε = None gives identical rows:
+        epsilon (float; ``NO_NOISE`` = ∞ for None), noise_seed, tau, tau_exact (τ on the exact
+        counts), ari (adjusted Rand index of the assignment against the exact one; 1 = the same
+        partition), max_silhouette (NaN if degenerate), degenerate, n_selected, n_selected_exact,
+        psi_kept (share of the exact selection still selected), psi_jaccard (|S ∩ S₀| / |S ∪ S₀|),
+        zero_share (share of the exact counts that are 0 — where PSI's ε-smoothing of an empty
+        class makes it most sensitive to noise)
+    """
+    exact_counts = noisy_label_counts(counts, None, 0)  # validates: (K, C), finite, ≥ 0
+    eps = _check_epsilons(epsilons)
+    seeds = _check_seeds(noise_seeds, "noise_seeds")
+    p = check_number(percentile, "percentile", 0, 100)
+    hp = clust_psi_pfl.Hyper(kmeans_seed=kmeans_seed, n_init=n_init, nonpositive_silhouette=nonpositive_silhouette)
+    exact = _server_view(exact_counts, hp, p)
+    zero_share = float((exact_counts == 0).mean())
+    rows = []
+    for e in eps:
+        for s in seeds:
+            view = exact if e is None else _server_view(noisy_label_counts(exact_counts, e, s), hp, p)
+            both = view["selected"] & exact["selected"]
+            rows.append({"epsilon": NO_NOISE if e is None else e, "noise_seed": s, "tau": view["tau"],
+                         "tau_exact": exact["tau"], "ari": float(adjusted_rand_score(exact["labels"], view["labels"])),
+                         "max_silhouette": view["max_silhouette"], "degenerate": view["degenerate"],
+                         "n_selected": len(view["selected"]), "n_selected_exact": len(exact["selected"]),
+                         "psi_kept": len(both) / len(exact["selected"]),
+                         "psi_jaccard": len(both) / len(view["selected"] | exact["selected"]),
+                         "zero_share": zero_share})
+    return pd.DataFrame(rows)
+
+
+def privacy_grid(labels, n_classes: int, protocols: dict, n_clients, seeds, epsilons, noise_seeds, *,
+                 dataset_name: str = "", percentile: float = 50, kmeans_seed: int = 42, n_init="auto",
+                 test_fraction: float = 0.2) -> pd.DataFrame:
+    """:func:`privacy_study` on every cell of a grid, the federations built as
+    :func:`cluster_selection_study` builds them (partition, 80/20 train/test per client,
+    train-split counts).
+
+    Parameters
+    ----------
+    labels : int array (N,) — the training pool's labels; n_classes : int
+    protocols : dict protocol -> list of levels; n_clients, seeds : lists of int
+    epsilons, noise_seeds, percentile, kmeans_seed, n_init : as :func:`privacy_study`
+
+    Returns
+    -------
+    DataFrame: dataset, protocol, level, n_clients, seed, then :func:`privacy_study`'s columns;
+    infeasible partitions are left out.
+    """
+    _check_epsilons(epsilons)
+    _check_seeds(noise_seeds, "noise_seeds")
+    if not isinstance(protocols, dict) or not protocols:
+        fail("protocols", "a non-empty dict protocol -> list of levels, e.g. {'dirichlet': [0.3]}", protocols)
+    frames = []
+    for protocol, levels in protocols.items():
+        for level in levels:
+            for k in n_clients:
+                for seed in seeds:
+                    try:
+                        counts = _train_counts(labels, n_classes, protocol, k, level, seed, dataset_name,
+                                               test_fraction)
+                    except P.InfeasiblePartitionError:
+                        continue
+                    df = privacy_study(counts, epsilons, noise_seeds, percentile=percentile,
+                                       kmeans_seed=kmeans_seed, n_init=n_init)
+                    key = dict(dataset=dataset_name, protocol=protocol, level=float(level), n_clients=int(k),
+                               seed=int(seed))
+                    frames.append(pd.concat([pd.DataFrame([key] * len(df)), df], axis=1))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def privacy_summary(study: pd.DataFrame, by=("dataset",)) -> pd.DataFrame:
+    """Per group of ``by`` and ε (no noise first, then ε falling): over every cell and noise
+    seed, ``runs``, ``tau_same`` (share of runs whose τ equals the exact τ), ``median_tau``,
+    ``mean_ari``, ``mean_psi_kept``, ``mean_psi_jaccard`` and (when the study has it)
+    ``zero_share`` (mean share of zero counts).
+
+    ``study`` is :func:`privacy_study`'s or :func:`privacy_grid`'s frame; ``by`` its key columns
+    (``()``: one group per ε).
+    """
+    need = {"epsilon", "tau", "tau_exact", "ari", "psi_kept", "psi_jaccard"}
+    if not isinstance(study, pd.DataFrame) or not need <= set(study.columns):
+        fail("study", f"privacy_study's DataFrame (columns {sorted(need)})", type(study).__name__)
+    by = [by] if isinstance(by, str) else list(by)
+    missing = [c for c in by if c not in study.columns]
+    if missing:
+        fail("by", f"columns of study ({list(study.columns)})", missing)
+    g = study.assign(tau_same=(study.tau == study.tau_exact).astype(float)).groupby([*by, "epsilon"])
+    out = g.agg(runs=("tau", "size"), tau_same=("tau_same", "mean"), median_tau=("tau", "median"),
+                mean_ari=("ari", "mean"), mean_psi_kept=("psi_kept", "mean"),
+                mean_psi_jaccard=("psi_jaccard", "mean"),
+                **({"zero_share": ("zero_share", "mean")} if "zero_share" in study.columns else {})).reset_index()
+    return out.sort_values([*by, "epsilon"], ascending=[True] * len(by) + [False], ignore_index=True)
+
+
+def epsilon_label(e) -> str:
+    """'∞' for no noise, else the budget as written (10, 1, 0.1, …)."""
+    return "∞" if e == NO_NOISE else f"{e:g}"
+
+
+def privacy_figure(summary: pd.DataFrame, series=("dataset",)) -> plt.Figure:
+    """Three panels against ε (no noise at the left, ε falling to the right): the share of runs
+    that keep the exact τ, the mean ARI against the exact assignment, and the mean Jaccard of
+    PSI-PFL's selection against the exact one; a line per ``series`` group of
+    :func:`privacy_summary`'s frame."""
+    if not isinstance(summary, pd.DataFrame) or "epsilon" not in summary.columns or summary.empty:
+        fail("summary", "privacy_summary's non-empty DataFrame", type(summary).__name__)
+    series = [series] if isinstance(series, str) else list(series)
+    eps = sorted(summary.epsilon.unique(), reverse=True)
+    x = {e: i for i, e in enumerate(eps)}
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.6), sharex=True)
+    panels = (("tau_same", "share of runs with the exact τ"), ("mean_ari", "ARI vs the exact clusters"),
+              ("mean_psi_jaccard", "PSI-PFL selection: Jaccard vs exact"))
+    for key, g in summary.groupby(series):
+        name = ", ".join(str(v) for v in (key if isinstance(key, tuple) else (key,)))
+        g = g.sort_values("epsilon", ascending=False)
+        for ax, (col, _) in zip(axes, panels):
+            ax.plot([x[e] for e in g.epsilon], g[col], marker="o", label=name)
+    for ax, (_, title) in zip(axes, panels):
+        ax.set(xticks=range(len(eps)), xticklabels=[epsilon_label(e) for e in eps], xlabel="ε (Laplace noise 1/ε)",
+               ylim=(-0.05, 1.05), title=title)
+        ax.axhline(0, color="0.8", lw=0.8)
+    axes[0].legend(fontsize=8, frameon=False)
+    fig.tight_layout()
+    return fig

@@ -18,6 +18,17 @@ the argmax j ≥ 2 (``nonpositive_silhouette='argmax'``, the default); the autho
 back to τ = 1, plain FedAvg (``'fedavg'``; the ``paper_code`` reproduction). Flower's FedAvg
 inside each cluster sampled max(⌊q·n⌋, 2) clients (``FLConfig.min_clients=2`` in
 ``paper_code``); this module's default is at least one.
+
+What the server learns. Steps 1–2 need, from every client, only its label histogram (the
+counts of its train split, ``ctx.counts_train``); τ, the silhouettes and the assignment are
+functions of these histograms alone, and training (step 3) uses the clients' data locally.
+A histogram is itself sensitive (how many examples of each label a client holds). With
+``dp_epsilon`` = ε > 0 every client sends an ε-DP histogram instead — Laplace(1/ε) noise on each
+count, clipped at zero, client i's noise from ``default_rng([dp_seed, i])``
+(:func:`fedlib.privacy.noisy_label_counts`) — and steps 1–2 run on those noisy counts
+(:func:`cluster_clients`); ``info`` then records ``dp_epsilon`` and only what was derived from
+the noisy histograms. ``dp_epsilon=None`` (the default) adds no noise: results are identical,
+bit for bit, to a run without the option.
 """
 from __future__ import annotations
 
@@ -26,7 +37,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..clustering import kmeans_labels, psi_features, select_n_clusters, standardise
-from ..validation import check_choice, check_int, check_seed
+from ..privacy import noisy_label_counts
+from ..validation import check_choice, check_int, check_number, check_seed
 from .base import Context, Outcome, federated_averaging
 
 NAME = "clust_psi_pfl"
@@ -38,9 +50,13 @@ class Hyper:
     kmeans_seed: int = 42           # the authors' KMeans random_state
     n_init: int | str = "auto"      # the authors' library default (one k-means++ init)
     nonpositive_silhouette: str = "argmax"  # every silhouette ≤ 0: "argmax" (Algorithm 1) or "fedavg" (τ = 1)
+    dp_epsilon: float | None = None  # None: exact label counts; ε > 0: ε-DP Laplace noise on them (fedlib.privacy)
+    dp_seed: int = 0                # the noise seed (client i draws from default_rng([dp_seed, i]))
 
     def __post_init__(self):
         check_int(self.tau, "tau", 1, optional=True)
+        check_number(self.dp_epsilon, "dp_epsilon", 0, low_open=True, optional=True)
+        check_seed(self.dp_seed, "dp_seed")
         check_choice(self.nonpositive_silhouette, "nonpositive_silhouette", ("argmax", "fedavg"))
         check_seed(self.kmeans_seed, "kmeans_seed")
         if self.n_init != "auto":
@@ -48,7 +64,16 @@ class Hyper:
 
 
 def cluster_clients(counts_train, hp: Hyper) -> tuple[np.ndarray, dict]:
-    """Cluster assignment (K,) and a JSON-able info dict from train-split label counts."""
+    """Cluster assignment (K,) and a JSON-able info dict from train-split label counts.
+
+    ``counts_train`` (K, C) are the clients' true counts; with ``hp.dp_epsilon`` set, the PSI
+    features and Algorithm 1 use :func:`fedlib.privacy.noisy_label_counts` (counts_train,
+    hp.dp_epsilon, hp.dp_seed) — what the server receives — and ``info['dp_epsilon']`` says so.
+    (A caller whose counts are noisy already, e.g. fedlib.flower, passes ``dp_epsilon=None``.)
+    """
+    if hp.dp_epsilon is not None:
+        counts_train = noisy_label_counts(counts_train, hp.dp_epsilon, hp.dp_seed)
+    dp = {} if hp.dp_epsilon is None else {"dp_epsilon": float(hp.dp_epsilon)}
     feats = psi_features(counts_train)
     if hp.tau is not None:
         k = len(feats)
@@ -56,9 +81,9 @@ def cluster_clients(counts_train, hp: Hyper) -> tuple[np.ndarray, dict]:
             raise ValueError(f"tau must be in 1..K={k}, got {hp.tau}")
         labels = (np.zeros(k, np.int64) if hp.tau == 1
                   else kmeans_labels(standardise(feats), hp.tau, hp.kmeans_seed, hp.n_init))
-        return labels, {"tau": int(labels.max() + 1), "tau_fixed": True}
+        return labels, {"tau": int(labels.max() + 1), "tau_fixed": True, **dp}
     sel = select_n_clusters(feats, seed=hp.kmeans_seed, n_init=hp.n_init)
-    info = {
+    info = {**dp,
         "tau": sel.tau,
         "silhouette_candidates": sel.candidates.tolist(),
         "silhouettes": [None if np.isnan(s) else float(s) for s in sel.silhouettes],

@@ -22,6 +22,17 @@ correct counts are recorded (``info['candidates']``), so Fig. 5 (accuracy per pe
 either selection rule can be rebuilt from one record without retraining. Each candidate is an
 independent FedAvg run from the same seeded initial model and the same client-sampling stream
 as FedAvg: a threshold that selects every client reproduces FedAvg exactly.
+
+What the server learns. Steps 1–2 need, from every client, only its label histogram (the
+counts of its train split, ``ctx.counts_train``): the PSI values, the thresholds and the
+selected clients are functions of these histograms alone (step 3 also sends the selected
+clients' trained weights and every client's correct predictions). A histogram is itself
+sensitive. With ``dp_epsilon`` = ε > 0 every client sends an ε-DP histogram instead — Laplace(1/ε)
+noise on each count, clipped at zero, client i's noise from ``default_rng([dp_seed, i])``
+(:func:`fedlib.privacy.noisy_label_counts`) — and steps 1–2 use those noisy counts (training
+still uses the clients' real data); ``info['psi']`` is then the noisy PSI the server computed
+and ``info['dp_epsilon']`` records ε. ``dp_epsilon=None`` (the default) adds no noise: results
+are identical, bit for bit, to a run without the option.
 """
 from __future__ import annotations
 
@@ -31,7 +42,8 @@ import numpy as np
 
 from ..evaluation import global_accuracy
 from ..noniid import psi
-from ..validation import check_choice, check_number, fail
+from ..privacy import noisy_label_counts
+from ..validation import check_choice, check_number, check_seed, fail
 from .base import Context, Outcome, global_model_rounds, sample_clients
 
 NAME = "psi_pfl"
@@ -43,10 +55,13 @@ GRID: dict = {}  # the threshold search is part of the method (every candidate i
 class Hyper:
     """percentiles: the candidate thresholds' PSI percentiles (one value: a fixed threshold,
     no selection); select_on: the split that chooses among them ('val', or 'test' — the
-    paper's, optimistic)."""
+    paper's, optimistic); dp_epsilon: None (exact label counts) or ε > 0 (the server sees
+    ε-DP noisy counts, :mod:`fedlib.privacy`); dp_seed: the noise seed."""
 
     percentiles: tuple = PERCENTILES
     select_on: str = "val"
+    dp_epsilon: float | None = None
+    dp_seed: int = 0
 
     def __post_init__(self):
         p = self.percentiles
@@ -58,6 +73,8 @@ class Hyper:
             fail("percentiles", "distinct values", p)
         object.__setattr__(self, "percentiles", tuple(p))  # a list from a params file
         check_choice(self.select_on, "select_on", ("val", "test"))
+        check_number(self.dp_epsilon, "dp_epsilon", 0, low_open=True, optional=True)
+        check_seed(self.dp_seed, "dp_seed")
 
 
 def candidate_thresholds(psi_values, percentiles=PERCENTILES) -> np.ndarray:
@@ -99,6 +116,15 @@ def best_candidate(scores) -> int:
     return int(np.argmax(s))
 
 
+def server_counts(counts_train, hp: Hyper):
+    """The label counts (K, C) the server computes PSI from: ``counts_train`` itself when
+    ``hp.dp_epsilon`` is None, else :func:`fedlib.privacy.noisy_label_counts` (counts_train,
+    hp.dp_epsilon, hp.dp_seed)."""
+    if hp.dp_epsilon is None:
+        return counts_train
+    return noisy_label_counts(counts_train, hp.dp_epsilon, hp.dp_seed)
+
+
 def needs_validation(hp: Hyper) -> bool:
     """Whether a run needs the clients' validation split (checked by RunSpec.validate before
     any training): to choose among several thresholds on it."""
@@ -110,7 +136,7 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
         raise ValueError("psi_pfl selects its threshold on the validation split (select_on='val'), but the "
                          "federation has none: give the run a validation split (RunSpec val_fraction > 0, "
                          "e.g. 0.1) or pass hyper select_on='test' (the paper's test-set selection)")
-    psi_values = psi(ctx.counts_train)
+    psi_values = psi(server_counts(ctx.counts_train, hp))
     thresholds = candidate_thresholds(psi_values, hp.percentiles)
     pools = [selected_clients(psi_values, z) for z in thresholds]  # every selection checked before training
     candidates, outcomes, histories = [], [], []
@@ -136,4 +162,6 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
                      "percentile": candidates[chosen]["percentile"], "threshold": candidates[chosen]["threshold"],
                      "n_selected": candidates[chosen]["n_selected"],
                      "selected_on": hp.select_on if len(candidates) > 1 else "fixed"})
+    if hp.dp_epsilon is not None:
+        out.info["dp_epsilon"] = float(hp.dp_epsilon)
     return out
