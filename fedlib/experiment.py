@@ -34,7 +34,7 @@ from .reproduction import REPRODUCTIONS, Settings, reported_accuracy, runs_diffe
 from .validation import check_choice, check_int, check_number, check_seed, fail
 
 __all__ = ["RunSpec", "run", "run_grid", "grid_specs", "load_records", "record_path", "build_federation",
-           "write_manifest", "load_grid"]
+           "build_context", "write_manifest", "load_grid"]
 
 RECORD_VERSION = 1
 _LATER_FIELDS = {"val_fraction": 0.0, "global_test": False, "n_global_test": None,  # added in interface v2
@@ -211,6 +211,30 @@ def build_federation(spec: RunSpec, device="auto"):
     return fed, P.label_counts(y, train, ds.n_classes), ds
 
 
+def build_context(spec: RunSpec, device="auto"):
+    """The run's :class:`fedlib.methods.Context` as :func:`run` builds it: the federation of
+    :func:`build_federation`, the dataset's model initialised under ``torch.manual_seed(seed)``,
+    the spec's effective protocol (``FLConfig``), the planted clusters and the reporting rule.
+
+    Returns
+    -------
+    (Context, dataset)
+
+    Raises
+    ------
+    fedlib.partition.InfeasiblePartitionError for an infeasible partition.
+    """
+    fed, counts, ds = build_federation(spec, device)
+    torch.manual_seed(int(spec.seed))
+    model = build_model(spec.arch or ARCH_FOR_DATASET[spec.dataset], ds.n_classes, ds.input_shape,
+                        vocab_size=getattr(ds, "vocab_size", None) if ds.modality == "text" else None)
+    _, fl, settings = spec.effective()
+    ctx = Context(fed=fed, model=model.to(fed.device), cfg=FLConfig.from_dict(fl), seed=int(spec.seed),
+                  counts_train=counts, true_clusters=P.planted_clusters(spec.protocol, int(spec.n_clients), spec.level),
+                  pooled_models_eval=settings.report == "best_round_pooled_cluster_mean")
+    return ctx, ds
+
+
 def _versions() -> dict:
     import sklearn
 
@@ -237,18 +261,11 @@ def run(spec: RunSpec, device="auto") -> dict:
             "versions": _versions()}
     t0 = time.perf_counter()
     try:
-        fed, counts, ds = build_federation(spec, device)
+        ctx, ds = build_context(spec, device)
     except P.InfeasiblePartitionError as err:
         return {**base, "status": "infeasible", "error": str(err)}
-    torch.manual_seed(int(spec.seed))
-    model = build_model(spec.arch or ARCH_FOR_DATASET[spec.dataset], ds.n_classes, ds.input_shape,
-                        vocab_size=getattr(ds, "vocab_size", None) if ds.modality == "text" else None)
-    model = model.to(fed.device)
-    hyper, fl, settings = spec.effective()
-    cfg = FLConfig.from_dict(fl)
-    ctx = Context(fed=fed, model=model, cfg=cfg, seed=int(spec.seed), counts_train=counts,
-                  true_clusters=P.planted_clusters(spec.protocol, int(spec.n_clients), spec.level),
-                  pooled_models_eval=settings.report == "best_round_pooled_cluster_mean")
+    fed, cfg = ctx.fed, ctx.cfg
+    hyper, _, settings = spec.effective()
     method = get_method(spec.method)
     try:
         outcome = method.run(ctx, make_hyper(spec.method, hyper))
@@ -282,7 +299,7 @@ def run(spec: RunSpec, device="auto") -> dict:
         "paper_name": ds.paper_name,
         "fl": asdict(cfg),
         "device": str(fed.device),
-        "wpsi": wpsi(counts),
+        "wpsi": wpsi(ctx.counts_train),
         "n_train": fed.n_train.tolist(),
         "n_test": n.tolist(),
         "correct": correct.tolist(),

@@ -352,8 +352,9 @@ EXEMPT = {
     # by RunSpec.validate (covered above) wherever a run starts
     "record_path", "load_records", "write_manifest", "load_grid",
     # build_federation(spec): loads the data set (seconds), then partitions through
-    # fedlib.partition.partition (covered above); run() validates the spec before calling it
-    "build_federation",
+    # fedlib.partition.partition (covered above); run() validates the spec before calling it;
+    # build_context(spec) is build_federation plus the model of the (validated) spec
+    "build_federation", "build_context",
 }
 
 

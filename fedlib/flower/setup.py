@@ -6,17 +6,13 @@ server's initial model) rebuilds the same federation from the :class:`~fedlib.ex
 keeps it for the process's lifetime (one build per worker, not one per message). A client
 then reads only its own rows.
 
-The model, protocol and Context are built exactly as :func:`fedlib.experiment.run` builds
-them (``torch.manual_seed(seed)``, the dataset's architecture, ``FLConfig`` from the spec's
-effective settings), so a client's local training is fedlib's.
+The model, protocol and Context are :func:`fedlib.experiment.build_context`'s, the very ones
+:func:`fedlib.experiment.run` trains, so a client's local training is fedlib's.
 """
 from __future__ import annotations
 
-import torch
-
-from ..experiment import RunSpec, build_federation
-from ..methods import Context, FLConfig
-from ..models import ARCH_FOR_DATASET, build_model
+from ..experiment import RunSpec, build_context
+from ..methods import Context
 from ..validation import fail
 
 __all__ = ["check_spec", "spec_context", "initial_state"]
@@ -37,13 +33,7 @@ def spec_context(spec: RunSpec) -> Context:
     seed, counts_train (K, C)), built once per process and cached by ``spec.key()``."""
     key = check_spec(spec).key()
     if key not in _CONTEXTS:
-        fed, counts, ds = build_federation(spec, "cpu")
-        torch.manual_seed(int(spec.seed))
-        model = build_model(spec.arch or ARCH_FOR_DATASET[spec.dataset], ds.n_classes, ds.input_shape,
-                            vocab_size=getattr(ds, "vocab_size", None) if ds.modality == "text" else None)
-        _, fl, _ = spec.effective()
-        _CONTEXTS[key] = Context(fed=fed, model=model.to(fed.device), cfg=FLConfig.from_dict(fl),
-                                 seed=int(spec.seed), counts_train=counts)
+        _CONTEXTS[key] = build_context(spec, "cpu")[0]
     return _CONTEXTS[key]
 
 

@@ -1,0 +1,98 @@
+"""Cost with many clients: the same data split over K = 10, 100, 1,000 clients.
+
+For each model the same training pool (``--n-train`` examples, IID: similarity S = 1, so every
+K splits the same examples into equal clients) is trained with FedAvg, q = 0.5, E local
+epochs; each round therefore trains ≈ q · 0.8 · N examples whatever K is, and a cost that grows
+with K is per-client overhead. Each (model, K) runs in a fresh subprocess (its peak memory is
+its own): one warm-up round, then the fastest of ``--repeats`` timed rounds. Prints one line per
+(model, K)::
+
+    scaling <model> clients=<K> per_round=<s>s vs_K100=<x> chunk=<clients> peak_rss=<MB>MB
+            bound_rss=<MB>MB path=<engine path>
+
+``vs_K100`` is the round's time over K = 100's (the issue's target: ≤ 1.5 at K = 1,000);
+``peak_rss`` the process's peak resident memory after the round (``ru_maxrss``), and
+``bound_rss`` the memory the issue bounds it by: the process before training (interpreter,
+torch, the loaded data and federation) plus the stacked training state of one chunk (weights,
+gradients and two Adam moments: 4 × 4 bytes a weight, × clients per chunk).
+
+Usage: python benchmarks/scaling.py [--models logistic fmnist_cnn] [--clients 10 100 1000]
+       [--epochs 1] [--repeats 2] [--n-train 20000]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+MODELS = {"logistic": ("adult", 32000), "fmnist_cnn": ("fmnist", 20000)}
+"""model -> (dataset whose paper architecture it is, default training-pool size)."""
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def one(model: str, k: int, epochs: int, repeats: int, n_train: int | None) -> dict:
+    """Time FedAvg rounds of ``model`` at K = ``k`` in this process; return the measurements."""
+    import numpy as np
+
+    from fedlib.engine.paths import clients_per_chunk, resolve_path
+    from fedlib.experiment import RunSpec, build_context
+    from fedlib.methods.base import federated_averaging
+
+    dataset, default_n = MODELS[model]
+    spec = RunSpec(dataset, "similarity", 1.0, k, 0, "fedavg", n_train=n_train or default_n,
+                   fl={"rounds": 1, "local_epochs": epochs, "fraction": 0.5})
+    ctx, _ = build_context(spec, "cpu")
+    everyone = [np.arange(ctx.n_clients)]
+    x, _, _ = ctx.fed.split("train")
+    path = resolve_path(ctx.cfg.path, ctx.model, ctx.fed.device, True)
+    chunk = clients_per_chunk(ctx.model, x[:1], ctx.cfg.batch_size, True) if path == "vectorised" else 1
+    m = max(ctx.cfg.min_clients, int(ctx.cfg.fraction * k))
+    weights = sum(p.numel() for p in ctx.model.parameters())
+    before = _rss_mb()
+    federated_averaging(ctx, everyone, log=False, rounds=1)  # warm-up
+    times = []
+    for r in range(repeats):
+        t0 = time.perf_counter()
+        federated_averaging(ctx, everyone, log=False, first_round=1 + r, rounds=1)
+        times.append(time.perf_counter() - t0)
+    return {"model": model, "clients": k, "per_round": min(times), "chunk": min(chunk, m), "path": path,
+            "peak_rss": _rss_mb(), "bound_rss": before + min(chunk, m) * weights * 16 / 2 ** 20,
+            "examples_per_round": int(np.sort(ctx.fed.n_train)[-m:].sum())}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", nargs="+", choices=sorted(MODELS), default=["logistic", "fmnist_cnn"])
+    ap.add_argument("--clients", type=int, nargs="+", default=[10, 100, 1000])
+    ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--n-train", type=int, default=None, help="training pool (default: per model)")
+    ap.add_argument("--one", nargs=2, metavar=("MODEL", "K"), help=argparse.SUPPRESS)  # the subprocess
+    a = ap.parse_args()
+    if a.one:
+        print(json.dumps(one(a.one[0], int(a.one[1]), a.epochs, a.repeats, a.n_train)))
+        return
+    for model in a.models:
+        rows = []
+        for k in a.clients:
+            cmd = [sys.executable, os.path.abspath(__file__), "--one", model, str(k), "--epochs", str(a.epochs),
+                   "--repeats", str(a.repeats)] + (["--n-train", str(a.n_train)] if a.n_train else [])
+            out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+            rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        ref = next((r["per_round"] for r in rows if r["clients"] == 100), None)
+        for r in rows:
+            vs = f"{r['per_round'] / ref:.2f}" if ref else "—"
+            print(f"scaling {model} clients={r['clients']} per_round={r['per_round']:.3f}s vs_K100={vs} "
+                  f"chunk={r['chunk']} peak_rss={r['peak_rss']:.0f}MB bound_rss={r['bound_rss']:.0f}MB "
+                  f"path={r['path']} examples_per_round={r['examples_per_round']}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
