@@ -174,6 +174,21 @@ def take(stacked: State, rows) -> State:
     return {k: v[idx.to(v.device)] for k, v in stacked.items()}
 
 
+def take_rows(stacked: State, rows: np.ndarray) -> State:
+    """:func:`take` without a copy where none is needed: every row once in order returns
+    ``stacked`` itself; one row repeated (every client starting from the same model) a
+    read-only expanded view, shape (len(rows), ...). The engine copies its start states
+    before training, so the values it trains are the same; at K = 1,000 a copy of the
+    selected clients' weights costs seconds and gigabytes for a CNN (benchmarks/scaling.py)."""
+    rows = np.asarray(rows, dtype=np.int64)
+    first = next(iter(stacked.values()))
+    if rows.size == len(first) and np.array_equal(rows, np.arange(rows.size)):
+        return stacked
+    if rows.size and np.all(rows == rows[0]):
+        return {k: v[int(rows[0])].unsqueeze(0).expand(rows.size, *v.shape[1:]) for k, v in stacked.items()}
+    return take(stacked, rows)
+
+
 @dataclass
 class Context:
     """One run's federation, model, protocol and seed, and the services methods use."""
@@ -361,12 +376,12 @@ def federated_averaging(ctx: Context, groups, *, start: State | None = None, log
         picks = [sample_clients(rng, g, ctx.cfg.fraction, ctx.cfg.min_clients) for rng, g in zip(rngs, groups)]
         clients = np.concatenate(picks)
         owner = assignment[clients]
-        res = ctx.train(take(models, owner), clients, t)
+        res = ctx.train(take_rows(models, owner), clients, t)
         n = res.n_samples.to(torch.float64)
         new = []
         for gi in range(len(groups)):
             rows = np.flatnonzero(owner == gi)
-            new.append(weighted_average(take(res.params, rows), n[rows]))
+            new.append(weighted_average(take_rows(res.params, rows), n[rows]))
         models = {k: torch.stack([m[k] for m in new]) for k in new[0]}
         check_finite_models(models, t, "after aggregation", ctx.cfg)
         if log:
