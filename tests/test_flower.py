@@ -1,8 +1,9 @@
 """fedlib.flower: the PSI strategies on Flower's Simulation Engine reproduce fedlib's methods.
 
 One real simulation (Ray, 2 CPUs; no mocks of Flower) on a 10-client Adult federation runs
-four strategies on the same nodes: Clust-PSI-PFL, PSI-PFL (two candidate percentiles,
-selected on test), Clust-PSI-PFL with ε-DP counts and FedAvg. Each is compared with fedlib's
+five strategies on the same nodes: Clust-PSI-PFL, PSI-PFL (two candidate percentiles,
+selected on test), Clust-PSI-PFL with ε-DP counts, FedAvg, and PSI-PFL with ε-DP counts that
+the server rounds. Each is compared with fedlib's
 own method on the same spec: clusters / selected clients, the sampled clients of every
 round and every client's correct test predictions are equal; the final weights agree within
 ATOL = 1e-6 (measured: ≤ 7e-9). Each Flower client trains alone with fedlib's engine (batch
@@ -45,12 +46,14 @@ def fedlib_outcome(s):
 
 @pytest.fixture(scope="module")
 def flower_runs():
-    """The four strategies in one Flower simulation (Ray starts once: ~40 s on 2 CPUs)."""
+    """The five strategies in one Flower simulation (Ray starts once: ~40 s on 2 CPUs)."""
     strategies = [F.ClustPSIPFL.from_spec(spec()),
                   F.PSIPFL.from_spec(spec("psi_pfl", **PSI_HYPER)),
                   F.ClustPSIPFL.from_spec(spec(dp_epsilon=EPS, dp_seed=DP_SEED)),
-                  F.FedAvg.from_spec(spec("fedavg"))]
-    return dict(zip(("clust", "psi", "clust_dp", "fedavg"), F.simulate(strategies, spec())))
+                  F.FedAvg.from_spec(spec("fedavg")),
+                  F.PSIPFL.from_spec(spec("psi_pfl", dp_epsilon=EPS, dp_seed=DP_SEED, dp_postprocess="round",
+                                          **PSI_HYPER))]
+    return dict(zip(("clust", "psi", "clust_dp", "fedavg", "psi_dp_round"), F.simulate(strategies, spec())))
 
 
 ATOL = 1e-6
@@ -113,6 +116,19 @@ def test_dp_clients_send_noisy_label_counts_and_cluster_like_fedlib(flower_runs)
     record = experiment.run(s)  # fedlib's method with the same dp_epsilon / dp_seed
     assert out["assignment"].tolist() == record["info"]["assignment"]
     assert out["info"]["dp_epsilon"] == record["info"]["dp_epsilon"] == EPS
+    assert out["correct"].tolist() == record["correct"]
+
+
+@pytest.mark.slow
+def test_dp_psi_pfl_with_the_servers_rounding_selects_like_fedlib(flower_runs):
+    s = spec("psi_pfl", dp_epsilon=EPS, dp_seed=DP_SEED, dp_postprocess="round", **PSI_HYPER)
+    out = flower_runs["psi_dp_round"]
+    counts = spec_context(s).counts_train
+    np.testing.assert_array_equal(out["counts"], noisy_label_counts(counts, EPS, DP_SEED))  # as the clients sent them
+    record = experiment.run(s)
+    assert out["info"]["psi"] == record["info"]["psi"]  # from the rounded counts, on both sides
+    assert [c["clients"] for c in out["info"]["candidates"]] == [c["clients"] for c in record["info"]["candidates"]]
+    assert out["info"]["dp_postprocess"] == record["info"]["dp_postprocess"] == "round"
     assert out["correct"].tolist() == record["correct"]
 
 

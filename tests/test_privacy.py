@@ -15,7 +15,7 @@ from fedlib import experiment
 from fedlib.analysis import cluster_study as CS
 from fedlib.methods import clust_psi_pfl, make_hyper, psi_pfl
 from fedlib.noniid import psi
-from fedlib.privacy import SENSITIVITY, laplace_counts, noisy_label_counts
+from fedlib.privacy import SENSITIVITY, laplace_counts, noisy_label_counts, postprocess_counts, server_histograms
 
 # Three well-separated groups of three clients (C = 3), each client a slight variation (no two
 # clients with the same PSI, so a threshold at the median is not a tie that any noise breaks).
@@ -94,6 +94,51 @@ def test_a_row_clipped_to_all_zeros_becomes_uniform():
     counts[:, 0] = 1
     noisy = noisy_label_counts(counts, 0.01, seed=0)
     assert np.all(noisy.sum(axis=1) > 0) and np.all(np.isfinite(psi(noisy)))
+
+
+# ----------------------------------------------------------------------------- the server's post-processing
+def test_postprocess_clip_keeps_and_round_rounds_with_an_empty_row_uniform():
+    received = np.array([[0.3, 2.6, 0.0], [0.49, 0.2, 0.0], [1.5, 2.5, 7.2]])
+    np.testing.assert_array_equal(postprocess_counts(received, "clip"), received)
+    # np.rint: halves to even (1.5 → 2, 2.5 → 2); the row that rounds to all zeros becomes 1/C
+    np.testing.assert_array_equal(postprocess_counts(received, "round"),
+                                  [[0, 3, 0], [1 / 3, 1 / 3, 1 / 3], [2, 2, 7]])
+    assert postprocess_counts(received, "round").dtype == np.float64
+
+
+def test_server_histograms_are_the_post_processed_noisy_counts():
+    counts = GROUPS * 10
+    assert server_histograms(counts, None, 3, "round") is counts  # no noise: the exact counts as given
+    noisy = noisy_label_counts(counts, 2.0, 3)
+    np.testing.assert_array_equal(server_histograms(counts, 2.0, 3), noisy)
+    np.testing.assert_array_equal(server_histograms(counts, 2.0, 3, "round"), np.rint(noisy))
+    # with little noise (ε = 50: |Lap(0.02)| < 0.5 except with probability e^-25) rounding returns
+    # every count exactly, zeros included, while the clipped counts differ from them
+    sparse = counts.copy()
+    sparse[sparse < 60] = 0
+    np.testing.assert_array_equal(server_histograms(sparse, 50.0, 0, "round"), sparse)
+    assert not np.array_equal(server_histograms(sparse, 50.0, 0, "clip"), sparse)
+
+
+@pytest.mark.parametrize("method", ["clust_psi_pfl", "psi_pfl"])
+def test_bad_dp_postprocess_is_refused(method):
+    with pytest.raises(ValueError, match=r"^dp_postprocess must be one of \['clip', 'round'\], got 'rint'$"):
+        make_hyper(method, {"dp_postprocess": "rint"})
+
+
+def test_methods_use_the_rounded_counts_and_say_so():
+    eps, seed = 0.2, 1
+    labels, info = clust_psi_pfl.cluster_clients(GROUPS, clust_psi_pfl.Hyper(dp_epsilon=eps, dp_seed=seed,
+                                                                             dp_postprocess="round"))
+    by_hand, hand_info = clust_psi_pfl.cluster_clients(np.rint(noisy_label_counts(GROUPS, eps, seed)),
+                                                       clust_psi_pfl.Hyper())
+    np.testing.assert_array_equal(labels, by_hand)
+    assert info == {"dp_epsilon": eps, "dp_postprocess": "round", **hand_info}
+    hp = psi_pfl.Hyper(dp_epsilon=eps, dp_seed=seed, dp_postprocess="round")
+    np.testing.assert_array_equal(psi_pfl.server_counts(GROUPS, hp), np.rint(noisy_label_counts(GROUPS, eps, seed)))
+    # without noise the rule changes nothing (exact counts are integers already)
+    exact, exact_info = clust_psi_pfl.cluster_clients(GROUPS, clust_psi_pfl.Hyper(dp_postprocess="round"))
+    assert exact_info == clust_psi_pfl.cluster_clients(GROUPS, clust_psi_pfl.Hyper())[1]
 
 
 # ----------------------------------------------------------------------------- the methods' hyperparameters
@@ -234,6 +279,28 @@ def test_privacy_study_rows_are_what_the_server_computes_by_hand():
     assert row.psi_jaccard == len(s0 & s1) / len(s0 | s1)
 
 
+def test_privacy_study_with_rounding_recovers_the_exact_decisions_at_little_noise():
+    sparse = GROUPS.copy()
+    sparse[sparse < 8] = 0  # zero counts: where PSI's smoothing makes any noise matter
+    clip = CS.privacy_study(sparse, [50.0], [0, 1, 2])
+    rounded = CS.privacy_study(sparse, [50.0], [0, 1, 2], postprocess="round")
+    assert (rounded.postprocess == "round").all() and (clip.postprocess == "clip").all()
+    assert (rounded.ari == 1.0).all() and (rounded.tau == rounded.tau_exact).all()
+    assert (rounded.psi_jaccard == 1.0).all()
+    # the row by hand: the server's decisions on the rounded noisy counts
+    row = CS.privacy_study(GROUPS, [0.05], [4], postprocess="round").iloc[0]
+    _, info = clust_psi_pfl.cluster_clients(np.rint(noisy_label_counts(GROUPS, 0.05, 4)), clust_psi_pfl.Hyper())
+    assert row.tau == info["tau"]
+
+
+def test_privacy_summary_never_pools_two_rules():
+    study = pd.concat([CS.privacy_study(GROUPS, [None, 0.01], [0, 1], postprocess=r) for r in ("clip", "round")])
+    s = CS.privacy_summary(study, by=())
+    assert s[["postprocess", "epsilon"]].values.tolist() == [["clip", math.inf], ["clip", 0.01],
+                                                             ["round", math.inf], ["round", 0.01]]
+    assert s.runs.tolist() == [2, 2, 2, 2]
+
+
 def test_privacy_study_tiny_epsilon_changes_the_clusters():
     df = CS.privacy_study(GROUPS, [1e-3], [0, 1, 2])
     assert (df.ari < 1).any()
@@ -291,6 +358,9 @@ def test_privacy_grid_is_privacy_study_on_each_cell():
     (lambda: CS.privacy_study(-GROUPS, [1.0], [0]), "counts", "array"),
     (lambda: CS.privacy_grid(np.arange(4), 4, ["similarity"], [4], [0], [1.0], [0]), "protocols", "['similarity']"),
     (lambda: CS.privacy_summary(pd.DataFrame({"x": [1]})), "study", "DataFrame"),
+    (lambda: CS.privacy_study(GROUPS, [1.0], [0], postprocess="floor"), "postprocess", "'floor'"),
+    (lambda: CS.privacy_grid(np.arange(4), 4, {"similarity": [0.0]}, [4], [0], [1.0], [0],
+                             postprocess=["clip", "clip"]), "postprocess", "['clip', 'clip']"),
     (lambda: CS.privacy_figure(pd.DataFrame()), "summary", "DataFrame"),
 ])
 def test_bad_study_inputs_give_the_projects_value_error(call, name, shown):

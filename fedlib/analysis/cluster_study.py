@@ -22,8 +22,8 @@ from .. import partition as P
 from ..clustering import psi_features, select_n_clusters
 from ..methods import clust_psi_pfl, psi_pfl
 from ..noniid import psi, wpsi
-from ..privacy import noisy_label_counts
-from ..validation import check_number, check_seed, fail
+from ..privacy import POSTPROCESS, noisy_label_counts, server_histograms
+from ..validation import check_choice, check_number, check_seed, fail
 
 __all__ = ["cluster_selection_study", "privacy_study", "privacy_grid", "privacy_summary", "privacy_figure",
            "epsilon_label", "NO_NOISE"]
@@ -127,14 +127,15 @@ def _server_view(counts, hp: clust_psi_pfl.Hyper, percentile: float) -> dict:
 
 
 def privacy_study(counts, epsilons, noise_seeds, *, percentile: float = 50, kmeans_seed: int = 42,
-                  n_init="auto", nonpositive_silhouette: str = "argmax") -> pd.DataFrame:
+                  n_init="auto", nonpositive_silhouette: str = "argmax", postprocess: str = "clip") -> pd.DataFrame:
     """The server's decisions on ε-DP noisy label counts, against those on the exact counts.
 
     For every ε and noise seed s the server receives ``noisy_label_counts(counts, ε, s)``
-    (:mod:`fedlib.privacy`; ε = None: the exact counts) and runs Clust-PSI-PFL's Algorithm 1
+    (:mod:`fedlib.privacy`; ε = None: the exact counts), post-processes them (``postprocess``:
+    'clip' as received, 'round' to integers — :func:`fedlib.privacy.server_histograms`) and runs Clust-PSI-PFL's Algorithm 1
     (:func:`fedlib.methods.clust_psi_pfl.cluster_clients`) and PSI-PFL's threshold rule at one
     percentile (:func:`fedlib.methods.psi_pfl.selected_clients`) on them — exactly what the
-    methods do with ``hyper dp_epsilon=ε, dp_seed=s``.
+    methods do with ``hyper dp_epsilon=ε, dp_seed=s, dp_postprocess=postprocess``.
 
     Parameters
     ----------
@@ -143,11 +144,12 @@ def privacy_study(counts, epsilons, noise_seeds, *, percentile: float = 50, kmea
     noise_seeds : list of distinct seeds ≥ 0 (``dp_seed``)
     percentile : number in [0, 100] — PSI-PFL's candidate threshold compared (default: the median)
     kmeans_seed, n_init, nonpositive_silhouette : Algorithm 1's settings (clust_psi_pfl.Hyper)
+    postprocess : 'clip' (default) or 'round' — the server's post-processing of noisy counts
 
     Returns
     -------
     DataFrame, one row per (ε, noise seed) in the order given — ε = None gives identical rows:
-        epsilon (float; ``NO_NOISE`` = ∞ for None), noise_seed, tau, tau_exact (τ on the exact
+        postprocess, epsilon (float; ``NO_NOISE`` = ∞ for None), noise_seed, tau, tau_exact (τ on the exact
         counts), ari (adjusted Rand index of the assignment against the exact one; 1 = the same
         partition), max_silhouette (NaN if degenerate), degenerate, n_selected, n_selected_exact,
         psi_kept (share of the exact selection still selected), psi_jaccard (|S ∩ S₀| / |S ∪ S₀|),
@@ -158,15 +160,16 @@ def privacy_study(counts, epsilons, noise_seeds, *, percentile: float = 50, kmea
     eps = _check_epsilons(epsilons)
     seeds = _check_seeds(noise_seeds, "noise_seeds")
     p = check_number(percentile, "percentile", 0, 100)
+    check_choice(postprocess, "postprocess", POSTPROCESS)
     hp = clust_psi_pfl.Hyper(kmeans_seed=kmeans_seed, n_init=n_init, nonpositive_silhouette=nonpositive_silhouette)
     exact = _server_view(exact_counts, hp, p)
     zero_share = float((exact_counts == 0).mean())
     rows = []
     for e in eps:
         for s in seeds:
-            view = exact if e is None else _server_view(noisy_label_counts(exact_counts, e, s), hp, p)
+            view = exact if e is None else _server_view(server_histograms(exact_counts, e, s, postprocess), hp, p)
             both = view["selected"] & exact["selected"]
-            rows.append({"epsilon": NO_NOISE if e is None else e, "noise_seed": s, "tau": view["tau"],
+            rows.append({"postprocess": postprocess, "epsilon": NO_NOISE if e is None else e, "noise_seed": s, "tau": view["tau"],
                          "tau_exact": exact["tau"], "ari": float(adjusted_rand_score(exact["labels"], view["labels"])),
                          "max_silhouette": view["max_silhouette"], "degenerate": view["degenerate"],
                          "n_selected": len(view["selected"]), "n_selected_exact": len(exact["selected"]),
@@ -178,7 +181,7 @@ def privacy_study(counts, epsilons, noise_seeds, *, percentile: float = 50, kmea
 
 def privacy_grid(labels, n_classes: int, protocols: dict, n_clients, seeds, epsilons, noise_seeds, *,
                  dataset_name: str = "", percentile: float = 50, kmeans_seed: int = 42, n_init="auto",
-                 test_fraction: float = 0.2) -> pd.DataFrame:
+                 test_fraction: float = 0.2, postprocess=("clip",)) -> pd.DataFrame:
     """:func:`privacy_study` on every cell of a grid, the federations built as
     :func:`cluster_selection_study` builds them (partition, 80/20 train/test per client,
     train-split counts).
@@ -188,6 +191,7 @@ def privacy_grid(labels, n_classes: int, protocols: dict, n_clients, seeds, epsi
     labels : int array (N,) — the training pool's labels; n_classes : int
     protocols : dict protocol -> list of levels; n_clients, seeds : lists of int
     epsilons, noise_seeds, percentile, kmeans_seed, n_init : as :func:`privacy_study`
+    postprocess : list of the server's post-processing rules to compare ('clip', 'round')
 
     Returns
     -------
@@ -196,6 +200,9 @@ def privacy_grid(labels, n_classes: int, protocols: dict, n_clients, seeds, epsi
     """
     _check_epsilons(epsilons)
     _check_seeds(noise_seeds, "noise_seeds")
+    rules = [postprocess] if isinstance(postprocess, str) else list(postprocess)
+    if not rules or len(set(rules)) != len(rules) or any(r not in POSTPROCESS for r in rules):
+        fail("postprocess", f"a non-empty list of distinct rules from {list(POSTPROCESS)}", postprocess)
     if not isinstance(protocols, dict) or not protocols:
         fail("protocols", "a non-empty dict protocol -> list of levels, e.g. {'dirichlet': [0.3]}", protocols)
     frames = []
@@ -208,8 +215,9 @@ def privacy_grid(labels, n_classes: int, protocols: dict, n_clients, seeds, epsi
                                                test_fraction)
                     except P.InfeasiblePartitionError:
                         continue
-                    df = privacy_study(counts, epsilons, noise_seeds, percentile=percentile,
-                                       kmeans_seed=kmeans_seed, n_init=n_init)
+                    df = pd.concat([privacy_study(counts, epsilons, noise_seeds, percentile=percentile,
+                                                  kmeans_seed=kmeans_seed, n_init=n_init, postprocess=r)
+                                    for r in rules], ignore_index=True)
                     key = dict(dataset=dataset_name, protocol=protocol, level=float(level), n_clients=int(k),
                                seed=int(seed))
                     frames.append(pd.concat([pd.DataFrame([key] * len(df)), df], axis=1))
@@ -223,7 +231,8 @@ def privacy_summary(study: pd.DataFrame, by=("dataset",)) -> pd.DataFrame:
     ``zero_share`` (mean share of zero counts).
 
     ``study`` is :func:`privacy_study`'s or :func:`privacy_grid`'s frame; ``by`` its key columns
-    (``()``: one group per ε).
+    (``()``: one group per ε). The server's post-processing rule (``postprocess``) is always a
+    key: two rules are never pooled.
     """
     need = {"epsilon", "tau", "tau_exact", "ari", "psi_kept", "psi_jaccard"}
     if not isinstance(study, pd.DataFrame) or not need <= set(study.columns):
@@ -232,6 +241,8 @@ def privacy_summary(study: pd.DataFrame, by=("dataset",)) -> pd.DataFrame:
     missing = [c for c in by if c not in study.columns]
     if missing:
         fail("by", f"columns of study ({list(study.columns)})", missing)
+    if "postprocess" in study.columns and "postprocess" not in by:  # never pool two server rules
+        by = [*by, "postprocess"]
     g = study.assign(tau_same=(study.tau == study.tau_exact).astype(float)).groupby([*by, "epsilon"])
     out = g.agg(runs=("tau", "size"), tau_same=("tau_same", "mean"), median_tau=("tau", "median"),
                 mean_ari=("ari", "mean"), mean_psi_kept=("psi_kept", "mean"),

@@ -4,7 +4,8 @@ selection code, then FedAvg rounds through Flower's ``FedAvg.start``.
 Each strategy is configured like the fedlib method it mirrors (the method's ``Hyper`` fields
 as ``hyper``, the training protocol as ``fl``, the run ``seed``) plus ``dp_epsilon`` (None:
 exact histograms; ε > 0: every client sends :func:`fedlib.privacy.laplace_counts` with noise
-seed ``dp_seed``) — the meaning these two have in fedlib's methods. ``run(grid,
+seed ``dp_seed``) — the meaning these two have in fedlib's methods; ``hyper dp_postprocess``
+('clip' or 'round') is what the server does with noisy counts, as in the methods. ``run(grid,
 initial_state, n_clients)`` runs inside a ServerApp and returns the outcome (see
 :func:`fedlib.flower.simulate`); :meth:`from_spec` reads everything from a RunSpec.
 
@@ -24,6 +25,7 @@ from ..methods import FLConfig, make_hyper
 from ..methods.clust_psi_pfl import cluster_clients
 from ..methods.psi_pfl import best_candidate, candidate_thresholds, needs_validation, selected_clients
 from ..noniid import psi
+from ..privacy import postprocess_counts
 from ..validation import check_int, check_number, check_seed, fail
 from .exchange import evaluate_clients, exchange_counts, wait_for_nodes
 from .fedavg_group import group_fedavg
@@ -73,12 +75,20 @@ class _Strategy:
 
     # ------------------------------------------------------------------ shared steps
     def _dp_info(self) -> dict:
-        """``{'dp_epsilon': ε}`` when the counts were noised (as fedlib's info), else {}."""
-        return {} if self.dp_epsilon is None else {"dp_epsilon": self.dp_epsilon}
+        """``{'dp_epsilon': ε}`` (and ``dp_postprocess`` unless 'clip') when the counts were
+        noised, as fedlib's info; else {}."""
+        if self.dp_epsilon is None:
+            return {}
+        rule = self.hp.dp_postprocess
+        return {"dp_epsilon": self.dp_epsilon, **({"dp_postprocess": rule} if rule != "clip" else {})}
 
     def _counts(self, grid, n_clients: int):
+        """(node_of, counts as received (K, C), sizes, the counts the server uses: post-processed
+        by ``hyper dp_postprocess`` when they are noisy, :func:`fedlib.privacy.postprocess_counts`)."""
         nodes = wait_for_nodes(grid, check_int(n_clients, "n_clients", 1), self.timeout)
-        return exchange_counts(grid, nodes, self.dp_epsilon, self.dp_seed, self.timeout)
+        node_of, counts, sizes = exchange_counts(grid, nodes, self.dp_epsilon, self.dp_seed, self.timeout)
+        used = counts if self.dp_epsilon is None else postprocess_counts(counts, self.hp.dp_postprocess)
+        return node_of, counts, sizes, used
 
     def _fedavg(self, grid, node_of, group, initial_state, stream: str):
         """One FedAvg over ``group`` through Flower → (final state, selected per round, seconds)."""
@@ -115,8 +125,8 @@ class ClustPSIPFL(_Strategy):
     method = "clust_psi_pfl"
 
     def run(self, grid, initial_state: dict, n_clients: int) -> dict:
-        node_of, counts, sizes = self._counts(grid, n_clients)
-        labels, info = cluster_clients(counts, self.hp)
+        node_of, counts, sizes, used = self._counts(grid, n_clients)
+        labels, info = cluster_clients(used, self.hp)
         info = {**info, **self._dp_info(), "assignment": labels.tolist()}
         states, selected, seconds = [], [], 0.0
         for g in range(int(labels.max()) + 1):
@@ -142,11 +152,11 @@ class PSIPFL(_Strategy):
     method = "psi_pfl"
 
     def run(self, grid, initial_state: dict, n_clients: int) -> dict:
-        node_of, counts, sizes = self._counts(grid, n_clients)
+        node_of, counts, sizes, used = self._counts(grid, n_clients)
         if needs_validation(self.hp) and int(sizes["val"].sum()) == 0:
             fail("clients' validation split", "non-empty for select_on='val' (give the RunSpec val_fraction > 0, "
                  "or hyper select_on='test')", 0)
-        psi_values = psi(counts)
+        psi_values = psi(used)
         thresholds = candidate_thresholds(psi_values, self.hp.percentiles)
         pools = [selected_clients(psi_values, z) for z in thresholds]
         zeros = np.zeros(len(counts), dtype=np.int64)
@@ -180,7 +190,7 @@ class FedAvg(_Strategy):
     method = "fedavg"
 
     def run(self, grid, initial_state: dict, n_clients: int) -> dict:
-        node_of, counts, sizes = self._counts(grid, n_clients)
+        node_of, counts, sizes, _ = self._counts(grid, n_clients)
         state, picks, secs = self._fedavg(grid, node_of, np.arange(len(counts)), initial_state, "selection/group0")
         zeros = np.zeros(len(counts), dtype=np.int64)
         return self._outcome(grid, node_of, sizes, [state], zeros, counts, {}, picks, secs)

@@ -26,8 +26,10 @@ A histogram is itself sensitive (how many examples of each label a client holds)
 ``dp_epsilon`` = ε > 0 every client sends an ε-DP histogram instead — Laplace(1/ε) noise on each
 count, clipped at zero, client i's noise from ``default_rng([dp_seed, i])``
 (:func:`fedlib.privacy.noisy_label_counts`) — and steps 1–2 run on those noisy counts
-(:func:`cluster_clients`); ``info`` then records ``dp_epsilon`` and only what was derived from
-the noisy histograms. ``dp_epsilon=None`` (the default) adds no noise: results are identical,
+(:func:`cluster_clients`), post-processed by the server as ``dp_postprocess`` says ('clip': as
+received; 'round': rounded to integers, :func:`fedlib.privacy.postprocess_counts`); ``info``
+then records ``dp_epsilon`` (and ``dp_postprocess``) and only what was derived from the noisy
+histograms. ``dp_epsilon=None`` (the default) adds no noise: results are identical,
 bit for bit, to a run without the option.
 """
 from __future__ import annotations
@@ -37,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..clustering import kmeans_labels, psi_features, select_n_clusters, standardise
-from ..privacy import noisy_label_counts
+from ..privacy import POSTPROCESS, server_histograms
 from ..validation import check_choice, check_int, check_number, check_seed
 from .base import Context, Outcome, federated_averaging
 
@@ -52,11 +54,13 @@ class Hyper:
     nonpositive_silhouette: str = "argmax"  # every silhouette ≤ 0: "argmax" (Algorithm 1) or "fedavg" (τ = 1)
     dp_epsilon: float | None = None  # None: exact label counts; ε > 0: ε-DP Laplace noise on them (fedlib.privacy)
     dp_seed: int = 0                # the noise seed (client i draws from default_rng([dp_seed, i]))
+    dp_postprocess: str = "clip"    # the server's post-processing of noisy counts: "clip" (as received) or "round"
 
     def __post_init__(self):
         check_int(self.tau, "tau", 1, optional=True)
         check_number(self.dp_epsilon, "dp_epsilon", 0, low_open=True, optional=True)
         check_seed(self.dp_seed, "dp_seed")
+        check_choice(self.dp_postprocess, "dp_postprocess", POSTPROCESS)
         check_choice(self.nonpositive_silhouette, "nonpositive_silhouette", ("argmax", "fedavg"))
         check_seed(self.kmeans_seed, "kmeans_seed")
         if self.n_init != "auto":
@@ -67,13 +71,15 @@ def cluster_clients(counts_train, hp: Hyper) -> tuple[np.ndarray, dict]:
     """Cluster assignment (K,) and a JSON-able info dict from train-split label counts.
 
     ``counts_train`` (K, C) are the clients' true counts; with ``hp.dp_epsilon`` set, the PSI
-    features and Algorithm 1 use :func:`fedlib.privacy.noisy_label_counts` (counts_train,
-    hp.dp_epsilon, hp.dp_seed) — what the server receives — and ``info['dp_epsilon']`` says so.
+    features and Algorithm 1 use :func:`fedlib.privacy.server_histograms` (counts_train,
+    hp.dp_epsilon, hp.dp_seed, hp.dp_postprocess) — what the server receives, post-processed —
+    and ``info['dp_epsilon']`` says so (with ``info['dp_postprocess']`` when it is not 'clip').
     (A caller whose counts are noisy already, e.g. fedlib.flower, passes ``dp_epsilon=None``.)
     """
-    if hp.dp_epsilon is not None:
-        counts_train = noisy_label_counts(counts_train, hp.dp_epsilon, hp.dp_seed)
+    counts_train = server_histograms(counts_train, hp.dp_epsilon, hp.dp_seed, hp.dp_postprocess)
     dp = {} if hp.dp_epsilon is None else {"dp_epsilon": float(hp.dp_epsilon)}
+    if hp.dp_epsilon is not None and hp.dp_postprocess != "clip":
+        dp["dp_postprocess"] = hp.dp_postprocess
     feats = psi_features(counts_train)
     if hp.tau is not None:
         k = len(feats)

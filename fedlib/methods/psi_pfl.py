@@ -29,7 +29,8 @@ selected clients are functions of these histograms alone (step 3 also sends the 
 clients' trained weights and every client's correct predictions). A histogram is itself
 sensitive. With ``dp_epsilon`` = ε > 0 every client sends an ε-DP histogram instead — Laplace(1/ε)
 noise on each count, clipped at zero, client i's noise from ``default_rng([dp_seed, i])``
-(:func:`fedlib.privacy.noisy_label_counts`) — and steps 1–2 use those noisy counts (training
+(:func:`fedlib.privacy.noisy_label_counts`) — and steps 1–2 use those noisy counts, post-processed
+by the server as ``dp_postprocess`` says ('clip' or 'round', :func:`fedlib.privacy.postprocess_counts`) (training
 still uses the clients' real data); ``info['psi']`` is then the noisy PSI the server computed
 and ``info['dp_epsilon']`` records ε. ``dp_epsilon=None`` (the default) adds no noise: results
 are identical, bit for bit, to a run without the option.
@@ -42,7 +43,7 @@ import numpy as np
 
 from ..evaluation import global_accuracy
 from ..noniid import psi
-from ..privacy import noisy_label_counts
+from ..privacy import POSTPROCESS, server_histograms
 from ..validation import check_choice, check_number, check_seed, fail
 from .base import Context, Outcome, global_model_rounds, sample_clients
 
@@ -56,12 +57,14 @@ class Hyper:
     """percentiles: the candidate thresholds' PSI percentiles (one value: a fixed threshold,
     no selection); select_on: the split that chooses among them ('val', or 'test' — the
     paper's, optimistic); dp_epsilon: None (exact label counts) or ε > 0 (the server sees
-    ε-DP noisy counts, :mod:`fedlib.privacy`); dp_seed: the noise seed."""
+    ε-DP noisy counts, :mod:`fedlib.privacy`); dp_seed: the noise seed; dp_postprocess: what
+    the server does with noisy counts ('clip': as received, 'round': rounded to integers)."""
 
     percentiles: tuple = PERCENTILES
     select_on: str = "val"
     dp_epsilon: float | None = None
     dp_seed: int = 0
+    dp_postprocess: str = "clip"
 
     def __post_init__(self):
         p = self.percentiles
@@ -75,6 +78,7 @@ class Hyper:
         check_choice(self.select_on, "select_on", ("val", "test"))
         check_number(self.dp_epsilon, "dp_epsilon", 0, low_open=True, optional=True)
         check_seed(self.dp_seed, "dp_seed")
+        check_choice(self.dp_postprocess, "dp_postprocess", POSTPROCESS)
 
 
 def candidate_thresholds(psi_values, percentiles=PERCENTILES) -> np.ndarray:
@@ -118,11 +122,9 @@ def best_candidate(scores) -> int:
 
 def server_counts(counts_train, hp: Hyper):
     """The label counts (K, C) the server computes PSI from: ``counts_train`` itself when
-    ``hp.dp_epsilon`` is None, else :func:`fedlib.privacy.noisy_label_counts` (counts_train,
-    hp.dp_epsilon, hp.dp_seed)."""
-    if hp.dp_epsilon is None:
-        return counts_train
-    return noisy_label_counts(counts_train, hp.dp_epsilon, hp.dp_seed)
+    ``hp.dp_epsilon`` is None, else :func:`fedlib.privacy.server_histograms` (counts_train,
+    hp.dp_epsilon, hp.dp_seed, hp.dp_postprocess)."""
+    return server_histograms(counts_train, hp.dp_epsilon, hp.dp_seed, hp.dp_postprocess)
 
 
 def needs_validation(hp: Hyper) -> bool:
@@ -164,4 +166,6 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
                      "selected_on": hp.select_on if len(candidates) > 1 else "fixed"})
     if hp.dp_epsilon is not None:
         out.info["dp_epsilon"] = float(hp.dp_epsilon)
+        if hp.dp_postprocess != "clip":
+            out.info["dp_postprocess"] = hp.dp_postprocess
     return out
