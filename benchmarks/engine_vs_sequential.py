@@ -26,7 +26,8 @@ measurement behind the rule of ``fedlib.engine.paths``; rerun it on new hardware
 
 Usage: python benchmarks/engine_vs_sequential.py [--device auto|cpu|cuda] [--clients 100]
        [--rounds 3] [--alpha 0.5] [--models logistic,mlp,fmnist_cnn] [--mlp-hidden 500]
-       [--repeat 2] [--quick] [--seed 0] [--path-table]
+       [--repeat 2] [--quick] [--seed 0] [--path-table] [--optimizer adam|sgd] [--sgd-lr 0.01]
+       [--momentum 0.9]
 
 The engine's wall time cannot drop below (steps of the largest selected client) × (cost of
 one vectorised step), while the loop's grows with the sum over all selected clients: the
@@ -45,7 +46,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-from fedlib.engine import Federation, broadcast, choose_path, local_train, resolve_device, weighted_average
+from fedlib.engine import SGD, Federation, broadcast, choose_path, local_train, resolve_device, weighted_average
 from fedlib.models import build_model, init_params
 
 CONFIGS = {  # model: (dataset, synthetic fallback shape, n_classes, train subset, epochs)
@@ -88,8 +89,10 @@ def partition(y: np.ndarray, k: int, alpha: float, seed: int):
         return [p[:c] for p, c in zip(parts, cut)], [p[c:] for p, c in zip(parts, cut)]
 
 
-def plain_fedavg(model, x, y, train_parts, schedule, epochs, device, seed):
-    """The usual simulator loop; returns the final global state dict."""
+def plain_fedavg(model, x, y, train_parts, schedule, epochs, device, seed, sgd=None):
+    """The usual simulator loop; returns the final global state dict. ``sgd``: a
+    :class:`fedlib.engine.SGD` whose settings the loop's ``torch.optim.SGD`` takes (None:
+    ``torch.optim.Adam``)."""
     datasets = [TensorDataset(torch.from_numpy(x[p]), torch.from_numpy(y[p])) for p in train_parts]
     global_model = copy.deepcopy(model).to(device)
     for t, chosen in enumerate(schedule):
@@ -98,7 +101,8 @@ def plain_fedavg(model, x, y, train_parts, schedule, epochs, device, seed):
             local = copy.deepcopy(global_model).train()
             loader = DataLoader(datasets[c], batch_size=BATCH, shuffle=True,
                                 generator=torch.Generator().manual_seed(seed * 100_003 + t * 1_009 + int(c)))
-            optimizer = torch.optim.Adam(local.parameters(), lr=LR, eps=EPS)
+            optimizer = (torch.optim.Adam(local.parameters(), lr=LR, eps=EPS) if sgd is None else
+                         torch.optim.SGD(local.parameters(), lr=sgd.lr, momentum=sgd.momentum, foreach=True))
             for _ in range(epochs):
                 for xb, yb in loader:
                     xb, yb = xb.to(device), yb.to(device)
@@ -115,12 +119,13 @@ def plain_fedavg(model, x, y, train_parts, schedule, epochs, device, seed):
     return {k: v for k, v in global_model.state_dict().items() if v.is_floating_point()}
 
 
-def engine_fedavg(model, fed, init, schedule, epochs, seed):
-    """The same rounds on the engine; returns the final global state."""
+def engine_fedavg(model, fed, init, schedule, epochs, seed, sgd=None):
+    """The same rounds on the engine; returns the final global state (``sgd`` as
+    :func:`plain_fedavg`'s: the engine's vectorised SGD with momentum)."""
     global_ = init
     for t, chosen in enumerate(schedule):
         res = local_train(model, broadcast(global_, len(chosen)), fed, chosen, epochs=epochs,
-                          seed=seed, round_idx=t, batch_size=BATCH, lr=LR, eps=EPS)
+                          seed=seed, round_idx=t, batch_size=BATCH, lr=LR, eps=EPS, optimizer=sgd)
         global_ = weighted_average(res.params, res.n_samples)
     return global_, res.path
 
@@ -169,7 +174,7 @@ def _timed(device, fn, *args):
 
 
 def run_config(arch: str, k: int, rounds: int, alpha: float, device: torch.device, seed: int,
-               quick: bool, mlp_hidden: int, repeat: int) -> None:
+               quick: bool, mlp_hidden: int, repeat: int, sgd: SGD | None = None) -> None:
     name, shape, n_classes, subset, epochs = CONFIGS[arch]
     if quick:
         subset, rounds, repeat = min(subset or 10_000, 10_000), 1, 1
@@ -179,20 +184,21 @@ def run_config(arch: str, k: int, rounds: int, alpha: float, device: torch.devic
     options = {"hidden": mlp_hidden} if arch == "mlp" else {}
     model = build_model(arch, max(fed.n_classes, n_classes), fed.input_shape, **options)
     label = f"mlp{mlp_hidden}" if arch == "mlp" and mlp_hidden != 500 else arch
+    label += "" if sgd is None else f"+sgd{sgd.momentum:g}"
     init = {n: t.to(device) for n, t in init_params(model, seed).items()}
     rng = np.random.default_rng(seed)
     schedule = [np.sort(rng.choice(k, int(Q * k), replace=False)) for _ in range(rounds)]
 
     model_seq = copy.deepcopy(model)
     model_seq.load_state_dict(init, strict=False)
-    plain_fedavg(model_seq, x, y, train_parts, schedule[:1], 1, device, seed)  # warm-ups (lazy imports,
-    engine_fedavg(model, fed, init, schedule[:1], 1, seed)                      # allocator, kernels)
+    plain_fedavg(model_seq, x, y, train_parts, schedule[:1], 1, device, seed, sgd)  # warm-ups (lazy imports,
+    engine_fedavg(model, fed, init, schedule[:1], 1, seed, sgd)                      # allocator, kernels)
     t_seq = t_eng = np.inf
     for _ in range(repeat):  # interleaved; both runs are deterministic, so every repeat is the same work
         t, state_seq = _timed(device, plain_fedavg, model_seq, x, y, train_parts, schedule, epochs,
-                              device, seed)
+                              device, seed, sgd)
         t_seq = min(t_seq, t)
-        t, (state_eng, path) = _timed(device, engine_fedavg, model, fed, init, schedule, epochs, seed)
+        t, (state_eng, path) = _timed(device, engine_fedavg, model, fed, init, schedule, epochs, seed, sgd)
         t_eng = min(t_eng, t)
 
     acc_seq, acc_eng = test_accuracy(model, state_seq, fed), test_accuracy(model, state_eng, fed)
@@ -264,7 +270,12 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="1 round, ≤ 10 000 samples per data set")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--path-table", action="store_true", help="time the engine's two paths, then exit")
+    ap.add_argument("--optimizer", choices=("adam", "sgd"), default="adam",
+                    help="the clients' optimiser: Adam (lr 1e-3, the paper's) or SGD (--sgd-lr, --momentum)")
+    ap.add_argument("--sgd-lr", type=float, default=0.01)
+    ap.add_argument("--momentum", type=float, default=0.9)
     args = ap.parse_args()
+    sgd = SGD(lr=args.sgd_lr, momentum=args.momentum) if args.optimizer == "sgd" else None
     device = resolve_device(args.device)
     if args.path_table:
         path_table(device)
@@ -273,7 +284,7 @@ def main() -> None:
         if arch not in CONFIGS:
             raise SystemExit(f"--models: {arch!r} is not one of {sorted(CONFIGS)}")
         run_config(arch, args.clients, args.rounds, args.alpha, device, args.seed, args.quick,
-                   args.mlp_hidden, args.repeat)
+                   args.mlp_hidden, args.repeat, sgd)
 
 
 if __name__ == "__main__":
