@@ -104,6 +104,24 @@ def test_batch_plan_keeps_the_partial_batch_and_reshuffles_each_epoch():
     assert batch_plan(part[:0], 3, 32, 0, 0, 0).n_steps == 0
 
 
+def test_batch_plan_streams_are_the_documented_ones():
+    """Every recorded number depends on these streams: epoch e of client k in round t is the
+    (e+1)-th ``permutation(n)`` of ``default_rng(SeedSequence([seed, t, k], spawn_key=(0,)))``,
+    cut into batches of 32, the last one partial and padded with the epoch's first index."""
+    rng = np.random.default_rng(0)
+    for n, epochs, client in ((0, 3, 0), (1, 1, 2), (31, 2, 5), (32, 1, 1), (33, 5, 9), (257, 3, 4)):
+        part = rng.choice(10_000, n, replace=False)
+        plan = batch_plan(part, epochs, 32, 7, 3, client)
+        gen = np.random.default_rng(np.random.SeedSequence([7, 3, client], spawn_key=(0,)))
+        per_epoch = -(-n // 32)
+        for e in range(epochs):
+            order = part[gen.permutation(n)]
+            rows = plan.index[e * per_epoch:(e + 1) * per_epoch].reshape(-1)
+            assert np.array_equal(rows[:n], order) and np.all(rows[n:] == order[:1])
+        assert plan.count.tolist() == (([32] * (per_epoch - 1) + [n - 32 * (per_epoch - 1)]) * epochs if n else [])
+        assert plan.last_epoch.tolist() == [False] * (epochs - 1) * per_epoch + [True] * per_epoch
+
+
 def test_batch_plan_without_shuffling_walks_the_stored_order_every_epoch():
     part = np.arange(100, 170)[::-1].copy()  # a stored order that is not sorted
     plan = batch_plan(part, epochs=2, batch_size=32, seed=3, round_idx=1, client_id=4, shuffle=False)

@@ -67,16 +67,21 @@ def batch_plan(part: np.ndarray, epochs: int, batch_size: int, seed: int, round_
     n = len(part)
     per_epoch = -(-n // batch_size)
     steps = epochs * per_epoch
-    if shuffle:
-        rng = np.random.default_rng(_sequence(seed, round_idx, client_id, _SHUFFLE_STREAM))
-        # row e: the generator's (e+1)-th permutation of range(n), as E successive rng.permutation(n)
-        order = rng.permuted(np.broadcast_to(np.arange(n), (epochs, n)), axis=1)
-    else:
-        order = np.broadcast_to(np.arange(n), (epochs, n))
     index = np.empty((epochs, per_epoch * batch_size), dtype=np.int64)
-    index[:, :n] = np.asarray(part, dtype=np.int64)[order]
+    part = np.asarray(part, dtype=np.int64)
+    if shuffle:
+        # default_rng(seq) is Generator(PCG64(seq)); row e of ``order``: the generator's (e+1)-th
+        # permutation of range(n), as E successive rng.permutation(n) (permuted in place: no copy)
+        rng = np.random.Generator(np.random.PCG64(_sequence(seed, round_idx, client_id, _SHUFFLE_STREAM)))
+        order = np.empty((epochs, n), dtype=np.int64)
+        order[:] = np.arange(n)
+        rng.permuted(order, axis=1, out=order)
+        index[:, :n] = part[order]
+    else:
+        index[:, :n] = part
     index[:, n:] = index[:, :1]  # padding repeats a real index (weight 0); none when n = 0
     count = np.full(steps, batch_size, dtype=np.int64)
     count[per_epoch - 1::per_epoch or 1] = n - (per_epoch - 1) * batch_size
-    last_epoch = np.arange(steps) >= steps - per_epoch
+    last_epoch = np.zeros(steps, dtype=bool)
+    last_epoch[steps - per_epoch:] = True
     return BatchPlan(index.reshape(steps, batch_size), count, last_epoch)
