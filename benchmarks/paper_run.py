@@ -3,12 +3,60 @@
 Usage: python benchmarks/paper_run.py [--dataset fmnist] [--protocol similarity] [--level 0]
                                       [--clients 100] [--method clust_psi_pfl] [--rounds 40]
 Prints one line: <dataset> <protocol>=<level> K=<K> <method> device=<d> rounds=<T>
-seconds=<s> global_accuracy=<a> tau=<τ>. Nothing is cached: the run is computed afresh.
+seconds=<s> global_accuracy=<a> tau=<τ> floor=<s> of_bound=<p>%. Nothing is cached: the run
+is computed afresh.
+
+The floor is the bound no implementation can beat: the run's training arithmetic (forward
+and backward FLOPs per sample, by torch's FLOP counter, times every sample every client
+trained in every local epoch, counted as the run calls ``local_train``) at this machine's
+measured float32 matmul peak. of_bound = floor / seconds. The evaluation, the clustering and
+the optimiser's element-wise update are not in it, so the bound is loose from below.
 """
 import argparse
+import copy
 import time
 
+import torch
+import torch.nn.functional as F
+
+import fedlib.methods.base as methods_base
 from fedlib.experiment import RunSpec, run
+
+
+def gemm_peak(n: int = 2048, repeats: int = 5) -> float:
+    """This machine's float32 matmul rate in FLOP/s: best of ``repeats`` n×n products (CPU)."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n ** 3 / best
+
+
+def flops_per_sample(model: torch.nn.Module, input_shape: tuple, batch: int = 32) -> float:
+    """Forward + backward FLOPs of one training sample (matmuls and convolutions)."""
+    from torch.utils.flop_counter import FlopCounterMode
+    net = copy.deepcopy(model).cpu().train()
+    with FlopCounterMode(display=False) as counter:
+        F.cross_entropy(net(torch.randn(batch, *input_shape)), torch.zeros(batch, dtype=torch.long)).backward()
+    return counter.get_total_flops() / batch
+
+
+class _Counter:
+    """Wraps ``local_train`` (as the methods call it) and adds up the FLOPs it trains."""
+
+    def __init__(self, inner):
+        self.inner, self.flops, self.per_sample = inner, 0.0, {}
+
+    def __call__(self, model, params, fed, clients, **kwargs):
+        res = self.inner(model, params, fed, clients, **kwargs)
+        key = (type(model).__name__, tuple(fed.input_shape), sum(p.numel() for p in model.parameters()))
+        if key not in self.per_sample:
+            self.per_sample[key] = flops_per_sample(model, fed.input_shape, kwargs.get("batch_size", 32))
+        self.flops += self.per_sample[key] * float(res.n_samples.sum()) * kwargs["epochs"]
+        return res
 
 
 def main(argv=None):
@@ -25,12 +73,18 @@ def main(argv=None):
     a = ap.parse_args(argv)
     spec = RunSpec(a.dataset, a.protocol, a.level, a.clients, a.seed, a.method,
                    fl={"rounds": a.rounds, "local_epochs": a.epochs, "fraction": 0.5})
-    t0 = time.perf_counter()
-    rec = run(spec, device=a.device)
-    seconds = time.perf_counter() - t0
+    counter = _Counter(methods_base.local_train)
+    methods_base.local_train = counter
+    try:
+        t0 = time.perf_counter()
+        rec = run(spec, device=a.device)
+        seconds = time.perf_counter() - t0
+    finally:
+        methods_base.local_train = counter.inner
+    floor = counter.flops / gemm_peak()
     print(f"{a.dataset} {a.protocol}={a.level:g} K={a.clients} {a.method} device={rec.get('device')} "
           f"rounds={a.rounds} seconds={seconds:.1f} global_accuracy={rec.get('global_accuracy', float('nan')):.4f} "
-          f"tau={rec.get('info', {}).get('tau')}")
+          f"tau={rec.get('info', {}).get('tau')} floor={floor:.1f}s of_bound={floor / seconds:.0%}")
 
 
 if __name__ == "__main__":

@@ -295,7 +295,12 @@ def test_auto_path_rule():
     assert choose_path(small_embed, CPU, training=True) == "vectorised"
     assert choose_path(large_embed, CPU, training=True) == "sequential"
     assert choose_path(large_embed, cuda, training=True) == "vectorised"
-    assert choose_path(SMALL_MODELS["cnn"](), CPU, training=True) == "sequential"
+    assert choose_path(SMALL_MODELS["cnn"](), CPU, training=True) == "vectorised"  # conv kernel
+    assert choose_path(SMALL_MODELS["cnn"](), CPU, training=False) == "sequential"  # no kernel for evaluation
+    assert choose_path(build_model("fmnist_cnn", 10, (1, 28, 28)), CPU, training=True) == "vectorised"
+    strided = nn.Sequential(nn.Conv2d(1, 4, 3, stride=2), nn.ReLU(), nn.Flatten(), nn.Linear(36, 10))
+    assert choose_path(strided, CPU, training=True) == "sequential"  # a convolution the kernel does not take
+    assert choose_path(strided, cuda, training=True) == "vectorised"
     assert choose_path(SMALL_MODELS["cnn"](), cuda, training=True) == "vectorised"
     lstm = build_model("lstm", 2, (12,), vocab_size=50)
     assert choose_path(lstm, cuda, training=False) == "sequential"

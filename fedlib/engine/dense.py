@@ -54,7 +54,7 @@ class DenseStack:
 
     def step_grads(self, layers: list[tuple[torch.Tensor, torch.Tensor]], x: torch.Tensor,
                    target: torch.Tensor, weight: torch.Tensor, minus_one: torch.Tensor,
-                   loss_out: torch.Tensor | None = None) -> list[torch.Tensor]:
+                   loss_out: torch.Tensor | None = None, input_grad: bool = False) -> list[torch.Tensor]:
         """One optimiser step's gradients for m clients: the engine's hot path.
 
         Parameters
@@ -91,11 +91,11 @@ class DenseStack:
             h_in = h[layer]
             grads[2 * layer] = torch.bmm(dz, h_in.transpose(1, 2))
             grads[2 * layer + 1] = dz.sum(2)
-            if layer:
+            if layer or input_grad:
                 dz = torch.bmm(layers[layer][0].transpose(1, 2), dz)
-                if self.relu[layer - 1]:
+                if layer and self.relu[layer - 1]:
                     dz.mul_(h_in > 0)
-        return grads
+        return grads + [dz] if input_grad else grads
 
 
 def dense_stack(model: nn.Module) -> DenseStack | None:

@@ -12,9 +12,12 @@ bit-reproducible. The rule:
 * CUDA: vectorised (many clients per kernel instead of many tiny kernels; not measured
   in this repository yet — rerun the table below with ``--device cuda``).
 * CPU: vectorised for dense stacks (``Linear``/``ReLU`` only: logistic, MLP — they take
-  the hand-written kernel of :mod:`fedlib.engine.dense`) and for other models without
-  convolutions of at most :data:`CPU_MAX_VECTORISED_WEIGHTS` weights; sequential
-  otherwise.
+  the hand-written kernel of :mod:`fedlib.engine.dense`), for training conv stacks
+  (convolution blocks then a dense head: the FMNIST CNN, LeNet-5, the small CNN — the
+  hand-written grouped, channels-last kernel of :mod:`fedlib.engine.conv`; their
+  evaluation stays sequential, vmap's forward being no faster) and for other models
+  without convolutions of at most :data:`CPU_MAX_VECTORISED_WEIGHTS` weights;
+  sequential otherwise.
 
 The CPU rule comes from ``python benchmarks/engine_vs_sequential.py --path-table``: ms
 per client step (batch 32, Adam), 50 clients × 128 samples, best of 3, three runs on a
@@ -30,21 +33,30 @@ shared 2-core CPU VM (min–max over the runs; dense rows after the feature-majo
     MLP 16→500×3→26 (paper)     522 526   1.86–2.59    1.35–1.46
     embed_dnn, vocab 2 000       69 146   0.51–0.79    0.21–0.30
     embed_dnn, vocab 20 000     645 146   1.02–1.25    1.07–2.15
-    cnn (16/32 maps, 28×28)     105 866   4.20–5.08    4.21–5.28
-    fmnist_cnn                  618 250   5.05–6.19    5.64–6.69
+    cnn (16/32 maps, 28×28)     105 866   4.20–5.08    4.21–5.28   (vmap + autograd)
+    fmnist_cnn                  618 250   5.05–6.19    5.64–6.69   (vmap + autograd)
+
+and, with the conv kernel (:mod:`fedlib.engine.conv`), one run on the same VM::
+
+    cnn (16/32 maps, 28×28)     105 866   7.73         3.77
+    fmnist_cnn                  618 250   7.60         4.61
+    lenet5 (28×28)               61 706   4.30         1.90
 
 Small models gain up to 10–17× per client step: the per-step Python, autograd and
 optimizer overhead is paid once per chunk instead of once per client. From a few
 hundred thousand weights on, a client step is bound by arithmetic (the paper's MLP:
 ≈100 MFLOP per step) or by memory traffic over the stacked weights and optimizer
 state; the dense kernel still edges out the loop there, the vmap + autograd variant
-(embeddings, convolutions) does not.
+(embeddings, convolutions) does not. The conv kernel gains 1.6–2.3× per client step
+(grouped channels-last convolutions, pooling before the ReLU); evaluation of conv stacks
+has no such kernel and stays sequential on CPU (vmap's forward measured 4–35 % slower).
 """
 from __future__ import annotations
 
 import torch
 from torch import nn
 
+from .conv import conv_stack
 from .dense import dense_stack
 
 __all__ = ["PATHS", "CPU_MAX_VECTORISED_WEIGHTS", "choose_path", "resolve_path", "clients_per_chunk"]
@@ -77,7 +89,7 @@ def choose_path(model: nn.Module, device: torch.device, training: bool) -> str:
     """``'vectorised'`` or ``'sequential'`` for ``model`` on ``device`` (rule in the module docstring)."""
     if _blocker(model, training) is not None:
         return "sequential"
-    if device.type != "cpu" or dense_stack(model) is not None:
+    if device.type != "cpu" or dense_stack(model) is not None or (training and conv_stack(model) is not None):
         return "vectorised"
     has_conv = any(isinstance(m, _CONV) for m in model.modules())
     n_weights = sum(p.numel() for p in model.parameters())
