@@ -8,9 +8,13 @@ its own): one warm-up round, then the fastest of ``--repeats`` timed rounds. Pri
 (model, K)::
 
     scaling <model> clients=<K> per_round=<s>s vs_K100=<x> chunk=<clients> peak_rss=<MB>MB
-            bound_rss=<MB>MB path=<engine path>
+            bound_rss=<MB>MB path=<engine path> examples_per_round=<n> client_steps=<n>
 
 ``vs_K100`` is the round's time over K = 100's (the issue's target: ≤ 1.5 at K = 1,000);
+``client_steps`` the optimiser steps the round's clients take together (Σ E·⌈n_k / B⌉): every
+client takes at least one step per epoch, so with clients smaller than a batch this count — and
+the per-step work that does not shrink with the batch (the optimiser's pass over each client's
+weights, reading the weights in every matmul) — grows with K although the examples do not;
 ``peak_rss`` the process's peak resident memory after the round (``ru_maxrss``), and
 ``bound_rss`` the memory the issue bounds it by: the process before training (interpreter,
 torch, the loaded data and federation) plus the stacked training state of one chunk (weights,
@@ -64,7 +68,8 @@ def one(model: str, k: int, epochs: int, repeats: int, n_train: int | None) -> d
         times.append(time.perf_counter() - t0)
     return {"model": model, "clients": k, "per_round": min(times), "chunk": min(chunk, m), "path": path,
             "peak_rss": _rss_mb(), "bound_rss": before + min(chunk, m) * weights * 16 / 2 ** 20,
-            "examples_per_round": int(np.sort(ctx.fed.n_train)[-m:].sum())}
+            "examples_per_round": int(np.sort(ctx.fed.n_train)[-m:].sum()),
+            "client_steps": int((-(-np.sort(ctx.fed.n_train)[-m:] // ctx.cfg.batch_size) * epochs).sum())}
 
 
 def main() -> None:
@@ -91,7 +96,8 @@ def main() -> None:
             vs = f"{r['per_round'] / ref:.2f}" if ref else "—"
             print(f"scaling {model} clients={r['clients']} per_round={r['per_round']:.3f}s vs_K100={vs} "
                   f"chunk={r['chunk']} peak_rss={r['peak_rss']:.0f}MB bound_rss={r['bound_rss']:.0f}MB "
-                  f"path={r['path']} examples_per_round={r['examples_per_round']}", flush=True)
+                  f"path={r['path']} examples_per_round={r['examples_per_round']} client_steps={r['client_steps']}",
+                  flush=True)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from torch import nn
 from fedlib.engine import (Federation, broadcast, choose_path, evaluate, flatten_params, local_train,
                            predict_logits, stack_params, unflatten_params, unstack, weighted_average)
 from fedlib.engine.dense import dense_stack
-from fedlib.engine.schedule import batch_plan
+from fedlib.engine.schedule import batch_plan, batch_plans, shuffle_states
 from fedlib.models import KerasBatchNorm1d, build_model, init_params
 
 from fl_fixtures import assert_states_close, assert_states_equal
@@ -120,6 +120,45 @@ def test_batch_plan_streams_are_the_documented_ones():
             assert np.array_equal(rows[:n], order) and np.all(rows[n:] == order[:1])
         assert plan.count.tolist() == (([32] * (per_epoch - 1) + [n - 32 * (per_epoch - 1)]) * epochs if n else [])
         assert plan.last_epoch.tolist() == [False] * (epochs - 1) * per_epoch + [True] * per_epoch
+
+
+def test_shuffle_states_are_numpys_seed_sequence():
+    """The vectorised seeding is NumPy's SeedSequence word for word: seeds and rounds of one
+    and of several 32-bit words, client ids from 0 to 2**32 − 1."""
+    rng = np.random.default_rng(1)
+    clients = np.concatenate([np.arange(40), rng.integers(0, 2 ** 32, 40), [2 ** 32 - 1]])
+    for seed, round_idx in ((0, 0), (7, 3), (12345, 39), (2 ** 32 + 5, 1), (2 ** 70 + 3, 2 ** 33)):
+        expected = np.stack([np.random.SeedSequence([seed, round_idx, int(k)], spawn_key=(0,)).generate_state(4, np.uint64)
+                             for k in clients])
+        assert np.array_equal(shuffle_states(seed, round_idx, clients), expected), (seed, round_idx)
+    assert shuffle_states(0, 0, []).shape == (0, 4)
+    with pytest.raises(ValueError, match="client ids"):
+        shuffle_states(0, 0, [2 ** 32])
+
+
+def test_batch_plans_for_many_clients_are_the_documented_streams():
+    """batch_plans over clients of equal, different and zero sizes, given as index arrays or
+    as sizes (positions), equals each client's documented stream; the arrays shared between
+    clients of one size cannot be written through a plan."""
+    rng = np.random.default_rng(2)
+    sizes = [26, 26, 0, 70, 26, 1, 33]
+    clients = [5, 9, 3, 0, 700, 11, 12]
+    parts = [rng.choice(10_000, n, replace=False) for n in sizes]
+    for given in (parts, sizes):
+        plans = batch_plans(given, 2, 32, 7, 4, clients)
+        for part, n, k, plan in zip(parts, sizes, clients, plans):
+            base = part if given is parts else np.arange(n)
+            gen = np.random.default_rng(np.random.SeedSequence([7, 4, k], spawn_key=(0,)))
+            per_epoch = -(-n // 32)
+            for e in range(2):
+                order = base[gen.permutation(n)]
+                rows = plan.index[e * per_epoch:(e + 1) * per_epoch].reshape(-1)
+                assert np.array_equal(rows[:n], order) and np.all(rows[n:] == order[:1])
+    assert plans[0].count is plans[1].count and not plans[0].count.flags.writeable
+    with pytest.raises(ValueError):
+        plans[0].last_epoch[0] = True
+    unshuffled = batch_plans(sizes, 1, 32, 7, 4, clients, shuffle=False)
+    assert np.array_equal(unshuffled[3].index.reshape(-1)[:70], np.arange(70))
 
 
 def test_batch_plan_without_shuffling_walks_the_stored_order_every_epoch():

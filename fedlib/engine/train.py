@@ -58,7 +58,7 @@ from .federation import Federation, gather
 from .optim import (SGD, Adam, AdamState, EmbeddingPull, SGDState, StackedOptimizer, check_embedding_pull,
                     check_opt_state, check_optimizer, clone_state, fresh_state, pull_terms)
 from .paths import clients_per_chunk, resolve_path
-from .schedule import BatchPlan, batch_plan, client_torch_seed
+from .schedule import BatchPlan, batch_plans, client_torch_seed
 from .errors import DivergenceError
 from .host import to_host
 from ._validation import check_int, check_state
@@ -206,13 +206,13 @@ def local_train(model: nn.Module, params: State, fed: Federation, clients, *, ep
         embedding_pull, len(clients), fed.n_classes, head(template).in_features, fed.device)
     want_opt = bool(return_opt_state) or opt_state is not None
     if chosen == "sequential":
-        plans = [batch_plan(fed.train_parts[c], epochs, batch_size, seed, round_idx, c, bool(shuffle))
-                 for c in clients]
+        plans = batch_plans([fed.train_parts[c] for c in clients], epochs, batch_size, seed, round_idx, clients,
+                            bool(shuffle))
         new_state, loss_sum, new_opt, bad = _train_sequential(template, state, fed, clients, plans, opt, prox,
                                                               seed, round_idx, start_opt, want_opt, pull)
     else:  # the same batches, as positions within each client's own split
-        plans = [batch_plan(np.arange(len(fed.train_parts[c])), epochs, batch_size, seed, round_idx, c,
-                            bool(shuffle)) for c in clients]
+        plans = batch_plans([len(fed.train_parts[c]) for c in clients], epochs, batch_size, seed, round_idx,
+                            clients, bool(shuffle))
         chunk = clients_per_chunk(template, fed.x[:1], batch_size, True, max_clients_per_chunk)
         new_state, loss_sum, new_opt, bad = _train_vectorised(template, names, state, fed, clients, plans,
                                                               opt, prox, chunk, start_opt, want_opt, pull)
@@ -464,11 +464,14 @@ class _Batches:
         index = np.zeros((s_max, m, b), dtype=np.int64)
         count = np.zeros((s_max, m), dtype=np.int64)
         last = np.zeros((s_max, m), dtype=bool)
-        for i, (p, offset) in enumerate(zip(plans, offsets)):
-            index[:p.n_steps, i], count[:p.n_steps, i], last[:p.n_steps, i] = p.index + offset, p.count, p.last_epoch
+        steps = np.array([p.n_steps for p in plans])
+        for lo, hi in _runs(steps):  # clients of one step count (contiguous: sorted) in one assignment each
+            n = int(steps[lo])
+            index[:n, lo:hi] = np.stack([p.index for p in plans[lo:hi]], axis=1) + offsets[None, lo:hi, None]
+            count[:n, lo:hi] = np.stack([p.count for p in plans[lo:hi]], axis=1)
+            last[:n, lo:hi] = np.stack([p.last_epoch for p in plans[lo:hi]], axis=1)
         per_step = count.astype(np.float32)[..., None]
         weight = (np.arange(b, dtype=np.float32) < per_step) / np.maximum(per_step, 1)  # 1/count, 0 on padding
-        steps = np.array([p.n_steps for p in plans])
         active = (steps[None, :] > np.arange(s_max)[:, None]).sum(1).tolist()
         x, y = fed.x.index_select(0, rows), fed.y.index_select(0, rows)
         index_t = torch.as_tensor(index, device=device)
@@ -477,6 +480,13 @@ class _Batches:
         return _Batches(x, m, b, active, _prefixes(index_t, active), _prefixes(target, active),
                         _prefixes(weight_t, active), last.any(1).tolist(),
                         torch.as_tensor(np.where(last, count, 0).T.astype(np.float64), device=device))
+
+
+def _runs(values: np.ndarray) -> list[tuple[int, int]]:
+    """[lo, hi) bounds of the runs of equal consecutive values: [3, 3, 1] -> [(0, 2), (2, 3)]."""
+    cut = np.flatnonzero(np.diff(values)) + 1
+    bounds = np.concatenate([[0], cut, [len(values)]]).tolist()
+    return list(zip(bounds[:-1], bounds[1:]))
 
 
 def _prefixes(t: torch.Tensor, active: list[int]) -> list[torch.Tensor]:
