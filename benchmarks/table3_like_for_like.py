@@ -16,13 +16,14 @@ the paper's value. A method whose code ran as Table II says at this K and q has 
 Usage: python benchmarks/table3_like_for_like.py [--settings similarity:0,similarity:1,dirichlet:0.3]
        [--methods cfl,fedsoft,...] [--seeds 0] [--rounds 40] [--epochs 5] [--clients 100]
        [--name table3_like_for_like] [--results DIR] [--device auto] [--reproductions paper_text,paper_code]
-       [--hyper '{"fedyogi": {"eta": 0.3162, "tau": 0.1}}'] [--report]
+       [--hyper '{"fedyogi": {"eta": 0.3162, "tau": 0.1}}'] [--report] [--markdown]
 
 ``--hyper`` (JSON: method -> hyperparameter overrides) runs a sensitivity check beside the table;
 give it its own ``--name``/``--results`` so its records do not mix with the table's.
 
 The records behind the README's numbers are committed: ``--results
-benchmarks/records/table3_like_for_like --report`` prints them without training.
+benchmarks/records/table3_like_for_like --report --markdown`` prints them without training, and
+the README's table (method x setting, each cell ``paper · paper_text · paper_code``) as well.
 """
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ from fedlib.experiment import grid_specs, load_records, run_grid
 from fedlib.paths import results_dir
 from fedlib.reproduction import runs_differently
 
+FRACTION = 0.5  # Table II's q: the share of clients trained per round
 METHODS = ("cl", "fedavg", "fedprox", "fedavgm", "fedadagrad", "fedyogi", "fedadam", "poc", "haccs", "fedcls",
            "cfl", "fedsoft", "clust_psi_pfl")
 
@@ -66,6 +68,8 @@ def main(argv=None) -> None:
     ap.add_argument("--hyper", default=None, help="JSON method -> hyperparameter overrides, e.g. "
                     "'{\"fedyogi\": {\"eta\": 0.3162}}' (use its own --name)")
     ap.add_argument("--report", action="store_true", help="print the records there are; train nothing")
+    ap.add_argument("--markdown", action="store_true", help="also print them as one markdown table "
+                    "(method x setting, each cell paper · paper_text · paper_code)")
     a = ap.parse_args(argv)
     protocols = _settings(a.settings)
     methods = [m.strip() for m in a.methods.split(",") if m.strip()]
@@ -75,7 +79,7 @@ def main(argv=None) -> None:
         ap.error(f"--hyper: {a.hyper!r} is not JSON ({err}); give e.g. '{{\"fedyogi\": {{\"eta\": 0.3162}}}}'")
     specs = grid_specs(["fmnist"], protocols, [a.clients], [int(s) for s in a.seeds.split(",")], methods,
                        hyper=hyper,
-                       fl={"rounds": a.rounds, "local_epochs": a.epochs, "fraction": 0.5},
+                       fl={"rounds": a.rounds, "local_epochs": a.epochs, "fraction": FRACTION},
                        reproductions=[r.strip() for r in a.reproductions.split(",")])
     folder = Path(a.results) if a.results else results_dir() / a.name
     if not a.report:
@@ -89,20 +93,53 @@ def main(argv=None) -> None:
     text = table3(df).set_index(["protocol", "level", "method"])["mean"]
     code = table3(df, "paper_code").set_index(["protocol", "level", "method"])["mean"]
     ran_code = set(df[df.reproduction == "paper_code"][["protocol", "level", "method"]].itertuples(index=False, name=None))
+    cells = {}
     for protocol, levels in protocols.items():
         for level in levels:
             for m in methods:
                 key = (protocol, level, m)
                 p, t, c = paper_value("fmnist", m, protocol, level), text.get(key, np.nan), code.get(key, np.nan)
-                if runs_differently(m, a.clients, 0.5) and key not in ran_code:
+                same = not runs_differently(m, a.clients, FRACTION)
+                if not same and key not in ran_code:
                     c = np.nan  # its paper_code run is still to come: the paper_text run is not it
-                closer = "—"
-                if p is not None and np.isfinite(t) and np.isfinite(c):
-                    closer = "paper_text" if abs(t - p) < abs(c - p) else "paper_code" if abs(c - p) < abs(t - p) else "tie"
-                fmt = lambda v: "—" if v is None or not np.isfinite(v) else f"{v:.4f}"  # noqa: E731
-                print(f"{protocol}={level:g} {m} paper={fmt(p)} paper_text={fmt(t)} paper_code={fmt(c)} "
-                      f"closer={closer}")
+                cells[key] = (np.nan if p is None else p, t, c, same)
+                print(f"{protocol}={level:g} {m} paper={_fmt(p, 4)} paper_text={_fmt(t, 4)} paper_code={_fmt(c, 4)} "
+                      f"closer={_closer(p, t, c)}")
+    if a.markdown:
+        print()
+        print(markdown(cells, protocols, methods))
 
+
+def _fmt(v, digits: int) -> str:
+    return "—" if v is None or not np.isfinite(v) else f"{v:.{digits}f}"
+
+
+def _closer(p, t, c) -> str:
+    """Which reading lands nearer the paper's value p ("—" unless all three are there)."""
+    if p is None or not all(np.isfinite([p, t, c])):
+        return "—"
+    return "paper_text" if abs(t - p) < abs(c - p) else "paper_code" if abs(c - p) < abs(t - p) else "tie"
+
+
+def markdown(cells: dict, protocols: dict, methods: list) -> str:
+    """Table III's FMNIST column as a markdown table: one row per method, one column per setting,
+    each cell ``paper · paper_text · paper_code`` ("=" where the code ran the method as Table II
+    says, so one run is both readings; "—" where there is no value).
+
+    ``cells``: (protocol, level, method) -> (paper, paper_text, paper_code, same run) as floats
+    (NaN where missing) and a bool."""
+    settings = [(p, lv) for p, levels in protocols.items() for lv in levels]
+    name = {"similarity": "S", "dirichlet": "α"}
+    head = ["method"] + [f"{name.get(p, p)} = {lv:g}" for p, lv in settings]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for m in methods:
+        row = [m]
+        for p, lv in settings:
+            paper, t, c, same = cells[(p, lv, m)]
+            code_text = "=" if same and np.isfinite(t) else _fmt(c, 3)
+            row.append(f"{_fmt(paper, 2)} · {_fmt(t, 3)} · {code_text}")
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
 
 if __name__ == "__main__":
     main()

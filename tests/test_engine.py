@@ -85,6 +85,21 @@ def test_stack_unstack_broadcast_flatten_round_trip():
     assert flatten_params(stacked, names=["b"]).tolist() == [[7.0], [8.0]]
 
 
+def test_step_runs_and_prefix_views_by_hand():
+    """The padded step table is cut into runs of equal active-client counts (sorted by decreasing
+    length), and step s sees the first active[s] clients."""
+    from fedlib.engine.train import _prefixes, _runs
+    assert _runs(np.array([3, 3, 1])) == [(0, 2), (2, 3)]
+    assert _runs(np.array([5])) == [(0, 1)]
+    assert _runs(np.array([4, 2, 2, 2, 0])) == [(0, 1), (1, 4), (4, 5)]
+    assert _runs(np.array([], dtype=int)) == []
+    t = torch.arange(4 * 3).reshape(4, 3)
+    views = _prefixes(t, [3, 2, 2, 1])
+    assert [v.tolist() for v in views] == [[0, 1, 2], [3, 4], [6, 7], [9]]
+    assert all(v.is_contiguous() for v in views)
+    assert _prefixes(t, []) == []
+
+
 def test_batch_plan_keeps_the_partial_batch_and_reshuffles_each_epoch():
     part = np.arange(100, 170)  # 70 samples: batches of 32, 32, 6
     plan = batch_plan(part, epochs=2, batch_size=32, seed=3, round_idx=1, client_id=4)

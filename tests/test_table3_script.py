@@ -51,18 +51,43 @@ def test_unknown_hyperparameter_is_refused_before_training(tmp_path):
     assert not any(tmp_path.iterdir())
 
 
-def test_report_shows_no_paper_code_number_for_a_run_still_to_come(capsys):
+def test_report_shows_no_paper_code_number_for_a_run_still_to_come(capsys, tmp_path):
     """Where the code ran a method differently, the paper_text run does not stand in for the
     missing paper_code run (the table's own fallback is for methods run the same way)."""
+    import shutil
+
     from fedlib.reproduction import runs_differently
 
-    _script().main(["--results", str(RECORDS), "--report"])
+    specs = {p: json.loads(p.read_text())["spec"] for p in RECORDS.glob("*.json")}
+    path, spec = next((p, s) for p, s in sorted(specs.items())
+                      if s.get("reproduction", "paper_text") == "paper_text" and runs_differently(s["method"], 100, 0.5))
+    shutil.copy(path, tmp_path / path.name)  # its paper_text run alone
+    _script().main(["--results", str(tmp_path), "--report", "--markdown",
+                    "--settings", f"{spec['protocol']}:{spec['level']:g}", "--methods", spec["method"]])
     lines = capsys.readouterr().out.splitlines()
-    records = [json.loads(p.read_text())["spec"] for p in RECORDS.glob("*.json")]
-    ran_code = {(s["protocol"], s["level"], s["method"]) for s in records if s.get("reproduction") == "paper_code"}
-    ran_text = {(s["protocol"], s["level"], s["method"]) for s in records if s.get("reproduction", "paper_text") == "paper_text"}
-    missing = [k for k in ran_text - ran_code if runs_differently(k[2], 100, 0.5)]
-    assert missing, "the committed records should include such a cell"
-    for protocol, level, method in missing:
-        line = next(x for x in lines if x.startswith(f"{protocol}={level:g} {method} "))
-        assert "paper_code=—" in line, line
+    line = next(x for x in lines if x.startswith(f"{spec['protocol']}={spec['level']:g} {spec['method']} "))
+    assert f"paper_text={json.loads(path.read_text())['global_accuracy']:.4f}" in line and "paper_code=—" in line, line
+    row = next(x for x in lines if x.startswith(f"| {spec['method']} |"))
+    assert row.endswith(" · — |"), row
+
+
+def test_markdown_table_holds_every_committed_record_in_its_cell(capsys):
+    from fedlib.reproduction import runs_differently
+
+    script = _script()
+    script.main(["--results", str(RECORDS), "--report", "--markdown"])
+    out = capsys.readouterr().out
+    rows = {line.split(" | ")[0][2:]: line.strip("| ").split(" | ")[1:] for line in out.splitlines()
+            if line.startswith("| ") and not line.startswith("| method")}
+    assert set(rows) == set(script.METHODS)
+    columns = {("similarity", 0.0): 0, ("similarity", 1.0): 1, ("dirichlet", 0.3): 2}
+    for path in RECORDS.glob("*.json"):
+        record = json.loads(path.read_text())
+        spec = record["spec"]
+        paper, text, code = rows[spec["method"]][columns[(spec["protocol"], spec["level"])]].split(" · ")
+        if spec.get("reproduction", "paper_text") == "paper_text":
+            assert text == f"{record['global_accuracy']:.3f}", (path.name, text)
+            if not runs_differently(spec["method"], 100, 0.5):
+                assert code == "=", (path.name, code)
+        else:
+            assert code == f"{record['reported_accuracy']:.3f}", (path.name, code)

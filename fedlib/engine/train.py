@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -486,7 +485,9 @@ class _Batches:
 
 
 def _runs(values: np.ndarray) -> list[tuple[int, int]]:
-    """[lo, hi) bounds of the runs of equal consecutive values: [3, 3, 1] -> [(0, 2), (2, 3)]."""
+    """[lo, hi) bounds of the runs of equal consecutive values: [3, 3, 1] -> [(0, 2), (2, 3)]; [] -> []."""
+    if len(values) == 0:
+        return []
     cut = np.flatnonzero(np.diff(values)) + 1
     bounds = np.concatenate([[0], cut, [len(values)]]).tolist()
     return list(zip(bounds[:-1], bounds[1:]))
@@ -494,11 +495,9 @@ def _runs(values: np.ndarray) -> list[tuple[int, int]]:
 
 def _prefixes(t: torch.Tensor, active: list[int]) -> list[torch.Tensor]:
     """``[t[s, :active[s]] for s]`` (contiguous views), cut one block per run of equal counts."""
-    views, start = [], 0
-    for m, run in itertools.groupby(active):
-        end = start + len(list(run))
-        views.extend(t[start:end, :m].unbind(0))
-        start = end
+    views = []
+    for lo, hi in _runs(np.asarray(active)):
+        views.extend(t[lo:hi, :active[lo]].unbind(0))
     return views
 
 
