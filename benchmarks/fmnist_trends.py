@@ -21,6 +21,7 @@ import argparse
 import numpy as np
 
 from fedlib.analysis.paper_table3 import paper_value
+from fedlib.analysis.tables import setting_name
 from fedlib.experiment import grid_specs, run_grid
 from fedlib.paths import results_dir
 
@@ -64,7 +65,7 @@ def main(argv=None) -> None:
             ours = [float(np.mean(acc[(protocol, level, m)])) for m in METHODS]
             paper = {m: paper_value("fmnist", m, protocol, level) for m in METHODS}
             paper = paper if None not in paper.values() else None  # Table III, FMNIST, K = 100
-            name = f"{'α' if protocol == 'dirichlet' else 'S'}={level:g}"
+            name = setting_name(protocol, level)
             cols = (f"{paper['fedavg']:12.2f} {paper['clust_psi_pfl']:11.2f} "
                     f"{paper['clust_psi_pfl'] - paper['fedavg']:+9.2f}") if paper else f"{'—':>12s}"
             print(f"{protocol[:3]} {name:12s} {ours[0]:7.3f} {ours[1]:7.3f} {ours[1] - ours[0]:+6.3f}   {cols}")

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from fedlib.analysis.paper_table3 import paper_value
-from fedlib.analysis.tables import records_frame, table3
+from fedlib.analysis.tables import records_frame, setting_name, table3
 from fedlib.experiment import grid_specs, load_records, run_grid
 from fedlib.paths import results_dir
 from fedlib.reproduction import runs_differently
@@ -129,8 +129,7 @@ def markdown(cells: dict, protocols: dict, methods: list) -> str:
     ``cells``: (protocol, level, method) -> (paper, paper_text, paper_code, same run) as floats
     (NaN where missing) and a bool."""
     settings = [(p, lv) for p, levels in protocols.items() for lv in levels]
-    name = {"similarity": "S", "dirichlet": "α"}
-    head = ["method"] + [f"{name.get(p, p)} = {lv:g}" for p, lv in settings]
+    head = ["method"] + [setting_name(p, lv, " = ") for p, lv in settings]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for m in methods:
         row = [m]
@@ -140,6 +139,7 @@ def markdown(cells: dict, protocols: dict, methods: list) -> str:
             row.append(f"{_fmt(paper, 2)} · {_fmt(t, 3)} · {code_text}")
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
+
 
 if __name__ == "__main__":
     main()

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from fedlib import experiment as X
-from fedlib.analysis.tables import records_frame, table3, table4, to_markdown
+from fedlib.analysis.tables import records_frame, setting_name, table3, table4, to_markdown
 
 FAST = {"rounds": 2, "local_epochs": 1}
 
@@ -115,6 +115,13 @@ def test_tables_rebuild_from_records_with_infeasible_cells(tmp_path):
         df[(df.method == "fedavg") & (df.level == 0.5)].ad.mean())
     md = to_markdown(t3)
     assert "| FedAvg |" in md and "—" in md and "α=0.5, K=10" in md
+
+
+def test_setting_name_writes_settings_as_the_paper_does():
+    assert setting_name("dirichlet", 0.3) == "α=0.3"
+    assert setting_name("similarity", 1.0, " = ") == "S = 1"
+    assert setting_name("similarity", 0.25) == "S=0.25"
+    assert setting_name("shards", 2) == "shards=2"  # a protocol without a symbol keeps its name
 
 
 def test_load_grid_reports_missing_runs(tmp_path):

@@ -17,10 +17,17 @@ import pandas as pd
 from ..methods import DISPLAY_NAMES
 from ..strict_json import restore
 
-__all__ = ["records_frame", "for_reproduction", "table3", "table4", "beside_paper", "seed_summary", "to_markdown", "frame_markdown", "SETTING_KEYS"]
+__all__ = ["records_frame", "for_reproduction", "table3", "table4", "beside_paper", "seed_summary", "to_markdown", "frame_markdown", "setting_name", "SETTING_KEYS"]
 
 SETTING_KEYS = ["dataset", "protocol", "level", "n_clients"]
 _KEYS = SETTING_KEYS + ["method"]
+_SYMBOL = {"dirichlet": "α", "similarity": "S"}
+
+
+def setting_name(protocol: str, level: float, sep: str = "=") -> str:
+    """A setting as the paper writes it: ``setting_name("dirichlet", 0.3)`` -> ``"α=0.3"``,
+    ``setting_name("similarity", 1, " = ")`` -> ``"S = 1"``; other protocols keep their name."""
+    return f"{_SYMBOL.get(protocol, protocol)}{sep}{level:g}"
 
 
 def records_frame(records) -> pd.DataFrame:
@@ -141,7 +148,7 @@ def beside_paper(df: pd.DataFrame, n_clients: int | None = None) -> pd.DataFrame
             continue
         c = code.loc[key] if key in code.index else None
         rows.append({"dataset": name, "paper_dataset": STAND_INS.get(name, name),
-                     "setting": f"{'α' if protocol == 'dirichlet' else 'S'}={level:g}, K={k}", "method": method,
+                     "setting": f"{setting_name(protocol, level)}, K={k}", "method": method,
                      "paper": paper_value(name, method, protocol, level) or np.nan,
                      "paper_text": _fmt(t["mean"], t["std"], t["n_seeds"], n_failed=t.get("n_failed", 0)),
                      "paper_code": "—" if c is None else _fmt(c["mean"], c["std"], c["n_seeds"],
@@ -177,8 +184,7 @@ def to_markdown(table: pd.DataFrame, value: str = "mean", spread: str = "std") -
     """Paper layout: one block per dataset, methods as rows, (protocol, level, K) as columns."""
     t = table.copy()
     t["setting"] = [
-        f"{'α' if p == 'dirichlet' else 'S' if p == 'similarity' else p}={lv:g}, K={k}"
-        for p, lv, k in zip(t.protocol, t.level, t.n_clients)
+        f"{setting_name(p, lv)}, K={k}" for p, lv, k in zip(t.protocol, t.level, t.n_clients)
     ]
     failed = t["n_failed"] if "n_failed" in t else pd.Series(0, index=t.index)
     t["cell"] = [_fmt(a, b, n, n_failed=f) for a, b, n, f in zip(t[value], t[spread], t.n_seeds, failed)]
