@@ -31,17 +31,9 @@ import argparse
 import json
 from pathlib import Path
 
-import numpy as np
-
-from fedlib.analysis.paper_table3 import paper_value
-from fedlib.analysis.tables import records_frame, setting_name, table3
+from fedlib.analysis.like_for_like import FRACTION, METHODS, cells, markdown, report_lines
 from fedlib.experiment import grid_specs, load_records, run_grid
 from fedlib.paths import results_dir
-from fedlib.reproduction import runs_differently
-
-FRACTION = 0.5  # Table II's q: the share of clients trained per round
-METHODS = ("cl", "fedavg", "fedprox", "fedavgm", "fedadagrad", "fedyogi", "fedadam", "poc", "haccs", "fedcls",
-           "cfl", "fedsoft", "clust_psi_pfl")
 
 
 def _settings(text: str) -> dict:
@@ -89,56 +81,11 @@ def main(argv=None) -> None:
     if not records:
         print(f"no records yet in {folder}")
         return
-    df = records_frame(records)
-    text = table3(df).set_index(["protocol", "level", "method"])["mean"]
-    code = table3(df, "paper_code").set_index(["protocol", "level", "method"])["mean"]
-    ran_code = set(df[df.reproduction == "paper_code"][["protocol", "level", "method"]].itertuples(index=False, name=None))
-    cells = {}
-    for protocol, levels in protocols.items():
-        for level in levels:
-            for m in methods:
-                key = (protocol, level, m)
-                p, t, c = paper_value("fmnist", m, protocol, level), text.get(key, np.nan), code.get(key, np.nan)
-                same = not runs_differently(m, a.clients, FRACTION)
-                if not same and key not in ran_code:
-                    c = np.nan  # its paper_code run is still to come: the paper_text run is not it
-                cells[key] = (np.nan if p is None else p, t, c, same)
-                print(f"{protocol}={level:g} {m} paper={_fmt(p, 4)} paper_text={_fmt(t, 4)} paper_code={_fmt(c, 4)} "
-                      f"closer={_closer(p, t, c)}")
+    table = cells(records, protocols, methods, a.clients, FRACTION)
+    print("\n".join(report_lines(table)))
     if a.markdown:
         print()
-        print(markdown(cells, protocols, methods))
-
-
-def _fmt(v, digits: int) -> str:
-    return "—" if v is None or not np.isfinite(v) else f"{v:.{digits}f}"
-
-
-def _closer(p, t, c) -> str:
-    """Which reading lands nearer the paper's value p ("—" unless all three are there)."""
-    if p is None or not all(np.isfinite([p, t, c])):
-        return "—"
-    return "paper_text" if abs(t - p) < abs(c - p) else "paper_code" if abs(c - p) < abs(t - p) else "tie"
-
-
-def markdown(cells: dict, protocols: dict, methods: list) -> str:
-    """Table III's FMNIST column as a markdown table: one row per method, one column per setting,
-    each cell ``paper · paper_text · paper_code`` ("=" where the code ran the method as Table II
-    says, so one run is both readings; "—" where there is no value).
-
-    ``cells``: (protocol, level, method) -> (paper, paper_text, paper_code, same run) as floats
-    (NaN where missing) and a bool."""
-    settings = [(p, lv) for p, levels in protocols.items() for lv in levels]
-    head = ["method"] + [setting_name(p, lv, " = ") for p, lv in settings]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for m in methods:
-        row = [m]
-        for p, lv in settings:
-            paper, t, c, same = cells[(p, lv, m)]
-            code_text = "=" if same and np.isfinite(t) else _fmt(c, 3)
-            row.append(f"{_fmt(paper, 2)} · {_fmt(t, 3)} · {code_text}")
-        lines.append("| " + " | ".join(row) + " |")
-    return "\n".join(lines)
+        print(markdown(table, protocols, methods))
 
 
 if __name__ == "__main__":

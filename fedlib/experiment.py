@@ -2,7 +2,8 @@
 
 ``RunSpec`` names everything a result depends on (dataset, protocol, level, K, seed,
 method, hyperparameters, training protocol, data subset). ``run(spec)`` returns a record
-(a JSON-able dict carrying the full configuration, library versions, per-client and
+(a JSON-able dict carrying the full configuration, library versions, the host — CPU model,
+instruction set and threads, on which training's last bits depend — per-client and
 global metrics, per-round history, and the method's info such as τ). ``run_grid`` writes
 one JSON file per record, atomically (temporary file + rename: a crash never leaves a
 half-written record), skips specs whose record already exists (an interrupted grid
@@ -242,6 +243,30 @@ def _versions() -> dict:
             "sklearn": sklearn.__version__, "python": platform.python_version()}
 
 
+def _cpu_model() -> str:
+    """The CPU's model name (Linux's /proc/cpuinfo), else what :mod:`platform` knows."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def _host(device: torch.device) -> dict:
+    """Where a run trained: training's last bits depend on the CPU's instruction set (ATen's
+    dispatch level, oneDNN's and MKL's kernels) and the thread count, so a record says which
+    it had — two records of one spec that differ in the last digits on two machines are
+    explained by this, not by the code."""
+    host = {"cpu": _cpu_model(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "threads": torch.get_num_threads()}
+    if device.type == "cuda":
+        host["gpu"] = torch.cuda.get_device_name(device)
+    return host
+
+
 def run(spec: RunSpec, device="auto") -> dict:
     """Run one experiment and return its record (nothing is written).
 
@@ -256,9 +281,9 @@ def run(spec: RunSpec, device="auto") -> dict:
     from .methods.base import check_finite_models
 
     spec.validate()
-    resolve_device(device)  # a bad device fails before the data is loaded
+    dev = resolve_device(device)  # a bad device fails before the data is loaded
     base = {"record_version": RECORD_VERSION, "key": spec.key(), "spec": spec.to_dict(),
-            "versions": _versions()}
+            "versions": _versions(), "host": _host(dev)}
     t0 = time.perf_counter()
     try:
         ctx, ds = build_context(spec, device)

@@ -3,6 +3,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from fedlib import experiment as X
 from fedlib.analysis.tables import records_frame, setting_name, table3, table4, to_markdown
@@ -20,6 +21,9 @@ def test_record_has_full_configuration_and_metrics():
     assert rec["spec"]["dataset"] == "adult" and rec["spec"]["method"] == "clust_psi_pfl"
     assert rec["fl"]["rounds"] == 2 and rec["fl"]["lr"] == 1e-3 and rec["fl"]["batch_size"] == 32
     assert {"torch", "numpy", "sklearn", "fedlib"} <= set(rec["versions"])
+    host = rec["host"]  # where it trained: the last bits depend on it
+    assert host["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert host["threads"] == torch.get_num_threads() and host["cpu"] and "gpu" not in host
     assert "UCI Adult" in rec["paper_name"]
     assert len(rec["local_accuracy"]) == 10 and len(rec["history"]) == 2
     assert rec["global_accuracy"] == pytest.approx(sum(rec["correct"]) / sum(rec["n_test"]))

@@ -1,0 +1,104 @@
+"""Table III's FMNIST column at the paper's protocol, each method in both readings beside the
+paper's value (pure functions over run records).
+
+``benchmarks/table3_like_for_like.py`` trains the cells (the whole of FMNIST, K = 100, T = 40,
+E = 5, q = 0.5) and prints them with these functions; notebook 06 prints the records committed
+in :data:`RECORDS` without training. A cell is, for one (protocol, level, method),
+
+    (paper, paper_text, paper_code, same run)
+
+with Table III's value, the global accuracy as Table II says (the last round), the number the
+authors' code reported (the last round, or CFL's and FedSoft's best round of their cluster models
+on the pooled test set: :mod:`fedlib.reproduction`), NaN where there is none, and whether the
+code ran the method as Table II says at this K and q (then one run is both readings).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..paths import ROOT
+from ..reproduction import runs_differently
+from .paper_table3 import paper_value
+from .tables import records_frame, setting_name, table3
+
+__all__ = ["FRACTION", "METHODS", "SETTINGS", "RECORDS", "cells", "closer", "report_lines", "markdown"]
+
+FRACTION = 0.5
+"""Table II's q: the share of clients trained per round."""
+METHODS = ("cl", "fedavg", "fedprox", "fedavgm", "fedadagrad", "fedyogi", "fedadam", "poc", "haccs", "fedcls",
+           "cfl", "fedsoft", "clust_psi_pfl")
+"""Table III's rows, in its order."""
+SETTINGS = {"similarity": [0.0, 1.0], "dirichlet": [0.3]}
+"""The settings run like for like: protocol -> levels (S = 0, S = 1, α = 0.3)."""
+RECORDS = ROOT / "benchmarks" / "records" / "table3_like_for_like"
+"""The committed records behind the README's table (present in a project checkout)."""
+
+
+def cells(records, protocols: dict | None = None, methods=METHODS, n_clients: int = 100,
+          fraction: float = FRACTION) -> dict:
+    """(protocol, level, method) -> (paper, paper_text, paper_code, same run) for every setting in
+    ``protocols`` (protocol -> levels; default :data:`SETTINGS`) and method in ``methods``.
+
+    ``records``: run records (dicts as :func:`fedlib.experiment.load_records` returns them) at
+    ``n_clients`` clients and the paper's protocol. Where the code ran a method differently and its
+    paper_code run is not among the records, paper_code is NaN: the paper_text run does not stand
+    in for it (:func:`fedlib.analysis.tables.table3`'s fallback is only for methods run the same way).
+    """
+    protocols = SETTINGS if protocols is None else protocols
+    records = list(records)
+    nan_cell = (np.nan, np.nan)
+    if records:
+        df = records_frame(records)
+        text = table3(df).set_index(["protocol", "level", "method"])["mean"]
+        code = table3(df, "paper_code").set_index(["protocol", "level", "method"])["mean"]
+        ran_code = set(df[df.reproduction == "paper_code"][["protocol", "level", "method"]]
+                       .itertuples(index=False, name=None))
+    out = {}
+    for protocol, levels in protocols.items():
+        for level in levels:
+            for m in methods:
+                key = (protocol, float(level), m)
+                t, c = (text.get(key, np.nan), code.get(key, np.nan)) if records else nan_cell
+                same = not runs_differently(m, n_clients, fraction)
+                if not same and (not records or key not in ran_code):
+                    c = np.nan
+                p = paper_value("fmnist", m, protocol, level)
+                out[key] = (np.nan if p is None else float(p), float(t), float(c), same)
+    return out
+
+
+def _fmt(v, digits: int) -> str:
+    return "—" if v is None or not np.isfinite(v) else f"{v:.{digits}f}"
+
+
+def closer(paper: float, text: float, code: float) -> str:
+    """Which reading lands nearer the paper's value: "paper_text", "paper_code", "tie", or "—"
+    unless all three are there."""
+    if not all(np.isfinite([paper, text, code])):
+        return "—"
+    d_text, d_code = abs(text - paper), abs(code - paper)
+    return "paper_text" if d_text < d_code else "paper_code" if d_code < d_text else "tie"
+
+
+def report_lines(table: dict) -> list[str]:
+    """One line per cell: ``<setting> <method> paper=<v> paper_text=<v> paper_code=<v> closer=<reading>``."""
+    return [f"{protocol}={level:g} {m} paper={_fmt(p, 4)} paper_text={_fmt(t, 4)} paper_code={_fmt(c, 4)} "
+            f"closer={closer(p, t, c)}" for (protocol, level, m), (p, t, c, _) in table.items()]
+
+
+def markdown(table: dict, protocols: dict | None = None, methods=METHODS) -> str:
+    """The cells as one markdown table: one row per method, one column per setting, each cell
+    ``paper · paper_text · paper_code`` ("=" where the code ran the method as Table II says, so one
+    run is both readings; "—" where there is no value)."""
+    protocols = SETTINGS if protocols is None else protocols
+    settings = [(p, float(lv)) for p, levels in protocols.items() for lv in levels]
+    head = ["method"] + [setting_name(p, lv, " = ") for p, lv in settings]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for m in methods:
+        row = [m]
+        for p, lv in settings:
+            paper, t, c, same = table[(p, lv, m)]
+            code_text = "=" if same and np.isfinite(t) else _fmt(c, 3)
+            row.append(f"{_fmt(paper, 2)} · {_fmt(t, 3)} · {code_text}")
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)

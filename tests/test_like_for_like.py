@@ -1,0 +1,61 @@
+"""fedlib.analysis.like_for_like: the like-for-like Table III cells and their markdown, by hand."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from fedlib.analysis import like_for_like as lfl
+from fedlib.reproduction import runs_differently
+
+NAN = float("nan")
+
+
+def test_closer_names_the_reading_nearer_the_paper():
+    assert lfl.closer(0.50, 0.58, 0.30) == "paper_text"
+    assert lfl.closer(0.50, 0.80, 0.45) == "paper_code"
+    assert lfl.closer(0.50, 0.625, 0.375) == "tie"
+    assert lfl.closer(0.50, 0.58, NAN) == "—"
+    assert lfl.closer(NAN, 0.58, 0.30) == "—"
+
+
+def test_markdown_writes_each_cell_as_paper_text_code_by_hand():
+    protocols = {"similarity": [0.0], "dirichlet": [0.3]}
+    table = {("similarity", 0.0, "fedavg"): (0.14, 0.1004, NAN, True),      # one run, both readings
+             ("dirichlet", 0.3, "fedavg"): (0.82, NAN, NAN, True),           # not run yet
+             ("similarity", 0.0, "cfl"): (0.59, 0.1, 0.48215, False),        # two runs
+             ("dirichlet", 0.3, "cfl"): (0.74, 0.8799, NAN, False)}          # its code run to come
+    assert lfl.markdown(table, protocols, ["fedavg", "cfl"]) == "\n".join([
+        "| method | S = 0 | α = 0.3 |",
+        "|---|---|---|",
+        "| fedavg | 0.14 · 0.100 · = | 0.82 · — · — |",
+        "| cfl | 0.59 · 0.100 · 0.482 | 0.74 · 0.880 · — |"])
+    lines = lfl.report_lines(table)
+    assert lines[2] == "similarity=0 cfl paper=0.5900 paper_text=0.1000 paper_code=0.4822 closer=paper_code"
+    assert lines[1] == "dirichlet=0.3 fedavg paper=0.8200 paper_text=— paper_code=— closer=—"
+
+
+def test_cells_without_records_hold_the_papers_values_only():
+    table = lfl.cells([])
+    assert len(table) == 3 * len(lfl.METHODS)
+    paper, text, code, same = table[("similarity", 0.0, "cfl")]
+    assert (paper, np.isnan(text), np.isnan(code), same) == (0.59, True, True, False)
+    assert table[("dirichlet", 0.3, "fedavg")][0] == 0.82 and table[("dirichlet", 0.3, "fedavg")][3]
+
+
+def test_committed_records_land_in_their_cells():
+    """Every committed record's number is in its cell; a one-run method's paper_code is its paper_text."""
+    paths = sorted(lfl.RECORDS.glob("*.json"))
+    records = [json.loads(p.read_text()) for p in paths]
+    table = lfl.cells(records)
+    for r in records:
+        spec = r["spec"]
+        paper, text, code, same = table[(spec["protocol"], float(spec["level"]), spec["method"])]
+        assert same == (not runs_differently(spec["method"], 100, lfl.FRACTION))
+        if spec.get("reproduction", "paper_text") == "paper_text":
+            assert text == r["global_accuracy"]
+            if same:
+                assert code == text
+        else:
+            assert code == r["reported_accuracy"]
+    assert len(records) >= 50
