@@ -46,7 +46,7 @@ def cells(records, protocols: dict | None = None, methods=METHODS, n_clients: in
     """
     protocols = SETTINGS if protocols is None else protocols
     records = list(records)
-    nan_cell = (np.nan, np.nan)
+    text, code, ran_code = {}, {}, set()
     if records:
         df = records_frame(records)
         text = table3(df).set_index(["protocol", "level", "method"])["mean"]
@@ -58,9 +58,9 @@ def cells(records, protocols: dict | None = None, methods=METHODS, n_clients: in
         for level in levels:
             for m in methods:
                 key = (protocol, float(level), m)
-                t, c = (text.get(key, np.nan), code.get(key, np.nan)) if records else nan_cell
+                t, c = text.get(key, np.nan), code.get(key, np.nan)
                 same = not runs_differently(m, n_clients, fraction)
-                if not same and (not records or key not in ran_code):
+                if not same and key not in ran_code:
                     c = np.nan
                 p = paper_value("fmnist", m, protocol, level)
                 out[key] = (np.nan if p is None else float(p), float(t), float(c), same)
@@ -68,7 +68,7 @@ def cells(records, protocols: dict | None = None, methods=METHODS, n_clients: in
 
 
 def _fmt(v, digits: int) -> str:
-    return "—" if v is None or not np.isfinite(v) else f"{v:.{digits}f}"
+    return "—" if not np.isfinite(v) else f"{v:.{digits}f}"
 
 
 def closer(paper: float, text: float, code: float) -> str:
