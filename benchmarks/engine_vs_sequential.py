@@ -126,11 +126,14 @@ def plain_fedavg(model, x, y, train_parts, schedule, epochs, device, seed, sgd=N
 def engine_fedavg(model, fed, init, schedule, epochs, seed, sgd=None):
     """The same rounds on the engine; returns the final global state (``sgd`` as
     :func:`plain_fedavg`'s: the engine's vectorised SGD with momentum)."""
-    global_ = init
+    global_, spare = init, None
     for t, chosen in enumerate(schedule):
+        fits = spare is not None and all(v.shape[0] == len(chosen) for v in spare.values())
         res = local_train(model, broadcast(global_, len(chosen)), fed, chosen, epochs=epochs,
-                          seed=seed, round_idx=t, batch_size=BATCH, lr=LR, eps=EPS, optimizer=sgd)
+                          seed=seed, round_idx=t, batch_size=BATCH, lr=LR, eps=EPS, optimizer=sgd,
+                          out=spare if fits else None)
         global_ = weighted_average(res.params, res.n_samples)
+        spare = res.params  # averaged: the next round writes its clients into this memory
     return global_, res.path
 
 

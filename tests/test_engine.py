@@ -172,6 +172,11 @@ def test_batch_plans_for_many_clients_are_the_documented_streams():
     assert plans[0].count is plans[1].count and not plans[0].count.flags.writeable
     with pytest.raises(ValueError):
         plans[0].last_epoch[0] = True
+    mixed = [part if i % 2 else n for i, (part, n) in enumerate(zip(parts, sizes))]  # arrays and sizes in one call
+    for i, (plan, alone) in enumerate(zip(batch_plans(mixed, 2, 32, 7, 4, clients),
+                                          batch_plans(parts, 2, 32, 7, 4, clients))):
+        expected = alone.index if i % 2 else batch_plans([sizes[i]], 2, 32, 7, 4, [clients[i]])[0].index
+        assert np.array_equal(plan.index, expected)
     unshuffled = batch_plans(sizes, 1, 32, 7, 4, clients, shuffle=False)
     assert np.array_equal(unshuffled[3].index.reshape(-1)[:70], np.arange(70))
 
@@ -308,6 +313,40 @@ def test_same_seed_gives_bit_identical_results(ragged_fed, path):
     assert not torch.equal(runs[0].params["1.weight"], runs[2].params["1.weight"])
 
 
+@pytest.mark.parametrize("path,arch", [("sequential", "mlp"), ("vectorised", "mlp"), ("vectorised", "cnn")])
+def test_training_into_given_tensors_is_bit_identical(ragged_fed, path, arch):
+    """``out=``: the trained rows are written into the given tensors (an earlier result),
+    with the same values as into new ones; the start state is left as it was."""
+    model = SMALL_MODELS[arch]()
+    start = broadcast(init_params(model, seed=6), 6)
+    before = {k: v.clone() for k, v in start.items()}
+    fresh = local_train(model, start, ragged_fed, range(6), epochs=2, seed=3, path=path, max_clients_per_chunk=4)
+    spare = {k: torch.full_like(v, float("nan")) for k, v in fresh.params.items()}
+    into = local_train(model, start, ragged_fed, range(6), epochs=2, seed=3, path=path, max_clients_per_chunk=4,
+                       out=spare)
+    assert all(into.params[k] is spare[k] for k in spare)
+    assert_states_equal(into.params, fresh.params)
+    assert torch.equal(into.mean_loss, fresh.mean_loss)
+    assert_states_equal(start, before)
+
+
+def test_training_into_given_tensors_refuses_what_cannot_hold_the_result(ragged_fed):
+    model = SMALL_MODELS["logistic"]()
+    start = broadcast(init_params(model, seed=0), 2)
+    good = {k: torch.empty_like(v) for k, v in start.items()}
+    name = next(iter(start))
+    cases = [
+        ({**good, "extra": good[name]}, "out must be a dict with the keys of params"),
+        ({**good, name: good[name][:1]}, rf"out\['{name}'\] must be a contiguous float32 tensor of shape"),
+        ({**good, name: good[name].double()}, "float32"),
+        ({**good, name: good[name].transpose(-1, -2).contiguous().transpose(-1, -2)}, "not contiguous"),
+        ({**good, name: start[name]}, "shares memory with params"),
+    ]
+    for out, message in cases:
+        with pytest.raises(ValueError, match=message):
+            local_train(model, start, ragged_fed, [0, 1], epochs=1, seed=0, out=out)
+
+
 class _StochasticNet(nn.Module):
     """Dense net with BatchNorm and dropout: sequential path only."""
 
@@ -439,3 +478,4 @@ def test_empty_clients_beside_several_trained_ones_in_one_chunk(digits, arch):
         torch.testing.assert_close(res.mean_loss[row:row + 1], alone.mean_loss)
     for row in (1, 3):
         assert_states_equal({n: t[row] for n, t in res.params.items()}, {n: t[row] for n, t in start.items()})
+

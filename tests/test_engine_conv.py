@@ -54,6 +54,24 @@ def test_gradients_equal_autograds_client_by_client(arch, shape):
             torch.testing.assert_close(g[i], named[name].grad, rtol=1e-4, atol=1e-6, msg=f"{arch} {name}")
 
 
+@pytest.mark.parametrize("arch", ["fmnist_cnn", "lenet5"])
+def test_gradients_written_into_given_buffers_are_the_same_bits(arch):
+    """``out=``: the kernel writes every gradient into the buffers it is given (the engine's
+    reused workspace) and returns them, with the values of fresh tensors bit for bit."""
+    torch.manual_seed(2)
+    model = build_model(arch, 10, (1, 28, 28))
+    m, batch = 2, 4
+    states = [init_params(model, seed) for seed in range(m)]
+    x, y = torch.randn(m, batch, 1, 28, 28), torch.randint(0, 10, (m, 1, batch))
+    w = torch.full((m, 1, batch), 1 / batch)
+    stack, _, fresh = _step_grads(model, states, x, y, w)
+    params = [torch.stack([st[n] for st in states]).contiguous() for n in stack.param_names]
+    buffers = [torch.full((m + 1, *g.shape[1:]), float("nan"))[:m] for g in fresh]  # views, as the engine's
+    got = stack.step_grads(stack.layers(params), x, y, w, torch.full((m, 1, batch), -1.0), out=buffers)
+    for g, b, f in zip(got, buffers, fresh):
+        assert g.data_ptr() == b.data_ptr() and torch.equal(g, f)
+
+
 def test_pooling_before_or_after_the_relu_is_the_same_kernel_and_the_same_gradient():
     """Conv → ReLU → MaxPool and Conv → MaxPool → ReLU compute the same function; the
     kernel reads both as one block and matches autograd on each."""

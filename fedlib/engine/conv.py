@@ -101,7 +101,8 @@ class ConvStack:
         return conv, self.head.layers(params[n_conv:])
 
     def step_grads(self, layers: tuple[list, list], x: torch.Tensor, target: torch.Tensor, weight: torch.Tensor,
-                   minus_one: torch.Tensor, loss_out: torch.Tensor | None = None) -> list[torch.Tensor]:
+                   minus_one: torch.Tensor, loss_out: torch.Tensor | None = None,
+                   out: list[torch.Tensor] | None = None) -> list[torch.Tensor]:
         """One optimiser step's gradients for m clients (arguments as
         :meth:`DenseStack.step_grads`, except ``x``: (m, B, C, H, W) images).
 
@@ -128,22 +129,26 @@ class ConvStack:
         c, hh, ww = h.shape[1] // m, h.shape[2], h.shape[3]
         # client-major, each sample flattened in torch's (C, H, W) order, feature-major: (m, C·H·W, B)
         flat = h.reshape(batch, m, c, hh, ww).permute(1, 2, 3, 4, 0).reshape(m, c * hh * ww, batch)
+        n_conv = 2 * len(self.blocks)
         *head_grads, dh = self.head.step_grads(head, flat.transpose(1, 2), target, weight, minus_one, loss_out,
-                                               input_grad=True)
+                                               input_grad=True, out=None if out is None else out[n_conv:])
         dh = _grouped_feature_major(dh, m, (c, hh, ww))
         conv_grads = []
         for li in range(len(self.blocks) - 1, -1, -1):
-            block, (h_in, z_pre, idx, out) = self.blocks[li], saved[li]
+            block, (h_in, z_pre, idx, h_out) = self.blocks[li], saved[li]
             w = conv[li][0]
             if block.relu:
-                dh = dh.mul_(out > 0)
+                dh = dh.mul_(h_out > 0)
             if block.pool:
                 dh = _aten.max_pool2d_with_indices_backward(dh, z_pre, [block.pool] * 2, [block.pool] * 2,
                                                             [0, 0], [1, 1], False, idx)
             dx, dw, db = _aten.convolution_backward(dh, h_in, w, [w.shape[0]], [1, 1], list(block.padding), [1, 1],
                                                     False, [0, 0], m, [li > 0, True, True])
-            conv_grads.append(db.view(m, -1))
-            conv_grads.append(dw.contiguous().view(m, -1, *w.shape[1:]))
+            db, dw = db.view(m, -1), dw.view(m, -1, *w.shape[1:])  # dw: channels-last strides
+            if out is None:
+                conv_grads += [db, dw.contiguous()]
+            else:
+                conv_grads += [out[2 * li + 1].copy_(db), out[2 * li].copy_(dw)]
             dh = dx
         return conv_grads[::-1] + head_grads
 

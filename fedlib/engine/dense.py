@@ -54,7 +54,8 @@ class DenseStack:
 
     def step_grads(self, layers: list[tuple[torch.Tensor, torch.Tensor]], x: torch.Tensor,
                    target: torch.Tensor, weight: torch.Tensor, minus_one: torch.Tensor,
-                   loss_out: torch.Tensor | None = None, input_grad: bool = False) -> list[torch.Tensor]:
+                   loss_out: torch.Tensor | None = None, input_grad: bool = False,
+                   out: list[torch.Tensor] | None = None) -> list[torch.Tensor]:
         """One optimiser step's gradients for m clients: the engine's hot path.
 
         Parameters
@@ -89,8 +90,12 @@ class DenseStack:
         grads = [dz] * (2 * len(layers))
         for layer in range(len(layers) - 1, -1, -1):
             h_in = h[layer]
-            grads[2 * layer] = torch.bmm(dz, h_in.transpose(1, 2))
-            grads[2 * layer + 1] = dz.sum(2)
+            if out is None:
+                grads[2 * layer] = torch.bmm(dz, h_in.transpose(1, 2))
+                grads[2 * layer + 1] = dz.sum(2)
+            else:
+                grads[2 * layer] = torch.bmm(dz, h_in.transpose(1, 2), out=out[2 * layer])
+                grads[2 * layer + 1] = torch.sum(dz, 2, out=out[2 * layer + 1])
             if layer or input_grad:
                 dz = torch.bmm(layers[layer][0].transpose(1, 2), dz)
                 if layer and self.relu[layer - 1]:

@@ -364,16 +364,22 @@ class StackedOptimizer:
     """The vectorised path's optimiser for one chunk of m clients (rows sorted by
     decreasing step count, so the clients active at step s are a prefix).
 
-    ``state`` (the chunk's rows, or None for fresh) is copied; :meth:`select` re-slices
+    ``state`` (the chunk's rows, or None for fresh) is copied — into ``into``'s tensors when
+    given (a state of the chunk's shape whose tensors the engine reuses from chunk to chunk;
+    then :meth:`final_state` is valid until ``into`` is reused); :meth:`select` re-slices
     to the active prefix, :meth:`step` updates the prefix's weights in place, and
     :meth:`final_state` gives the chunk's state after its clients' ``n_steps`` steps.
     """
 
     def __init__(self, optimizer: Adam | SGD, names: list[str], params: State,
-                 state: AdamState | SGDState | None, n_steps: np.ndarray):
+                 state: AdamState | SGDState | None, n_steps: np.ndarray,
+                 into: AdamState | SGDState | None = None):
         self.opt, self.names, self.n_steps = optimizer, names, torch.as_tensor(n_steps)
         device = params[names[0]].device
-        self.state = fresh_state(optimizer, params, names) if state is None else clone_state(state)
+        if into is not None:
+            self.state = copy_state(state, into)
+        else:
+            self.state = fresh_state(optimizer, params, names) if state is None else clone_state(state)
         self.slots: tuple[list[torch.Tensor], ...] = ()  # per-parameter state tensors, (m, ...) each
         if isinstance(optimizer, Adam):
             self.slots = [self.state.exp_avg[n] for n in names], [self.state.exp_avg_sq[n] for n in names]
@@ -418,6 +424,24 @@ class StackedOptimizer:
             return self.state
         return SGDState(self.state.momentum_buffer,
                         self.state.has_buffer | (self.n_steps > 0).to(self.state.has_buffer.device))
+
+
+def copy_state(state: AdamState | SGDState | None, into: AdamState | SGDState) -> AdamState | SGDState:
+    """``state`` written into the tensors of ``into`` (same kind, same rows); None writes
+    :func:`fresh_state`'s zeros. Returns a state on ``into``'s tensors (step counts and
+    buffer flags are new tensors)."""
+    if isinstance(into, AdamState):
+        for name in into.exp_avg:
+            for dst, src in ((into.exp_avg, None if state is None else state.exp_avg),
+                             (into.exp_avg_sq, None if state is None else state.exp_avg_sq)):
+                dst[name].zero_() if src is None else dst[name].copy_(src[name])
+        return AdamState(into.exp_avg, into.exp_avg_sq,
+                         torch.zeros_like(into.step) if state is None else state.step.clone())
+    given = state is not None and bool(state.momentum_buffer)
+    for name, dst in into.momentum_buffer.items():
+        dst.copy_(state.momentum_buffer[name]) if given else dst.zero_()
+    return SGDState(into.momentum_buffer,
+                    torch.zeros_like(into.has_buffer) if state is None else state.has_buffer.clone())
 
 
 def clone_state(state: AdamState | SGDState) -> AdamState | SGDState:

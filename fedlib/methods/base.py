@@ -174,6 +174,11 @@ def take(stacked: State, rows) -> State:
     return {k: v[idx.to(v.device)] for k, v in stacked.items()}
 
 
+def _fits(out: State | None, like: State) -> bool:
+    """Whether ``out`` has ``like``'s names and shapes (a round of another size has not)."""
+    return out is not None and out.keys() == like.keys() and all(out[k].shape == v.shape for k, v in like.items())
+
+
 def take_rows(stacked: State, rows: np.ndarray) -> State:
     """:func:`take` without a copy where none is needed: every row once in order returns
     ``stacked`` itself; one row repeated (every client starting from the same model) a
@@ -233,8 +238,12 @@ class Context:
         return {k: torch.stack([st[k] for st in states]).to(self.fed.device) for k in states[0]}
 
     def train(self, start: State, clients, round_idx: int, *, epochs: int | None = None,
-              prox_center: State | None = None, prox_mu=0.0, embedding_pull: EmbeddingPull | None = None):
+              prox_center: State | None = None, prox_mu=0.0, embedding_pull: EmbeddingPull | None = None,
+              out: State | None = None):
         """Local training of ``clients`` (M,) from the rows of ``start`` (stacked, (M, ...)).
+
+        ``out``: tensors the trained rows are written into (``local_train``'s ``out``: e.g. an
+        earlier round's result that nothing reads any more; ignored when its shapes differ).
 
         ``epochs`` None: the protocol's E. With ``cfg.keep_optimizer_state`` each client
         resumes its own optimiser state and leaves its new state behind (a client listed
@@ -253,7 +262,7 @@ class Context:
                 seed=self.seed, round_idx=round_idx, prox_center=prox_center, prox_mu=prox_mu,
                 path=self.cfg.path, optimizer=optimizer, embedding_pull=embedding_pull, shuffle=self.cfg.shuffle,
                 opt_state=self._opt_state.take(clients) if keep and self._opt_state is not None else None,
-                return_opt_state=keep,
+                return_opt_state=keep, out=out if _fits(out, start) else None,
             )
         except DivergenceError as err:
             raise err.with_context(round_idx=round_idx, lr=self.cfg.lr, optimizer=self.cfg.optimizer) from None
@@ -372,17 +381,19 @@ def federated_averaging(ctx: Context, groups, *, start: State | None = None, log
         raise ValueError("groups must cover every client")
     models = broadcast(start if start is not None else ctx.init_state(), len(groups))
     rngs = [ctx.rng(f"{stream}/group{gi}") for gi in range(len(groups))]
+    spare = None  # the last round's trained rows, dead once averaged: the next round writes into them
     for t in _window(ctx, first_round, rounds):
         picks = [sample_clients(rng, g, ctx.cfg.fraction, ctx.cfg.min_clients) for rng, g in zip(rngs, groups)]
         clients = np.concatenate(picks)
         owner = assignment[clients]
-        res = ctx.train(take_rows(models, owner), clients, t)
+        res = ctx.train(take_rows(models, owner), clients, t, out=spare)
         n = res.n_samples.to(torch.float64)
         new = []
         for gi in range(len(groups)):
             rows = np.flatnonzero(owner == gi)
             new.append(weighted_average(take_rows(res.params, rows), n[rows]))
         models = {k: torch.stack([m[k] for m in new]) for k in new[0]}
+        spare = res.params
         check_finite_models(models, t, "after aggregation", ctx.cfg)
         if log:
             ctx.log_round(t, models, assignment)
