@@ -426,6 +426,27 @@ class StackedOptimizer:
                         self.state.has_buffer | (self.n_steps > 0).to(self.state.has_buffer.device))
 
 
+def put_rows(state: AdamState | SGDState, rows, new: AdamState | SGDState) -> AdamState | SGDState:
+    """``state.put(rows, new)`` written into ``state``'s own tensors (returned), not a copy:
+    the vectorised path collects each chunk's state this way, once per chunk, so that a call
+    of many chunks copies each row once instead of the whole state per chunk. An SGD state
+    without momentum buffers that receives some gets them by :meth:`SGDState.put` (a copy)."""
+    if isinstance(state, SGDState) and new.momentum_buffer and not state.momentum_buffer:
+        return state.put(rows, new)
+    if isinstance(state, AdamState):
+        index = _as_index(rows, state.step.device)
+        for mine, theirs in ((state.exp_avg, new.exp_avg), (state.exp_avg_sq, new.exp_avg_sq)):
+            for n, t in mine.items():
+                t[index] = theirs[n].to(t.device, t.dtype)
+        state.step[index] = new.step.to(state.step.device, state.step.dtype)
+        return state
+    index = _as_index(rows, state.has_buffer.device)
+    state.has_buffer[index] = new.has_buffer.to(state.has_buffer.device)
+    for n, t in (state.momentum_buffer.items() if new.momentum_buffer else ()):
+        t[index] = new.momentum_buffer[n].to(t.device, t.dtype)
+    return state
+
+
 def copy_state(state: AdamState | SGDState | None, into: AdamState | SGDState) -> AdamState | SGDState:
     """``state`` written into the tensors of ``into`` (same kind, same rows); None writes
     :func:`fresh_state`'s zeros. Returns a state on ``into``'s tensors (step counts and

@@ -55,7 +55,7 @@ from .conv import ConvStack, conv_stack
 from .dense import DenseStack, dense_stack
 from .federation import Federation, gather
 from .optim import (SGD, Adam, AdamState, EmbeddingPull, SGDState, StackedOptimizer, check_embedding_pull,
-                    check_opt_state, check_optimizer, clone_state, fresh_state, pull_terms)
+                    check_opt_state, check_optimizer, clone_state, fresh_state, pull_terms, put_rows)
 from .paths import clients_per_chunk, resolve_path
 from .schedule import BatchPlan, batch_plans, client_torch_seed
 from .errors import DivergenceError
@@ -411,7 +411,9 @@ def _train_vectorised(template: nn.Module, names: list[str], state: State, fed: 
         out = {k: torch.empty_like(v, memory_format=torch.contiguous_format) for k, v in state.items()}
     out = {k: out[k] for k in state}  # the chunks write every row
     loss_sum = torch.zeros(len(plans), dtype=torch.float64, device=fed.device)
-    new_opt = (opt_state if opt_state is not None else fresh_state(opt, state, names)) if want_opt else None
+    new_opt = None  # one copy of the incoming state, whose rows each chunk then overwrites
+    if want_opt:
+        new_opt = clone_state(opt_state) if opt_state is not None else fresh_state(opt, state, names)
     stack = _kernel(template) if pull is None else None
     loss_and_grads = _loss_and_grads_fn(template, names, pull is not None) if stack is None else None
     order = np.argsort([-p.n_steps for p in plans], kind="stable")
@@ -438,7 +440,7 @@ def _train_vectorised(template: nn.Module, names: list[str], state: State, fed: 
         for row, what in _nonfinite_rows(list(sub.values()), loss_sum[rows]).items():
             bad[int(chunk_rows[row])] = what
         if want_opt:
-            new_opt = new_opt.put(rows.cpu(), stepper.final_state())
+            new_opt = put_rows(new_opt, rows.cpu(), stepper.final_state())
     return out, loss_sum, new_opt, dict(sorted(bad.items()))
 
 
