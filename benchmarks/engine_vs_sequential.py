@@ -128,10 +128,9 @@ def engine_fedavg(model, fed, init, schedule, epochs, seed, sgd=None):
     :func:`plain_fedavg`'s: the engine's vectorised SGD with momentum)."""
     global_, spare = init, None
     for t, chosen in enumerate(schedule):
-        fits = spare is not None and all(v.shape[0] == len(chosen) for v in spare.values())
         res = local_train(model, broadcast(global_, len(chosen)), fed, chosen, epochs=epochs,
                           seed=seed, round_idx=t, batch_size=BATCH, lr=LR, eps=EPS, optimizer=sgd,
-                          out=spare if fits else None)
+                          out=spare)  # every round of the schedule has ⌊q·K⌋ clients
         global_ = weighted_average(res.params, res.n_samples)
         spare = res.params  # averaged: the next round writes its clients into this memory
     return global_, res.path

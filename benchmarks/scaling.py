@@ -80,7 +80,7 @@ def one(model: str, k: int, epochs: int, repeats: int, n_train: int | None) -> d
     stamps.clear()
     federated_averaging(ctx, everyone, rounds=1 + n_timed)  # a warm-up round, then the timed ones
     times, faults = np.diff(np.array(stamps, dtype=np.float64), axis=0).T
-    return {"model": model, "clients": k, "per_round": min(times), "repeats": len(times),
+    return {"model": model, "clients": k, "per_round": min(times),
             "paged_in": float(faults.mean()) * resource.getpagesize() / 2 ** 20,
             "chunk": min(chunk, m), "path": path,
             "peak_rss": _rss_mb(), "bound_rss": before + min(chunk, m) * weights * 16 / 2 ** 20,
