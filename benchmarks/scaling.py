@@ -11,7 +11,8 @@ counts.
 Prints one line per (model, K)::
 
     scaling <model> clients=<K> per_round=<ms>ms vs_K100=<x> chunk=<clients> paged_in=<MB>MB
-            peak_rss=<MB>MB bound_rss=<MB>MB path=<engine path> examples_per_round=<n> client_steps=<n>
+            peak_rss=<MB>MB bound_rss=<MB>MB average=<stacked|streamed> path=<engine path>
+            examples_per_round=<n> client_steps=<n>
 
 ``vs_K100`` is the round's time over K = 100's (the issue's target: ≤ 1.5 at K = 1,000);
 ``client_steps`` the optimiser steps the round's clients take together (Σ E·⌈n_k / B⌉): every
@@ -25,8 +26,12 @@ noise); ``peak_rss`` the process's peak resident memory after the round (``ru_ma
 torch, the loaded data and federation) plus the stacked training state of one chunk (weights,
 gradients and two Adam moments: 4 × 4 bytes a weight, × clients per chunk).
 
+``--stream-average`` runs FedAvg with ``FLConfig.stream_average`` (each chunk folded into the
+average as it trains: no tensor holds every selected client's model; the lines then say
+``average=streamed``, else ``average=stacked``).
+
 Usage: python benchmarks/scaling.py [--models logistic fmnist_cnn] [--clients 10 100 1000]
-       [--epochs 1] [--repeats 2] [--n-train 20000]
+       [--epochs 1] [--repeats 2] [--n-train 20000] [--stream-average]
 """
 from __future__ import annotations
 
@@ -49,7 +54,7 @@ def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
-def one(model: str, k: int, epochs: int, repeats: int, n_train: int | None) -> dict:
+def one(model: str, k: int, epochs: int, repeats: int, n_train: int | None, stream: bool = False) -> dict:
     """Time FedAvg rounds of ``model`` at K = ``k`` in this process; return the measurements."""
     import numpy as np
 
@@ -59,7 +64,7 @@ def one(model: str, k: int, epochs: int, repeats: int, n_train: int | None) -> d
 
     dataset, default_n = MODELS[model]
     spec = RunSpec(dataset, "similarity", 1.0, k, 0, "fedavg", n_train=n_train or default_n,
-                   fl={"rounds": 1, "local_epochs": epochs, "fraction": 0.5})
+                   fl={"rounds": 1, "local_epochs": epochs, "fraction": 0.5, "stream_average": stream})
     ctx, _ = build_context(spec, "cpu")
     everyone = [np.arange(ctx.n_clients)]
     x, _, _ = ctx.fed.split("train")
@@ -80,7 +85,7 @@ def one(model: str, k: int, epochs: int, repeats: int, n_train: int | None) -> d
     stamps.clear()
     federated_averaging(ctx, everyone, rounds=1 + n_timed)  # a warm-up round, then the timed ones
     times, faults = np.diff(np.array(stamps, dtype=np.float64), axis=0).T
-    return {"model": model, "clients": k, "per_round": min(times),
+    return {"model": model, "clients": k, "per_round": min(times), "average": "streamed" if stream else "stacked",
             "paged_in": float(faults.mean()) * resource.getpagesize() / 2 ** 20,
             "chunk": min(chunk, m), "path": path,
             "peak_rss": _rss_mb(), "bound_rss": before + min(chunk, m) * weights * 16 / 2 ** 20,
@@ -95,16 +100,18 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--n-train", type=int, default=None, help="training pool (default: per model)")
+    ap.add_argument("--stream-average", action="store_true", help="FLConfig.stream_average: no stacked round result")
     ap.add_argument("--one", nargs=2, metavar=("MODEL", "K"), help=argparse.SUPPRESS)  # the subprocess
     a = ap.parse_args()
     if a.one:
-        print(json.dumps(one(a.one[0], int(a.one[1]), a.epochs, a.repeats, a.n_train)))
+        print(json.dumps(one(a.one[0], int(a.one[1]), a.epochs, a.repeats, a.n_train, a.stream_average)))
         return
     for model in a.models:
         rows = []
         for k in a.clients:
             cmd = [sys.executable, os.path.abspath(__file__), "--one", model, str(k), "--epochs", str(a.epochs),
-                   "--repeats", str(a.repeats)] + (["--n-train", str(a.n_train)] if a.n_train else [])
+                   "--repeats", str(a.repeats)] + (["--n-train", str(a.n_train)] if a.n_train else []) + (
+                       ["--stream-average"] if a.stream_average else [])
             out = subprocess.run(cmd, capture_output=True, text=True, check=True)
             rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
         ref = next((r["per_round"] for r in rows if r["clients"] == 100), None)
@@ -112,7 +119,7 @@ def main() -> None:
             vs = f"{r['per_round'] / ref:.2f}" if ref else "—"
             print(f"scaling {model} clients={r['clients']} per_round={r['per_round'] * 1e3:.2f}ms vs_K100={vs} "
                   f"chunk={r['chunk']} paged_in={r['paged_in']:.0f}MB peak_rss={r['peak_rss']:.0f}MB "
-                  f"bound_rss={r['bound_rss']:.0f}MB "
+                  f"bound_rss={r['bound_rss']:.0f}MB average={r['average']} "
                   f"path={r['path']} examples_per_round={r['examples_per_round']} client_steps={r['client_steps']}",
                   flush=True)
 

@@ -142,7 +142,10 @@ class RunSpec:
         check_choice(self.reproduction, "reproduction", REPRODUCTIONS)
         hyper, fl, _ = self.effective()
         hp = make_hyper(self.method, hyper)
-        FLConfig.from_dict(fl)
+        if FLConfig.from_dict(fl).stream_average and not getattr(get_method(self.method), "STREAMS_AVERAGE", False):
+            streaming = [m for m in METHODS if getattr(get_method(m), "STREAMS_AVERAGE", False)]
+            fail("fl stream_average", f"False for method {self.method!r} (its training does not all go through "
+                 f"federated_averaging; methods that stream: {', '.join(streaming)})", True)
         allowed = getattr(get_method(self.method), "PROTOCOLS", None)
         if allowed is not None and self.protocol not in allowed:
             fail("protocol", f"one of {list(allowed)} for method {self.method!r} (it needs the partition's "

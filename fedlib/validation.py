@@ -69,9 +69,11 @@ def check_number(value, name: str, low: float | None = None, high: float | None 
 
 
 def check_choice(value, name: str, choices) -> object:
-    """One of ``choices``."""
+    """One of ``choices``; a bool only where a choice is one (1 == True would pass ``in``)."""
     choices = tuple(choices)
-    if isinstance(value, (list, dict, set)) or value not in choices:
+    boolean = isinstance(value, (bool, np.bool_))
+    if isinstance(value, (list, dict, set)) or not any(
+            value == c and boolean == isinstance(c, (bool, np.bool_)) for c in choices):
         fail(name, f"one of {list(choices)}", value)
     return value
 

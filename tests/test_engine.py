@@ -8,7 +8,8 @@ from sklearn.datasets import load_digits
 from torch import nn
 
 from fedlib.engine import (Federation, broadcast, choose_path, evaluate, flatten_params, local_train,
-                           predict_logits, stack_params, unflatten_params, unstack, weighted_average)
+                           predict_logits, stack_params, unflatten_params, unstack, weighted_average,
+                           RunningAverage)
 from fedlib.engine.dense import dense_stack
 from fedlib.engine.schedule import batch_plan, batch_plans, shuffle_states
 from fedlib.models import KerasBatchNorm1d, build_model, init_params
@@ -345,6 +346,64 @@ def test_training_into_given_tensors_refuses_what_cannot_hold_the_result(ragged_
     for out, message in cases:
         with pytest.raises(ValueError, match=message):
             local_train(model, start, ragged_fed, [0, 1], epochs=1, seed=0, out=out)
+
+
+@pytest.mark.parametrize("path,arch", [("sequential", "mlp"), ("vectorised", "mlp"), ("vectorised", "cnn")])
+def test_sink_gets_every_trained_row_once_with_the_values_of_the_result(ragged_fed, path, arch):
+    """``sink=``: each chunk's rows are handed over as they train (positions in ``clients``),
+    every row exactly once and with the bits the stacked result holds; no result is stacked."""
+    model = SMALL_MODELS[arch]()
+    start = broadcast(init_params(model, seed=6), 6)
+    fresh = local_train(model, start, ragged_fed, range(6), epochs=2, seed=3, path=path, max_clients_per_chunk=4)
+    seen, calls = {}, []
+
+    def sink(rows, trained):
+        calls.append(rows.tolist())
+        for j, row in enumerate(rows.tolist()):
+            assert row not in seen
+            seen[row] = {k: v[j].clone() for k, v in trained.items()}  # the memory is reused: copy now
+
+    res = local_train(model, start, ragged_fed, range(6), epochs=2, seed=3, path=path, max_clients_per_chunk=4,
+                      sink=sink)
+    assert res.params is None and sorted(seen) == list(range(6))
+    assert len(calls) == (6 if path == "sequential" else 2)  # per client, or per chunk of at most 4
+    assert_states_equal(stack_params([seen[i] for i in range(6)]), fresh.params)
+    assert torch.equal(res.mean_loss, fresh.mean_loss)
+
+
+def test_sink_refuses_out_and_what_cannot_be_called(ragged_fed):
+    model = SMALL_MODELS["logistic"]()
+    start = broadcast(init_params(model, seed=0), 2)
+    out = {k: torch.empty_like(v) for k, v in start.items()}
+    for kw in ({"sink": lambda rows, trained: None, "out": out}, {"sink": "fold"}):
+        with pytest.raises(ValueError, match="sink must be a callable"):
+            local_train(model, start, ragged_fed, [0, 1], epochs=1, seed=0, **kw)
+
+
+def test_running_average_is_the_weighted_average_of_its_chunks():
+    """Rows folded in chunks of any size give :func:`weighted_average` of all of them, up to the
+    last float32 bit (float64 sums, one rounding); both ways of adding (row by row for large
+    tensors, one product for small) are covered."""
+    g = torch.Generator().manual_seed(0)
+    stacked = {"big": torch.randn(7, 300, 256, generator=g), "small": torch.randn(7, 3, generator=g)}
+    n = np.array([5, 0, 12, 3, 9, 1, 30], dtype=np.float64)
+    exact = {k: (torch.tensordot(torch.as_tensor(n), v.double(), dims=1) / n.sum()) for k, v in stacked.items()}
+    for bounds in ([0, 7], [0, 1, 2, 3, 4, 5, 6, 7], [0, 3, 4, 7]):
+        avg = RunningAverage({k: v[0] for k, v in stacked.items()})
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            avg.add({k: v[lo:hi] for k, v in stacked.items()}, n[lo:hi])
+        mean = avg.mean()
+        for k in stacked:
+            assert mean[k].dtype == torch.float32 and mean[k].shape == stacked[k].shape[1:]
+            torch.testing.assert_close(mean[k], exact[k].float(), rtol=2 ** -23, atol=0)
+            torch.testing.assert_close(mean[k], weighted_average(stacked, n)[k], rtol=1e-6, atol=1e-7)
+    empty = RunningAverage({"w": torch.zeros(2)})
+    with pytest.raises(ValueError, match="positive sum"):
+        empty.mean()
+    with pytest.raises(ValueError, match="weights must be finite and non-negative"):
+        empty.add({"w": torch.ones(1, 2)}, [-1.0])
+    with pytest.raises(ValueError, match=r"weights of shape \(1,\)"):
+        empty.add({"w": torch.ones(1, 2)}, [1.0, 2.0])
 
 
 class _StochasticNet(nn.Module):

@@ -169,6 +169,7 @@ BAD = [
     (lambda: F.FedAvg(seed=1.5), "seed must be an integer ≥ 0"),
     (lambda: F.ClustPSIPFL(hyper="tau=2"), "hyper must be a dict"),
     (lambda: F.ClustPSIPFL(fl={"keep_optimizer_state": True}), "keep_optimizer_state must be False"),
+    (lambda: F.ClustPSIPFL(fl={"stream_average": True}), "stream_average must be False"),
     (lambda: F.PSIPFL(hyper={"percentiles": []}), "percentiles must be a non-empty list"),
     (lambda: F.ClustPSIPFL(timeout=0), "timeout must be a finite number > 0"),
     (lambda: F.PSIPFL.from_spec(spec()), "spec.method must be 'psi_pfl'"),

@@ -49,6 +49,25 @@ def test_fedavg_min_clients_trains_two_of_a_three_client_cluster():
         assert sum(c < 3 for c in clients) == 2 and sum(c >= 3 for c in clients) == 3
 
 
+@pytest.mark.parametrize("path", ["sequential", "vectorised"])
+def test_streamed_average_is_the_stacked_one_up_to_float32_rounding(path):
+    """``stream_average``: each group's model is the sample-weighted mean of its clients as
+    with the stacked result (same clients, same training: one round), to float32 rounding."""
+    from dataclasses import replace
+
+    groups = [np.array([0, 2, 4, 6, 8]), np.array([1, 3, 5, 7, 9])]
+    models = {}
+    for stream in (False, True):
+        ctx = make_context(rounds=1, fraction=0.6, path=path)
+        ctx.cfg = replace(ctx.cfg, stream_average=stream)
+        models[stream] = federated_averaging(ctx, groups, log=False).models
+    for k, v in models[False].items():
+        assert v.shape[0] == 2
+        torch.testing.assert_close(models[True][k], v, rtol=1e-6, atol=1e-7)
+    with pytest.raises(ValueError, match="stream_average"):
+        FLConfig(stream_average="yes")
+
+
 def test_clust_psi_pfl_nonpositive_silhouettes_argmax_or_the_authors_fallback(monkeypatch):
     from fedlib.clustering import ClusterSelection
     from fedlib.methods import clust_psi_pfl

@@ -18,7 +18,8 @@ Typical round of FedAvg::
 """
 from .evaluate import EvalResult, LossMatrix, evaluate, evaluate_global, loss_matrix, predict_logits
 from .federation import Federation, resolve_device
-from .params import broadcast, flatten_params, stack_params, unflatten_params, unstack, weighted_average
+from .params import (RunningAverage, broadcast, flatten_params, stack_params, unflatten_params, unstack,
+                     weighted_average)
 from .paths import choose_path
 from .predict import GatedMixture, NearestPrototype, OneModel, evaluate_with
 from .prototypes import class_embeddings
@@ -51,6 +52,7 @@ __all__ = [
     "unstack",
     "broadcast",
     "weighted_average",
+    "RunningAverage",
     "flatten_params",
     "unflatten_params",
 ]

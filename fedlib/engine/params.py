@@ -16,6 +16,7 @@ __all__ = [
     "unstack",
     "broadcast",
     "weighted_average",
+    "RunningAverage",
     "flatten_params",
     "unflatten_params",
 ]
@@ -82,6 +83,63 @@ def weighted_average(stacked: Mapping[str, torch.Tensor], weights) -> State:
         raise ValueError(f"weights must be finite, non-negative and sum to > 0, got {w.tolist()}")
     w = w / w.sum()
     return {n: torch.tensordot(w.to(t.device, t.dtype), t, dims=1) for n, t in stacked.items()}
+
+
+_ROW_BY_ROW_FROM = 1 << 16
+"""Elements a row from which :meth:`RunningAverage.add` adds row by row."""
+
+
+class RunningAverage:
+    """A weighted average of rows that arrive a chunk at a time, none of them kept:
+    Σ_i w_i θ_i and Σ_i w_i accumulated in float64 (FedAvg folded into training, one chunk
+    of clients in memory instead of every selected client's model).
+
+    :meth:`mean` is :func:`weighted_average` of all the rows added, up to rounding: the
+    float64 sums round to float32 once, so it differs from :func:`weighted_average`'s float32
+    products in the last bit of some weights, and rows added in other chunks (another chunk
+    size, another order) change only float64 rounding, far below float32's.
+
+    Tensors of at least :data:`_ROW_BY_ROW_FROM` elements a row are added row by row in
+    place (``total += w_i · θ_i`` in float64): a float64 copy of a chunk's rows would be new
+    memory every chunk — measured on 2 FMNIST CNN clients, 2–3 ms a chunk (paged in) against
+    0.3 ms in place. Smaller ones as one float64 product per chunk (a call per row would cost
+    more than the arithmetic for 500 logistic clients).
+
+    Parameters
+    ----------
+    like : dict of str to Tensor
+        One state ``name -> shape``: the names, shapes, device and result dtype.
+    """
+
+    def __init__(self, like: Mapping[str, torch.Tensor]):
+        self.total = {n: torch.zeros(t.shape, dtype=torch.float64, device=t.device) for n, t in like.items()}
+        self.dtypes = {n: t.dtype for n, t in like.items()}
+        self.weight = 0.0
+
+    def add(self, rows: Mapping[str, torch.Tensor], weights) -> None:
+        """Fold in m rows: ``rows`` ``name -> (m, *shape)``, ``weights`` (m,) non-negative."""
+        w = torch.as_tensor(np.asarray(weights, dtype=np.float64) if not torch.is_tensor(weights)
+                            else weights.detach().to("cpu", torch.float64))
+        m = _n_rows(rows)
+        if w.shape != (m,) or set(rows) != set(self.total):
+            raise ValueError(f"add needs rows with the names {sorted(self.total)} and weights of shape ({m},), "
+                             f"got names {sorted(rows)} and weights of shape {tuple(w.shape)}")
+        if not torch.isfinite(w).all() or (w < 0).any():
+            raise ValueError(f"weights must be finite and non-negative, got {w.tolist()}")
+        for n, total in self.total.items():
+            r = rows[n]
+            if r[0].numel() >= _ROW_BY_ROW_FROM:  # in place, one row at a time: no float64 copy of the chunk
+                for i, wi in enumerate(w.tolist()):
+                    total.add_(r[i], alpha=wi)
+            else:
+                total.add_(torch.tensordot(w.to(total.device), r.to(torch.float64), dims=1))
+        self.weight += float(w.sum())
+
+    def mean(self) -> State:
+        """Σ_i w_i θ_i / Σ_i w_i, ``name -> shape`` in the dtype of ``like``."""
+        if not self.weight > 0:
+            raise ValueError(f"the weights added sum to {self.weight}; a weighted average needs a positive sum")
+        return {n: (t / self.weight).to(self.dtypes[n]) for n, t in self.total.items()}
 
 
 def flatten_params(stacked: Mapping[str, torch.Tensor], names: Sequence[str] | None = None) -> torch.Tensor:

@@ -43,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import copy
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import torch
@@ -73,8 +74,9 @@ class TrainResult:
 
     Attributes
     ----------
-    params : dict of str to Tensor
-        ``name -> (M, *shape)``: every float parameter and buffer after training.
+    params : dict of str to Tensor, or None
+        ``name -> (M, *shape)``: every float parameter and buffer after training; None
+        when ``local_train`` handed each chunk to a ``sink`` instead.
     n_samples : Tensor, shape (M,), int64
         Train samples per client (FedAvg's weights).
     mean_loss : Tensor, shape (M,), float64
@@ -88,7 +90,7 @@ class TrainResult:
         ``return_opt_state=True``.
     """
 
-    params: State
+    params: State | None
     n_samples: torch.Tensor
     mean_loss: torch.Tensor
     path: str
@@ -112,7 +114,8 @@ def local_train(model: nn.Module, params: State, fed: Federation, clients, *, ep
                 prox_mu=0.0, path: str = "auto", max_clients_per_chunk: int | None = None,
                 optimizer: Adam | SGD | None = None, opt_state: AdamState | SGDState | None = None,
                 return_opt_state: bool = False, embedding_pull: EmbeddingPull | None = None,
-                shuffle: bool = True, out: State | None = None) -> TrainResult:
+                shuffle: bool = True, out: State | None = None,
+                sink: Callable[[np.ndarray, State], None] | None = None) -> TrainResult:
     """Train M clients locally, each from its own row of ``params``.
 
     Parameters
@@ -181,6 +184,13 @@ def local_train(model: nn.Module, params: State, fed: Federation, clients, *, ep
         500 FMNIST CNN clients, paged in anew every round without ``out`` (FedAvg passes
         its previous round's result: ``benchmarks/scaling.py`` prints the page faults per
         round). The values are the same with or without.
+    sink : callable, optional
+        ``sink(rows, trained)``, called once per chunk (sequential path: per client) as soon
+        as it has trained: ``rows`` (m,) int64 positions in ``clients``, ``trained`` ``name ->
+        (m, *shape)`` their weights — memory the next chunk overwrites, so read it before
+        returning. Every row is handed over exactly once, with the values ``params`` would
+        hold; ``TrainResult.params`` is then None and no tensor holds every client's model
+        (what a streamed FedAvg needs: ``FLConfig.stream_average``). Not with ``out``.
 
     Returns
     -------
@@ -212,6 +222,9 @@ def local_train(model: nn.Module, params: State, fed: Federation, clients, *, ep
     template = _template(model, fed.device, chosen, embedding_pull is not None)
     state = check_state(params, template, len(clients), fed.device)
     out = _check_out(out, state, params)
+    if sink is not None and (out is not None or not callable(sink)):
+        raise ValueError(f"sink must be a callable (rows, trained) and out None, got sink={sink!r} with out "
+                         f"{'given' if out is not None else 'None'}; pass one of them")
     names = [n for n, _ in template.named_parameters()]
     prox = _check_prox(prox_center, prox_mu, names, state, len(clients), fed.device)
     start_opt = check_opt_state(opt_state, opt, names, state, len(clients), fed.device)
@@ -222,13 +235,13 @@ def local_train(model: nn.Module, params: State, fed: Federation, clients, *, ep
         plans = batch_plans([fed.train_parts[c] for c in clients], epochs, batch_size, seed, round_idx, clients,
                             bool(shuffle))
         new_state, loss_sum, new_opt, bad = _train_sequential(template, state, fed, clients, plans, opt, prox,
-                                                              seed, round_idx, start_opt, want_opt, pull, out)
+                                                              seed, round_idx, start_opt, want_opt, pull, out, sink)
     else:  # the same batches, as positions within each client's own split
         plans = batch_plans([len(fed.train_parts[c]) for c in clients], epochs, batch_size, seed, round_idx,
                             clients, bool(shuffle))
         chunk = clients_per_chunk(template, fed.x[:1], batch_size, True, max_clients_per_chunk)
         new_state, loss_sum, new_opt, bad = _train_vectorised(template, names, state, fed, clients, plans,
-                                                              opt, prox, chunk, start_opt, want_opt, pull, out)
+                                                              opt, prox, chunk, start_opt, want_opt, pull, out, sink)
     if bad:
         raise _divergence(clients, bad, round_idx, opt)
     n = torch.as_tensor(fed.n_train[clients], device=fed.device)
@@ -254,10 +267,11 @@ def _template(model: nn.Module, device: torch.device, path: str, needs_autograd:
 def _train_sequential(template: nn.Module, state: State, fed: Federation, clients: np.ndarray,
                       plans: list[BatchPlan], opt: Adam | SGD, prox: _Prox | None, seed: int,
                       round_idx: int, opt_state: AdamState | SGDState | None, want_opt: bool,
-                      pull: EmbeddingPull | None, out: State | None = None
-                      ) -> tuple[State, torch.Tensor, AdamState | SGDState | None, dict[int, str]]:
+                      pull: EmbeddingPull | None, out: State | None = None,
+                      sink: Callable[[np.ndarray, State], None] | None = None
+                      ) -> tuple[State | None, torch.Tensor, AdamState | SGDState | None, dict[int, str]]:
     """Client after client: load row i into ``template``, train it, write it back (into
-    ``out`` when given, else into a copy of ``state``).
+    ``out`` when given, else into a copy of ``state``) or hand it to ``sink``.
 
     With ``opt_state`` each client's row is loaded into its ``torch.optim`` optimiser's
     state dict before training; with ``want_opt`` the optimiser's state is read back.
@@ -265,7 +279,9 @@ def _train_sequential(template: nn.Module, state: State, fed: Federation, client
     did (:func:`_nonfinite_rows`); empty when training stayed finite.
     """
     bad: dict[int, str] = {}
-    out = {k: v.clone() for k, v in state.items()} if out is None else {k: out[k].copy_(v) for k, v in state.items()}
+    if sink is None:
+        out = {k: v.clone() for k, v in state.items()} if out is None else {k: out[k].copy_(v) for k, v in state.items()}
+    source = state if sink is not None else out
     loss_sum = torch.zeros(len(clients), dtype=torch.float64, device=fed.device)
     live = float_state(template)
     named_weights = list(template.named_parameters())
@@ -277,7 +293,7 @@ def _train_sequential(template: nn.Module, state: State, fed: Federation, client
     for i, (client, plan) in enumerate(zip(clients, plans)):
         with torch.no_grad():
             for name, tensor in live.items():
-                tensor.copy_(out[name][i])
+                tensor.copy_(source[name][i])
         optimizer = _torch_optimizer(opt, weights)
         if opt_state is not None:
             optimizer.load_state_dict(_client_state_dict(optimizer, opt_state, names, i))
@@ -298,13 +314,17 @@ def _train_sequential(template: nn.Module, state: State, fed: Federation, client
                 if plan.last_epoch[s]:
                     loss_sum[i] += loss.detach().double() * count
         with torch.no_grad():
-            for name, tensor in live.items():
-                out[name][i].copy_(tensor)
-            for row, what in _nonfinite_rows([out[name][i:i + 1] for name in live], loss_sum[i:i + 1]).items():
+            trained = {name: tensor.unsqueeze(0) for name, tensor in live.items()}
+            for row, what in _nonfinite_rows(list(trained.values()), loss_sum[i:i + 1]).items():
                 bad[i + row] = what
+            if sink is None:
+                for name, tensor in trained.items():
+                    out[name][i].copy_(tensor[0])
+            else:
+                sink(np.array([i], dtype=np.int64), trained)
         if want_opt:
             new_opt = _read_client_state(optimizer, weights, names, new_opt, i)
-    return out, loss_sum, new_opt, bad
+    return (out if sink is None else None), loss_sum, new_opt, bad
 
 
 def _sequential_loss(template: nn.Module, pull: EmbeddingPull | None, i: int):
@@ -395,8 +415,9 @@ def _seeded_rng(seed: int, device: torch.device):
 def _train_vectorised(template: nn.Module, names: list[str], state: State, fed: Federation,
                       clients: np.ndarray, plans: list[BatchPlan], opt: Adam | SGD, prox: _Prox | None,
                       chunk: int, opt_state: AdamState | SGDState | None, want_opt: bool,
-                      pull: EmbeddingPull | None, out: State | None = None
-                      ) -> tuple[State, torch.Tensor, AdamState | SGDState | None, dict[int, str]]:
+                      pull: EmbeddingPull | None, out: State | None = None,
+                      sink: Callable[[np.ndarray, State], None] | None = None
+                      ) -> tuple[State | None, torch.Tensor, AdamState | SGDState | None, dict[int, str]]:
     """All clients of a chunk per step; clients sorted by step count (see module docstring).
 
     ``plans`` index positions within each client's own train split (``batch_plan`` of
@@ -407,9 +428,10 @@ def _train_vectorised(template: nn.Module, names: list[str], state: State, fed: 
     per chunk, :func:`_nonfinite_rows`); empty when training stayed finite.
     """
     bad: dict[int, str] = {}
-    if out is None:
-        out = {k: torch.empty_like(v, memory_format=torch.contiguous_format) for k, v in state.items()}
-    out = {k: out[k] for k in state}  # the chunks write every row
+    if sink is None:
+        if out is None:
+            out = {k: torch.empty_like(v, memory_format=torch.contiguous_format) for k, v in state.items()}
+        out = {k: out[k] for k in state}  # the chunks write every row
     loss_sum = torch.zeros(len(plans), dtype=torch.float64, device=fed.device)
     new_opt = None  # one copy of the incoming state, whose rows each chunk then overwrites
     if want_opt:
@@ -434,11 +456,14 @@ def _train_vectorised(template: nn.Module, names: list[str], state: State, fed: 
             step_loss = _train_chunk(loss_and_grads, names, sub, batches, stepper, _rows(prox, rows),
                                      _pull_rows(pull, rows))
         loss_sum[rows] = (step_loss.T.double() * batches.stat).sum(1)
-        for name, tensor in sub.items():
-            out[name][rows] = tensor
         chunk_rows = order[start:start + chunk]
         for row, what in _nonfinite_rows(list(sub.values()), loss_sum[rows]).items():
             bad[int(chunk_rows[row])] = what
+        if sink is None:
+            for name, tensor in sub.items():
+                out[name][rows] = tensor
+        else:
+            sink(chunk_rows.astype(np.int64), sub)
         if want_opt:
             new_opt = put_rows(new_opt, rows.cpu(), stepper.final_state())
     return out, loss_sum, new_opt, dict(sorted(bad.items()))

@@ -36,7 +36,8 @@ Differences from fedlib's own methods
   rounds, instead of interleaved in one loop: they are independent, so results are unchanged.
 * No per-round history (fedlib logs the global accuracy every ``eval_every`` rounds); only
   the final models are evaluated, by the clients.
-* ``keep_optimizer_state=True`` is refused (a simulated client keeps no state across rounds);
+* ``keep_optimizer_state=True`` is refused (a simulated client keeps no state across rounds),
+  and so is ``stream_average=True`` (the server averages the models its clients send);
   a failed client aborts the run (fedlib raises too) instead of being dropped as Flower does.
 * The federation lives on the CPU (``build_federation(spec, 'cpu')``).
 * A client's dropout/shuffle seeds are fedlib's; Flower's own node sampling

@@ -56,6 +56,9 @@ class _Strategy:
         if self.cfg.keep_optimizer_state:
             fail("fl keep_optimizer_state", "False for fedlib.flower (a simulated client keeps no state between "
                  "rounds)", True)
+        if self.cfg.stream_average:
+            fail("fl stream_average", "False for fedlib.flower (the server averages the models its clients send; "
+                 "there is no engine chunk to fold in)", True)
         self.seed = check_seed(seed)
         self.dp_epsilon = check_number(dp_epsilon, "dp_epsilon", 0, low_open=True, optional=True)
         self.dp_seed = check_seed(dp_seed, "dp_seed")

@@ -44,6 +44,7 @@ from ..validation import check_choice, check_int, check_number, check_seed
 from .base import Context, Outcome, federated_averaging
 
 NAME = "clust_psi_pfl"
+STREAMS_AVERAGE = True  # all its training goes through federated_averaging (FLConfig.stream_average)
 
 
 @dataclass(frozen=True)

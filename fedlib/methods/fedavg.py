@@ -9,6 +9,7 @@ import numpy as np
 from .base import Context, Outcome, federated_averaging
 
 NAME = "fedavg"
+STREAMS_AVERAGE = True  # all its training goes through federated_averaging (FLConfig.stream_average)
 
 
 @dataclass(frozen=True)

@@ -29,10 +29,11 @@ from ..validation import check_int, fail
 from .base import CLUSTER_STREAM, Context, FLConfig, Outcome, federated_averaging
 
 NAME = "oracle"
+STREAMS_AVERAGE = True  # all its training goes through federated_averaging (FLConfig.stream_average)
 GRID = {}
 PROTOCOLS = ("pathological_clusters",)  # the only partition whose clusters are clear-cut
 
-__all__ = ["NAME", "GRID", "PROTOCOLS", "Hyper", "check_protocol", "run"]
+__all__ = ["NAME", "STREAMS_AVERAGE", "GRID", "PROTOCOLS", "Hyper", "check_protocol", "run"]
 
 
 @dataclass(frozen=True)
