@@ -163,3 +163,43 @@ def test_the_kernel_runs_on_a_device_without_cpu_operands():
                              torch.empty(m, 1, 1, device=meta))
     assert [g.shape for g in grads] == [p.shape for p in params]
     assert all(g.device == meta for g in grads)
+
+
+@pytest.mark.parametrize("arch,shape", [("fmnist_cnn", (1, 28, 28)), ("lenet5", (1, 28, 28)), ("mlp", (64,)),
+                                        ("logistic", (64,))])
+def test_steps_of_few_samples_skip_the_padding_with_the_full_batchs_bits(arch, shape, monkeypatch):
+    """A step whose active clients all have ≤ 16 real samples computes 16 batch columns, not
+    B = 32. The padding has weight 0 and the kernels block the batch by 16, so on one thread
+    the trained weights are those of the full batch bit for bit (``train._WIDTH_STEP``)."""
+    from fedlib.engine import train as T
+
+    sizes = [5, 16, 12, 40, 9]  # 40 = 32 + 8: its second step is one of few samples too
+    x = torch.randn(sum(sizes) + 10, *shape, generator=torch.Generator().manual_seed(0))
+    y = torch.arange(len(x)) % 10
+    bounds = np.cumsum([0] + sizes)
+    fed = Federation.from_arrays(x, y, [np.arange(a, b) for a, b in zip(bounds[:-1], bounds[1:])],
+                                 [np.arange(len(x) - 10, len(x))] * len(sizes), "cpu", n_classes=10)
+    model = build_model(arch, 10, shape)
+    start = broadcast(init_params(model, seed=2), len(sizes))
+    widths, stack = [], T._Batches.stack
+
+    def spy(*args):
+        batches = stack(*args)
+        widths.extend(batches.width)
+        return batches
+
+    monkeypatch.setattr(T._Batches, "stack", staticmethod(spy))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        trimmed = local_train(model, start, fed, range(len(sizes)), epochs=2, seed=4, path="vectorised",
+                              max_clients_per_chunk=3)
+        assert 16 in widths and 32 in widths
+        monkeypatch.setattr(T, "_WIDTH_STEP", 1 << 30)
+        full = local_train(model, start, fed, range(len(sizes)), epochs=2, seed=4, path="vectorised",
+                           max_clients_per_chunk=3)
+    finally:
+        torch.set_num_threads(threads)
+    for k in full.params:
+        assert torch.equal(trimmed.params[k], full.params[k]), k
+    assert torch.equal(trimmed.mean_loss, full.mean_loss)
