@@ -68,6 +68,28 @@ def test_streamed_average_is_the_stacked_one_up_to_float32_rounding(path):
         FLConfig(stream_average="yes")
 
 
+def test_global_model_rounds_trains_from_a_view_into_the_last_rounds_memory():
+    """Clients start from a read-only view of the global model (no copy per client), and each
+    round's trained rows are written into the previous round's (dead) result."""
+    from fedlib.methods.base import global_model_rounds
+
+    ctx = make_context(rounds=3, fraction=0.5)
+    seen, train = [], ctx.train
+
+    def spy(start, clients, t, **kw):
+        res = train(start, clients, t, **kw)
+        seen.append((start, kw.get("out"), res.params))
+        return res
+
+    ctx.train = spy
+    global_model_rounds(ctx)
+    assert len(seen) == 3 and seen[0][1] is None
+    for start, _, _ in seen:
+        assert all(v.stride(0) == 0 for v in start.values())
+    for (_, out, params), (_, _, last) in zip(seen[1:], seen):
+        assert out is last and all(params[k] is last[k] for k in last)
+
+
 def test_clust_psi_pfl_nonpositive_silhouettes_argmax_or_the_authors_fallback(monkeypatch):
     from fedlib.clustering import ClusterSelection
     from fedlib.methods import clust_psi_pfl

@@ -483,7 +483,10 @@ def global_model_rounds(ctx: Context, *, choose=None, server_step=None, state=No
     clients as FedAvg); they train from the global model, pulled towards it by
     (μ/2)‖w − w_global‖² when ``prox_mu`` > 0 (FedProx); ``server_step(current, aggregate,
     state) -> (new, state)`` turns their sample-weighted average into the next global model
-    (default: the average itself); ``observe(clients, result)`` sees each round's training.
+    (default: the average itself); ``observe(clients, result)`` sees each round's training
+    (it must copy what it keeps of ``result.params``: the next round writes its clients into
+    that memory, as :func:`federated_averaging` does, instead of paging in new memory).
+    Every client starts from a read-only view of the global model, not a copy per client.
     ``start`` (default: the seeded initial model) and the round window ``first_round``,
     ``rounds`` (default: 0 and the protocol's T) let a phase continue another. ``weights``:
     ``'samples'`` (FedAvg's n_k-weighted average, default) or ``'uniform'`` (a plain mean of
@@ -502,11 +505,13 @@ def global_model_rounds(ctx: Context, *, choose=None, server_step=None, state=No
     assignment = np.zeros(ctx.n_clients, dtype=np.int64)
     model = ctx.init_state() if start is None else start
     selected = []
+    spare = None  # the last round's trained rows, dead once aggregated: the next round writes into them
     for t in _window(ctx, first_round, rounds):
         clients = np.asarray(choose(t, model), dtype=np.int64)
-        start = broadcast(model, len(clients))
-        res = ctx.train(start, clients, t, prox_center=start if prox_mu else None, prox_mu=prox_mu)
+        start = take_rows(broadcast(model, 1), np.zeros(len(clients), dtype=np.int64))  # a view, no copy per client
+        res = ctx.train(start, clients, t, prox_center=start if prox_mu else None, prox_mu=prox_mu, out=spare)
         aggregate = weighted_average(res.params, aggregation_weights(res.n_samples, weights))
+        spare = res.params
         model, state = server_step(model, aggregate, state) if server_step else (aggregate, state)
         check_finite_models(broadcast(model, 1), t, "after the server update" if server_step else "after aggregation",
                             ctx.cfg)
