@@ -250,7 +250,7 @@ CASES = [
     (validate_spec, dict(n_train=200.5), "n_train"),
     (validate_spec, dict(global_test=True, n_global_test=0), "n_global_test"),
     (validate_spec, dict(n_global_test=100), "n_global_test", "100"),
-    (validate_spec, dict(method="fedprox", fl={"stream_average": True}), "stream_average", "fedprox"),
+    (validate_spec, dict(method="fedamp", fl={"stream_average": True}), "stream_average", "fedamp"),
     (validate_spec, dict(fl={"stream_average": 1}), "stream_average", "got 1"),
     (validate_spec, dict(dataset=["adult"]), "dataset"),
     (validate_spec, dict(arch=["mlp"]), "arch"),

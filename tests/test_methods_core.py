@@ -68,6 +68,22 @@ def test_streamed_average_is_the_stacked_one_up_to_float32_rounding(path):
         FLConfig(stream_average="yes")
 
 
+@pytest.mark.parametrize("name,hyper", [("fedprox", {}), ("fedadam", {}), ("haccs", {"aggregation": "uniform"})])
+def test_streamed_global_model_rounds_aggregate_as_the_stacked_ones(name, hyper):
+    """``stream_average`` in :func:`global_model_rounds`: the proximal pull, a server optimiser
+    and the uniform (FedLab) weights see the aggregate of the stacked path, to float32 rounding;
+    the observer still gets the clients' losses."""
+    from dataclasses import replace
+
+    models = {}
+    for stream in (False, True):
+        ctx = method_context(name, rounds=1, local_epochs=1, seed=0)
+        ctx.cfg = replace(ctx.cfg, stream_average=stream)
+        models[stream] = get_method(name).run(ctx, make_hyper(name, hyper)).models
+    for k, v in models[False].items():
+        torch.testing.assert_close(models[True][k], v, rtol=1e-5, atol=1e-6)
+
+
 def test_global_model_rounds_trains_from_a_view_into_the_last_rounds_memory():
     """Clients start from a read-only view of the global model (no copy per client), and each
     round's trained rows are written into the previous round's (dead) result."""

@@ -30,7 +30,8 @@ Optional module hooks, checked by :meth:`fedlib.experiment.RunSpec.validate` bef
 ``needs_validation(hp)`` (the method reads the validation split), ``PROTOCOLS`` (the partitions
 it is defined on), ``check_protocol(hp, cfg)`` (a constraint between its hyperparameters and
 the training protocol) and ``STREAMS_AVERAGE = True`` (all its training goes through
-:func:`federated_averaging`, so ``FLConfig.stream_average`` applies; other methods refuse it).
+:func:`federated_averaging` or :func:`global_model_rounds`, so ``FLConfig.stream_average``
+applies; other methods refuse it).
 
 Shared loops: :func:`federated_averaging` (FedAvg inside each of several groups) and
 :func:`global_model_rounds` (one global model, pluggable selection and server step); both
@@ -89,8 +90,9 @@ class FLConfig:
     finite — Adam moves each weight by at most about lr per step, so lr = 1e6 leaves huge
     finite weights at chance accuracy; the run then fails like a non-finite one.
 
-    ``stream_average`` True: FedAvg-style averaging (:func:`federated_averaging`, so FedAvg,
-    Clust-PSI-PFL and what builds on them) folds each chunk of trained clients into its
+    ``stream_average`` True: FedAvg-style averaging (:func:`federated_averaging` and
+    :func:`global_model_rounds`, so FedAvg, Clust-PSI-PFL, the Oracle, FedProx, the FedOpt
+    family, PoC, HACCS, FedCLS and PSI-PFL) folds each chunk of trained clients into its
     group's average as soon as it has trained (:class:`~fedlib.engine.RunningAverage`,
     float64 sums), so no tensor holds every selected client's model: memory is the data,
     the models and one chunk (1.2 GB less for 500 FMNIST CNN clients). The averages equal
@@ -485,7 +487,9 @@ def global_model_rounds(ctx: Context, *, choose=None, server_step=None, state=No
     state) -> (new, state)`` turns their sample-weighted average into the next global model
     (default: the average itself); ``observe(clients, result)`` sees each round's training
     (it must copy what it keeps of ``result.params``: the next round writes its clients into
-    that memory, as :func:`federated_averaging` does, instead of paging in new memory).
+    that memory, as :func:`federated_averaging` does, instead of paging in new memory; with
+    ``FLConfig.stream_average`` ``result.params`` is None and the aggregate is folded chunk by
+    chunk, as in :func:`federated_averaging`).
     Every client starts from a read-only view of the global model, not a copy per client.
     ``start`` (default: the seeded initial model) and the round window ``first_round``,
     ``rounds`` (default: 0 and the protocol's T) let a phase continue another. ``weights``:
@@ -509,9 +513,17 @@ def global_model_rounds(ctx: Context, *, choose=None, server_step=None, state=No
     for t in _window(ctx, first_round, rounds):
         clients = np.asarray(choose(t, model), dtype=np.int64)
         start = take_rows(broadcast(model, 1), np.zeros(len(clients), dtype=np.int64))  # a view, no copy per client
-        res = ctx.train(start, clients, t, prox_center=start if prox_mu else None, prox_mu=prox_mu, out=spare)
-        aggregate = weighted_average(res.params, aggregation_weights(res.n_samples, weights))
-        spare = res.params
+        prox_center = start if prox_mu else None
+        if ctx.cfg.stream_average:
+            average = RunningAverage(model)
+            w = aggregation_weights(ctx.fed.n_train[clients].astype(np.float64), weights)
+            res = ctx.train(start, clients, t, prox_center=prox_center, prox_mu=prox_mu,
+                            sink=functools.partial(_fold, average, to_host(w, np.float64)))
+            aggregate = average.mean()
+        else:
+            res = ctx.train(start, clients, t, prox_center=prox_center, prox_mu=prox_mu, out=spare)
+            aggregate = weighted_average(res.params, aggregation_weights(res.n_samples, weights))
+            spare = res.params
         model, state = server_step(model, aggregate, state) if server_step else (aggregate, state)
         check_finite_models(broadcast(model, 1), t, "after the server update" if server_step else "after aggregation",
                             ctx.cfg)

@@ -268,6 +268,7 @@ class ServerOptimiser:
     GRID: dict = field(hash=False)
     init: Callable
     step: Callable
+    STREAMS_AVERAGE = True  # not a field: all its training goes through global_model_rounds
 
     def run(self, ctx: Context, hp) -> Outcome:
         names = [n for n, _ in ctx.model.named_parameters()]

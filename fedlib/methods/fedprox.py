@@ -23,6 +23,7 @@ from ..validation import check_number
 from .base import Context, Outcome, global_model_rounds
 
 NAME = "fedprox"
+STREAMS_AVERAGE = True  # all its training goes through global_model_rounds (FLConfig.stream_average)
 GRID = {"mu": [0.001, 0.01, 0.1]}  # Table II
 
 

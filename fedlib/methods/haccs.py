@@ -66,6 +66,7 @@ from .base import (AGGREGATIONS, Context, Outcome, cluster_means, fedlab_losses,
                    round_robin, round_size)
 
 NAME = "haccs"
+STREAMS_AVERAGE = True  # all its training goes through global_model_rounds (FLConfig.stream_average)
 GRID = {"rho": (0.1, 0.5, 0.95)}  # Clust-PSI-PFL Table II
 VARIANTS = ("psi", "original", "psi_code")
 LATENCY_RANGE = (1.0, 10.0)  # per-round client latencies ~ U(LATENCY_RANGE)

@@ -46,6 +46,7 @@ from .base import (AGGREGATIONS, Context, Outcome, State, fedlab_losses, global_
                    round_size)
 
 NAME = "poc"
+STREAMS_AVERAGE = True  # all its training goes through global_model_rounds (FLConfig.stream_average)
 GRID = {"d": (6, 8, 10, 16)}  # Clust-PSI-PFL Table II
 
 

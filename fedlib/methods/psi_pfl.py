@@ -48,6 +48,7 @@ from ..validation import check_choice, check_number, check_seed, fail
 from .base import Context, Outcome, global_model_rounds, sample_clients
 
 NAME = "psi_pfl"
+STREAMS_AVERAGE = True  # all its training goes through global_model_rounds (FLConfig.stream_average)
 PERCENTILES = (10, 25, 50, 75, 90)  # Section 3, step 2
 GRID: dict = {}  # the threshold search is part of the method (every candidate is trained)
 
