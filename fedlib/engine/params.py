@@ -75,8 +75,7 @@ def weighted_average(stacked: Mapping[str, torch.Tensor], weights) -> State:
         ``name -> shape``, the averaged single state (same dtype and device as the input).
     """
     m = _n_rows(stacked)
-    w = torch.as_tensor(np.asarray(weights, dtype=np.float64) if not torch.is_tensor(weights)
-                        else weights.detach().to("cpu", torch.float64))
+    w = _host_float64(weights)
     if w.shape != (m,):
         raise ValueError(f"weights must have shape ({m},) to match the stacked rows, got {tuple(w.shape)}")
     if not torch.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
@@ -118,8 +117,7 @@ class RunningAverage:
 
     def add(self, rows: Mapping[str, torch.Tensor], weights) -> None:
         """Fold in m rows: ``rows`` ``name -> (m, *shape)``, ``weights`` (m,) non-negative."""
-        w = torch.as_tensor(np.asarray(weights, dtype=np.float64) if not torch.is_tensor(weights)
-                            else weights.detach().to("cpu", torch.float64))
+        w = _host_float64(weights)
         m = _n_rows(rows)
         if w.shape != (m,) or set(rows) != set(self.total):
             raise ValueError(f"add needs rows with the names {sorted(self.total)} and weights of shape ({m},), "
@@ -182,6 +180,13 @@ def unflatten_params(flat: torch.Tensor, like: Mapping[str, torch.Tensor],
         raise ValueError(f"flat must have shape (M, {sum(sizes)}), got {tuple(flat.shape)}")
     parts = torch.split(flat, sizes, dim=1)
     return {n: p.reshape(flat.shape[0], *s).contiguous() for n, p, s in zip(names, parts, shapes)}
+
+
+def _host_float64(weights) -> torch.Tensor:
+    """Weights (array-like or Tensor on any device) as a float64 CPU tensor."""
+    if torch.is_tensor(weights):
+        return weights.detach().to("cpu", torch.float64)
+    return torch.as_tensor(np.asarray(weights, dtype=np.float64))
 
 
 def _n_rows(stacked: Mapping[str, torch.Tensor]) -> int:
