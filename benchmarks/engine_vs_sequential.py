@@ -14,7 +14,10 @@ differently, so they agree within noise, not exactly) and then exactly one line:
 
 with ratio = sequential / engine, each time the best of ``--repeat`` interleaved runs, and
 of_bound = (the arithmetic's time at this machine's matmul peak) / engine: the share of
-the bound no implementation can beat that the engine reaches.
+the bound no implementation can beat that the engine reaches. ``--without-workers`` also times
+the engine as it was before worker threads (``fedlib.engine.without_workers()``: one chunk at a
+time in the calling thread, subnormals kept), in the same interleaving, and appends
+``without_workers=<s>s workers_gain=<x>``: the A/B of ``fedlib.engine.workers`` (conv stacks).
 
 Configurations (FedAvg, q = 0.5, Adam lr 1e-3, batch 32, Dirichlet α = --alpha, default 0.5):
   logistic    Adult (107 features, 2 classes; ACSIncome's offline stand-in), E=5
@@ -30,7 +33,7 @@ measurement behind the rule of ``fedlib.engine.paths``; rerun it on new hardware
 Usage: python benchmarks/engine_vs_sequential.py [--device auto|cpu|cuda] [--clients 100]
        [--rounds 3] [--alpha 0.5] [--models logistic,mlp,fmnist_cnn,lenet5] [--mlp-hidden 500]
        [--repeat 2] [--quick] [--seed 0] [--path-table] [--optimizer adam|sgd] [--sgd-lr 0.01]
-       [--momentum 0.9]
+       [--momentum 0.9] [--without-workers]
 
 The engine's wall time cannot drop below (steps of the largest selected client) × (cost of
 one vectorised step), while the loop's grows with the sum over all selected clients: the
@@ -49,7 +52,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-from fedlib.engine import SGD, Federation, broadcast, choose_path, local_train, resolve_device, weighted_average
+from fedlib.engine import (SGD, Federation, broadcast, choose_path, local_train, resolve_device, weighted_average,
+                           without_workers)
 from fedlib.models import build_model, init_params
 
 CONFIGS = {  # model: (dataset, synthetic fallback shape, n_classes, train subset, epochs)
@@ -180,7 +184,7 @@ def _timed(device, fn, *args):
 
 
 def run_config(arch: str, k: int, rounds: int, alpha: float, device: torch.device, seed: int,
-               quick: bool, mlp_hidden: int, repeat: int, sgd: SGD | None = None) -> None:
+               quick: bool, mlp_hidden: int, repeat: int, sgd: SGD | None = None, without: bool = False) -> None:
     name, shape, n_classes, subset, epochs = CONFIGS[arch]
     if quick:
         subset, rounds, repeat = min(subset or 10_000, 10_000), 1, 1
@@ -199,13 +203,17 @@ def run_config(arch: str, k: int, rounds: int, alpha: float, device: torch.devic
     model_seq.load_state_dict(init, strict=False)
     plain_fedavg(model_seq, x, y, train_parts, schedule[:1], 1, device, seed, sgd)  # warm-ups (lazy imports,
     engine_fedavg(model, fed, init, schedule[:1], 1, seed, sgd)                      # allocator, kernels)
-    t_seq = t_eng = np.inf
+    t_seq = t_eng = t_without = np.inf
     for _ in range(repeat):  # interleaved; both runs are deterministic, so every repeat is the same work
         t, state_seq = _timed(device, plain_fedavg, model_seq, x, y, train_parts, schedule, epochs,
                               device, seed, sgd)
         t_seq = min(t_seq, t)
         t, (state_eng, path) = _timed(device, engine_fedavg, model, fed, init, schedule, epochs, seed, sgd)
         t_eng = min(t_eng, t)
+        if without:  # the engine before worker threads
+            with without_workers():
+                t_without = min(t_without, _timed(device, engine_fedavg, model, fed, init, schedule, epochs, seed,
+                                                sgd)[0])
 
     acc_seq, acc_eng = test_accuracy(model, state_seq, fed), test_accuracy(model, state_eng, fed)
     sizes = np.array([len(p) for p in train_parts])
@@ -222,8 +230,9 @@ def run_config(arch: str, k: int, rounds: int, alpha: float, device: torch.devic
     print(f"# {label} bounds: client steps loop={total} engine critical path={critical} "
           f"(step ratio {total / critical:.1f}); arithmetic {flops / 1e9:.1f} GFLOP at this machine's "
           f"matmul peak ≥ {floor:.3f}s, so ratio ≤ {t_seq / floor:.0f}")
+    ab = f" without_workers={t_without:.3f}s workers_gain={t_without / t_eng:.2f}" if without else ""
     print(f"{label} {device.type} clients={k} sequential={t_seq:.3f}s engine={t_eng:.3f}s "
-          f"ratio={t_seq / t_eng:.1f} of_bound={floor / t_eng:.0%}", flush=True)
+          f"ratio={t_seq / t_eng:.1f} of_bound={floor / t_eng:.0%}{ab}", flush=True)
 
 
 PATH_LADDER = [  # (arch, input_shape, n_classes, build options)
@@ -281,6 +290,8 @@ def main() -> None:
                     help="the clients' optimiser: Adam (lr 1e-3, the paper's) or SGD (--sgd-lr, --momentum)")
     ap.add_argument("--sgd-lr", type=float, default=0.01)
     ap.add_argument("--momentum", type=float, default=0.9)
+    ap.add_argument("--without-workers", action="store_true",
+                    help="also time the engine before worker threads (fedlib.engine.without_workers())")
     args = ap.parse_args()
     sgd = SGD(lr=args.sgd_lr, momentum=args.momentum) if args.optimizer == "sgd" else None
     device = resolve_device(args.device)
@@ -291,7 +302,7 @@ def main() -> None:
         if arch not in CONFIGS:
             raise SystemExit(f"--models: {arch!r} is not one of {sorted(CONFIGS)}")
         run_config(arch, args.clients, args.rounds, args.alpha, device, args.seed, args.quick,
-                   args.mlp_hidden, args.repeat, sgd)
+                   args.mlp_hidden, args.repeat, sgd, args.without_workers)
 
 
 if __name__ == "__main__":

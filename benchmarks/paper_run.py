@@ -2,9 +2,15 @@
 
 Usage: python benchmarks/paper_run.py [--dataset fmnist] [--protocol similarity] [--level 0]
                                       [--clients 100] [--method clust_psi_pfl] [--rounds 40]
+                                      [--without-workers] [--keep-subnormals]
 Prints one line: <dataset> <protocol>=<level> K=<K> <method> device=<d> rounds=<T>
-seconds=<s> global_accuracy=<a> tau=<τ> floor=<s> of_bound=<p>%. Nothing is cached: the run
-is computed afresh.
+seconds=<s> global_accuracy=<a> tau=<τ> floor=<s> of_bound=<p>% training=<s> workers=<on|off>
+subnormals=<flushed|kept>.
+Nothing is cached: the run is computed afresh. ``training`` is the time spent in ``local_train``
+(the rest: evaluation, clustering, set-up); ``--without-workers`` trains as before worker threads
+(``fedlib.engine.without_workers()``: one chunk at a time in the calling thread, subnormals kept),
+``--keep-subnormals`` on worker threads that keep subnormals (``flush_subnormals(False)``): the
+A/B of ``fedlib.engine.workers``.
 
 The floor is the bound no implementation can beat: the run's training arithmetic (forward
 and backward FLOPs per sample, by torch's FLOP counter, times every sample every client
@@ -13,6 +19,7 @@ measured float32 matmul peak. of_bound = floor / seconds. The evaluation, the cl
 the optimiser's element-wise update are not in it, so the bound is loose from below.
 """
 import argparse
+import contextlib
 import copy
 import time
 
@@ -20,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 import fedlib.methods.base as methods_base
+from fedlib.engine import flush_subnormals, without_workers
 from fedlib.experiment import RunSpec, run
 
 
@@ -45,13 +53,16 @@ def flops_per_sample(model: torch.nn.Module, input_shape: tuple, batch: int = 32
 
 
 class _Counter:
-    """Wraps ``local_train`` (as the methods call it) and adds up the FLOPs it trains."""
+    """Wraps ``local_train`` (as the methods call it) and adds up the FLOPs it trains and the
+    seconds it takes."""
 
     def __init__(self, inner):
-        self.inner, self.flops, self.per_sample = inner, 0.0, {}
+        self.inner, self.flops, self.seconds, self.per_sample = inner, 0.0, 0.0, {}
 
     def __call__(self, model, params, fed, clients, **kwargs):
+        t0 = time.perf_counter()
         res = self.inner(model, params, fed, clients, **kwargs)
+        self.seconds += time.perf_counter() - t0
         key = (type(model).__name__, tuple(fed.input_shape), sum(p.numel() for p in model.parameters()))
         if key not in self.per_sample:
             self.per_sample[key] = flops_per_sample(model, fed.input_shape, kwargs.get("batch_size", 32))
@@ -70,21 +81,30 @@ def main(argv=None):
     ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="auto")
+    ap.add_argument("--without-workers", action="store_true",
+                    help="train as before worker threads (fedlib.engine.without_workers())")
+    ap.add_argument("--keep-subnormals", action="store_true",
+                    help="workers keep subnormals (fedlib.engine.flush_subnormals(False))")
     a = ap.parse_args(argv)
     spec = RunSpec(a.dataset, a.protocol, a.level, a.clients, a.seed, a.method,
                    fl={"rounds": a.rounds, "local_epochs": a.epochs, "fraction": 0.5})
     counter = _Counter(methods_base.local_train)
     methods_base.local_train = counter
     try:
-        t0 = time.perf_counter()
-        rec = run(spec, device=a.device)
-        seconds = time.perf_counter() - t0
+        settings = (without_workers() if a.without_workers else
+                    flush_subnormals(False) if a.keep_subnormals else contextlib.nullcontext())
+        with settings:
+            t0 = time.perf_counter()
+            rec = run(spec, device=a.device)
+            seconds = time.perf_counter() - t0
     finally:
         methods_base.local_train = counter.inner
     floor = counter.flops / gemm_peak()
     print(f"{a.dataset} {a.protocol}={a.level:g} K={a.clients} {a.method} device={rec.get('device')} "
           f"rounds={a.rounds} seconds={seconds:.1f} global_accuracy={rec.get('global_accuracy', float('nan')):.4f} "
-          f"tau={rec.get('info', {}).get('tau')} floor={floor:.1f}s of_bound={floor / seconds:.0%}")
+          f"tau={rec.get('info', {}).get('tau')} floor={floor:.1f}s of_bound={floor / seconds:.0%} "
+          f"training={counter.seconds:.1f}s workers={'off' if a.without_workers else 'on'} "
+          f"subnormals={'kept' if a.without_workers or a.keep_subnormals else 'flushed'}")
 
 
 if __name__ == "__main__":

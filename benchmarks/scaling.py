@@ -10,8 +10,8 @@ previous one to its own end (the run's logging hook, replaced by a clock); the f
 counts.
 Prints one line per (model, K)::
 
-    scaling <model> clients=<K> per_round=<ms>ms vs_K100=<x> chunk=<clients> paged_in=<MB>MB
-            peak_rss=<MB>MB bound_rss=<MB>MB average=<stacked|streamed> path=<engine path>
+    scaling <model> clients=<K> per_round=<ms>ms vs_K100=<x> chunk=<clients> workers=<W>
+            paged_in=<MB>MB peak_rss=<MB>MB bound_rss=<MB>MB average=<stacked|streamed> path=<engine path>
             examples_per_round=<n> client_steps=<n>
 
 ``vs_K100`` is the round's time over K = 100's (the issue's target: ≤ 1.5 at K = 1,000);
@@ -23,19 +23,23 @@ weights, reading the weights in every matmul) — grows with K although the exam
 memory the round wrote for the first time — a count, unlike the times, free of other processes'
 noise); ``peak_rss`` the process's peak resident memory after the round (``ru_maxrss``), and
 ``bound_rss`` the memory the issue bounds it by: the process before training (interpreter,
-torch, the loaded data and federation) plus the stacked training state of one chunk (weights,
-gradients and two Adam moments: 4 × 4 bytes a weight, × clients per chunk).
+torch, the loaded data and federation) plus the stacked training state of the chunks in flight
+(weights, gradients and two Adam moments: 4 × 4 bytes a weight, × clients per chunk × W, the
+chunks trained side by side: ``fedlib.engine.workers``; ``workers=1``: one chunk at a time).
+``--without-workers`` trains as before worker threads (``fedlib.engine.without_workers()``: one
+chunk at a time in the calling thread, subnormals kept): the A/B.
 
 ``--stream-average`` runs FedAvg with ``FLConfig.stream_average`` (each chunk folded into the
 average as it trains: no tensor holds every selected client's model; the lines then say
 ``average=streamed``, else ``average=stacked``).
 
 Usage: python benchmarks/scaling.py [--models logistic fmnist_cnn] [--clients 10 100 1000]
-       [--epochs 1] [--repeats 2] [--n-train 20000] [--stream-average]
+       [--epochs 1] [--repeats 2] [--n-train 20000] [--stream-average] [--without-workers]
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -54,11 +58,13 @@ def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
-def one(model: str, k: int, epochs: int, repeats: int, n_train: int | None, stream: bool = False) -> dict:
+def one(model: str, k: int, epochs: int, repeats: int, n_train: int | None, stream: bool = False,
+        without: bool = False) -> dict:
     """Time FedAvg rounds of ``model`` at K = ``k`` in this process; return the measurements."""
     import numpy as np
 
-    from fedlib.engine.paths import clients_per_chunk, resolve_path
+    from fedlib.engine import without_workers
+    from fedlib.engine.paths import chunk_workers, clients_per_chunk, resolve_path
     from fedlib.experiment import RunSpec, build_context
     from fedlib.methods.base import federated_averaging
 
@@ -71,6 +77,8 @@ def one(model: str, k: int, epochs: int, repeats: int, n_train: int | None, stre
     path = resolve_path(ctx.cfg.path, ctx.model, ctx.fed.device, True)
     chunk = clients_per_chunk(ctx.model, x[:1], ctx.cfg.batch_size, True) if path == "vectorised" else 1
     m = max(ctx.cfg.min_clients, int(ctx.cfg.fraction * k))
+    with without_workers() if without else contextlib.nullcontext():
+        workers = chunk_workers(ctx.model, ctx.fed.device, -(-m // chunk))[0] if path == "vectorised" else 1
     weights = sum(p.numel() for p in ctx.model.parameters())
     before = _rss_mb()
     stamps = []  # (time, page faults) at the end of each round of one run
@@ -79,16 +87,17 @@ def one(model: str, k: int, epochs: int, repeats: int, n_train: int | None, stre
         stamps.append((time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF).ru_minflt))
 
     ctx.log_round = clock  # the run's logging hook (its evaluation is not timed)
-    t0 = time.perf_counter()
-    federated_averaging(ctx, everyone, rounds=1)  # the cost of one round, untimed
-    n_timed = max(repeats, min(MAX_REPEATS, int(MIN_TIMED_SECONDS / (stamps[-1][0] - t0))))
-    stamps.clear()
-    federated_averaging(ctx, everyone, rounds=1 + n_timed)  # a warm-up round, then the timed ones
+    with without_workers() if without else contextlib.nullcontext():
+        t0 = time.perf_counter()
+        federated_averaging(ctx, everyone, rounds=1)  # the cost of one round, untimed
+        n_timed = max(repeats, min(MAX_REPEATS, int(MIN_TIMED_SECONDS / (stamps[-1][0] - t0))))
+        stamps.clear()
+        federated_averaging(ctx, everyone, rounds=1 + n_timed)  # a warm-up round, then the timed ones
     times, faults = np.diff(np.array(stamps, dtype=np.float64), axis=0).T
     return {"model": model, "clients": k, "per_round": min(times), "average": "streamed" if stream else "stacked",
             "paged_in": float(faults.mean()) * resource.getpagesize() / 2 ** 20,
-            "chunk": min(chunk, m), "path": path,
-            "peak_rss": _rss_mb(), "bound_rss": before + min(chunk, m) * weights * 16 / 2 ** 20,
+            "chunk": min(chunk, m), "workers": workers, "path": path,
+            "peak_rss": _rss_mb(), "bound_rss": before + workers * min(chunk, m) * weights * 16 / 2 ** 20,
             "examples_per_round": int(np.sort(ctx.fed.n_train)[-m:].sum()),
             "client_steps": int((-(-np.sort(ctx.fed.n_train)[-m:] // ctx.cfg.batch_size) * epochs).sum())}
 
@@ -101,25 +110,29 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--n-train", type=int, default=None, help="training pool (default: per model)")
     ap.add_argument("--stream-average", action="store_true", help="FLConfig.stream_average: no stacked round result")
+    ap.add_argument("--without-workers", action="store_true",
+                    help="train as before worker threads (fedlib.engine.without_workers()): the A/B")
     ap.add_argument("--one", nargs=2, metavar=("MODEL", "K"), help=argparse.SUPPRESS)  # the subprocess
     a = ap.parse_args()
     if a.one:
-        print(json.dumps(one(a.one[0], int(a.one[1]), a.epochs, a.repeats, a.n_train, a.stream_average)))
+        print(json.dumps(one(a.one[0], int(a.one[1]), a.epochs, a.repeats, a.n_train, a.stream_average,
+                             a.without_workers)))
         return
     for model in a.models:
         rows = []
         for k in a.clients:
             cmd = [sys.executable, os.path.abspath(__file__), "--one", model, str(k), "--epochs", str(a.epochs),
                    "--repeats", str(a.repeats)] + (["--n-train", str(a.n_train)] if a.n_train else []) + (
-                       ["--stream-average"] if a.stream_average else [])
+                       ["--stream-average"] if a.stream_average else []) + (
+                       ["--without-workers"] if a.without_workers else [])
             out = subprocess.run(cmd, capture_output=True, text=True, check=True)
             rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
         ref = next((r["per_round"] for r in rows if r["clients"] == 100), None)
         for r in rows:
             vs = f"{r['per_round'] / ref:.2f}" if ref else "—"
             print(f"scaling {model} clients={r['clients']} per_round={r['per_round'] * 1e3:.2f}ms vs_K100={vs} "
-                  f"chunk={r['chunk']} paged_in={r['paged_in']:.0f}MB peak_rss={r['peak_rss']:.0f}MB "
-                  f"bound_rss={r['bound_rss']:.0f}MB average={r['average']} "
+                  f"chunk={r['chunk']} workers={r['workers']} paged_in={r['paged_in']:.0f}MB "
+                  f"peak_rss={r['peak_rss']:.0f}MB bound_rss={r['bound_rss']:.0f}MB average={r['average']} "
                   f"path={r['path']} examples_per_round={r['examples_per_round']} client_steps={r['client_steps']}",
                   flush=True)
 

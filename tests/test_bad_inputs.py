@@ -35,7 +35,8 @@ import fedlib.privacy as Pv
 import fedlib.ray_grid as RG
 import fedlib.reproduction as R
 from fedlib.datasets import Dataset
-from fedlib.engine import Federation, broadcast, class_embeddings, evaluate, local_train, resolve_device
+from fedlib.engine import (Federation, broadcast, class_embeddings, evaluate, flush_subnormals, local_train,
+                           max_workers, resolve_device)
 from fedlib.methods import FLConfig, make_hyper
 from fedlib.models import build_model, init_params
 
@@ -103,6 +104,8 @@ BASE = {
     Federation.from_arrays: dict(x=X_POOL, y=Y_POOL, train_parts=[np.arange(6)], test_parts=[np.arange(6, 12)],
                                  device="cpu"),
     local_train: dict(model=MODEL, params=PARAMS, fed=FED, clients=[0, 1], epochs=1, seed=0),
+    max_workers: dict(n=1),
+    flush_subnormals: dict(flush=True),
     evaluate: dict(model=MODEL, params=PARAMS, fed=FED, clients=[0, 1]),
     class_embeddings: dict(model=MODEL, params=PARAMS, fed=FED, clients=[0, 1]),
     validate_spec: GOOD_SPEC,
@@ -224,6 +227,10 @@ CASES = [
     (local_train, dict(epochs=2.5), "epochs"),
     (local_train, dict(shuffle="no"), "shuffle"),
     (local_train, dict(sink="fold"), "sink"),
+    (max_workers, dict(n=0), "max_workers", "0"),
+    (max_workers, dict(n=1.5), "max_workers", "1.5"),
+    (flush_subnormals, dict(flush=1), "flush", "1"),
+    (flush_subnormals, dict(flush="yes"), "flush", "'yes'"),
     (local_train, dict(seed="0"), "seed"),
     (local_train, dict(lr="1e-3"), "lr"),
     (local_train, dict(batch_size=32.0), "batch_size"),
@@ -349,7 +356,8 @@ def test_the_table_is_large_and_each_base_call_is_valid():
 
 # ----------------------------------------------------------------------------- coverage
 MODULES = [P, N, C, E, X, D, F, R, Pv, RG]
-EXTRA_ENTRY_POINTS = [local_train, evaluate, class_embeddings]  # engine entry points outside federation.py
+EXTRA_ENTRY_POINTS = [local_train, evaluate, class_embeddings, max_workers,  # engine entry points outside
+                      flush_subnormals]                                      # federation.py
 
 EXEMPT = {
     # classes that carry results, errors or fixed settings, not inputs

@@ -25,6 +25,7 @@ from .predict import GatedMixture, NearestPrototype, OneModel, evaluate_with
 from .prototypes import class_embeddings
 from .optim import SGD, Adam, AdamState, EmbeddingPull, SGDState
 from .train import TrainResult, local_train
+from .workers import flush_subnormals, max_workers, without_workers
 
 __all__ = [
     "Federation",
@@ -48,6 +49,9 @@ __all__ = [
     "GatedMixture",
     "NearestPrototype",
     "choose_path",
+    "max_workers",
+    "flush_subnormals",
+    "without_workers",
     "stack_params",
     "unstack",
     "broadcast",

@@ -22,6 +22,14 @@ CNN, LeNet-5, the small CNN) take the same loop with :mod:`fedlib.engine.conv`'s
 one grouped, channels-last convolution per layer for the whole chunk, the dense head on
 the dense kernel.
 
+On CPU, the conv kernel's chunks train on worker threads (:mod:`fedlib.engine.workers`; the
+rule is :func:`fedlib.engine.paths.chunk_workers`): side by side, one per thread of torch's
+thread count, each on its share of the threads (their kernels are too small for torch's
+intra-op parallelism to keep two cores busy), and with subnormal floats flushed to zero, as
+TensorFlow's CPU threads do (subnormal arithmetic made the FMNIST CNN's paper protocol at
+S = 0 about three times as slow). A chunk's numbers are then those of its kernels on its worker's
+threads, whichever worker trains it.
+
 Ragged clients in the vectorised path: clients are sorted by their number of steps, so
 at step ``s`` the clients that still have a batch form a prefix of the chunk; only that
 prefix is computed and updated. A client past its last step is masked out completely —
@@ -57,8 +65,9 @@ from .dense import DenseStack, dense_stack
 from .federation import Federation, gather
 from .optim import (SGD, Adam, AdamState, EmbeddingPull, SGDState, StackedOptimizer, check_embedding_pull,
                     check_opt_state, check_optimizer, clone_state, fresh_state, pull_terms, put_rows)
-from .paths import clients_per_chunk, resolve_path
+from .paths import chunk_workers, clients_per_chunk, resolve_path
 from .schedule import BatchPlan, batch_plans, client_torch_seed
+from .workers import run_chunks
 from .errors import DivergenceError
 from .host import to_host
 from ._validation import check_int, check_state
@@ -154,6 +163,11 @@ def local_train(model: nn.Module, params: State, fed: Federation, clients, *, ep
         knob, but not free of numerics: batched kernels may round a client's sums differently
         at another chunk size (measured: 1.5e-8 on the FMNIST CNN, 2e-10 on the MLP), so fix
         it, or leave the default on the same hardware, where results must match bit for bit.
+        So may another thread count (torch's: ``torch.set_num_threads``) — except for conv
+        stacks on CPU with at least as many chunks as threads, whose chunks then each train
+        on one thread (:mod:`fedlib.engine.workers`; ``with fedlib.engine.without_workers():``
+        trains them as before workers existed, one at a time on all the threads, keeping
+        subnormals).
     optimizer : Adam or SGD, optional
         The client optimiser (:mod:`fedlib.engine.optim`); None: ``Adam(lr, betas, eps)``.
         Giving it together with a non-default ``lr``, ``betas`` or ``eps`` is an error.
@@ -439,12 +453,19 @@ def _train_vectorised(template: nn.Module, names: list[str], state: State, fed: 
     stack = _kernel(template) if pull is None else None
     loss_and_grads = _loss_and_grads_fn(template, names, pull is not None) if stack is None else None
     order = np.argsort([-p.n_steps for p in plans], kind="stable")
-    work = None if stack is None else _Workspace.allocate(state, list(stack.param_names), opt, min(chunk, len(order)))
-    for start in range(0, len(order), chunk):
-        rows = torch.as_tensor(order[start:start + chunk], device=fed.device)
+    starts = range(0, len(order), chunk)
+    workers = chunk_workers(template, fed.device, len(starts)) if stack is not None else None
+    spaces = [] if stack is None else [_Workspace.allocate(state, list(stack.param_names), opt,
+                                                           min(chunk, len(order)))
+                                       for _ in range(1 if workers is None else workers[0])]
+
+    def job(w: int, j: int):
+        chunk_rows = order[starts[j]:starts[j] + chunk]
+        rows = torch.as_tensor(chunk_rows, device=fed.device)
+        work = spaces[w] if spaces else None
         sub = {n: t[rows] for n, t in state.items()} if work is None else work.gather(state, rows)
-        chunk_plans = [plans[r] for r in rows.tolist()]
-        batches = _Batches.stack(fed, clients[order[start:start + chunk]], chunk_plans)
+        chunk_plans = [plans[r] for r in chunk_rows.tolist()]
+        batches = _Batches.stack(fed, clients[chunk_rows], chunk_plans)
         stepper = StackedOptimizer(opt, list(stack.param_names) if stack is not None else names, sub,
                                    None if opt_state is None else opt_state.take(rows.cpu()),
                                    np.array([p.n_steps for p in chunk_plans], dtype=np.int64),
@@ -455,9 +476,14 @@ def _train_vectorised(template: nn.Module, names: list[str], state: State, fed: 
         else:
             step_loss = _train_chunk(loss_and_grads, names, sub, batches, stepper, _rows(prox, rows),
                                      _pull_rows(pull, rows))
-        loss_sum[rows] = (step_loss.T.double() * batches.stat).sum(1)
-        chunk_rows = order[start:start + chunk]
-        for row, what in _nonfinite_rows(list(sub.values()), loss_sum[rows]).items():
+        losses = (step_loss.T.double() * batches.stat).sum(1)
+        return chunk_rows, rows, sub, losses, _nonfinite_rows(list(sub.values()), losses), stepper
+
+    def collect(_j: int, done) -> None:
+        nonlocal new_opt
+        chunk_rows, rows, sub, losses, chunk_bad, stepper = done
+        loss_sum[rows] = losses
+        for row, what in chunk_bad.items():
             bad[int(chunk_rows[row])] = what
         if sink is None:
             for name, tensor in sub.items():
@@ -466,6 +492,8 @@ def _train_vectorised(template: nn.Module, names: list[str], state: State, fed: 
             sink(chunk_rows.astype(np.int64), sub)
         if want_opt:
             new_opt = put_rows(new_opt, rows.cpu(), stepper.final_state())
+
+    run_chunks(len(starts), job, collect, workers)
     return out, loss_sum, new_opt, dict(sorted(bad.items()))
 
 
