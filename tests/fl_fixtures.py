@@ -16,6 +16,17 @@ def digits():
     return (x / 16.0).astype(np.float32), y.astype(np.int64)
 
 
+def ragged_federation(sizes) -> Federation:
+    """Clients with the given train sizes (and test splits of the same sizes) over the digits as
+    (1, 8, 8) images in [0, 1], on the CPU; the samples in one seeded order."""
+    x, y = digits()
+    order = np.random.default_rng(0).permutation(len(y))
+    cuts = np.cumsum(sizes)
+    train = np.split(order[:cuts[-1]], cuts[:-1])
+    test = np.split(order[cuts[-1]:2 * cuts[-1]], cuts[:-1])
+    return Federation.from_arrays(x.reshape(-1, 1, 8, 8), y, train, test, torch.device("cpu"))
+
+
 def make_context(*, protocol="dirichlet", level=1.0, n_clients=10, seed=0, arch="logistic",
                  rounds=5, local_epochs=2, fraction=0.5, lr=0.01, x=None, y=None, path="auto",
                  val_fraction=0.0) -> Context:

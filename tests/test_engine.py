@@ -14,7 +14,7 @@ from fedlib.engine.dense import dense_stack
 from fedlib.engine.schedule import batch_plan, batch_plans, shuffle_states
 from fedlib.models import KerasBatchNorm1d, build_model, init_params
 
-from fl_fixtures import assert_states_close, assert_states_equal
+from fl_fixtures import assert_states_close, assert_states_equal, ragged_federation
 
 CPU = torch.device("cpu")
 RAGGED = [45, 70, 3, 32, 1, 97]  # exact multiple of 32, single-sample and partial-batch clients
@@ -28,14 +28,9 @@ def digits():
 
 
 @pytest.fixture(scope="module")
-def ragged_fed(digits):
+def ragged_fed():
     """Six clients with the train sizes of RAGGED and equally sized test splits."""
-    x, y = digits
-    order = np.random.default_rng(0).permutation(len(y))
-    cuts = np.cumsum(RAGGED)
-    train = np.split(order[:cuts[-1]], cuts[:-1])
-    test = np.split(order[cuts[-1]:2 * cuts[-1]], cuts[:-1])
-    return Federation.from_arrays(x, y, train, test, CPU)
+    return ragged_federation(RAGGED)
 
 
 @pytest.fixture(scope="module")

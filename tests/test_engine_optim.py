@@ -4,20 +4,17 @@ from __future__ import annotations
 
 import copy
 
-import numpy as np
 import pytest
 import torch
-from sklearn.datasets import load_digits
 from torch import nn
 
-from fedlib.engine import (SGD, Adam, AdamState, EmbeddingPull, Federation, SGDState, broadcast, flatten_params,
-                           local_train, unstack)
+from fedlib.engine import (SGD, Adam, AdamState, EmbeddingPull, SGDState, broadcast, flatten_params, local_train,
+                           unstack)
 from fedlib.engine.schedule import batch_plan
 from fedlib.models import body, build_model, head, init_params
 
-from fl_fixtures import assert_states_close, assert_states_equal
+from fl_fixtures import assert_states_close, assert_states_equal, ragged_federation
 
-CPU = torch.device("cpu")
 RAGGED = [45, 70, 3, 32, 1, 97]  # exact multiple of 32, single-sample and partial-batch clients
 FULL_BATCH = 128  # ≥ every client's size: one step per epoch
 
@@ -36,13 +33,7 @@ def _assert_opt_states_close(a, b, atol=1e-5):
 @pytest.fixture(scope="module")
 def ragged_fed():
     """Six clients with the train sizes of RAGGED (load_digits in [0, 1], (1, 8, 8) images)."""
-    d = load_digits()
-    x, y = (d.data / 16.0).astype(np.float32).reshape(-1, 1, 8, 8), d.target.astype(np.int64)
-    order = np.random.default_rng(0).permutation(len(y))
-    cuts = np.cumsum(RAGGED)
-    train = np.split(order[:cuts[-1]], cuts[:-1])
-    test = np.split(order[cuts[-1]:2 * cuts[-1]], cuts[:-1])
-    return Federation.from_arrays(x, y, train, test, CPU)
+    return ragged_federation(RAGGED)
 
 
 SMALL_MODELS = {  # logistic and mlp take the dense kernel, cnn the vmap + autograd one

@@ -8,14 +8,13 @@ import time
 import numpy as np
 import pytest
 import torch
-from sklearn.datasets import load_digits
 
 from fedlib.engine import SGD, Federation, broadcast, flush_subnormals, local_train, max_workers, stack_params
 from fedlib.engine.paths import chunk_workers
 from fedlib.engine.workers import plan_workers, run_chunks
 from fedlib.models import build_model, init_params
 
-from fl_fixtures import assert_states_equal
+from fl_fixtures import assert_states_equal, ragged_federation
 
 CPU = torch.device("cpu")
 SIZES = [45, 70, 3, 32, 1, 97, 40, 33]  # ragged: several step counts, a one-sample client
@@ -31,12 +30,7 @@ def threads():
 
 @pytest.fixture(scope="module")
 def fed():
-    d = load_digits()
-    x, y = (d.data / 16.0).astype(np.float32).reshape(-1, 1, 8, 8), d.target.astype(np.int64)
-    order = np.random.default_rng(0).permutation(len(y))
-    cuts = np.cumsum(SIZES)
-    return Federation.from_arrays(x, y, np.split(order[:cuts[-1]], cuts[:-1]),
-                                  np.split(order[cuts[-1]:2 * cuts[-1]], cuts[:-1]), CPU)
+    return ragged_federation(SIZES)
 
 
 @pytest.mark.parametrize("n_chunks,threads,expected", [

@@ -109,7 +109,8 @@ def plan_workers(n_chunks: int, threads: int | None = None) -> tuple[int, int]:
         max(1, T // W): W · (T // W) ≤ T threads run at once.
     """
     total = torch.get_num_threads() if threads is None else int(threads)
-    workers = max(1, min(total, n_chunks, *_CAP[-1:]))
+    cap = _CAP[-1] if _CAP else total
+    workers = max(1, min(total, n_chunks, cap))
     return workers, max(1, total // workers)
 
 
