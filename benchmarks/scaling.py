@@ -58,12 +58,11 @@ def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
-def one(model: str, k: int, epochs: int, repeats: int, n_train: int | None, stream: bool = False,
-        without: bool = False) -> dict:
-    """Time FedAvg rounds of ``model`` at K = ``k`` in this process; return the measurements."""
+def one(model: str, k: int, epochs: int, repeats: int, n_train: int | None, stream: bool = False) -> dict:
+    """Time FedAvg rounds of ``model`` at K = ``k`` in this process (under the caller's worker
+    settings); return the measurements."""
     import numpy as np
 
-    from fedlib.engine import without_workers
     from fedlib.engine.paths import chunk_workers, clients_per_chunk, resolve_path
     from fedlib.experiment import RunSpec, build_context
     from fedlib.methods.base import federated_averaging
@@ -77,8 +76,8 @@ def one(model: str, k: int, epochs: int, repeats: int, n_train: int | None, stre
     path = resolve_path(ctx.cfg.path, ctx.model, ctx.fed.device, True)
     chunk = clients_per_chunk(ctx.model, x[:1], ctx.cfg.batch_size, True) if path == "vectorised" else 1
     m = max(ctx.cfg.min_clients, int(ctx.cfg.fraction * k))
-    with without_workers() if without else contextlib.nullcontext():
-        workers = chunk_workers(ctx.model, ctx.fed.device, -(-m // chunk))[0] if path == "vectorised" else 1
+    plan = chunk_workers(ctx.model, ctx.fed.device, -(-m // chunk)) if path == "vectorised" else None
+    workers = plan[0] if plan else 1  # chunks in flight
     weights = sum(p.numel() for p in ctx.model.parameters())
     before = _rss_mb()
     stamps = []  # (time, page faults) at the end of each round of one run
@@ -87,12 +86,11 @@ def one(model: str, k: int, epochs: int, repeats: int, n_train: int | None, stre
         stamps.append((time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF).ru_minflt))
 
     ctx.log_round = clock  # the run's logging hook (its evaluation is not timed)
-    with without_workers() if without else contextlib.nullcontext():
-        t0 = time.perf_counter()
-        federated_averaging(ctx, everyone, rounds=1)  # the cost of one round, untimed
-        n_timed = max(repeats, min(MAX_REPEATS, int(MIN_TIMED_SECONDS / (stamps[-1][0] - t0))))
-        stamps.clear()
-        federated_averaging(ctx, everyone, rounds=1 + n_timed)  # a warm-up round, then the timed ones
+    t0 = time.perf_counter()
+    federated_averaging(ctx, everyone, rounds=1)  # the cost of one round, untimed
+    n_timed = max(repeats, min(MAX_REPEATS, int(MIN_TIMED_SECONDS / (stamps[-1][0] - t0))))
+    stamps.clear()
+    federated_averaging(ctx, everyone, rounds=1 + n_timed)  # a warm-up round, then the timed ones
     times, faults = np.diff(np.array(stamps, dtype=np.float64), axis=0).T
     return {"model": model, "clients": k, "per_round": min(times), "average": "streamed" if stream else "stacked",
             "paged_in": float(faults.mean()) * resource.getpagesize() / 2 ** 20,
@@ -115,8 +113,9 @@ def main() -> None:
     ap.add_argument("--one", nargs=2, metavar=("MODEL", "K"), help=argparse.SUPPRESS)  # the subprocess
     a = ap.parse_args()
     if a.one:
-        print(json.dumps(one(a.one[0], int(a.one[1]), a.epochs, a.repeats, a.n_train, a.stream_average,
-                             a.without_workers)))
+        from fedlib.engine import without_workers
+        with without_workers() if a.without_workers else contextlib.nullcontext():
+            print(json.dumps(one(a.one[0], int(a.one[1]), a.epochs, a.repeats, a.n_train, a.stream_average)))
         return
     for model in a.models:
         rows = []
