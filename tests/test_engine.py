@@ -366,6 +366,34 @@ def test_sink_gets_every_trained_row_once_with_the_values_of_the_result(ragged_f
     assert torch.equal(res.mean_loss, fresh.mean_loss)
 
 
+@pytest.mark.parametrize("arch", ["mlp", "cnn"])
+def test_chunks_of_consecutive_rows_train_in_the_result_with_the_same_bits(arch):
+    """A chunk whose rows are consecutive trains in the result's own rows (no copy back); one
+    whose rows are not trains in the workspace and is copied. Sizes [70, 70, 10, 40, 10, 40]
+    (3, 3, 1, 2, 1, 2 steps an epoch) in chunks of 2 sort into rows (0, 1), (3, 5), (2, 4):
+    both kinds in one call. The result
+    (new tensors, or ``out``) holds the bits each row has when handed to a ``sink``, which
+    always trains in the workspace."""
+    fed = ragged_federation([70, 70, 10, 40, 10, 40])
+    model = SMALL_MODELS[arch]()
+    start = broadcast(init_params(model, seed=2), 6)
+    kw = dict(epochs=2, seed=4, path="vectorised", max_clients_per_chunk=2)
+    seen = {}
+
+    def sink(rows, trained):
+        for j, row in enumerate(rows.tolist()):
+            seen[row] = {k: v[j].clone() for k, v in trained.items()}
+
+    local_train(model, start, fed, range(6), sink=sink, **kw)
+    streamed = stack_params([seen[i] for i in range(6)])
+    fresh = local_train(model, start, fed, range(6), **kw)
+    out = {k: torch.full_like(v, float("nan")) for k, v in start.items()}
+    given = local_train(model, start, fed, range(6), out=out, **kw)
+    assert all(given.params[k] is out[k] for k in out)
+    assert_states_equal(fresh.params, streamed)
+    assert_states_equal(given.params, streamed)
+
+
 def test_sink_refuses_out_and_what_cannot_be_called(ragged_fed):
     model = SMALL_MODELS["logistic"]()
     start = broadcast(init_params(model, seed=0), 2)
@@ -451,6 +479,24 @@ def test_auto_path_rule():
     assert choose_path(SMALL_MODELS["cnn"](), cuda, training=True) == "vectorised"
     lstm = build_model("lstm", 2, (12,), vocab_size=50)
     assert choose_path(lstm, cuda, training=False) == "sequential"
+
+
+def test_chunk_estimate_counts_the_state_copies_each_kernel_holds(monkeypatch):
+    """Clients a chunk = ⌊budget / (4 bytes · (copies · state + 3 · B · activations))⌋, by hand:
+    a conv stack on its kernel holds 4 copies of its state (weights, gradients, two Adam
+    moments), through autograd 6; the dense kernel is counted with 6 (measured faster)."""
+    import fedlib.engine.paths as paths
+    monkeypatch.setattr(paths, "_free_bytes", lambda device: 2_000_000)  # budget: half, 1e6 bytes
+    conv = nn.Sequential(nn.Conv2d(1, 2, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(32, 3))
+    state = 2 * 9 + 2 + 32 * 3 + 3  # 119
+    activations = 128 + 128 + 32 + 32 + 3  # conv, ReLU, pool, flatten, linear outputs of one 8×8 input
+    sample = torch.zeros(1, 1, 8, 8)
+    assert paths.clients_per_chunk(conv, sample, 4, True) == 1_000_000 // (4 * (4 * state + 3 * 4 * activations))
+    assert paths.clients_per_chunk(conv, sample, 4, True, autograd=True) == \
+        1_000_000 // (4 * (6 * state + 3 * 4 * activations))
+    assert paths.clients_per_chunk(conv, sample, 4, False) == 1_000_000 // (4 * (state + 4 * activations))
+    dense = nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
+    assert paths.clients_per_chunk(dense, sample, 4, True) == 1_000_000 // (4 * (6 * 650 + 3 * 4 * (64 + 10)))
 
 
 # ----------------------------------------------------------------------------- evaluation

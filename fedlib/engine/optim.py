@@ -452,10 +452,12 @@ def copy_state(state: AdamState | SGDState | None, into: AdamState | SGDState) -
     :func:`fresh_state`'s zeros. Returns a state on ``into``'s tensors (step counts and
     buffer flags are new tensors)."""
     if isinstance(into, AdamState):
-        for name in into.exp_avg:
-            for dst, src in ((into.exp_avg, None if state is None else state.exp_avg),
-                             (into.exp_avg_sq, None if state is None else state.exp_avg_sq)):
-                dst[name].zero_() if src is None else dst[name].copy_(src[name])
+        if state is None:  # one call for every moment
+            torch._foreach_zero_(list(into.exp_avg.values()) + list(into.exp_avg_sq.values()))
+        else:
+            for name in into.exp_avg:
+                into.exp_avg[name].copy_(state.exp_avg[name])
+                into.exp_avg_sq[name].copy_(state.exp_avg_sq[name])
         return AdamState(into.exp_avg, into.exp_avg_sq,
                          torch.zeros_like(into.step) if state is None else state.step.clone())
     given = state is not None and bool(state.momentum_buffer)

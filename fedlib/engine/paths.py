@@ -112,7 +112,7 @@ def resolve_path(path: str, model: nn.Module, device: torch.device, training: bo
 
 
 def clients_per_chunk(model: nn.Module, sample: torch.Tensor, batch_size: int, training: bool,
-                      override: int | None = None, memory_fraction: float = 0.5) -> int:
+                      override: int | None = None, memory_fraction: float = 0.5, autograd: bool = False) -> int:
     """How many clients one vectorised step may hold.
 
     Parameters
@@ -123,7 +123,19 @@ def clients_per_chunk(model: nn.Module, sample: torch.Tensor, batch_size: int, t
         One input, used to count activations.
     batch_size : int
     training : bool
-        Training keeps weights, two Adam moments, gradients and autograd activations.
+        Training keeps weights, two Adam moments, gradients and autograd activations:
+        6 copies of the state per client, except that a conv stack on its hand-written
+        kernel (:mod:`fedlib.engine.conv`) is counted with the 4 it holds (weights,
+        gradients, two moments). The dense kernel holds 4 too but keeps the estimate of 6:
+        its steps are memory-bound over the stacked weights, and the smaller chunks that
+        gives measured faster (the 3×500 MLP, ``benchmarks/engine_vs_sequential.py``'s
+        federation: 4 clients a chunk 2.77–2.94 s, 5 clients 3.39–3.56 s), whereas the conv
+        kernel's one-step chunks at K = 1,000 are dominated by per-chunk costs (FMNIST CNN,
+        FedAvg as ``benchmarks/scaling.py`` runs it, rounds 2–5 of one run: 2 clients a chunk
+        1,067–1,083 ms a round, 3 clients 936–963 ms; at K = 100 537–572 and 504–528 ms).
+    autograd : bool, default False
+        Training through vmap + autograd (FedProto's embedding pull) even where a
+        hand-written kernel exists: 6 copies of the state.
     override : int, optional
         A fixed chunk size (≥ 1) instead of the estimate.
     memory_fraction : float
@@ -140,7 +152,8 @@ def clients_per_chunk(model: nn.Module, sample: torch.Tensor, batch_size: int, t
             raise ValueError(f"max_clients_per_chunk must be an integer ≥ 1, got {override!r}")
         return override
     n_state = sum(t.numel() for t in model.state_dict().values())
-    per_client = 4 * (n_state * (6 if training else 1)
+    copies = (4 if not autograd and conv_stack(model) is not None else 6) if training else 1
+    per_client = 4 * (n_state * copies
                       + batch_size * _activations_per_sample(model, sample) * (3 if training else 1))
     budget = memory_fraction * _free_bytes(sample.device)
     if sample.device.type == "cpu":
