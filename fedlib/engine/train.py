@@ -493,7 +493,7 @@ def _train_vectorised(template: nn.Module, names: list[str], state: State, fed: 
             bad[int(chunk_rows[row])] = what
         if sink is None:
             for name, tensor in ({} if in_place else sub).items():
-                out[name].index_copy_(0, rows, tensor)
+                out[name][rows] = tensor
         else:
             sink(chunk_rows.astype(np.int64), sub)
         if want_opt:
