@@ -12,9 +12,12 @@ Prints one line per (model, K)::
 
     scaling <model> clients=<K> per_round=<ms>ms vs_K100=<x> chunk=<clients> workers=<W>
             paged_in=<MB>MB peak_rss=<MB>MB bound_rss=<MB>MB average=<stacked|streamed> path=<engine path>
-            examples_per_round=<n> client_steps=<n>
+            examples_per_round=<n> client_steps=<n> steps_vs_K100=<x> per_client_step=<ms>ms
 
 ``vs_K100`` is the round's time over K = 100's (the issue's target: ≤ 1.5 at K = 1,000);
+``steps_vs_K100`` the round's client steps over K = 100's, and ``per_client_step`` the round's
+time over its client steps: a ``vs_K100`` below ``steps_vs_K100`` means a client step costs less
+at that K, the rest of the ratio being the extra steps themselves;
 ``client_steps`` the optimiser steps the round's clients take together (Σ E·⌈n_k / B⌉): every
 client takes at least one step per epoch, so with clients smaller than a batch this count — and
 the per-step work that does not shrink with the batch (the optimiser's pass over each client's
@@ -126,13 +129,15 @@ def main() -> None:
                        ["--without-workers"] if a.without_workers else [])
             out = subprocess.run(cmd, capture_output=True, text=True, check=True)
             rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
-        ref = next((r["per_round"] for r in rows if r["clients"] == 100), None)
+        ref = next((r for r in rows if r["clients"] == 100), None)
         for r in rows:
-            vs = f"{r['per_round'] / ref:.2f}" if ref else "—"
+            vs = f"{r['per_round'] / ref['per_round']:.2f}" if ref else "—"
+            steps_vs = f"{r['client_steps'] / ref['client_steps']:.2f}" if ref else "—"
             print(f"scaling {model} clients={r['clients']} per_round={r['per_round'] * 1e3:.2f}ms vs_K100={vs} "
                   f"chunk={r['chunk']} workers={r['workers']} paged_in={r['paged_in']:.0f}MB "
                   f"peak_rss={r['peak_rss']:.0f}MB bound_rss={r['bound_rss']:.0f}MB average={r['average']} "
-                  f"path={r['path']} examples_per_round={r['examples_per_round']} client_steps={r['client_steps']}",
+                  f"path={r['path']} examples_per_round={r['examples_per_round']} client_steps={r['client_steps']} "
+                  f"steps_vs_K100={steps_vs} per_client_step={r['per_round'] / r['client_steps'] * 1e3:.3f}ms",
                   flush=True)
 
 
