@@ -5,7 +5,9 @@ inside one actor): per selected client, deep-copy the global model, iterate a sh
 ``DataLoader`` over the client's ``TensorDataset`` with a fresh ``torch.optim.Adam`` for
 E epochs, then average the state dicts weighted by sample count (FedAvg). The engine
 runs the same rounds with ``fedlib.engine.local_train(path='auto')`` +
-``weighted_average``. Only the training rounds are timed (data loading, partitioning and
+``weighted_average``, its clients starting from a read-only view of the global model
+(``broadcast(..., copy=False)``, as fedlib's FedAvg passes them: the engine copies each chunk's
+start rows itself). Only the training rounds are timed (data loading, partitioning and
 the final evaluation are not). Each configuration prints an accuracy line (the final
 global model on the union of the clients' test splits; the two runs shuffle
 differently, so they agree within noise, not exactly) and then exactly one line::
@@ -131,8 +133,8 @@ def engine_fedavg(model, fed, init, schedule, epochs, seed, sgd=None):
     """The same rounds on the engine; returns the final global state (``sgd`` as
     :func:`plain_fedavg`'s: the engine's vectorised SGD with momentum)."""
     global_, spare = init, None
-    for t, chosen in enumerate(schedule):
-        res = local_train(model, broadcast(global_, len(chosen)), fed, chosen, epochs=epochs,
+    for t, chosen in enumerate(schedule):  # the clients start from a read-only view of the global model
+        res = local_train(model, broadcast(global_, len(chosen), copy=False), fed, chosen, epochs=epochs,
                           seed=seed, round_idx=t, batch_size=BATCH, lr=LR, eps=EPS, optimizer=sgd,
                           out=spare)  # every round of the schedule has ⌊q·K⌋ clients
         global_ = weighted_average(res.params, res.n_samples)

@@ -81,6 +81,25 @@ def test_stack_unstack_broadcast_flatten_round_trip():
     assert flatten_params(stacked, names=["b"]).tolist() == [[7.0], [8.0]]
 
 
+@pytest.mark.parametrize("arch", ["mlp", "cnn"])
+def test_clients_start_from_a_read_only_view_with_the_bits_of_copies(ragged_fed, arch):
+    """``broadcast(state, m, copy=False)`` is an expanded view (no memory per row) that trains
+    to the same bits as m copies: ``local_train`` copies each chunk's start rows itself."""
+    model = SMALL_MODELS[arch]()
+    state = init_params(model, seed=5)
+    view = broadcast(state, 6, copy=False)
+    assert all(v.stride(0) == 0 and torch.equal(v[3], state[k]) for k, v in view.items())
+    kw = dict(epochs=2, seed=1, path="vectorised", max_clients_per_chunk=4)
+    from_view = local_train(model, view, ragged_fed, range(6), **kw)
+    from_copies = local_train(model, broadcast(state, 6), ragged_fed, range(6), **kw)
+    assert_states_equal(from_view.params, from_copies.params)
+    copies = broadcast(state, 2)
+    assert_states_equal(broadcast(state, 2, copy=False), copies)
+    assert all(v.stride(0) == v[0].numel() for v in copies.values())  # rows of their own
+    with pytest.raises(ValueError, match="copy must be a bool, got 'no'"):
+        broadcast(state, 2, copy="no")
+
+
 def test_step_runs_and_prefix_views_by_hand():
     """The padded step table is cut into runs of equal active-client counts (sorted by decreasing
     length), and step s sees the first active[s] clients."""

@@ -12,7 +12,7 @@ Typical round of FedAvg::
     model = build_model("mlp", fed.n_classes, fed.input_shape)
     global_ = init_params(model, seed=0)
     chosen = rng.choice(fed.n_clients, size=int(q * fed.n_clients), replace=False)
-    res = local_train(model, broadcast(global_, len(chosen)), fed, chosen,
+    res = local_train(model, broadcast(global_, len(chosen), copy=False), fed, chosen,
                       epochs=5, seed=0, round_idx=t)
     global_ = weighted_average(res.params, res.n_samples)
 """

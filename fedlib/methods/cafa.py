@@ -250,7 +250,7 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
     selected, weights = [], []
     for t in range(ctx.cfg.rounds):
         clients = sample_clients(rng, everyone, ctx.cfg.fraction)
-        res = ctx.train(broadcast(model, len(clients)), clients, t)
+        res = ctx.train(broadcast(model, len(clients), copy=False), clients, t)
         pool = clients
         if hp.abfa_pool == "iid" and stage1.iid_mask[clients].any():
             pool = clients[stage1.iid_mask[clients]]

@@ -203,7 +203,7 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
     for t in range(ctx.cfg.rounds):
         clients = sample_clients(rng, everyone, ctx.cfg.fraction)
         if centres is None:  # round 0 with init="clients": everyone from w_0
-            start = broadcast(ctx.init_state(), len(clients))
+            start = broadcast(ctx.init_state(), len(clients), copy=False)
         else:
             begin = cluster[clients].copy()
             new = np.flatnonzero(begin < 0)

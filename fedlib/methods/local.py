@@ -25,7 +25,7 @@ class Hyper:
 def run(ctx: Context, hp: Hyper) -> Outcome:
     epochs = ctx.cfg.rounds * ctx.cfg.local_epochs if hp.epochs is None else hp.epochs
     k = ctx.n_clients
-    res = ctx.train(broadcast(ctx.init_state(), k), np.arange(k), 0, epochs=epochs)
+    res = ctx.train(broadcast(ctx.init_state(), k, copy=False), np.arange(k), 0, epochs=epochs)
     assignment = np.arange(k)
     ctx.log_round(ctx.cfg.rounds - 1, res.params, assignment)
     return Outcome(res.params, assignment, {"epochs": int(epochs)})

@@ -202,7 +202,7 @@ def _relabel(labels: np.ndarray) -> np.ndarray:
 def _influence(ctx: Context, theta0, hp: Hyper, round_idx: int) -> np.ndarray:
     """(K, K) Eq. (1) for every pair: one training call, one batched evaluation."""
     everyone = np.arange(ctx.n_clients)
-    res = ctx.train(broadcast(theta0, ctx.n_clients), everyone, round_idx, epochs=hp.influence_epochs)
+    res = ctx.train(broadcast(theta0, ctx.n_clients, copy=False), everyone, round_idx, epochs=hp.influence_epochs)
     models = {k: torch.cat([res.params[k], theta0[k].unsqueeze(0)]) for k in theta0}  # θ̂_0..θ̂_{K−1}, θ0
     loss, _, n = ctx.loss_matrix(models, everyone, split="val")
     sums = loss * n[None, :]
