@@ -205,7 +205,7 @@ def take_rows(stacked: State, rows: np.ndarray) -> State:
     if rows.size == len(first) and np.array_equal(rows, np.arange(rows.size)):
         return stacked
     if rows.size and np.all(rows == rows[0]):
-        return {k: v[int(rows[0])].unsqueeze(0).expand(rows.size, *v.shape[1:]) for k, v in stacked.items()}
+        return broadcast({k: v[int(rows[0])] for k, v in stacked.items()}, rows.size, copy=False)
     return take(stacked, rows)
 
 
