@@ -10,7 +10,7 @@ from torch import nn
 from fedlib.engine import (Federation, broadcast, choose_path, evaluate, flatten_params, local_train,
                            predict_logits, stack_params, unflatten_params, unstack, weighted_average,
                            RunningAverage)
-from fedlib.engine.dense import dense_stack
+from fedlib.engine.dense import dense_stack, relu_backward_
 from fedlib.engine.schedule import batch_plan, batch_plans, shuffle_states
 from fedlib.models import KerasBatchNorm1d, build_model, init_params
 
@@ -272,6 +272,22 @@ def test_paths_agree_with_a_per_client_proximal_term(ragged_fed):
     dist = lambda res: (flatten_params(res.params) - flatten_params(center)).norm(dim=1)  # noqa: E731
     assert torch.allclose(dist(vec)[0], dist(plain)[0])  # μ = 0: no pull
     assert (dist(vec)[1:] < dist(plain)[1:]).all()  # μ > 0: pulled toward the center
+
+
+def test_relu_backward_masks_the_gradient_in_place_where_the_output_is_not_positive():
+    """By hand, and against autograd's ReLU backward on a channels-last tensor: the gradient
+    passes where the ReLU's output is > 0 and is +0.0 elsewhere (a negative gradient too)."""
+    grad = torch.tensor([[1.5, -2.0, 3.0, -4.0]])
+    out = torch.tensor([[0.5, 0.0, 0.0, 2.0]])
+    same = relu_backward_(grad, out)
+    assert same is grad
+    assert torch.equal(grad, torch.tensor([[1.5, 0.0, 0.0, -4.0]]))
+    assert torch.equal(torch.signbit(grad), torch.tensor([[False, False, False, True]]))  # +0.0, not -0.0
+    torch.manual_seed(0)
+    z = torch.randn(2, 6, 5, 5).contiguous(memory_format=torch.channels_last).requires_grad_()
+    upstream = torch.randn(2, 6, 5, 5).contiguous(memory_format=torch.channels_last)
+    torch.relu(z).backward(upstream)
+    assert torch.equal(relu_backward_(upstream.clone(), torch.relu(z.detach())), z.grad)
 
 
 def test_proximal_gradient_matches_autograd_of_the_squared_term(ragged_fed):

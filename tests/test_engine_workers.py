@@ -70,6 +70,57 @@ def test_chunks_are_collected_in_order_whatever_finishes_first():
     assert seen == list(range(n))
 
 
+def test_unordered_chunks_are_collected_as_they_finish_one_at_a_time():
+    """``ordered=False``: chunk 0 cannot finish until the last chunk has been collected, so
+    the other worker must collect chunks 1…n−1 without waiting for it (ordered, this would
+    wait for the timeout); still one collect at a time, each chunk once, and a worker's
+    resources are not reused before its chunk is collected."""
+    n, workers = 6, 2
+    last_collected = threading.Event()
+    busy = [None] * workers
+    seen, inside, waited = [], [], []
+    lock = threading.Lock()
+
+    def job(w, j):
+        with lock:
+            assert busy[w] is None, f"worker {w} took chunk {j} before chunk {busy[w]} was collected"
+            busy[w] = j
+        if j == 0:
+            waited.append(last_collected.wait(timeout=10))
+        return w, j
+
+    def collect(j, result):
+        w, jj = result
+        inside.append(1)
+        assert len(inside) == 1, "two collects at once"
+        time.sleep(0.001)
+        seen.append(j)
+        assert jj == j
+        if j == n - 1:
+            last_collected.set()
+        with lock:
+            busy[w] = None
+        inside.pop()
+
+    run_chunks(n, job, collect, (workers, 1), ordered=False)
+    assert waited == [True]
+    assert seen == list(range(1, n)) + [0]
+
+
+def test_an_unordered_failing_chunk_stops_the_collecting_and_its_error_is_raised():
+    collected = []
+
+    def job(_w, j):
+        if j == 3:
+            raise ArithmeticError("chunk 3 failed")
+        time.sleep(0.001)
+        return j
+
+    with pytest.raises(ArithmeticError, match="chunk 3 failed"):
+        run_chunks(20, job, lambda j, r: collected.append(r), (2, 1), ordered=False)
+    assert 3 not in collected and len(collected) == len(set(collected)) and len(collected) <= 5
+
+
 def test_a_failing_chunk_stops_the_others_and_its_error_is_raised():
     collected = []
 

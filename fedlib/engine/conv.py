@@ -42,7 +42,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .dense import DenseStack, dense_stack
+from .dense import DenseStack, dense_stack, relu_backward_
 
 __all__ = ["ConvBlock", "ConvStack", "conv_stack"]
 
@@ -138,7 +138,7 @@ class ConvStack:
             block, (h_in, z_pre, idx, h_out) = self.blocks[li], saved[li]
             w = conv[li][0]
             if block.relu:
-                dh = dh.mul_(h_out > 0)
+                dh = relu_backward_(dh, h_out)
             if block.pool:
                 dh = _aten.max_pool2d_with_indices_backward(dh, z_pre, [block.pool] * 2, [block.pool] * 2,
                                                             [0, 0], [1, 1], False, idx)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-__all__ = ["DenseStack", "dense_stack"]
+__all__ = ["DenseStack", "dense_stack", "relu_backward_"]
 
 
 @dataclass(frozen=True)
@@ -99,8 +99,22 @@ class DenseStack:
             if layer or input_grad:
                 dz = torch.bmm(layers[layer][0].transpose(1, 2), dz)
                 if layer and self.relu[layer - 1]:
-                    dz.mul_(h_in > 0)
+                    relu_backward_(dz, h_in)
         return grads + [dz] if input_grad else grads
+
+
+def relu_backward_(grad: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
+    """``grad`` ⊙ [``output`` > 0], in place (``grad`` returned): the gradient through a ReLU
+    whose output was ``output`` (same shape).
+
+    One pass of autograd's own ReLU backward (``threshold_backward``, as the sequential path
+    computes it); ``grad.mul_(output > 0)`` also builds a bool mask and converts it to float,
+    6–10× slower on this project's CPU (one thread: (3, 2,048, 32) 165 µs against 25 µs,
+    (32, 24, 14, 14) channels-last 130 µs against 13 µs). A masked entry is +0.0 (the product
+    gave −0.0 where the gradient was negative): the same values, and the same trained weights
+    bit for bit on ``benchmarks/engine_vs_sequential.py``'s MLP, FMNIST CNN and LeNet-5 runs.
+    """
+    return torch.ops.aten.threshold_backward.grad_input(grad, output, 0, grad_input=grad)
 
 
 def dense_stack(model: nn.Module) -> DenseStack | None:

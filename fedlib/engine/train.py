@@ -498,7 +498,7 @@ def _train_vectorised(template: nn.Module, names: list[str], state: State, fed: 
         if want_opt:
             new_opt = put_rows(new_opt, rows.cpu(), stepper.final_state())
 
-    run_chunks(len(starts), job, collect, workers)
+    run_chunks(len(starts), job, collect, workers, ordered=sink is not None)  # a sink sums in chunk order
     return out, loss_sum, new_opt, dict(sorted(bad.items()))
 
 
