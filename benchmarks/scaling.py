@@ -77,8 +77,8 @@ def one(model: str, k: int, epochs: int, repeats: int, n_train: int | None, stre
     everyone = [np.arange(ctx.n_clients)]
     x, _, _ = ctx.fed.split("train")
     path = resolve_path(ctx.cfg.path, ctx.model, ctx.fed.device, True)
-    chunk = clients_per_chunk(ctx.model, x[:1], ctx.cfg.batch_size, True) if path == "vectorised" else 1
     m = max(ctx.cfg.min_clients, int(ctx.cfg.fraction * k))
+    chunk = clients_per_chunk(ctx.model, x[:1], ctx.cfg.batch_size, True, clients=m) if path == "vectorised" else 1
     plan = chunk_workers(ctx.model, ctx.fed.device, -(-m // chunk)) if path == "vectorised" else None
     workers = plan[0] if plan else 1  # chunks in flight
     weights = sum(p.numel() for p in ctx.model.parameters())

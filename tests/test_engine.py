@@ -534,6 +534,68 @@ def test_chunk_estimate_counts_the_state_copies_each_kernel_holds(monkeypatch):
     assert paths.clients_per_chunk(dense, sample, 4, True) == 1_000_000 // (4 * (6 * 650 + 3 * 4 * (64 + 10)))
 
 
+def test_conv_chunks_grow_with_many_clients_on_workers(monkeypatch):
+    """A conv stack on its kernel, trained on ≥ 2 workers, takes chunks of ⌈M / (12 W)⌉ clients
+    between the 64 MiB estimate and the 256 MiB one (here scaled down to 10 and 40 clients);
+    with one worker, through autograd, without M or for the dense kernel the estimate stays."""
+    import fedlib.engine.paths as paths
+    from fedlib.engine import max_workers
+    monkeypatch.setattr(paths, "_free_bytes", lambda device: 2_000_000)
+    conv = nn.Sequential(nn.Conv2d(1, 2, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(32, 3))
+    per_client = 4 * (4 * 119 + 3 * 4 * 323)  # as in the test above
+    monkeypatch.setattr(paths, "_CPU_CHUNK_BYTES", 10 * per_client)
+    monkeypatch.setattr(paths, "_CPU_WIDE_CHUNK_BYTES", 40 * per_client)
+    sample = torch.zeros(1, 1, 8, 8)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        chunk = lambda m, **kw: paths.clients_per_chunk(conv, sample, 4, True, clients=m, **kw)  # noqa: E731
+        assert [chunk(m) for m in (None, 50, 240, 480, 1000, 5000)] == [10, 10, 10, 20, 40, 40]
+        assert chunk(1000, autograd=True) == 10 * per_client // (4 * (6 * 119 + 3 * 4 * 323))  # 6 copies: not widened
+        assert paths.clients_per_chunk(conv, sample, 4, False, clients=1000) == 10 * per_client // (4 * (119 + 4 * 323))
+        with max_workers(1):
+            assert chunk(1000) == 10
+        dense = nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
+        monkeypatch.setattr(paths, "_CPU_CHUNK_BYTES", 64 * 1024 ** 2)
+        assert paths.clients_per_chunk(dense, sample, 4, True, clients=100_000) == \
+            1_000_000 // (4 * (6 * 650 + 3 * 4 * (64 + 10)))
+        torch.set_num_threads(1)
+        monkeypatch.setattr(paths, "_CPU_CHUNK_BYTES", 10 * per_client)
+        assert chunk(1000) == 10
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_a_call_reuses_the_last_calls_workspaces_and_never_reads_what_they_held(ragged_fed):
+    """The kernels' workspaces outlive a call and the next call of the same shapes trains in
+    them: poisoned with NaN in between, they give the bits of new ones; a call of other shapes
+    lets them go."""
+    from fedlib.engine import train
+    model = build_model("cnn", 10, (1, 8, 8))
+    start = broadcast(init_params(model, seed=1), len(RAGGED))
+
+    def run():
+        return local_train(model, start, ragged_fed, range(len(RAGGED)), epochs=2, seed=3, path="vectorised",
+                           max_clients_per_chunk=2, return_opt_state=True)
+
+    train._KEPT.clear()
+    fresh = run()
+    kept = list(train._KEPT)
+    assert kept and all(w.key == kept[0].key for w in kept)
+    for w in kept:
+        for t in [*w.params.values(), *w.grads, *w.opt.exp_avg.values(), *w.opt.exp_avg_sq.values()]:
+            t.fill_(float("nan"))
+    again = run()
+    assert all(any(w is k for k in kept) for w in train._KEPT)  # the same workspaces, kept again
+    assert_states_equal(again.params, fresh.params)
+    assert torch.equal(again.mean_loss, fresh.mean_loss)
+    assert_states_equal(again.opt_state.exp_avg, fresh.opt_state.exp_avg)
+    other = nn.Sequential(nn.Conv2d(1, 3, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(48, 10))
+    local_train(other, broadcast(init_params(other, seed=0), 2), ragged_fed, [0, 1], epochs=1, seed=0,
+                path="vectorised")
+    assert train._KEPT and all(w is not k for w in train._KEPT for k in kept)
+
+
 # ----------------------------------------------------------------------------- evaluation
 def test_evaluate_counts_match_a_direct_computation_and_allow_repeated_clients(ragged_fed):
     model = SMALL_MODELS["cnn"]()

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import threading
 from dataclasses import dataclass
 from typing import Callable
 
@@ -254,7 +255,7 @@ def local_train(model: nn.Module, params: State, fed: Federation, clients, *, ep
         plans = batch_plans([len(fed.train_parts[c]) for c in clients], epochs, batch_size, seed, round_idx,
                             clients, bool(shuffle))
         chunk = clients_per_chunk(template, fed.x[:1], batch_size, True, max_clients_per_chunk,
-                                  autograd=pull is not None)
+                                  autograd=pull is not None, clients=len(clients))
         new_state, loss_sum, new_opt, bad = _train_vectorised(template, names, state, fed, clients, plans,
                                                               opt, prox, chunk, start_opt, want_opt, pull, out, sink)
     if bad:
@@ -456,9 +457,8 @@ def _train_vectorised(template: nn.Module, names: list[str], state: State, fed: 
     order = np.argsort([-p.n_steps for p in plans], kind="stable")
     starts = range(0, len(order), chunk)
     workers = chunk_workers(template, fed.device, len(starts)) if stack is not None else None
-    spaces = [] if stack is None else [_Workspace.allocate(state, list(stack.param_names), opt,
-                                                           min(chunk, len(order)))
-                                       for _ in range(1 if workers is None else workers[0])]
+    spaces = [] if stack is None else _Workspace.take(state, list(stack.param_names), opt, min(chunk, len(order)),
+                                                      1 if workers is None else workers[0])
 
     def job(w: int, j: int):
         chunk_rows = order[starts[j]:starts[j] + chunk]
@@ -498,14 +498,18 @@ def _train_vectorised(template: nn.Module, names: list[str], state: State, fed: 
         if want_opt:
             new_opt = put_rows(new_opt, rows.cpu(), stepper.final_state())
 
-    run_chunks(len(starts), job, collect, workers, ordered=sink is not None)  # a sink sums in chunk order
+    try:
+        run_chunks(len(starts), job, collect, workers, ordered=sink is not None)  # a sink sums in chunk order
+    finally:
+        _Workspace.keep(spaces)
     return out, loss_sum, new_opt, dict(sorted(bad.items()))
 
 
 @dataclass(frozen=True)
 class _Workspace:
-    """The hand-written kernels' per-chunk tensors, allocated once per call for the largest
-    chunk and reused (their first m rows) by every chunk and step: the chunk's weights,
+    """The hand-written kernels' per-chunk tensors, allocated for the largest chunk and reused
+    (their first m rows) by every chunk and step — and by the next call of the same shapes
+    (:meth:`keep`, :meth:`take`: each is used by one chunk at a time): the chunk's weights,
     the gradients and the optimiser's state, instead of new tensors per chunk and step (a
     2,048 × 288 layer is 2.4 MB a client). Measured on the FMNIST CNN (K = 100, torch
     profiler, one round): the head's weight-gradient product 0.97 → 0.56 ms and zeroing
@@ -526,16 +530,41 @@ class _Workspace:
         (m_max, *shape) per trained parameter, in the kernel's ``param_names`` order.
     opt : AdamState or SGDState
         The optimiser's state for m_max clients.
+    key : tuple
+        :func:`_workspace_key`: which calls can reuse it.
     """
 
     params: State
     grads: list[torch.Tensor]
     opt: AdamState | SGDState
+    key: tuple
 
     @staticmethod
     def allocate(state: State, names: list[str], opt: Adam | SGD, m: int) -> "_Workspace":
         params = {n: torch.empty((m, *t.shape[1:]), dtype=t.dtype, device=t.device) for n, t in state.items()}
-        return _Workspace(params, [torch.empty_like(params[n]) for n in names], fresh_state(opt, params, names))
+        return _Workspace(params, [torch.empty_like(params[n]) for n in names], fresh_state(opt, params, names),
+                          _workspace_key(state, names, opt, m))
+
+    @staticmethod
+    def take(state: State, names: list[str], opt: Adam | SGD, m: int, count: int) -> list["_Workspace"]:
+        """``count`` workspaces for chunks of up to m clients: those the last call of the same
+        shapes left behind (:meth:`keep`), else new ones (:meth:`allocate`)."""
+        key = _workspace_key(state, names, opt, m)
+        with _KEPT_LOCK:
+            reused = [w for w in _KEPT if w.key == key][:count]
+            _KEPT[:] = [w for w in _KEPT if all(w is not r for r in reused)]
+        return reused + [_Workspace.allocate(state, names, opt, m) for _ in range(count - len(reused))]
+
+    @staticmethod
+    def keep(spaces: list["_Workspace"]) -> None:
+        """Keep a finished call's workspaces for the next call of the same shapes (only the
+        last call's: kept ones of other shapes are let go). A new workspace is memory written
+        for the first time, which the kernel pages in on every call (≈ 4.5 GB/s on this
+        project's VM): 127–171 MB a round at K = 1,000 FMNIST CNN clients in chunks of 12
+        (``benchmarks/scaling.py``'s ``paged_in``)."""
+        if spaces:
+            with _KEPT_LOCK:
+                _KEPT[:] = [w for w in _KEPT if w.key == spaces[0].key] + list(spaces)
 
     def gather(self, state: State, rows: torch.Tensor, into: State | None = None) -> State:
         """``{name: state[name][rows]}`` in the first ``len(rows)`` rows of :attr:`params`, or in
@@ -625,6 +654,17 @@ samples against 32 on the FMNIST CNN, LeNet-5, the MLP and logistic regression; 
 threads oneDNN splits the batch of an odd number of clients between the threads, and
 those convolution gradients then round differently, as at another thread count). At
 K = 1,000 over 16,000 FMNIST samples every client has 16: half the batch of 32."""
+
+
+_KEPT: list[_Workspace] = []  # the last finished call's workspaces (_Workspace.keep)
+_KEPT_LOCK = threading.Lock()
+
+
+def _workspace_key(state: State, names: list[str], opt: Adam | SGD, m: int) -> tuple:
+    """What a workspace's tensors depend on: m, the trained names, the optimiser's kind and
+    each state tensor's row shape, dtype and device."""
+    kind = "adam" if isinstance(opt, Adam) else ("sgd", bool(opt.momentum))
+    return m, tuple(names), kind, tuple((n, tuple(t.shape[1:]), t.dtype, t.device) for n, t in state.items())
 
 
 def _consecutive(rows: np.ndarray) -> bool:
