@@ -531,7 +531,36 @@ def test_chunk_estimate_counts_the_state_copies_each_kernel_holds(monkeypatch):
         1_000_000 // (4 * (6 * state + 3 * 4 * activations))
     assert paths.clients_per_chunk(conv, sample, 4, False) == 1_000_000 // (4 * (state + 4 * activations))
     dense = nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
-    assert paths.clients_per_chunk(dense, sample, 4, True) == 1_000_000 // (4 * (6 * 650 + 3 * 4 * (64 + 10)))
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)  # the dense kernel's chunk is a multiple of the threads (next test)
+        assert paths.clients_per_chunk(dense, sample, 4, True) == 1_000_000 // (4 * (6 * 650 + 3 * 4 * (64 + 10)))
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_dense_training_chunks_fit_a_smaller_budget_in_multiples_of_the_threads(monkeypatch):
+    """The dense kernel trains in chunks of ⌊32 MiB / bytes a client⌋ rounded down to a multiple of
+    torch's threads (above one); evaluation and the autograd kernel keep the 64 MiB budget."""
+    import fedlib.engine.paths as paths
+    monkeypatch.setattr(paths, "_free_bytes", lambda device: 10 ** 12)
+    dense, sample = nn.Sequential(nn.Flatten(), nn.Linear(64, 10)), torch.zeros(1, 1, 8, 8)
+    per_client = 4 * (6 * 650 + 3 * 4 * (64 + 10))
+    before = torch.get_num_threads()
+    try:
+        for threads in (1, 2, 5):
+            torch.set_num_threads(threads)
+            fits = 32 * 1024 ** 2 // per_client  # 1,752
+            assert paths.clients_per_chunk(dense, sample, 4, True) == fits - fits % threads
+        assert paths.clients_per_chunk(dense, sample, 4, True, autograd=True) == 64 * 1024 ** 2 // per_client
+        assert paths.clients_per_chunk(dense, sample, 4, False) == 64 * 1024 ** 2 // (4 * (650 + 4 * 74))
+        monkeypatch.setattr(paths, "_CPU_DENSE_CHUNK_BYTES", 3 * per_client)  # 3 clients fit: 2 on 2 threads
+        torch.set_num_threads(2)
+        assert paths.clients_per_chunk(dense, sample, 4, True) == 2
+        torch.set_num_threads(4)
+        assert paths.clients_per_chunk(dense, sample, 4, True) == 3  # fewer than the threads: as estimated
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_conv_chunks_grow_with_many_clients_on_workers(monkeypatch):

@@ -16,8 +16,8 @@ FL = {"rounds": 3, "local_epochs": 1}
 TASK_TITLE = "ray::fedlib_run"  # the process title Ray gives a worker while it runs a grid task
 
 
-def specs(n):
-    return [X.RunSpec("adult", "dirichlet", 0.5, 10, s, "fedavg", fl=FL, n_train=2000) for s in range(n)]
+def specs(n, fl=FL):
+    return [X.RunSpec("adult", "dirichlet", 0.5, 10, s, "fedavg", fl=fl, n_train=2000) for s in range(n)]
 
 
 def running_task_pids() -> list[int]:
@@ -56,7 +56,7 @@ def test_ray_backend_records_equal_the_local_ones_and_resume(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_a_worker_killed_mid_run_is_retried_and_every_record_written_once(tmp_path, capsys):
-    grid = specs(4)
+    grid = specs(4, {**FL, "rounds": 30})  # runs long enough (~0.5 s each) for the poll below to catch one
     out: dict = {}
 
     def driver():

@@ -75,6 +75,7 @@ CPU_MAX_VECTORISED_WEIGHTS = 200_000
 # allocations above glibc's 32 MiB mmap threshold page-fault on every step (measured, MLP-500:
 # 2.3 / 2.8 / 4.8 ms per client step with chunks of 5 / 20 / 50 clients).
 _CPU_CHUNK_BYTES = 64 * 1024 ** 2
+_CPU_DENSE_CHUNK_BYTES = 32 * 1024 ** 2  # the dense kernel's training chunks (see clients_per_chunk)
 # ... except for a conv stack on its kernel trained on worker threads with many chunks to
 # share out: its chunks may grow to this while each worker keeps _CHUNKS_PER_WORKER of them
 # (see clients_per_chunk's ``clients``).
@@ -132,10 +133,15 @@ def clients_per_chunk(model: nn.Module, sample: torch.Tensor, batch_size: int, t
         Training keeps weights, two Adam moments, gradients and autograd activations:
         6 copies of the state per client, except that a conv stack on its hand-written
         kernel (:mod:`fedlib.engine.conv`) is counted with the 4 it holds (weights,
-        gradients, two moments). The dense kernel holds 4 too but keeps the estimate of 6:
-        its steps are memory-bound over the stacked weights, and the smaller chunks that
-        gives measured faster (the 3×500 MLP, ``benchmarks/engine_vs_sequential.py``'s
-        federation: 4 clients a chunk 2.77–2.94 s, 5 clients 3.39–3.56 s), whereas the conv
+        gradients, two moments). The dense kernel holds 4 too but keeps the estimate of 6,
+        and on CPU a budget of 32 MiB instead of 64, rounded down to a multiple of torch's
+        thread count: its steps are memory-bound over the stacked weights, and smaller chunks
+        measured faster (``benchmarks/engine_vs_sequential.py``'s federation, 2 threads, runs
+        alternating in one process; the 3×500 MLP: 2 clients a chunk 2.33–2.42 s, 3 clients
+        3.07–3.22 s — ``bmm`` splits its batch over the threads, so an odd chunk leaves one
+        idle — 4 clients 2.60–2.74 s; with 200 units: 8 clients 0.44–0.45 s, 14 clients
+        0.43–0.44 s, 25 clients 0.49–0.50 s; with 1,000 units 1 client 9.67–9.75 s, 2 clients
+        11.1 s), whereas the conv
         kernel's one-step chunks at K = 1,000 are dominated by per-chunk costs (FMNIST CNN,
         FedAvg as ``benchmarks/scaling.py`` runs it, rounds 2–5 of one run: 2 clients a chunk
         1,067–1,083 ms a round, 3 clients 936–963 ms; at K = 100 537–572 and 504–528 ms).
@@ -164,7 +170,8 @@ def clients_per_chunk(model: nn.Module, sample: torch.Tensor, batch_size: int, t
     -------
     int
         ≥ 1: ⌊memory_fraction · free bytes / estimated bytes per client⌋, with the
-        budget capped at 64 MiB on CPU (up to 256 MiB as ``clients`` says).
+        budget capped at 64 MiB on CPU (32 MiB for the dense kernel's training, up to 256 MiB
+        as ``clients`` says).
     """
     if override is not None:
         if isinstance(override, bool) or not isinstance(override, int) or override < 1:
@@ -177,6 +184,9 @@ def clients_per_chunk(model: nn.Module, sample: torch.Tensor, batch_size: int, t
     free = memory_fraction * _free_bytes(sample.device)
     if sample.device.type != "cpu":
         return max(1, int(free // per_client))
+    if training and not autograd and dense_stack(model) is not None:
+        chunk, threads = max(1, int(min(free, _CPU_DENSE_CHUNK_BYTES) // per_client)), torch.get_num_threads()
+        return chunk - chunk % threads if chunk > threads else chunk
     chunk = max(1, int(min(free, _CPU_CHUNK_BYTES) // per_client))
     workers = plan_workers(2 ** 31)[0]
     if training and clients and workers >= 2 and copies == 4 and conv_stack(model) is not None:
