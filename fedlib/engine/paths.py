@@ -189,7 +189,7 @@ def clients_per_chunk(model: nn.Module, sample: torch.Tensor, batch_size: int, t
         return chunk - chunk % threads if chunk > threads else chunk
     chunk = max(1, int(min(free, _CPU_CHUNK_BYTES) // per_client))
     workers = plan_workers(2 ** 31)[0]
-    if training and clients and workers >= 2 and copies == 4 and conv_stack(model) is not None:
+    if copies == 4 and clients and workers >= 2:  # training a conv stack on its kernel, side by side
         wide = max(1, int(min(free, _CPU_WIDE_CHUNK_BYTES) // per_client))
         chunk = min(wide, max(chunk, -(-int(clients) // (_CHUNKS_PER_WORKER * workers))))
     return chunk

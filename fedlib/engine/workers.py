@@ -192,8 +192,9 @@ def run_chunks(n_chunks: int, job: Callable[[int, int], R], collect: Callable[[i
                     return fail(j, e)
                 if not ordered:
                     with collecting:
-                        if halted():
-                            return
+                        with turn:
+                            if halted():
+                                return
                         try:
                             collect(j, result)
                         except BaseException as e:  # noqa: BLE001
