@@ -429,6 +429,27 @@ def test_chunks_of_consecutive_rows_train_in_the_result_with_the_same_bits(arch)
     assert_states_equal(given.params, streamed)
 
 
+def test_batches_index_the_planned_samples_with_or_without_a_staging_copy():
+    """A chunk of several steps copies its samples into one block; a chunk whose clients all
+    take one step indexes the pooled samples themselves. Either way step s, client i, column j
+    holds the sample the client's plan names (padding repeats one of its samples, label too)."""
+    from fedlib.engine.train import _Batches
+    fed = ragged_federation([20, 31, 7, 45, 12])
+    for clients, epochs in (([0, 1, 2, 4], 1), ([3, 0, 2], 2)):  # one step each; up to 4 steps
+        plans = batch_plans([len(fed.train_parts[c]) for c in clients], epochs, 32, 0, 0, clients)
+        steps = np.array([p.n_steps for p in plans])
+        order = np.argsort(-steps, kind="stable")
+        chunk = np.array(clients)[order]
+        batches = _Batches.stack(fed, chunk, [plans[i] for i in order], steps[order])
+        assert (batches.x is fed.x) == (steps.max() == 1)
+        for s, active in enumerate(batches.active):
+            for i in range(active):
+                plan = plans[order[i]]
+                want = fed.train_parts[chunk[i]][plan.index[s]]  # pooled rows, padding included
+                assert torch.equal(batches.x[batches.index[s][i]], fed.x[want])
+                assert torch.equal(batches.target[s][i, 0], fed.y[want])
+
+
 def test_sink_refuses_out_and_what_cannot_be_called(ragged_fed):
     model = SMALL_MODELS["logistic"]()
     start = broadcast(init_params(model, seed=0), 2)

@@ -454,7 +454,8 @@ def _train_vectorised(template: nn.Module, names: list[str], state: State, fed: 
         new_opt = clone_state(opt_state) if opt_state is not None else fresh_state(opt, state, names)
     stack = _kernel(template) if pull is None else None
     loss_and_grads = _loss_and_grads_fn(template, names, pull is not None) if stack is None else None
-    order = np.argsort([-p.n_steps for p in plans], kind="stable")
+    n_steps = np.array([p.n_steps for p in plans], dtype=np.int64)
+    order = np.argsort(-n_steps, kind="stable")
     starts = range(0, len(order), chunk)
     workers = chunk_workers(template, fed.device, len(starts)) if stack is not None else None
     spaces = [] if stack is None else _Workspace.take(state, list(stack.param_names), opt, min(chunk, len(order)),
@@ -469,10 +470,9 @@ def _train_vectorised(template: nn.Module, names: list[str], state: State, fed: 
             into = {n: t[int(chunk_rows[0]):int(chunk_rows[0]) + len(chunk_rows)] for n, t in out.items()}
         sub = {n: t[rows] for n, t in state.items()} if work is None else work.gather(state, rows, into)
         chunk_plans = [plans[r] for r in chunk_rows.tolist()]
-        batches = _Batches.stack(fed, clients[chunk_rows], chunk_plans)
+        batches = _Batches.stack(fed, clients[chunk_rows], chunk_plans, n_steps[chunk_rows])
         stepper = StackedOptimizer(opt, list(stack.param_names) if stack is not None else names, sub,
-                                   None if opt_state is None else opt_state.take(rows.cpu()),
-                                   np.array([p.n_steps for p in chunk_plans], dtype=np.int64),
+                                   None if opt_state is None else opt_state.take(rows.cpu()), n_steps[chunk_rows],
                                    None if work is None else work.opt_rows(len(rows)))
         if stack is not None:
             step_loss = _train_chunk_dense(stack, sub, batches, stepper, _rows(prox, rows),
@@ -584,8 +584,10 @@ class _Workspace:
 class _Batches:
     """One chunk's mini-batches, step-major, with per-step views for the hot loop.
 
-    ``x``: the chunk's clients' train samples, contiguous, (n, *input).
-    For step s (S steps) and the ``active[s]`` clients still training at s (a prefix,
+    ``x``: the chunk's clients' train samples, contiguous, (n, *input) — or, when every client
+    of the chunk takes one step, the federation's pooled samples themselves (a copy would be
+    read once: one step of 500 logistic-regression clients of 26 samples copied 13,000 rows,
+    0.5 ms of a 4 ms round); ``index`` then holds pooled rows. For step s (S steps) and the ``active[s]`` clients still training at s (a prefix,
     since clients are sorted by decreasing step count): ``index[s]`` (m, B) rows of
     ``x``, ``target[s]`` (m, 1, B) labels, ``weight[s]`` (m, 1, B) per-sample loss
     weights (1/count on real samples, 0 on padding), ``width[s]`` the batch columns that
@@ -613,18 +615,17 @@ class _Batches:
         return len(self.active), self.n_clients, self.batch_size
 
     @staticmethod
-    def stack(fed: Federation, clients: np.ndarray, plans: list[BatchPlan]) -> "_Batches":
-        """Pad the chunk's plans (sorted by decreasing length, in client-local positions)
-        to the longest and cut the per-step views."""
+    def stack(fed: Federation, clients: np.ndarray, plans: list[BatchPlan], steps: np.ndarray) -> "_Batches":
+        """Pad the chunk's plans (sorted by decreasing length, in client-local positions;
+        ``steps`` their step counts) to the longest and cut the per-step views."""
         device = fed.device
         parts = [fed.train_parts[c] for c in clients]
         offsets = np.cumsum([0] + [len(p) for p in parts[:-1]])
-        rows = torch.as_tensor(np.concatenate(parts).astype(np.int64), device=device)
+        pooled = np.concatenate(parts).astype(np.int64)  # the chunk's samples' rows of the pooled data
         m, s_max, b = len(plans), plans[0].n_steps, plans[0].index.shape[1]
         index = np.zeros((s_max, m, b), dtype=np.int64)
         count = np.zeros((s_max, m), dtype=np.int64)
         last = np.zeros((s_max, m), dtype=bool)
-        steps = np.array([p.n_steps for p in plans])
         for lo, hi in _runs(steps):  # clients of one step count (contiguous: sorted) in one assignment each
             n, run = int(steps[lo]), plans[lo:hi]
             index[:n, lo:hi] = np.stack([p.index for p in run], axis=1) + offsets[None, lo:hi, None]
@@ -635,7 +636,11 @@ class _Batches:
         per_step = count.astype(np.float32)[..., None]
         weight = (np.arange(b, dtype=np.float32) < per_step) / np.maximum(per_step, 1)  # 1/count, 0 on padding
         active = (steps[None, :] > np.arange(s_max)[:, None]).sum(1).tolist()
-        x, y = fed.x.index_select(0, rows), fed.y.index_select(0, rows)
+        if s_max == 1:  # one step: index the pooled samples directly
+            x, y, index = fed.x, fed.y, pooled[index]
+        else:  # copy the chunk's samples into one block that the steps index
+            rows = torch.as_tensor(pooled, device=device)
+            x, y = fed.x.index_select(0, rows), fed.y.index_select(0, rows)
         index_t = torch.as_tensor(index, device=device)
         target = gather(y, index_t).unsqueeze(2)
         weight_t = torch.as_tensor(weight, device=device).unsqueeze(2)
