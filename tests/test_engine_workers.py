@@ -107,7 +107,10 @@ def test_unordered_chunks_are_collected_as_they_finish_one_at_a_time():
     assert seen == list(range(1, n)) + [0]
 
 
-def test_an_unordered_failing_chunk_stops_the_collecting_and_its_error_is_raised():
+@pytest.mark.parametrize("ordered", [True, False])
+def test_a_failing_chunk_stops_the_others_and_its_error_is_raised(ordered):
+    """Ordered, the chunks collected are a prefix before the failing one; unordered, any of
+    the others, each once — never the failing chunk, never after the failure."""
     collected = []
 
     def job(_w, j):
@@ -117,22 +120,11 @@ def test_an_unordered_failing_chunk_stops_the_collecting_and_its_error_is_raised
         return j
 
     with pytest.raises(ArithmeticError, match="chunk 3 failed"):
-        run_chunks(20, job, lambda j, r: collected.append(r), (2, 1), ordered=False)
-    assert 3 not in collected and len(collected) == len(set(collected)) and len(collected) <= 5
-
-
-def test_a_failing_chunk_stops_the_others_and_its_error_is_raised():
-    collected = []
-
-    def job(_w, j):
-        if j == 3:
-            raise ArithmeticError("chunk 3 failed")
-        time.sleep(0.001)
-        return j
-
-    with pytest.raises(ArithmeticError, match="chunk 3 failed"):
-        run_chunks(20, job, lambda j, r: collected.append(r), (2, 1))
-    assert collected == list(range(len(collected))) and len(collected) <= 3
+        run_chunks(20, job, lambda j, r: collected.append(r), (2, 1), ordered=ordered)
+    if ordered:
+        assert collected == list(range(len(collected))) and len(collected) <= 3
+    else:
+        assert 3 not in collected and len(collected) == len(set(collected)) and len(collected) <= 5
 
 
 def test_workers_run_on_their_share_of_threads_and_leave_the_default(threads):
