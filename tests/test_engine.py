@@ -115,6 +115,20 @@ def test_step_runs_and_prefix_views_by_hand():
     assert _prefixes(t, []) == []
 
 
+def test_federation_sizes_and_train_rows_are_the_parts_read_only(ragged_fed):
+    """n_train / n_test are the parts' lengths, computed once and read-only; train_rows_of(c)
+    is the concatenation of the clients' train parts in the order given (repeats, empty
+    clients and no clients included)."""
+    assert ragged_fed.n_train.tolist() == RAGGED and ragged_fed.n_test.tolist() == RAGGED
+    assert ragged_fed.n_train is ragged_fed.n_train
+    with pytest.raises(ValueError):
+        ragged_fed.n_train[0] = 1
+    for clients in ([5, 0, 2], [4, 4, 1, 3], [2], [], list(range(6))[::-1]):
+        expected = np.concatenate([np.zeros(0, dtype=np.int64)] + [ragged_fed.train_parts[c] for c in clients])
+        got = ragged_fed.train_rows_of(np.array(clients, dtype=np.int64))
+        assert got.dtype == np.int64 and np.array_equal(got, expected), clients
+
+
 def test_batch_plan_keeps_the_partial_batch_and_reshuffles_each_epoch():
     part = np.arange(100, 170)  # 70 samples: batches of 32, 32, 6
     plan = batch_plan(part, epochs=2, batch_size=32, seed=3, round_idx=1, client_id=4)
@@ -185,6 +199,17 @@ def test_batch_plans_for_many_clients_are_the_documented_streams():
                 rows = plan.index[e * per_epoch:(e + 1) * per_epoch].reshape(-1)
                 assert np.array_equal(rows[:n], order) and np.all(rows[n:] == order[:1])
     assert plans[0].count is plans[1].count and not plans[0].count.flags.writeable
+    # many clients (vectorised seeding, one re-seeded generator, one-epoch shuffles): sizes as an
+    # array, odd ones leaving a buffered half-word that must not reach the next client
+    many = np.resize(np.array([25, 26, 0, 3, 70, 1, 33], dtype=np.int64), 40)
+    ids = rng.permutation(1000)[:40]
+    for epochs in (1, 2, 3):
+        for n, k, plan in zip(many, ids, batch_plans(many, epochs, 32, 7, 4, ids)):
+            gen = np.random.default_rng(np.random.SeedSequence([7, 4, int(k)], spawn_key=(0,)))
+            per_epoch = -(-n // 32)
+            for e in range(epochs):
+                rows = plan.index[e * per_epoch:(e + 1) * per_epoch].reshape(-1)
+                assert np.array_equal(rows[:n], gen.permutation(n)), (epochs, n, k, e)
     with pytest.raises(ValueError):
         plans[0].last_epoch[0] = True
     mixed = [part if i % 2 else n for i, (part, n) in enumerate(zip(parts, sizes))]  # arrays and sizes in one call

@@ -1,6 +1,7 @@
 """All clients' data on one device: pooled tensors plus ragged per-client index arrays."""
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -61,6 +62,11 @@ def gather(data: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     ``index_select`` is several times faster than advanced indexing on CPU.
     """
     return data.index_select(0, index.flatten()).view(*index.shape, *data.shape[1:])
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
 
 
 @dataclass(frozen=True, eq=False)
@@ -212,15 +218,32 @@ class Federation:
         """Shape of one input, without the batch dimension."""
         return tuple(self.x.shape[1:])
 
-    @property
+    @functools.cached_property
     def n_train(self) -> np.ndarray:
-        """(K,) int64: train samples per client."""
-        return np.array([len(p) for p in self.train_parts], dtype=np.int64)
+        """(K,) int64, read-only: train samples per client (computed once: a round reads it)."""
+        return _frozen(np.array([len(p) for p in self.train_parts], dtype=np.int64))
 
-    @property
+    @functools.cached_property
     def n_test(self) -> np.ndarray:
-        """(K,) int64: test samples per client."""
-        return np.array([len(p) for p in self.test_parts], dtype=np.int64)
+        """(K,) int64, read-only: test samples per client."""
+        return _frozen(np.array([len(p) for p in self.test_parts], dtype=np.int64))
+
+    @functools.cached_property
+    def train_rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every client's train indices end to end, and where each client's start: a (Σ n_k,)
+        int64 array and a (K,) int64 array, read-only. ``rows[start[k]:start[k] + n_train[k]]``
+        is ``train_parts[k]``; :meth:`train_rows_of` gathers many clients' in one pass."""
+        n = self.n_train
+        rows = np.concatenate([np.zeros(0, dtype=np.int64), *self.train_parts]).astype(np.int64, copy=False)
+        return _frozen(rows), _frozen(np.cumsum(n) - n)
+
+    def train_rows_of(self, clients: np.ndarray) -> np.ndarray:
+        """``np.concatenate([train_parts[c] for c in clients])`` as int64, without a loop over
+        the clients. ``clients``: (M,) int; returns (Σ n_c,) int64."""
+        rows, start = self.train_rows
+        n = self.n_train[clients]
+        within = np.arange(int(n.sum()), dtype=np.int64) - np.repeat(np.cumsum(n) - n, n)
+        return rows[np.repeat(start[clients], n) + within]
 
     @property
     def n_val(self) -> np.ndarray:

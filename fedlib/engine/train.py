@@ -252,8 +252,7 @@ def local_train(model: nn.Module, params: State, fed: Federation, clients, *, ep
         new_state, loss_sum, new_opt, bad = _train_sequential(template, state, fed, clients, plans, opt, prox,
                                                               seed, round_idx, start_opt, want_opt, pull, out, sink)
     else:  # the same batches, as positions within each client's own split
-        plans = batch_plans([len(fed.train_parts[c]) for c in clients], epochs, batch_size, seed, round_idx,
-                            clients, bool(shuffle))
+        plans = batch_plans(fed.n_train[clients], epochs, batch_size, seed, round_idx, clients, bool(shuffle))
         chunk = clients_per_chunk(template, fed.x[:1], batch_size, True, max_clients_per_chunk,
                                   autograd=pull is not None, clients=len(clients))
         new_state, loss_sum, new_opt, bad = _train_vectorised(template, names, state, fed, clients, plans,
@@ -454,7 +453,7 @@ def _train_vectorised(template: nn.Module, names: list[str], state: State, fed: 
         new_opt = clone_state(opt_state) if opt_state is not None else fresh_state(opt, state, names)
     stack = _kernel(template) if pull is None else None
     loss_and_grads = _loss_and_grads_fn(template, names, pull is not None) if stack is None else None
-    n_steps = np.array([p.n_steps for p in plans], dtype=np.int64)
+    n_steps = np.array([len(p.count) for p in plans], dtype=np.int64)  # BatchPlan.n_steps, without a call per client
     order = np.argsort(-n_steps, kind="stable")
     starts = range(0, len(order), chunk)
     workers = chunk_workers(template, fed.device, len(starts)) if stack is not None else None
@@ -619,16 +618,16 @@ class _Batches:
         """Pad the chunk's plans (sorted by decreasing length, in client-local positions;
         ``steps`` their step counts) to the longest and cut the per-step views."""
         device = fed.device
-        parts = [fed.train_parts[c] for c in clients]
-        offsets = np.cumsum([0] + [len(p) for p in parts[:-1]])
-        pooled = np.concatenate(parts).astype(np.int64)  # the chunk's samples' rows of the pooled data
+        sizes = fed.n_train[clients]
+        offsets = np.cumsum(sizes) - sizes
+        pooled = fed.train_rows_of(clients)  # the chunk's samples' rows of the pooled data
         m, s_max, b = len(plans), plans[0].n_steps, plans[0].index.shape[1]
         index = np.zeros((s_max, m, b), dtype=np.int64)
         count = np.zeros((s_max, m), dtype=np.int64)
         last = np.zeros((s_max, m), dtype=bool)
         for lo, hi in _runs(steps):  # clients of one step count (contiguous: sorted) in one assignment each
             n, run = int(steps[lo]), plans[lo:hi]
-            index[:n, lo:hi] = np.stack([p.index for p in run], axis=1) + offsets[None, lo:hi, None]
+            index[:n, lo:hi] = np.array([p.index for p in run]).transpose(1, 0, 2) + offsets[None, lo:hi, None]
             for dst, field in ((count, "count"), (last, "last_epoch")):  # shared by plans of one size
                 first = getattr(run[0], field)
                 same = all(getattr(p, field) is first for p in run)
