@@ -139,6 +139,51 @@ def test_sgd_follows_the_written_out_formula(ragged_fed, config, path):
     assert_states_close(unstack(res.params)[0], dict(net.named_parameters()))
 
 
+@pytest.mark.parametrize("config", sorted(SGDS))
+def test_stacked_sgd_update_is_torch_optim_sgd_bit_for_bit(config):
+    """The vectorised update of three stacked rows, four steps, equals torch.optim.SGD's default
+    (foreach) update of each row alone bit for bit, wherever the row sits in the stack: one
+    row starting without a buffer (zeros stand for it), two from given buffers, tensors whose
+    rows are and are not whole blocks of 16 floats. The fused kernel (torch.optim.SGD(fused=True))
+    is not used because it rounds μb + g otherwise — and its last numel mod 16 elements
+    otherwise again, so a stacked row would round by its place in the stack."""
+    from fedlib.engine.optim import _sgd_step
+    sgd = SGDS[config]
+    gen = torch.Generator().manual_seed(0)
+    shapes = [(3, 40, 33), (3, 33), (3, 4, 32)]
+    params = [torch.randn(s, generator=gen) for s in shapes]
+    buffers = [torch.randn(s, generator=gen) for s in shapes]
+    for b in buffers:
+        b[0] = 0  # row 0 has no buffer yet
+    grads = [[torch.randn(s, generator=gen) for s in shapes] for _ in range(4)]
+    rows = [[p[i].clone().requires_grad_() for p in params] for i in range(3)]
+    torch_opts = []
+    for i, ws in enumerate(rows):
+        opt = torch.optim.SGD(ws, lr=sgd.lr, momentum=sgd.momentum, weight_decay=sgd.weight_decay,
+                              nesterov=sgd.nesterov, foreach=True)
+        if sgd.momentum and i:
+            for w, b in zip(ws, buffers):
+                opt.state[w]["momentum_buffer"] = b[i].clone()
+        torch_opts.append(opt)
+    stacked, stacked_buffers = [p.clone() for p in params], [b.clone() for b in buffers]
+    for g in grads:
+        _sgd_step(stacked, g, stacked_buffers if sgd.momentum else None, sgd)
+        for i, (ws, opt) in enumerate(zip(rows, torch_opts)):
+            for w, gi in zip(ws, g):
+                w.grad = gi[i].clone()
+            opt.step()
+    for i, ws in enumerate(rows):
+        for w, s in zip(ws, stacked):
+            assert torch.equal(w.detach(), s[i]), (config, i)
+    if sgd.momentum:
+        fused, fused_buffers = [p.clone() for p in params], [b.clone() for b in buffers]
+        for g in grads:
+            torch._fused_sgd_(fused, [t.clone() for t in g], fused_buffers, weight_decay=sgd.weight_decay,
+                              momentum=sgd.momentum, lr=sgd.lr, dampening=0.0, nesterov=sgd.nesterov,
+                              maximize=False, is_first_step=False)
+        assert not all(torch.equal(a, b) for a, b in zip(fused_buffers, stacked_buffers))
+
+
 @pytest.mark.parametrize("arch", ["mlp", "cnn"])
 def test_sgd_combines_with_the_proximal_term(ragged_fed, arch):
     model = SMALL_MODELS[arch]()
