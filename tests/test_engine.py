@@ -221,6 +221,21 @@ def test_batch_plans_for_many_clients_are_the_documented_streams():
     assert np.array_equal(unshuffled[3].index.reshape(-1)[:70], np.arange(70))
 
 
+def test_batch_plans_fall_back_to_a_new_generator_per_client_with_the_same_streams(monkeypatch):
+    """The pinned NumPy re-seeds one PCG64 in place (checked once per process); where that check
+    fails (another NumPy's layout) each client gets a new generator: the same plans."""
+    from fedlib.engine import schedule
+    assert schedule._reseeding_is_fresh()  # the fast path is the one the stream tests exercise
+    sizes = np.resize(np.array([25, 26, 1, 33, 70], dtype=np.int64), 30)
+    clients = np.arange(100, 130)
+    for epochs in (1, 2):
+        fast = schedule.batch_plans(sizes, epochs, 32, 3, 1, clients)
+        monkeypatch.setattr(schedule, "_reseeding_is_fresh", lambda: False)
+        slow = schedule.batch_plans(sizes, epochs, 32, 3, 1, clients)
+        monkeypatch.undo()
+        assert all(np.array_equal(a.index, b.index) for a, b in zip(fast, slow))
+
+
 def test_batch_plan_without_shuffling_walks_the_stored_order_every_epoch():
     part = np.arange(100, 170)[::-1].copy()  # a stored order that is not sorted
     plan = batch_plan(part, epochs=2, batch_size=32, seed=3, round_idx=1, client_id=4, shuffle=False)

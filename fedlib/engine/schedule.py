@@ -207,12 +207,17 @@ def batch_plans(parts, epochs: int, batch_size: int, seed: int, round_idx: int, 
             # new one's) under one Generator, which reads that PCG64's state in place: 0.74 µs a client
             # against 0.96 for a new pair. ``test_batch_plans_for_many_clients_are_the_documented_streams``
             # holds every client to a fresh default_rng's stream.
-            seeded = _Seeded(None)
-            bits = np.random.PCG64(_Seeded(np.zeros(4, dtype=np.uint64)))
-            gen = np.random.Generator(bits)
+            reseed = _reseeding_is_fresh()
+            seeded, gen = _Seeded(None), None
+            if reseed:
+                bits = np.random.PCG64(_Seeded(np.zeros(4, dtype=np.uint64)))
+                gen = np.random.Generator(bits)
             for j, i in enumerate(rows):
-                seeded.state = states[i]
-                bits.__init__(seeded)
+                if reseed:
+                    seeded.state = states[i]
+                    bits.__init__(seeded)
+                else:  # another NumPy than this one's layout: a new pair per client
+                    gen = np.random.Generator(np.random.PCG64(_Seeded(states[i])))
                 if epochs == 1:
                     gen.shuffle(order[j, 0])
                 else:
@@ -226,6 +231,25 @@ def batch_plans(parts, epochs: int, batch_size: int, seed: int, round_idx: int, 
         for i, plan in zip(rows, map(BatchPlan._make, zip(steps, itertools.repeat(count), itertools.repeat(last_epoch)))):
             plans[i] = plan
     return plans
+
+
+@functools.cache
+def _reseeding_is_fresh() -> bool:
+    """Whether a PCG64 re-seeded in place (``__init__`` again) under an existing Generator gives
+    the stream of a new Generator(PCG64(...)) — NumPy's layout, where the Generator reads its
+    bit generator's state where it lies and a re-seed resets the buffered half-word. Checked
+    once per process on two seeds (the first leaves a buffered half-word), so that another NumPy
+    falls back to a new pair per client instead of silently other streams."""
+    states = [np.array([w, w + 1, w + 2, w + 3], dtype=np.uint64) for w in (11, 29)]
+    seeded = _Seeded(states[0])
+    bits = np.random.PCG64(seeded)
+    gen = np.random.Generator(bits)
+    got = [gen.permutation(6)]
+    seeded.state = states[1]
+    bits.__init__(seeded)
+    got.append(gen.permutation(6))
+    fresh = [np.random.Generator(np.random.PCG64(_Seeded(st))).permutation(6) for st in states]
+    return all(np.array_equal(a, b) for a, b in zip(got, fresh))
 
 
 @functools.lru_cache(maxsize=1024)
