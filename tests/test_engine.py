@@ -705,6 +705,11 @@ def test_evaluate_counts_match_a_direct_computation_and_allow_repeated_clients(r
     logits = predict_logits(model, params, ragged_fed.x[:7], batch_size=3)
     assert logits.shape == (3, 7, 10)
     torch.testing.assert_close(logits, predict_logits(model, params, ragged_fed.x[:7], path="sequential"))
+    # the sequential path ran the CNN channels-last on a copy; the caller's model is untouched
+    from fedlib.engine.evaluate import _channels_last
+    assert _channels_last(model, ragged_fed.x) and not _channels_last(model, ragged_fed.x.flatten(1))
+    assert not _channels_last(SMALL_MODELS["mlp"](), ragged_fed.x)
+    assert all(p.is_contiguous() for p in model.parameters())
 
 
 # ----------------------------------------------------------------------------- it learns

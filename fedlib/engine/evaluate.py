@@ -244,10 +244,23 @@ def _n_rows(params: State) -> int:
     return int(next(iter(params.values())).shape[0])
 
 
+def _channels_last(template: nn.Module, x: torch.Tensor) -> bool:
+    """Whether the sequential evaluation runs ``template`` in channels-last memory: a model with
+    2-D convolutions on image inputs on the CPU, where oneDNN's convolutions and torch's max
+    pooling run faster so (forward passes over 4,000 images in batches of 140 on this project's
+    CPU: the FMNIST CNN 0.130 → 0.065 s, LeNet-5 0.066 → 0.046 s, the CIFAR CNN 1.91 → 0.85 s).
+    Its logits differ from channels-first ones in the last bits (≤ 1e-7 there) — as another
+    CPU's kernels do — and the arg-max was the same for every image."""
+    return x.device.type == "cpu" and x.dim() == 4 and any(isinstance(m, nn.Conv2d) for m in template.modules())
+
+
 def _eval_sequential(template, state, x, y, index, batch_size):
     """Row after row: load the weights into ``template``, forward the client's samples."""
     correct = torch.zeros(len(index), dtype=torch.int64, device=x.device)
     loss_sum = torch.zeros(len(index), dtype=torch.float64, device=x.device)
+    last = _channels_last(template, x)
+    if last:
+        template.to(memory_format=torch.channels_last)
     live = float_state(template)
     for i, idx in enumerate(index):
         for name, tensor in live.items():
@@ -255,7 +268,8 @@ def _eval_sequential(template, state, x, y, index, batch_size):
         idx_t = torch.as_tensor(idx, device=x.device)
         for start in range(0, len(idx), batch_size):
             batch = idx_t[start:start + batch_size]
-            logits, labels = template(gather(x, batch)), gather(y, batch)
+            xb = gather(x, batch)
+            logits, labels = template(xb.contiguous(memory_format=torch.channels_last) if last else xb), gather(y, batch)
             correct[i] += (logits.argmax(1) == labels).sum()
             loss_sum[i] += F.cross_entropy(logits, labels, reduction="sum").double()
     return correct, loss_sum
@@ -319,6 +333,10 @@ def predict_logits(model: nn.Module, params: State, x: torch.Tensor, batch_size:
     state = check_state(params, template, m, x.device)
     if resolve_path(path, template, x.device, training=False) == "sequential":
         out = []
+        last = _channels_last(template, x)
+        if last:  # as _eval_sequential
+            template.to(memory_format=torch.channels_last)
+            x = x.contiguous(memory_format=torch.channels_last)
         live = float_state(template)
         for i in range(m):
             for name, tensor in live.items():
