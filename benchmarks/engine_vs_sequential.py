@@ -16,10 +16,15 @@ differently, so they agree within noise, not exactly) and then exactly one line:
 
 with ratio = sequential / engine, each time the best of ``--repeat`` interleaved runs, and
 of_bound = (the arithmetic's time at this machine's matmul peak) / engine: the share of
-the bound no implementation can beat that the engine reaches. ``--without-workers`` also times
+the bound no implementation can beat that the engine reaches. The peak is the faster of MKL's
+and oneDNN's 2048² products (``benchmarks/peak.py``: on AMD CPUs MKL runs AVX2 code, about half
+of oneDNN's AVX-512 rate). ``--without-workers`` also times
 the engine as it was before worker threads (``fedlib.engine.without_workers()``: one chunk at a
 time in the calling thread, subnormals kept), in the same interleaving, and appends
 ``without_workers=<s>s workers_gain=<x>``: the A/B of ``fedlib.engine.workers`` (conv stacks).
+``--without-onednn`` likewise times the engine with every dense layer on ``bmm``
+(``fedlib.engine.per_client_products(False)``) and appends ``without_onednn=<s>s onednn_gain=<x>``:
+the A/B of the dense kernel's per-client oneDNN products (``fedlib.engine.dense``).
 
 Configurations (FedAvg, q = 0.5, Adam lr 1e-3, batch 32, Dirichlet α = --alpha, default 0.5):
   logistic    Adult (107 features, 2 classes; ACSIncome's offline stand-in), E=5
@@ -35,7 +40,7 @@ measurement behind the rule of ``fedlib.engine.paths``; rerun it on new hardware
 Usage: python benchmarks/engine_vs_sequential.py [--device auto|cpu|cuda] [--clients 100]
        [--rounds 3] [--alpha 0.5] [--models logistic,mlp,fmnist_cnn,lenet5] [--mlp-hidden 500]
        [--repeat 2] [--quick] [--seed 0] [--path-table] [--optimizer adam|sgd] [--sgd-lr 0.01]
-       [--momentum 0.9] [--without-workers]
+       [--momentum 0.9] [--without-workers] [--without-onednn]
 
 The engine's wall time cannot drop below (steps of the largest selected client) × (cost of
 one vectorised step), while the loop's grows with the sum over all selected clients: the
@@ -54,9 +59,10 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-from fedlib.engine import (SGD, Federation, broadcast, choose_path, local_train, resolve_device, weighted_average,
-                           without_workers)
+from fedlib.engine import (SGD, Federation, broadcast, choose_path, local_train, per_client_products, resolve_device,
+                           weighted_average, without_workers)
 from fedlib.models import build_model, init_params
+from peak import describe, matmul_peak
 
 CONFIGS = {  # model: (dataset, synthetic fallback shape, n_classes, train subset, epochs)
     "logistic": ("adult", (107,), 2, None, 5),
@@ -153,14 +159,6 @@ def training_flops(model, input_shape, device, samples: int) -> float:
     return counter.get_total_flops() * samples / BATCH
 
 
-def gemm_peak(device: torch.device, n: int = 2048, repeats: int = 5) -> float:
-    """This machine's float32 matmul rate in FLOP/s: best of ``repeats`` n×n products."""
-    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
-    a @ b
-    best = min(_timed(device, torch.mm, a, b)[0] for _ in range(repeats))
-    return 2 * n ** 3 / best
-
-
 @torch.no_grad()
 def test_accuracy(model, state, fed) -> float:
     """Accuracy of one global model on the union of the clients' test splits."""
@@ -186,7 +184,8 @@ def _timed(device, fn, *args):
 
 
 def run_config(arch: str, k: int, rounds: int, alpha: float, device: torch.device, seed: int,
-               quick: bool, mlp_hidden: int, repeat: int, sgd: SGD | None = None, without: bool = False) -> None:
+               quick: bool, mlp_hidden: int, repeat: int, sgd: SGD | None = None, without: bool = False,
+               without_onednn: bool = False) -> None:
     name, shape, n_classes, subset, epochs = CONFIGS[arch]
     if quick:
         subset, rounds, repeat = min(subset or 10_000, 10_000), 1, 1
@@ -205,7 +204,7 @@ def run_config(arch: str, k: int, rounds: int, alpha: float, device: torch.devic
     model_seq.load_state_dict(init, strict=False)
     plain_fedavg(model_seq, x, y, train_parts, schedule[:1], 1, device, seed, sgd)  # warm-ups (lazy imports,
     engine_fedavg(model, fed, init, schedule[:1], 1, seed, sgd)                      # allocator, kernels)
-    t_seq = t_eng = t_without = np.inf
+    t_seq = t_eng = t_without = t_bmm = np.inf
     for _ in range(repeat):  # interleaved; both runs are deterministic, so every repeat is the same work
         t, state_seq = _timed(device, plain_fedavg, model_seq, x, y, train_parts, schedule, epochs,
                               device, seed, sgd)
@@ -216,6 +215,9 @@ def run_config(arch: str, k: int, rounds: int, alpha: float, device: torch.devic
             with without_workers():
                 t_without = min(t_without, _timed(device, engine_fedavg, model, fed, init, schedule, epochs, seed,
                                                 sgd)[0])
+        if without_onednn:  # every dense layer on bmm
+            with per_client_products(False):
+                t_bmm = min(t_bmm, _timed(device, engine_fedavg, model, fed, init, schedule, epochs, seed, sgd)[0])
 
     acc_seq, acc_eng = test_accuracy(model, state_seq, fed), test_accuracy(model, state_eng, fed)
     sizes = np.array([len(p) for p in train_parts])
@@ -228,11 +230,13 @@ def run_config(arch: str, k: int, rounds: int, alpha: float, device: torch.devic
     steps = [np.array([epochs * -(-sizes[c] // BATCH) for c in chosen]) for chosen in schedule]
     total, critical = sum(int(st.sum()) for st in steps), sum(int(st.max()) for st in steps)
     flops = training_flops(model, fed.input_shape, device, epochs * sum(int(sizes[c].sum()) for c in schedule))
-    floor = flops / gemm_peak(device)
+    peak, rates = matmul_peak(device)
+    floor = flops / peak
     print(f"# {label} bounds: client steps loop={total} engine critical path={critical} "
           f"(step ratio {total / critical:.1f}); arithmetic {flops / 1e9:.1f} GFLOP at this machine's "
-          f"matmul peak ≥ {floor:.3f}s, so ratio ≤ {t_seq / floor:.0f}")
+          f"matmul peak ({describe(rates)}) ≥ {floor:.3f}s, so ratio ≤ {t_seq / floor:.0f}")
     ab = f" without_workers={t_without:.3f}s workers_gain={t_without / t_eng:.2f}" if without else ""
+    ab += f" without_onednn={t_bmm:.3f}s onednn_gain={t_bmm / t_eng:.2f}" if without_onednn else ""
     print(f"{label} {device.type} clients={k} sequential={t_seq:.3f}s engine={t_eng:.3f}s "
           f"ratio={t_seq / t_eng:.1f} of_bound={floor / t_eng:.0%}{ab}", flush=True)
 
@@ -294,6 +298,8 @@ def main() -> None:
     ap.add_argument("--momentum", type=float, default=0.9)
     ap.add_argument("--without-workers", action="store_true",
                     help="also time the engine before worker threads (fedlib.engine.without_workers())")
+    ap.add_argument("--without-onednn", action="store_true",
+                    help="also time the engine with every dense layer on bmm (fedlib.engine.per_client_products(False))")
     args = ap.parse_args()
     sgd = SGD(lr=args.sgd_lr, momentum=args.momentum) if args.optimizer == "sgd" else None
     device = resolve_device(args.device)
@@ -304,7 +310,7 @@ def main() -> None:
         if arch not in CONFIGS:
             raise SystemExit(f"--models: {arch!r} is not one of {sorted(CONFIGS)}")
         run_config(arch, args.clients, args.rounds, args.alpha, device, args.seed, args.quick,
-                   args.mlp_hidden, args.repeat, sgd, args.without_workers)
+                   args.mlp_hidden, args.repeat, sgd, args.without_workers, args.without_onednn)
 
 
 if __name__ == "__main__":

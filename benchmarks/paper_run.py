@@ -5,7 +5,7 @@ Usage: python benchmarks/paper_run.py [--dataset fmnist] [--protocol similarity]
                                       [--without-workers] [--keep-subnormals]
 Prints one line: <dataset> <protocol>=<level> K=<K> <method> device=<d> rounds=<T>
 seconds=<s> global_accuracy=<a> tau=<τ> floor=<s> of_bound=<p>% training=<s> workers=<on|off>
-subnormals=<flushed|kept>.
+subnormals=<flushed|kept> peak=(<library> <rate> GFLOP/s, ...).
 Nothing is cached: the run is computed afresh. ``training`` is the time spent in ``local_train``
 (the rest: evaluation, clustering, set-up); ``--without-workers`` trains as before worker threads
 (``fedlib.engine.without_workers()``: one chunk at a time in the calling thread, subnormals kept),
@@ -15,7 +15,7 @@ A/B of ``fedlib.engine.workers``.
 The floor is the bound no implementation can beat: the run's training arithmetic (forward
 and backward FLOPs per sample, by torch's FLOP counter, times every sample every client
 trained in every local epoch, counted as the run calls ``local_train``) at this machine's
-measured float32 matmul peak. of_bound = floor / seconds. The evaluation, the clustering and
+measured float32 matmul peak (the faster of MKL's and oneDNN's, ``benchmarks/peak.py``). of_bound = floor / seconds. The evaluation, the clustering and
 the optimiser's element-wise update are not in it, so the bound is loose from below.
 """
 import argparse
@@ -29,18 +29,7 @@ import torch.nn.functional as F
 import fedlib.methods.base as methods_base
 from fedlib.engine import flush_subnormals, without_workers
 from fedlib.experiment import RunSpec, run
-
-
-def gemm_peak(n: int = 2048, repeats: int = 5) -> float:
-    """This machine's float32 matmul rate in FLOP/s: best of ``repeats`` n×n products (CPU)."""
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    a @ b
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - t0)
-    return 2 * n ** 3 / best
+from peak import describe, matmul_peak
 
 
 def flops_per_sample(model: torch.nn.Module, input_shape: tuple, batch: int = 32) -> float:
@@ -99,12 +88,13 @@ def main(argv=None):
             seconds = time.perf_counter() - t0
     finally:
         methods_base.local_train = counter.inner
-    floor = counter.flops / gemm_peak()
+    peak, rates = matmul_peak()
+    floor = counter.flops / peak
     print(f"{a.dataset} {a.protocol}={a.level:g} K={a.clients} {a.method} device={rec.get('device')} "
           f"rounds={a.rounds} seconds={seconds:.1f} global_accuracy={rec.get('global_accuracy', float('nan')):.4f} "
           f"tau={rec.get('info', {}).get('tau')} floor={floor:.1f}s of_bound={floor / seconds:.0%} "
           f"training={counter.seconds:.1f}s workers={'off' if a.without_workers else 'on'} "
-          f"subnormals={'kept' if a.without_workers or a.keep_subnormals else 'flushed'}")
+          f"subnormals={'kept' if a.without_workers or a.keep_subnormals else 'flushed'} peak=({describe(rates)})")
 
 
 if __name__ == "__main__":

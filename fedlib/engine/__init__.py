@@ -17,6 +17,7 @@ Typical round of FedAvg::
     global_ = weighted_average(res.params, res.n_samples)
 """
 from .evaluate import EvalResult, LossMatrix, evaluate, evaluate_global, loss_matrix, predict_logits
+from .dense import per_client_products
 from .federation import Federation, resolve_device
 from .params import (RunningAverage, broadcast, flatten_params, stack_params, unflatten_params, unstack,
                      weighted_average)
@@ -52,6 +53,7 @@ __all__ = [
     "max_workers",
     "flush_subnormals",
     "without_workers",
+    "per_client_products",
     "stack_params",
     "unstack",
     "broadcast",

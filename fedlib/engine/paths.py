@@ -58,7 +58,7 @@ import torch
 from torch import nn
 
 from .conv import conv_stack
-from .dense import dense_stack
+from .dense import dense_stack, has_per_client_layer
 from .workers import plan_workers
 
 __all__ = ["PATHS", "CPU_MAX_VECTORISED_WEIGHTS", "choose_path", "resolve_path", "clients_per_chunk",
@@ -202,17 +202,21 @@ def chunk_workers(model: nn.Module, device: torch.device, n_chunks: int) -> tupl
 
     A fixed rule, like the path's: conv stacks on CPU train on workers
     (:func:`fedlib.engine.workers.plan_workers`: side by side up to torch's thread count,
-    subnormals flushed); every other case in the calling thread. Measured (2 threads, the
+    subnormals flushed), and so do dense stacks with a layer large enough for one oneDNN
+    product per client (:func:`fedlib.engine.dense.has_per_client_layer`); every other case
+    in the calling thread. Measured (2 threads, the
     two settings alternating in one process): side by side, the FMNIST CNN 1.08–1.17× faster
     (``benchmarks/engine_vs_sequential.py``'s federation and ``benchmarks/scaling.py``'s
-    rounds), LeNet-5 0.97–1.00×, the dense kernel no faster or slower (the 3×500 MLP
-    0.95–1.01×, logistic regression in chunks of 50 0.65×: its steps are tens of
-    microseconds of Python, which threads take turns at); flushing subnormals, the FMNIST
+    rounds), LeNet-5 0.97–1.00×, the dense kernel on ``bmm`` no faster or slower (the 3×500 MLP
+    0.95–1.01×; again 2.24–2.47 s against 2.30–2.61 s on its per-client products, four runs each,
+    alternating; logistic regression in chunks of 50 0.65×: its steps are tens of
+    microseconds of Python, which threads take turns at), the 3×500 MLP on its per-client oneDNN
+    products 1.90–1.97 s against 2.05–3.13 s in the calling thread; flushing subnormals, the FMNIST
     CNN's paper protocol at S = 0 3.1× faster (``benchmarks/paper_run.py``, 10 rounds),
     while the MLP and logistic regression met no subnormals there (Letter and Adult at
     S = 0: the same round times).
     """
-    if device.type == "cpu" and conv_stack(model) is not None:
+    if device.type == "cpu" and (conv_stack(model) is not None or has_per_client_layer(model, device)):
         return plan_workers(n_chunks)
     return None
 
