@@ -1,9 +1,9 @@
 """Chunks trained on threads of their own: side by side, and with subnormal floats flushed to zero.
 
 The vectorised path trains a call's clients chunk by chunk, and chunks share nothing: each
-reads its own rows and writes its own rows. For the conv kernel on CPU
-(:func:`fedlib.engine.paths.chunk_workers` is the rule) :func:`run_chunks` trains them on
-worker threads, for two reasons.
+reads its own rows and writes its own rows. For the conv kernel on CPU, and the dense kernel
+when a layer runs one oneDNN product per client (:func:`fedlib.engine.paths.chunk_workers` is
+the rule), :func:`run_chunks` trains them on worker threads, for two reasons.
 
 * **Side by side.** A chunk's kernels are small (two FMNIST-CNN clients: convolutions over
   32 images, products of 32 rows) and torch's intra-op parallelism, splitting each of them
