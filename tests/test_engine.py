@@ -65,6 +65,20 @@ def test_weighted_average_of_three_hand_written_vectors():
         weighted_average(stacked, [1, 2])
 
 
+def test_copy_rows_writes_the_rows_by_index_for_small_and_large_rows():
+    from fedlib.engine.params import _ROW_BY_ROW_FROM, copy_rows_
+    for row_shape in ((3,), (2, _ROW_BY_ROW_FROM // 2)):  # one indexed assignment / one copy_ per row
+        dst = torch.zeros(5, *row_shape)
+        src = torch.arange(3 * int(np.prod(row_shape)), dtype=torch.float32).view(3, *row_shape) + 1
+        expected = dst.clone()
+        expected[torch.tensor([4, 0, 2])] = src
+        for rows in ([4, 0, 2], np.array([4, 0, 2]), torch.tensor([4, 0, 2])):
+            dst.zero_()
+            assert copy_rows_(dst, rows, src) is dst
+            assert torch.equal(dst, expected)
+        assert torch.equal(dst[[1, 3]], torch.zeros(2, *row_shape))  # other rows untouched
+
+
 def test_stack_unstack_broadcast_flatten_round_trip():
     a = {"w": torch.arange(6.0).view(2, 3), "b": torch.tensor([7.0])}
     b = {"w": -torch.arange(6.0).view(2, 3), "b": torch.tensor([8.0])}

@@ -49,6 +49,7 @@ import numpy as np
 import torch
 
 from ..validation import check_number
+from .params import copy_rows_
 
 __all__ = ["Adam", "SGD", "AdamState", "SGDState", "EmbeddingPull"]
 
@@ -437,7 +438,7 @@ def put_rows(state: AdamState | SGDState, rows, new: AdamState | SGDState) -> Ad
         index = _as_index(rows, state.step.device)
         for mine, theirs in ((state.exp_avg, new.exp_avg), (state.exp_avg_sq, new.exp_avg_sq)):
             for n, t in mine.items():
-                t[index] = theirs[n].to(t.device, t.dtype)
+                copy_rows_(t, index, theirs[n].to(t.device, t.dtype))
         state.step[index] = new.step.to(state.step.device, state.step.dtype)
         return state
     index = _as_index(rows, state.has_buffer.device)

@@ -68,6 +68,7 @@ from .dense import DenseStack, dense_stack
 from .federation import Federation, gather
 from .optim import (SGD, Adam, AdamState, EmbeddingPull, SGDState, StackedOptimizer, check_embedding_pull,
                     check_opt_state, check_optimizer, clone_state, fresh_state, pull_terms, put_rows)
+from .params import copy_rows_
 from .paths import chunk_workers, clients_per_chunk, resolve_path
 from .schedule import BatchPlan, batch_plans, client_torch_seed
 from .workers import run_chunks
@@ -493,7 +494,7 @@ def _train_vectorised(template: nn.Module, names: list[str], state: State, fed: 
         if sink is None:
             if not in_place:
                 for name, tensor in sub.items():
-                    out[name][rows] = tensor
+                    copy_rows_(out[name], chunk_rows, tensor)
         else:
             sink(chunk_rows.astype(np.int64), sub)
         if want_opt:
