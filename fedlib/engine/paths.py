@@ -141,7 +141,9 @@ def clients_per_chunk(model: nn.Module, sample: torch.Tensor, batch_size: int, t
         3.07–3.22 s — ``bmm`` splits its batch over the threads, so an odd chunk leaves one
         idle — 4 clients 2.60–2.74 s; with 200 units: 8 clients 0.44–0.45 s, 14 clients
         0.43–0.44 s, 25 clients 0.49–0.50 s; with 1,000 units 1 client 9.67–9.75 s, 2 clients
-        11.1 s), whereas the conv
+        11.1 s; re-measured when the 3×500 MLP's 500 → 500 layers moved to per-client oneDNN products
+        on worker threads, four alternating runs: 1 client 2.00–2.20 s, 2 1.86–2.04 s, 3 1.89–2.03 s,
+        4 1.88–1.94 s — 2 kept), whereas the conv
         kernel's one-step chunks at K = 1,000 are dominated by per-chunk costs (FMNIST CNN,
         FedAvg as ``benchmarks/scaling.py`` runs it, rounds 2–5 of one run: 2 clients a chunk
         1,067–1,083 ms a round, 3 clients 936–963 ms; at K = 100 537–572 and 504–528 ms).
@@ -211,7 +213,7 @@ def chunk_workers(model: nn.Module, device: torch.device, n_chunks: int) -> tupl
     0.95–1.01×; again 2.24–2.47 s against 2.30–2.61 s on its per-client products, four runs each,
     alternating; logistic regression in chunks of 50 0.65×: its steps are tens of
     microseconds of Python, which threads take turns at), the 3×500 MLP on its per-client oneDNN
-    products 1.90–1.97 s against 2.05–3.13 s in the calling thread; flushing subnormals, the FMNIST
+    products 1.90–2.11 s against 2.05–3.13 s in the calling thread; flushing subnormals, the FMNIST
     CNN's paper protocol at S = 0 3.1× faster (``benchmarks/paper_run.py``, 10 rounds),
     while the MLP and logistic regression met no subnormals there (Letter and Adult at
     S = 0: the same round times).

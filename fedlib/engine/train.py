@@ -24,8 +24,9 @@ the dense kernel. On CPU the dense kernel runs a large layer (≥ 65,536 weights
 CNN's 288 → 2,048, the paper MLP's 500 → 500) as one oneDNN product per client instead of a
 ``bmm``, which MKL computes with AVX2 code on AMD CPUs (:mod:`fedlib.engine.dense`).
 
-On CPU, the conv kernel's chunks — and the dense kernel's, when it has such a layer — train on worker threads (:mod:`fedlib.engine.workers`; the
-rule is :func:`fedlib.engine.paths.chunk_workers`): side by side, one per thread of torch's
+On CPU, the conv kernel's chunks — and the dense kernel's, when it has such a layer — train
+on worker threads (:mod:`fedlib.engine.workers`; the rule is
+:func:`fedlib.engine.paths.chunk_workers`): side by side, one per thread of torch's
 thread count, each on its share of the threads (their kernels are too small for torch's
 intra-op parallelism to keep two cores busy), and with subnormal floats flushed to zero, as
 TensorFlow's CPU threads do (subnormal arithmetic made the FMNIST CNN's paper protocol at
