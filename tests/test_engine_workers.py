@@ -140,21 +140,25 @@ def test_workers_run_on_their_share_of_threads_and_leave_the_default(threads):
     assert fresh == [2]  # a new thread starts from the process's count again
 
 
-def _train(fed, **kwargs):
-    model = build_model("cnn", 10, (1, 8, 8))  # a conv stack: the conv kernel
+def _train(fed, arch="cnn", **kwargs):
+    # "cnn": a conv stack, the conv kernel; "mlp": a dense stack whose 256 × 256 layers run one
+    # oneDNN product per client (fedlib.engine.dense), also trained on workers
+    model = build_model(arch, 10, (1, 8, 8), **({"hidden": 256} if arch == "mlp" else {}))
     start = broadcast(init_params(model, seed=4), len(SIZES))
     return local_train(model, start, fed, range(len(SIZES)), epochs=2, seed=5, path="vectorised",
                        max_clients_per_chunk=2, return_opt_state=True, **kwargs)
 
 
-def test_only_conv_stacks_on_cpu_train_chunks_side_by_side(threads):
+def test_conv_stacks_and_wide_dense_stacks_on_cpu_train_chunks_side_by_side(threads):
     threads(2)
     cnn, mlp = build_model("cnn", 10, (1, 8, 8)), build_model("mlp", 10, (1, 8, 8), hidden=32)
+    wide = build_model("mlp", 10, (1, 8, 8), hidden=256)  # 256 × 256 layers: per-client oneDNN products
     assert chunk_workers(cnn, CPU, 5) == (2, 1)
     assert chunk_workers(cnn, CPU, 1) == (1, 2)
+    assert chunk_workers(wide, CPU, 5) == (2, 1)
     with max_workers(1):
         assert chunk_workers(cnn, CPU, 5) == (1, 2)
-    assert chunk_workers(mlp, CPU, 5) is None  # the dense kernel: measured no faster
+    assert chunk_workers(mlp, CPU, 5) is None  # the dense kernel on bmm: measured no faster
     assert chunk_workers(cnn, torch.device("cuda"), 5) is None  # one device, one stream of kernels
 
 
@@ -209,7 +213,8 @@ def test_conv_training_flushes_the_subnormal_gradients_of_a_saturated_softmax(fe
     assert (kept != 0).all() and (kept.abs() < 1e-37).all()
 
 
-def test_chunks_on_several_workers_give_the_bits_of_one_thread(fed, threads):
+@pytest.mark.parametrize("arch", ["cnn", "mlp"])
+def test_chunks_on_several_workers_give_the_bits_of_one_thread(fed, threads, arch):
     """4 chunks of 2 clients: one thread trains them one after another, 2 and 4 threads
     train them on 2 and 4 workers of one intra-op thread each — the same bits for weights,
     losses and optimiser state (a shared workspace or a row written to the wrong place would
@@ -217,7 +222,7 @@ def test_chunks_on_several_workers_give_the_bits_of_one_thread(fed, threads):
     runs = {}
     for t in (1, 2, 4):
         threads(t)
-        runs[t] = _train(fed)
+        runs[t] = _train(fed, arch)
     for t in (2, 4):
         assert_states_equal(runs[t].params, runs[1].params)
         assert torch.equal(runs[t].mean_loss, runs[1].mean_loss)
