@@ -15,8 +15,9 @@ A/B of ``fedlib.engine.workers``.
 The floor is the bound no implementation can beat: the run's training arithmetic (forward
 and backward FLOPs per sample, by torch's FLOP counter, times every sample every client
 trained in every local epoch, counted as the run calls ``local_train``) at this machine's
-measured float32 matmul peak (the faster of MKL's and oneDNN's, ``benchmarks/peak.py``). of_bound = floor / seconds. The evaluation, the clustering and
-the optimiser's element-wise update are not in it, so the bound is loose from below.
+measured float32 matmul peak (the faster of MKL's and oneDNN's, ``benchmarks/peak.py``).
+of_bound = floor / seconds. The evaluation, the clustering and the optimiser's element-wise
+update are not in it, so the bound is loose from below.
 """
 import argparse
 import contextlib
