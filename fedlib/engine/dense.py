@@ -155,9 +155,14 @@ def _onednn_linear():
         return None
 
 
+def _enabled() -> bool:
+    """The innermost :func:`per_client_products` block's setting (True outside any block)."""
+    return _PER_CLIENT[-1] if _PER_CLIENT else True
+
+
 def _per_client(w: torch.Tensor) -> bool:
     """Whether the layer with stacked weights ``w`` (m, out, in) runs one oneDNN product per client."""
-    return ((_PER_CLIENT[-1] if _PER_CLIENT else True) and w.device.type == "cpu" and w.dtype == torch.float32
+    return (_enabled() and w.device.type == "cpu" and w.dtype == torch.float32
             and w.shape[1] * w.shape[2] >= ONEDNN_MIN_WEIGHTS and _onednn_linear() is not None)
 
 
@@ -165,8 +170,7 @@ def has_per_client_layer(model: nn.Module, device: torch.device) -> bool:
     """Whether ``model``, a dense stack (:func:`dense_stack`), trains some layer as one oneDNN
     product per client on ``device`` (then its chunks train on worker threads:
     :func:`fedlib.engine.paths.chunk_workers`)."""
-    return (dense_stack(model) is not None and (_PER_CLIENT[-1] if _PER_CLIENT else True) and device.type == "cpu"
-            and _onednn_linear() is not None
+    return (dense_stack(model) is not None and _enabled() and device.type == "cpu" and _onednn_linear() is not None
             and any(type(m) is nn.Linear and m.in_features * m.out_features >= ONEDNN_MIN_WEIGHTS
                     for m in model.modules()))
 

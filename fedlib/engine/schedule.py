@@ -203,9 +203,9 @@ def batch_plans(parts, epochs: int, batch_size: int, seed: int, round_idx: int, 
             # Client k's generator is Generator(PCG64(SeedSequence([seed, t, k], spawn_key=(0,)))); row e of
             # ``order[j]`` is its (e+1)-th permutation of range(n), as E successive rng.permutation(n) (one
             # epoch: ``shuffle`` of the row, the same Fisher–Yates draws with less argument handling). Where
-            # :func:`_reseeding_is_fresh` holds, one PCG64 is re-seeded per client (``__init__`` again: state and buffered half-word reset, as a
-            # new one's) under one Generator, which reads that PCG64's state in place: 0.74 µs a client
-            # against 0.96 for a new pair. ``test_batch_plans_for_many_clients_are_the_documented_streams``
+            # :func:`_reseeding_is_fresh` holds, one PCG64 is re-seeded per client (``__init__`` again: state
+            # and buffered half-word reset, as a new one's) under one Generator, which reads that PCG64's
+            # state in place: 0.74 µs a client against 0.96 for a new pair. ``test_batch_plans_for_many_clients_are_the_documented_streams``
             # holds every client to a fresh default_rng's stream.
             reseed = _reseeding_is_fresh()
             seeded, gen = _Seeded(None), None
