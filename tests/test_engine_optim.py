@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
 
 from fedlib.engine import (SGD, Adam, AdamState, EmbeddingPull, SGDState, broadcast, flatten_params, local_train,
                            unstack)
+import fedlib.engine.optim as optim_module
 from fedlib.engine.schedule import batch_plan
 from fedlib.models import body, build_model, head, init_params
 
@@ -311,6 +313,55 @@ def test_returning_the_state_changes_nothing_else_and_state_rows_can_be_taken_an
     assert moved.step.tolist() == [state.step[5].item()] + state.step[1:].tolist()
     assert torch.equal(moved.exp_avg["1.weight"][0], state.exp_avg["1.weight"][5])
     assert not torch.equal(state.exp_avg["1.weight"][0], state.exp_avg["1.weight"][5])  # put copies
+
+
+@pytest.mark.parametrize("arch", ["mlp", "fmnist_cnn"])  # the dense kernel (300 units: 203k weights), conv (94k)
+def test_fresh_one_step_adam_rows_update_row_by_row_with_the_stacked_updates_bits(ragged_fed, arch, monkeypatch):
+    """Clients that take one step from a fresh Adam and whose state is not returned are
+    updated row by row on one row of zeroed moments (``StackedOptimizer(keep_state=False)``,
+    FedAvg's many small clients): their weights are the stacked update's (the state
+    returned) bit for bit, in one chunk and in chunks of 1 and 4, with weight decay and a
+    proximal term; a chunk with a two-step client, a state given, or clients under
+    ``ROW_BY_ROW_WEIGHTS`` take the stacked update."""
+    model = build_model(arch, 10, (1, 8, 8), **({"hidden": 300} if arch == "mlp" else {}))
+    assert sum(p.numel() for p in model.parameters()) >= optim_module.ROW_BY_ROW_WEIGHTS
+    start = broadcast(init_params(model, seed=3), 6)
+    modes = []
+    built = optim_module.StackedOptimizer.__init__
+
+    def spy(self, *args, **kwargs):
+        built(self, *args, **kwargs)
+        modes.append(self.scratch is not None)
+
+    monkeypatch.setattr(optim_module.StackedOptimizer, "__init__", spy)
+    kwargs = dict(epochs=1, seed=0, batch_size=FULL_BATCH, path="vectorised",
+                  optimizer=Adam(lr=1e-2, weight_decay=1e-3), prox_center=start, prox_mu=0.1)
+    for chunk in (None, 1, 4):
+        modes.clear()
+        stacked = local_train(model, start, ragged_fed, range(6), return_opt_state=True,
+                              max_clients_per_chunk=chunk, **kwargs)
+        assert modes and not any(modes)
+        modes.clear()
+        rows = local_train(model, start, ragged_fed, range(6), max_clients_per_chunk=chunk, **kwargs)
+        assert modes and all(modes)
+        assert_states_equal(rows.params, stacked.params)
+    modes.clear()
+    two = local_train(model, start, ragged_fed, range(6), **{**kwargs, "batch_size": 64})  # 70 and 97 samples: 2 steps
+    assert not all(modes)  # the chunk of the two-step clients
+    modes.clear()
+    local_train(model, start, ragged_fed, range(6), opt_state=stacked.opt_state, **kwargs)
+    assert modes and not any(modes)
+    assert any(not torch.equal(two.params[n], stacked.params[n]) for n in start)  # a second step was taken
+    modes.clear()
+    small = SMALL_MODELS["mlp"]()  # 4.5k weights
+    local_train(small, broadcast(init_params(small, seed=3), 6), ragged_fed, range(6), **{**kwargs, "prox_mu": 0.0})
+    assert modes and not any(modes)
+    monkeypatch.setattr(optim_module, "ROW_BY_ROW_WEIGHTS", 1)
+    with pytest.raises(RuntimeError, match="keep_state=False"):
+        optim_module.StackedOptimizer(Adam(), ["w"], {"w": torch.zeros(2, 3)}, None, np.ones(2, dtype=np.int64),
+                                      AdamState({"w": torch.zeros(2, 3)}, {"w": torch.zeros(2, 3)},
+                                                torch.zeros(2, dtype=torch.int64)),
+                                      keep_state=False).final_state()
 
 
 def test_a_row_without_momentum_buffer_starts_with_torch_first_step_rule(ragged_fed):

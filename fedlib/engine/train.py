@@ -476,7 +476,7 @@ def _train_vectorised(template: nn.Module, names: list[str], state: State, fed: 
         batches = _Batches.stack(fed, clients[chunk_rows], chunk_plans, n_steps[chunk_rows])
         stepper = StackedOptimizer(opt, list(stack.param_names) if stack is not None else names, sub,
                                    None if opt_state is None else opt_state.take(rows.cpu()), n_steps[chunk_rows],
-                                   None if work is None else work.opt_rows(len(rows)))
+                                   None if work is None else work.opt_rows(len(rows)), keep_state=want_opt)
         if stack is not None:
             step_loss = _train_chunk_dense(stack, sub, batches, stepper, _rows(prox, rows),
                                            None if work is None else work.grads)
