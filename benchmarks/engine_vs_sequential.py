@@ -12,13 +12,19 @@ the final evaluation are not). Each configuration prints an accuracy line (the f
 global model on the union of the clients' test splits; the two runs shuffle
 differently, so they agree within noise, not exactly) and then exactly one line::
 
-    <model> <device> clients=<K> sequential=<s>s engine=<s>s ratio=<x> of_bound=<p>%
+    <model> <device> clients=<K> sequential=<s>s engine=<s>s ratio=<x> of_bound=<p>% of_shapes=<p>%
 
 with ratio = sequential / engine, each time the best of ``--repeat`` interleaved runs, and
 of_bound = (the arithmetic's time at this machine's matmul peak) / engine: the share of
 the bound no implementation can beat that the engine reaches. The peak is the faster of MKL's
 and oneDNN's 2048² products (``benchmarks/peak.py``: on AMD CPUs MKL runs AVX2 code, about half
-of oneDNN's AVX-512 rate). ``--without-workers`` also times
+of oneDNN's AVX-512 rate). The line ends with of_shapes = (the same arithmetic at the rates
+its own products reach) / engine: every matrix product and convolution of one client's step
+of a batch, each timed alone on one thread in the fastest formulation tried
+(``peak.products_floor``), scaled to the run's samples and divided by the threads — the
+floor for products of these shapes (a batch of 32 against a client's own weights runs far
+below a 2048² product's rate), which the ``# … bounds`` line prints as a rate and a share of
+the peak. ``--without-workers`` also times
 the engine as it was before worker threads (``fedlib.engine.without_workers()``: one chunk at a
 time in the calling thread, subnormals kept), in the same interleaving, and appends
 ``without_workers=<s>s workers_gain=<x>``: the A/B of ``fedlib.engine.workers`` (conv stacks).
@@ -62,7 +68,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from fedlib.engine import (SGD, Federation, broadcast, choose_path, local_train, per_client_products, resolve_device,
                            weighted_average, without_workers)
 from fedlib.models import build_model, init_params
-from peak import describe, matmul_peak
+from peak import describe, matmul_peak, products_floor
 
 CONFIGS = {  # model: (dataset, synthetic fallback shape, n_classes, train subset, epochs)
     "logistic": ("adult", (107,), 2, None, 5),
@@ -232,13 +238,23 @@ def run_config(arch: str, k: int, rounds: int, alpha: float, device: torch.devic
     flops = training_flops(model, fed.input_shape, device, epochs * sum(int(sizes[c].sum()) for c in schedule))
     peak, rates = matmul_peak(device)
     floor = flops / peak
+    # A floor at the products' own shapes: one client's step of BATCH samples, each product
+    # and convolution timed alone on one thread (benchmarks/peak.py), times the client steps'
+    # samples over BATCH, over the threads (clients' products are independent).
+    step_seconds, step_flops = products_floor(model, fed.input_shape, BATCH, device)
+    threads = torch.get_num_threads() if device.type == "cpu" else 1
+    shapes_floor = step_seconds * flops / step_flops / threads
     print(f"# {label} bounds: client steps loop={total} engine critical path={critical} "
           f"(step ratio {total / critical:.1f}); arithmetic {flops / 1e9:.1f} GFLOP at this machine's "
-          f"matmul peak ({describe(rates)}) ≥ {floor:.3f}s, so ratio ≤ {t_seq / floor:.0f}")
+          f"matmul peak ({describe(rates)}) ≥ {floor:.3f}s, so ratio ≤ {t_seq / floor:.0f}; "
+          f"its products at their own shapes (batch {BATCH}, one thread each: {step_flops / step_seconds / 1e9:.0f} "
+          f"GFLOP/s, {step_flops / step_seconds * threads / peak:.0%} of the peak; {threads} threads) ≥ "
+          f"{shapes_floor:.3f}s")
     ab = f" without_workers={t_without:.3f}s workers_gain={t_without / t_eng:.2f}" if without else ""
     ab += f" without_onednn={t_bmm:.3f}s onednn_gain={t_bmm / t_eng:.2f}" if without_onednn else ""
     print(f"{label} {device.type} clients={k} sequential={t_seq:.3f}s engine={t_eng:.3f}s "
-          f"ratio={t_seq / t_eng:.1f} of_bound={floor / t_eng:.0%}{ab}", flush=True)
+          f"ratio={t_seq / t_eng:.1f} of_bound={floor / t_eng:.0%} of_shapes={shapes_floor / t_eng:.0%}{ab}",
+          flush=True)
 
 
 PATH_LADDER = [  # (arch, input_shape, n_classes, build options)

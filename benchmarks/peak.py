@@ -48,3 +48,94 @@ def matmul_peak(device: torch.device | str = "cpu", n: int = 2048, repeats: int 
 def describe(rates: dict[str, float]) -> str:
     """``'mkl 220 GFLOP/s, onednn 475 GFLOP/s'``."""
     return ", ".join(f"{k} {v / 1e9:.0f} GFLOP/s" for k, v in rates.items())
+
+
+_PRODUCTS = ("mm", "addmm", "bmm", "convolution", "convolution_backward")
+
+
+def _products_of_one_step(model, input_shape, batch: int, device: torch.device) -> list:
+    """(aten op, args) of every matrix product and convolution in one client's training step
+    (forward + backward of the mean cross-entropy over ``batch`` samples, as ``nn.Module``s
+    run it), recorded with their real arguments."""
+    import copy
+
+    import torch.nn.functional as F
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    recorded = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.overloadpacket.__name__ in _PRODUCTS:
+                recorded.append((func, args, kwargs or {}))
+            return func(*args, **(kwargs or {}))
+
+    net = copy.deepcopy(model).to(device).train()
+    x = torch.randn(batch, *input_shape, device=device)
+    with Record():
+        F.cross_entropy(net(x), torch.zeros(batch, dtype=torch.long, device=device)).backward()
+    return recorded
+
+
+def _formulations(func, args: tuple, kwargs: dict) -> list:
+    """Ways to compute one recorded product: the op itself; for a matrix product also
+    oneDNN's linear in both orientations (x wᵀ and (wᵀ xᵀ)ᵀ) where this build has it; for a
+    convolution also its inputs in channels-last memory."""
+    name = func.overloadpacket.__name__
+    ways = [lambda: func(*args, **kwargs)]
+    if name in ("mm", "addmm") and torch.backends.mkldnn.is_available() and args[-1].device.type == "cpu":
+        a, b = args[-2], args[-1]
+        linear = getattr(torch.ops.mkldnn, "_linear_pointwise", None)
+        if linear is not None:
+            ways += [lambda: linear(a, b.t(), None, "none", [], ""), lambda: linear(b.t(), a, None, "none", [], "")]
+    if name.startswith("convolution"):
+        cl = [a.contiguous(memory_format=torch.channels_last) if isinstance(a, torch.Tensor) and a.dim() == 4 else a
+              for a in args]
+        ways.append(lambda: func(*cl, **kwargs))
+    return ways
+
+
+def products_floor(model, input_shape, batch: int, device: torch.device | str = "cpu",
+                   repeats: int = 5) -> tuple[float, float]:
+    """(seconds, FLOPs) of one client's training step of ``batch`` samples counting only its
+    matrix products and convolutions, each timed alone at its own shape on one thread with
+    its data in the cache, in the fastest of the ways :func:`_formulations` tries.
+
+    Each client has its own weights, so no implementation can merge one client's products
+    with another's (a grouped convolution or ``bmm`` runs them side by side, each at its own
+    shape's rate); on T threads T clients' products run at once, at best T times as fast. So
+    (seconds × client steps / T) is a floor for training at these shapes with these
+    libraries: the small, skinny products of a batch of 32 run far below the 2048² peak
+    (:func:`matmul_peak`), which is the bound for a single large product, not for them.
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+
+    device = torch.device(device)
+    threads = torch.get_num_threads()
+    if device.type == "cpu":
+        torch.set_num_threads(1)
+    try:
+        seconds = flops = 0.0
+        for func, args, kwargs in _products_of_one_step(model, input_shape, batch, device):
+            with FlopCounterMode(display=False) as counter:
+                func(*args, **kwargs)
+            best = float("inf")
+            for way in _formulations(func, args, kwargs):
+                try:
+                    for _ in range(2):
+                        way()
+                except RuntimeError:
+                    continue
+                for _ in range(repeats):
+                    if device.type == "cuda":
+                        torch.cuda.synchronize(device)
+                    t0 = time.perf_counter()
+                    way()
+                    if device.type == "cuda":
+                        torch.cuda.synchronize(device)
+                    best = min(best, time.perf_counter() - t0)
+            seconds += best
+            flops += counter.get_total_flops()
+        return seconds, flops
+    finally:
+        torch.set_num_threads(threads)
