@@ -4,8 +4,8 @@ Usage: python benchmarks/paper_run.py [--dataset fmnist] [--protocol similarity]
                                       [--clients 100] [--method clust_psi_pfl] [--rounds 40]
                                       [--without-workers] [--keep-subnormals]
 Prints one line: <dataset> <protocol>=<level> K=<K> <method> device=<d> rounds=<T>
-seconds=<s> global_accuracy=<a> tau=<τ> floor=<s> of_bound=<p>% training=<s> workers=<on|off>
-subnormals=<flushed|kept> peak=(<library> <rate> GFLOP/s, ...).
+seconds=<s> global_accuracy=<a> tau=<τ> floor=<s> of_bound=<p>% shapes_floor=<s> of_shapes=<p>%
+training=<s> workers=<on|off> subnormals=<flushed|kept> peak=(<library> <rate> GFLOP/s, ...).
 Nothing is cached: the run is computed afresh. ``training`` is the time spent in ``local_train``
 (the rest: evaluation, clustering, set-up); ``--without-workers`` trains as before worker threads
 (``fedlib.engine.without_workers()``: one chunk at a time in the calling thread, subnormals kept),
@@ -17,7 +17,10 @@ and backward FLOPs per sample, by torch's FLOP counter, times every sample every
 trained in every local epoch, counted as the run calls ``local_train``) at this machine's
 measured float32 matmul peak (the faster of MKL's and oneDNN's, ``benchmarks/peak.py``).
 of_bound = floor / seconds. The evaluation, the clustering and the optimiser's element-wise
-update are not in it, so the bound is loose from below.
+update are not in it, so the bound is loose from below. ``shapes_floor`` is the same arithmetic
+at the rates its own products reach (every product and convolution of one client's step of a
+batch, timed alone on one thread: ``peak.products_floor``), over the threads; of_shapes =
+shapes_floor / seconds.
 """
 import argparse
 import contextlib
@@ -30,7 +33,7 @@ import torch.nn.functional as F
 import fedlib.methods.base as methods_base
 from fedlib.engine import flush_subnormals, without_workers
 from fedlib.experiment import RunSpec, run
-from peak import describe, matmul_peak
+from peak import describe, matmul_peak, products_floor
 
 
 def flops_per_sample(model: torch.nn.Module, input_shape: tuple, batch: int = 32) -> float:
@@ -48,6 +51,8 @@ class _Counter:
 
     def __init__(self, inner):
         self.inner, self.flops, self.seconds, self.per_sample = inner, 0.0, 0.0, {}
+        self.shape_seconds = 0.0  # the same arithmetic at its products' own rates, one thread
+        self.per_flop, self.measuring = {}, 0.0  # measuring: seconds spent timing the products (not the run's)
 
     def __call__(self, model, params, fed, clients, **kwargs):
         t0 = time.perf_counter()
@@ -55,8 +60,15 @@ class _Counter:
         self.seconds += time.perf_counter() - t0
         key = (type(model).__name__, tuple(fed.input_shape), sum(p.numel() for p in model.parameters()))
         if key not in self.per_sample:
-            self.per_sample[key] = flops_per_sample(model, fed.input_shape, kwargs.get("batch_size", 32))
-        self.flops += self.per_sample[key] * float(res.n_samples.sum()) * kwargs["epochs"]
+            batch = kwargs.get("batch_size", 32)
+            self.per_sample[key] = flops_per_sample(model, fed.input_shape, batch)
+            t1 = time.perf_counter()
+            step_seconds, step_flops = products_floor(model, fed.input_shape, batch)
+            self.measuring += time.perf_counter() - t1
+            self.per_flop[key] = step_seconds / step_flops
+        flops = self.per_sample[key] * float(res.n_samples.sum()) * kwargs["epochs"]
+        self.flops += flops
+        self.shape_seconds += flops * self.per_flop[key]
         return res
 
 
@@ -86,14 +98,16 @@ def main(argv=None):
         with settings:
             t0 = time.perf_counter()
             rec = run(spec, device=a.device)
-            seconds = time.perf_counter() - t0
+            seconds = time.perf_counter() - t0 - counter.measuring
     finally:
         methods_base.local_train = counter.inner
     peak, rates = matmul_peak()
     floor = counter.flops / peak
+    shapes_floor = counter.shape_seconds / torch.get_num_threads()
     print(f"{a.dataset} {a.protocol}={a.level:g} K={a.clients} {a.method} device={rec.get('device')} "
           f"rounds={a.rounds} seconds={seconds:.1f} global_accuracy={rec.get('global_accuracy', float('nan')):.4f} "
           f"tau={rec.get('info', {}).get('tau')} floor={floor:.1f}s of_bound={floor / seconds:.0%} "
+          f"shapes_floor={shapes_floor:.1f}s of_shapes={shapes_floor / seconds:.0%} "
           f"training={counter.seconds:.1f}s workers={'off' if a.without_workers else 'on'} "
           f"subnormals={'kept' if a.without_workers or a.keep_subnormals else 'flushed'} peak=({describe(rates)})")
 
