@@ -367,6 +367,7 @@ Adam rows one row at a time (``keep_state=False``); smaller clients stay in one 
 chunk, whose fixed cost a call per row would multiply (logistic regression's 214 weights,
 500 clients a chunk: the K = 1,000 round of ``benchmarks/scaling.py`` 4.4 → 10.9 ms)."""
 
+
 class StackedOptimizer:
     """The vectorised path's optimiser for one chunk of m clients (rows sorted by
     decreasing step count, so the clients active at step s are a prefix).
@@ -384,8 +385,8 @@ class StackedOptimizer:
     reading and writing, the chunk's stacked moments: the same kernel on the same elements,
     so the same bits (:func:`_fused_adam` is elementwise), without streaming two moments of
     every row through memory — a chunk of 12 FMNIST-CNN clients (618k weights, 2.5 MB
-    each) has 59 MB of them, more than the cache. Measured on one thread, caches cold: the
-    zeroing and the update of 12 such rows 6.0 → 4.6 ms.
+    each) has 59 MB of them, more than the cache. Measured on one thread, caches flushed: the
+    zeroing and the update of 12 such rows 7.4–8.1 → 5.2–6.3 ms.
     """
 
     def __init__(self, optimizer: Adam | SGD, names: list[str], params: State,
@@ -396,8 +397,8 @@ class StackedOptimizer:
         self.scratch = None  # one row of zeroed moments per parameter: the one-step rows' Adam
         self.slots: tuple[list[torch.Tensor], ...] = ()  # per-parameter state tensors, (m, ...) each
         one_step = len(self.n_steps) > 0 and int(self.n_steps.max()) <= 1
-        large = sum(params[n][0].numel() for n in names) >= ROW_BY_ROW_WEIGHTS if one_step else False
-        if not keep_state and state is None and into is not None and isinstance(optimizer, Adam) and large:
+        if (not keep_state and state is None and into is not None and isinstance(optimizer, Adam) and one_step
+                and sum(params[n][0].numel() for n in names) >= ROW_BY_ROW_WEIGHTS):
             self.scratch = [into.exp_avg[n][:1] for n in names], [into.exp_avg_sq[n][:1] for n in names]
             self.t = (torch.ones((), dtype=torch.float32, device=device),)  # every row's first step
             return
