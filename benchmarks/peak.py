@@ -101,12 +101,14 @@ def products_floor(model, input_shape, batch: int, device: torch.device | str = 
     matrix products and convolutions, each timed alone at its own shape on one thread with
     its data in the cache, in the fastest of the ways :func:`_formulations` tries.
 
-    Each client has its own weights, so no implementation can merge one client's products
-    with another's (a grouped convolution or ``bmm`` runs them side by side, each at its own
-    shape's rate); on T threads T clients' products run at once, at best T times as fast. So
-    (seconds × client steps / T) is a floor for training at these shapes with these
-    libraries: the small, skinny products of a batch of 32 run far below the 2048² peak
-    (:func:`matmul_peak`), which is the bound for a single large product, not for them.
+    Each client multiplies by its own weights, so its products cannot be merged with
+    another client's (a grouped convolution or ``bmm`` runs them side by side, each at its
+    own shape's rate; only the forward products of a first step, where clients start from
+    one model, share a weight); on T threads T clients' products run at once, at best T
+    times as fast. So (seconds × client steps / T) is a floor for per-client training at
+    these shapes with these libraries: the small, skinny products of a batch of 32 run far
+    below the 2048² peak (:func:`matmul_peak`), which is the bound for a single large
+    product, not for them.
     """
     from torch.utils.flop_counter import FlopCounterMode
 
