@@ -346,13 +346,17 @@ def record_path(results_dir, spec: RunSpec) -> Path:
 
 def _write_atomic(path: Path, record: dict) -> None:
     """Write ``record`` as strict JSON (:mod:`fedlib.strict_json`: NaN/±inf become null and are
-    listed in ``"nonfinite"`` with their reason), atomically (temporary file + rename)."""
+    listed in ``"nonfinite"`` with their reason), atomically (temporary file + rename).
+
+    The temporary file is ``.tmp-*.json.part``: a process killed while writing leaves it
+    behind, and a name ending in ``.json`` would be taken for a record by any ``*.json``
+    pattern (``pathlib`` matches names that start with a dot)."""
     from .strict_json import sanitise
 
     record = sanitise(record)
     json.dumps(record, allow_nan=False)  # anything non-finite left fails here, before any file exists
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json.part")
     try:
         with os.fdopen(fd, "w") as f:
             json.dump(record, f)

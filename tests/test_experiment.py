@@ -174,6 +174,19 @@ def test_grid_killed_by_sigkill_resumes_with_no_lost_or_duplicated_records(tmp_p
     assert len(X.load_records(tmp_path)) == n
 
 
+def test_a_write_cut_short_leaves_no_file_that_looks_like_a_record(tmp_path, monkeypatch):
+    """A process killed between writing a record's temporary file and renaming it leaves the
+    temporary behind; its name does not match ``*.json`` (pathlib's patterns match names that
+    start with a dot: a ``.tmp-*.json`` was read as a half-written record by the SIGKILL test
+    above), and a rerun records the run and ignores it."""
+    monkeypatch.setattr(X.os, "replace", lambda src, dst: None)  # the kill lands before the rename
+    X._write_atomic(tmp_path / "run.json", {"status": "ok"})
+    assert list(tmp_path.glob("*.json")) == [] and len(list(tmp_path.glob(".tmp-*"))) == 1
+    monkeypatch.undo()
+    X.run_grid([spec("local")], tmp_path, progress=False)
+    assert len(list(tmp_path.glob("*.json"))) == 1 and len(X.load_records(tmp_path)) == 1
+
+
 def test_progress_lines_one_per_trained_run(tmp_path, capsys, monkeypatch):
     """'lines' (what make workbook shows through papermill's log) prints a summary, then one
     line per trained run with its accuracy; a rerun trains nothing and says so."""
