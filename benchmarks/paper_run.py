@@ -24,25 +24,14 @@ shapes_floor / seconds.
 """
 import argparse
 import contextlib
-import copy
 import time
 
 import torch
-import torch.nn.functional as F
 
 import fedlib.methods.base as methods_base
 from fedlib.engine import flush_subnormals, without_workers
 from fedlib.experiment import RunSpec, run
 from peak import describe, matmul_peak, products_floor
-
-
-def flops_per_sample(model: torch.nn.Module, input_shape: tuple, batch: int = 32) -> float:
-    """Forward + backward FLOPs of one training sample (matmuls and convolutions)."""
-    from torch.utils.flop_counter import FlopCounterMode
-    net = copy.deepcopy(model).cpu().train()
-    with FlopCounterMode(display=False) as counter:
-        F.cross_entropy(net(torch.randn(batch, *input_shape)), torch.zeros(batch, dtype=torch.long)).backward()
-    return counter.get_total_flops() / batch
 
 
 class _Counter:
@@ -59,13 +48,12 @@ class _Counter:
         res = self.inner(model, params, fed, clients, **kwargs)
         self.seconds += time.perf_counter() - t0
         key = (type(model).__name__, tuple(fed.input_shape), sum(p.numel() for p in model.parameters()))
-        if key not in self.per_sample:
+        if key not in self.per_sample:  # one step's FLOPs (torch's counter) and its products' times
             batch = kwargs.get("batch_size", 32)
-            self.per_sample[key] = flops_per_sample(model, fed.input_shape, batch)
             t1 = time.perf_counter()
             step_seconds, step_flops = products_floor(model, fed.input_shape, batch)
             self.measuring += time.perf_counter() - t1
-            self.per_flop[key] = step_seconds / step_flops
+            self.per_sample[key], self.per_flop[key] = step_flops / batch, step_seconds / step_flops
         flops = self.per_sample[key] * float(res.n_samples.sum()) * kwargs["epochs"]
         self.flops += flops
         self.shape_seconds += flops * self.per_flop[key]

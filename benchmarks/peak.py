@@ -15,8 +15,11 @@ import time
 import torch
 
 
-def _best_rate(fn, n: int, repeats: int, device: torch.device) -> float:
-    fn()
+def _best_seconds(fn, repeats: int, device: torch.device, warmups: int = 1) -> float:
+    """The fastest of ``repeats`` calls of ``fn`` after ``warmups`` untimed ones (CUDA
+    synchronised around each)."""
+    for _ in range(warmups):
+        fn()
     best = float("inf")
     for _ in range(repeats):
         if device.type == "cuda":
@@ -26,7 +29,11 @@ def _best_rate(fn, n: int, repeats: int, device: torch.device) -> float:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         best = min(best, time.perf_counter() - t0)
-    return 2 * n ** 3 / best
+    return best
+
+
+def _best_rate(fn, n: int, repeats: int, device: torch.device) -> float:
+    return 2 * n ** 3 / _best_seconds(fn, repeats, device)
 
 
 def matmul_peak(device: torch.device | str = "cpu", n: int = 2048, repeats: int = 5) -> tuple[float, dict[str, float]]:
@@ -124,18 +131,9 @@ def products_floor(model, input_shape, batch: int, device: torch.device | str = 
             best = float("inf")
             for way in _formulations(func, args, kwargs):
                 try:
-                    for _ in range(2):
-                        way()
-                except RuntimeError:
+                    best = min(best, _best_seconds(way, repeats, device, warmups=2))
+                except RuntimeError:  # a formulation this build or shape does not take
                     continue
-                for _ in range(repeats):
-                    if device.type == "cuda":
-                        torch.cuda.synchronize(device)
-                    t0 = time.perf_counter()
-                    way()
-                    if device.type == "cuda":
-                        torch.cuda.synchronize(device)
-                    best = min(best, time.perf_counter() - t0)
             seconds += best
             flops += counter.get_total_flops()
         return seconds, flops
