@@ -27,7 +27,7 @@ OTHER_CPU_ENV := $(shell grep -v '^\#' tests/other_cpu.env)
 LAB_IP ?= 127.0.0.1
 LAB_PORT ?= 8888
 
-.PHONY: setup data workbook test unit nbval test-other-cpu lab bench refresh-notebooks clean
+.PHONY: setup data workbook test unit nbval test-other-cpu lab bench cuda-checks refresh-notebooks clean
 
 setup: $(VENV)/.installed
 
@@ -93,6 +93,11 @@ lab: setup data
 bench: setup data
 	$(BIN)/python benchmarks/engine_vs_sequential.py
 	$(BIN)/python benchmarks/engine_vs_flower.py
+
+# On a machine with CUDA: the device-parametrised tests on the GPU, the paths' gap with and
+# without TF32, the engine benchmark and the paper-protocol run (logs in build/cuda_checks/).
+cuda-checks: setup data
+	PYTHON=$(BIN)/python bash benchmarks/cuda_checks.sh build/cuda_checks
 
 # Developer step: re-execute the committed notebooks in place with their default (smoke)
 # parameters, rewrite figures/, and strip volatile metadata, so nbval compares against fresh

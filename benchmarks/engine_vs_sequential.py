@@ -68,7 +68,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from fedlib.engine import (SGD, Federation, broadcast, choose_path, local_train, per_client_products, resolve_device,
                            weighted_average, without_workers)
 from fedlib.models import build_model, init_params
-from peak import describe, matmul_peak, products_floor
+from peak import describe, matmul_peak, products_floor, step_flops
 
 CONFIGS = {  # model: (dataset, synthetic fallback shape, n_classes, train subset, epochs)
     "logistic": ("adult", (107,), 2, None, 5),
@@ -157,12 +157,7 @@ def engine_fedavg(model, fed, init, schedule, epochs, seed, sgd=None):
 def training_flops(model, input_shape, device, samples: int) -> float:
     """FLOPs of forward + backward over ``samples`` training samples (torch's FLOP counter
     on one batch of BATCH, scaled; counts matmuls and convolutions, the bulk of the work)."""
-    from torch.utils.flop_counter import FlopCounterMode
-    net = copy.deepcopy(model).to(device).train()
-    x = torch.randn(BATCH, *input_shape, device=device)
-    with FlopCounterMode(display=False) as counter:
-        F.cross_entropy(net(x), torch.zeros(BATCH, dtype=torch.long, device=device)).backward()
-    return counter.get_total_flops() * samples / BATCH
+    return step_flops(model, input_shape, BATCH, device) * samples / BATCH
 
 
 @torch.no_grad()
@@ -241,19 +236,23 @@ def run_config(arch: str, k: int, rounds: int, alpha: float, device: torch.devic
     # A floor at the products' own shapes: one client's step of BATCH samples, each product
     # and convolution timed alone on one thread (benchmarks/peak.py), times the client steps'
     # samples over BATCH, over the threads (clients' products are independent).
-    step_seconds, step_flops = products_floor(model, fed.input_shape, BATCH, device)
-    threads = torch.get_num_threads() if device.type == "cpu" else 1
-    shapes_floor = step_seconds * flops / step_flops / threads
+    # On a GPU that floor does not exist (peak.products_floor): of_shapes is n/a there.
+    shapes = ""
+    if device.type == "cpu":
+        step_seconds, step_flops = products_floor(model, fed.input_shape, BATCH, device)
+        threads = torch.get_num_threads()
+        shapes_floor = step_seconds * flops / step_flops / threads
+        shapes = (f"; its products at their own shapes (batch {BATCH}, one thread each: "
+                  f"{step_flops / step_seconds / 1e9:.0f} GFLOP/s, {step_flops / step_seconds * threads / peak:.0%} "
+                  f"of the peak; {threads} threads) ≥ {shapes_floor:.3f}s")
     print(f"# {label} bounds: client steps loop={total} engine critical path={critical} "
           f"(step ratio {total / critical:.1f}); arithmetic {flops / 1e9:.1f} GFLOP at this machine's "
-          f"matmul peak ({describe(rates)}) ≥ {floor:.3f}s, so ratio ≤ {t_seq / floor:.0f}; "
-          f"its products at their own shapes (batch {BATCH}, one thread each: {step_flops / step_seconds / 1e9:.0f} "
-          f"GFLOP/s, {step_flops / step_seconds * threads / peak:.0%} of the peak; {threads} threads) ≥ "
-          f"{shapes_floor:.3f}s")
+          f"matmul peak ({describe(rates)}) ≥ {floor:.3f}s, so ratio ≤ {t_seq / floor:.0f}{shapes}")
     ab = f" without_workers={t_without:.3f}s workers_gain={t_without / t_eng:.2f}" if without else ""
     ab += f" without_onednn={t_bmm:.3f}s onednn_gain={t_bmm / t_eng:.2f}" if without_onednn else ""
     print(f"{label} {device.type} clients={k} sequential={t_seq:.3f}s engine={t_eng:.3f}s "
-          f"ratio={t_seq / t_eng:.1f} of_bound={floor / t_eng:.0%} of_shapes={shapes_floor / t_eng:.0%}{ab}",
+          f"ratio={t_seq / t_eng:.1f} of_bound={floor / t_eng:.0%} "
+          f"of_shapes={f'{shapes_floor / t_eng:.0%}' if shapes else 'n/a'}{ab}",
           flush=True)
 
 

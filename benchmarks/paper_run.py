@@ -2,10 +2,14 @@
 
 Usage: python benchmarks/paper_run.py [--dataset fmnist] [--protocol similarity] [--level 0]
                                       [--clients 100] [--method clust_psi_pfl] [--rounds 40]
-                                      [--without-workers] [--keep-subnormals]
+                                      [--without-workers] [--keep-subnormals] [--tf32]
+                                      [--nondeterministic]
 Prints one line: <dataset> <protocol>=<level> K=<K> <method> device=<d> rounds=<T>
 seconds=<s> global_accuracy=<a> tau=<τ> floor=<s> of_bound=<p>% shapes_floor=<s> of_shapes=<p>%
-training=<s> workers=<on|off> subnormals=<flushed|kept> peak=(<library> <rate> GFLOP/s, ...).
+training=<s> workers=<on|off> subnormals=<flushed|kept> [gpu_kernels=<ieee|tf32>,<deterministic|any>]
+peak=(<library> <rate> GFLOP/s, ...). On a GPU there is no shapes floor (n/a: ``peak.products_floor``);
+``--tf32`` / ``--nondeterministic`` run inside ``fedlib.engine.gpu_kernels`` (the engine's default
+is IEEE FP32 with deterministic cuDNN algorithms, ``fedlib/engine/precision.py``).
 Nothing is cached: the run is computed afresh. ``training`` is the time spent in ``local_train``
 (the rest: evaluation, clustering, set-up); ``--without-workers`` trains as before worker threads
 (``fedlib.engine.without_workers()``: one chunk at a time in the calling thread, subnormals kept),
@@ -29,9 +33,9 @@ import time
 import torch
 
 import fedlib.methods.base as methods_base
-from fedlib.engine import flush_subnormals, without_workers
+from fedlib.engine import flush_subnormals, gpu_kernels, without_workers
 from fedlib.experiment import RunSpec, run
-from peak import describe, matmul_peak, products_floor
+from peak import describe, matmul_peak, products_floor, step_flops
 
 
 class _Counter:
@@ -51,9 +55,12 @@ class _Counter:
         if key not in self.per_sample:  # one step's FLOPs (torch's counter) and its products' times
             batch = kwargs.get("batch_size", 32)
             t1 = time.perf_counter()
-            step_seconds, step_flops = products_floor(model, fed.input_shape, batch)
+            if fed.device.type == "cpu":
+                seconds, flops = products_floor(model, fed.input_shape, batch)
+            else:  # no shapes floor on a GPU (peak.products_floor): the FLOPs alone
+                seconds, flops = float("nan"), step_flops(model, fed.input_shape, batch, fed.device)
             self.measuring += time.perf_counter() - t1
-            self.per_sample[key], self.per_flop[key] = step_flops / batch, step_seconds / step_flops
+            self.per_sample[key], self.per_flop[key] = flops / batch, seconds / flops
         flops = self.per_sample[key] * float(res.n_samples.sum()) * kwargs["epochs"]
         self.flops += flops
         self.shape_seconds += flops * self.per_flop[key]
@@ -73,6 +80,10 @@ def main(argv=None):
     ap.add_argument("--device", default="auto")
     ap.add_argument("--without-workers", action="store_true",
                     help="train as before worker threads (fedlib.engine.without_workers())")
+    ap.add_argument("--tf32", action="store_true",
+                    help="on CUDA, let cuDNN/cuBLAS use TF32 (fedlib.engine.gpu_kernels(tf32=True))")
+    ap.add_argument("--nondeterministic", action="store_true",
+                    help="on CUDA, let cuDNN pick non-deterministic algorithms (gpu_kernels(deterministic=False))")
     ap.add_argument("--keep-subnormals", action="store_true",
                     help="workers keep subnormals (fedlib.engine.flush_subnormals(False))")
     a = ap.parse_args(argv)
@@ -83,21 +94,25 @@ def main(argv=None):
     try:
         settings = (without_workers() if a.without_workers else
                     flush_subnormals(False) if a.keep_subnormals else contextlib.nullcontext())
-        with settings:
+        with settings, gpu_kernels(tf32=a.tf32, deterministic=not a.nondeterministic):
             t0 = time.perf_counter()
             rec = run(spec, device=a.device)
             seconds = time.perf_counter() - t0 - counter.measuring
     finally:
         methods_base.local_train = counter.inner
-    peak, rates = matmul_peak()
+    device = torch.device(rec.get("device", "cpu"))
+    peak, rates = matmul_peak(device)
     floor = counter.flops / peak
-    shapes_floor = counter.shape_seconds / torch.get_num_threads()
+    shapes_floor = counter.shape_seconds / torch.get_num_threads()  # nan on a GPU: printed as n/a
     print(f"{a.dataset} {a.protocol}={a.level:g} K={a.clients} {a.method} device={rec.get('device')} "
           f"rounds={a.rounds} seconds={seconds:.1f} global_accuracy={rec.get('global_accuracy', float('nan')):.4f} "
           f"tau={rec.get('info', {}).get('tau')} floor={floor:.1f}s of_bound={floor / seconds:.0%} "
-          f"shapes_floor={shapes_floor:.1f}s of_shapes={shapes_floor / seconds:.0%} "
+          + (f"shapes_floor={shapes_floor:.1f}s of_shapes={shapes_floor / seconds:.0%} " if device.type == "cpu"
+             else "shapes_floor=n/a of_shapes=n/a ") +
           f"training={counter.seconds:.1f}s workers={'off' if a.without_workers else 'on'} "
-          f"subnormals={'kept' if a.without_workers or a.keep_subnormals else 'flushed'} peak=({describe(rates)})")
+          f"subnormals={'kept' if a.without_workers or a.keep_subnormals else 'flushed'} "
+          + (f"gpu_kernels={'tf32' if a.tf32 else 'ieee'},{'any' if a.nondeterministic else 'deterministic'} "
+             if device.type == "cuda" else "") + f"peak=({describe(rates)})")
 
 
 if __name__ == "__main__":

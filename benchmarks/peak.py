@@ -10,6 +10,7 @@ and returns the best, with each library's rate for the benchmark's line.
 """
 from __future__ import annotations
 
+import copy
 import time
 
 import torch
@@ -102,6 +103,20 @@ def _formulations(func, args: tuple, kwargs: dict) -> list:
     return ways
 
 
+def step_flops(model, input_shape, batch: int, device: torch.device | str = "cpu") -> float:
+    """FLOPs of one training step (forward + backward) of ``batch`` samples, by torch's FLOP
+    counter (matrix products and convolutions: the bulk of the work), on ``device``."""
+    import torch.nn.functional as F
+    from torch.utils.flop_counter import FlopCounterMode
+
+    device = torch.device(device)
+    net = copy.deepcopy(model).to(device).train()
+    x = torch.randn(batch, *input_shape, device=device)
+    with FlopCounterMode(display=False) as counter:
+        F.cross_entropy(net(x), torch.zeros(batch, dtype=torch.long, device=device)).backward()
+    return float(counter.get_total_flops())
+
+
 def products_floor(model, input_shape, batch: int, device: torch.device | str = "cpu",
                    repeats: int = 5) -> tuple[float, float]:
     """(seconds, FLOPs) of one client's training step of ``batch`` samples counting only its
@@ -116,13 +131,21 @@ def products_floor(model, input_shape, batch: int, device: torch.device | str = 
     these shapes with these libraries: the small, skinny products of a batch of 32 run far
     below the 2048² peak (:func:`matmul_peak`), which is the bound for a single large
     product, not for them.
+
+    A CPU yardstick only: on a GPU one small product alone is bound by its kernel's launch
+    (microseconds) while the engine runs all clients' products in one kernel, so the sum of
+    such times is no floor (an H200 run of the engine beat it 1.4–5.9×); ``device='cuda'``
+    raises ValueError.
     """
     from torch.utils.flop_counter import FlopCounterMode
 
     device = torch.device(device)
+    if device.type != "cpu":
+        raise ValueError(f"device={device.type!r}: products_floor is a CPU bound (on a GPU, products timed "
+                         "alone are bound by kernel launches, not by their arithmetic); fix: device='cpu', "
+                         "or compare a GPU run with matmul_peak(device)")
     threads = torch.get_num_threads()
-    if device.type == "cpu":
-        torch.set_num_threads(1)
+    torch.set_num_threads(1)
     try:
         seconds = flops = 0.0
         for func, args, kwargs in _products_of_one_step(model, input_shape, batch, device):

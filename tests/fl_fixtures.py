@@ -11,26 +11,31 @@ from fedlib.methods import Context, FLConfig
 from fedlib.models import build_model
 
 
+DEVICES = ("cpu",) + (("cuda",) if torch.cuda.is_available() else ())
+"""The devices this machine has: tests parametrised over it run on the CPU everywhere and on
+the GPU too where there is one (CI has none; a user's or a lent GPU machine runs them)."""
+
+
 def digits():
     x, y = load_digits(return_X_y=True)
     return (x / 16.0).astype(np.float32), y.astype(np.int64)
 
 
-def ragged_federation(sizes) -> Federation:
+def ragged_federation(sizes, device="cpu") -> Federation:
     """Clients with the given train sizes (and test splits of the same sizes) over the digits as
-    (1, 8, 8) images in [0, 1], on the CPU; the samples in one seeded order."""
+    (1, 8, 8) images in [0, 1], on ``device``; the samples in one seeded order."""
     x, y = digits()
     order = np.random.default_rng(0).permutation(len(y))
     cuts = np.cumsum(sizes)
     train = np.split(order[:cuts[-1]], cuts[:-1])
     test = np.split(order[cuts[-1]:2 * cuts[-1]], cuts[:-1])
-    return Federation.from_arrays(x.reshape(-1, 1, 8, 8), y, train, test, torch.device("cpu"))
+    return Federation.from_arrays(x.reshape(-1, 1, 8, 8), y, train, test, torch.device(device))
 
 
 def make_context(*, protocol="dirichlet", level=1.0, n_clients=10, seed=0, arch="logistic",
                  rounds=5, local_epochs=2, fraction=0.5, lr=0.01, x=None, y=None, path="auto",
-                 val_fraction=0.0) -> Context:
-    """A Context over a partition of digits (or of the given x, y), CPU, a small protocol
+                 val_fraction=0.0, device="cpu") -> Context:
+    """A Context over a partition of digits (or of the given x, y), on ``device``, a small protocol
     (lr 0.01 instead of the paper's 0.001 so that a few rounds learn); ``val_fraction`` > 0
     gives every client a validation split (the test split stays the same)."""
     if x is None:
@@ -40,7 +45,7 @@ def make_context(*, protocol="dirichlet", level=1.0, n_clients=10, seed=0, arch=
         train, val, test = P.train_val_test_split(parts, seed, 0.2, val_fraction)
     else:
         (train, test), val = P.train_test_split(parts, seed), None
-    fed = Federation.from_arrays(x, y, train, test, "cpu", n_classes=int(y.max()) + 1, val_parts=val)
+    fed = Federation.from_arrays(x, y, train, test, device, n_classes=int(y.max()) + 1, val_parts=val)
     model = build_model(arch, fed.n_classes, fed.input_shape)
     cfg = FLConfig(rounds=rounds, local_epochs=local_epochs, fraction=fraction, lr=lr, path=path)
     return Context(fed=fed, model=model, cfg=cfg, seed=seed,

@@ -27,7 +27,7 @@ def test_products_floor_times_every_product_of_a_step(arch, shape, classes):
     with FlopCounterMode(display=False) as counter:
         F.cross_entropy(net(x), torch.zeros(8, dtype=torch.long)).backward()
     seconds, flops = peak.products_floor(model, shape, 8, repeats=2)
-    assert flops == counter.get_total_flops() > 0
+    assert flops == counter.get_total_flops() == peak.step_flops(model, shape, 8) > 0
     names = {f.overloadpacket.__name__ for f, _, _ in peak._products_of_one_step(model, shape, 8, torch.device("cpu"))}
     assert names <= set(peak._PRODUCTS) and ("convolution" in names) == (arch == "fmnist_cnn")
     assert 0 < seconds and flops / seconds < 1e13  # 10 TFLOP/s on one CPU thread would be a timing error
@@ -37,3 +37,10 @@ def test_products_floor_restores_the_thread_count():
     threads = torch.get_num_threads()
     peak.products_floor(build_model("logistic", 2, (107,)), (107,), 4, repeats=1)
     assert torch.get_num_threads() == threads
+
+
+def test_products_floor_is_a_cpu_bound_and_refuses_a_gpu_before_any_work():
+    """On a GPU products timed alone are launch-bound, no floor (an H200 run beat the sum):
+    the benchmarks print n/a there, and a direct call says why (meta stands in for CUDA)."""
+    with pytest.raises(ValueError, match="device='meta'.*CPU bound"):
+        peak.products_floor(build_model("logistic", 2, (107,)), (107,), 4, device="meta")

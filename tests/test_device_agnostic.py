@@ -15,10 +15,10 @@ import torch
 from fedlib.engine import broadcast, weighted_average
 from fedlib.engine.host import to_host
 from fedlib.methods import METHODS, get_method, make_hyper
-from fedlib.methods import fedopt, fedsoft
+from fedlib.methods import fedopt, fedprism, fedsoft
 from fedlib.methods.base import take
 from fedlib.methods.cfl import cosine_similarity_matrix
-from fl_fixtures import method_context, method_hyper
+from fl_fixtures import DEVICES, method_context, method_hyper
 
 META = torch.device("meta")
 
@@ -42,12 +42,16 @@ def test_the_guard_refuses_direct_conversion_and_to_host_still_works(no_numpy):
     assert to_host(t, np.float64).tolist() == [0.0, 1.0, 2.0]
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", METHODS)
-def test_every_method_runs_without_direct_device_to_numpy_conversion(name, no_numpy):
-    ctx = method_context(name, rounds=2, seed=0)
+def test_every_method_runs_without_direct_device_to_numpy_conversion(name, device, no_numpy):
+    """On the CPU under the guard; where this machine has a GPU, on it too (DEVICES)."""
+    ctx = method_context(name, rounds=2, seed=0, device=device)
     out = get_method(name).run(ctx, method_hyper(name))
+    assert {t.device.type for t in out.models.values()} == {device}
     correct, n = ctx.evaluate(out.models, out.assignment)
     assert correct.shape == n.shape == (ctx.n_clients,)
+    assert 0 < int(n.sum()) and 0 <= int(correct.sum()) <= int(n.sum())
 
 
 def meta_state(m: int) -> dict:
@@ -64,7 +68,7 @@ def test_shared_server_pieces_stay_on_the_models_device():
     assert cosine_similarity_matrix(torch.empty(3, 7, device=META)).device == META
 
 
-def test_server_optimiser_and_fedsoft_rules_on_meta():
+def test_server_optimiser_fedsoft_and_fedprism_rules_on_meta():
     names = ["w", "b"]
     current = {k: v[0] for k, v in meta_state(1).items()}
     aggregate = {k: v[0] for k, v in meta_state(1).items()}
@@ -77,9 +81,51 @@ def test_server_optimiser_and_fedsoft_rules_on_meta():
     center, mu = fedsoft.proximal_terms(u, meta_state(2), lam=0.1)
     assert all(v.device == META and v.shape[0] == 3 for v in center.values())
     assert mu.shape == (3,)
+    clusters = fedprism.cluster_step(meta_state(2), meta_state(3), u, eta=0.5)  # an H200 run found this one
+    assert all(v.device == META and v.shape[0] == 2 for v in clusters.values())
 
 
 def test_a_cpu_operand_in_a_meta_rule_is_caught():
     """The meta device refuses CPU tensors like CUDA does, so the tests above are not vacuous."""
     with pytest.raises(RuntimeError, match="device"):
         torch.empty(3, device=META) + torch.ones(3)
+
+
+def test_engine_calls_run_in_ieee_fp32_on_cuda_and_give_the_callers_settings_back(monkeypatch):
+    """cuDNN's TF32 convolutions and non-deterministic algorithms are off inside every engine
+    call (on an H200 they broke the CNN's path equality) unless a gpu_kernels block allows
+    them, and the caller's settings, TF32 allowed here, are back afterwards, also after an
+    error. The flags only steer CUDA kernels, so this runs on any machine."""
+    from fedlib.engine import gpu_kernels, local_train, precision, train
+    from fedlib.models import build_model, init_params
+    from fl_fixtures import ragged_federation
+
+    before = precision._flags()
+    tf32 = ("tf32", "tf32", False, True) if precision._new_api() else (True, True, False, True)
+    precision._set(*tf32)
+    try:
+        seen = []
+        real = train._template
+        monkeypatch.setattr(train, "_template", lambda *a, **k: (seen.append(precision._flags()), real(*a, **k))[1])
+        fed = ragged_federation([5, 7])
+        model = build_model("cnn", 10, (1, 8, 8))
+        local_train(model, broadcast(init_params(model, 0), 2), fed, [0, 1], epochs=1, seed=0)
+        assert seen == [precision._exact()] and precision._flags() == tf32
+        with pytest.raises(ValueError):
+            with precision.exact_fp32():
+                with precision.exact_fp32():
+                    assert precision._flags() == precision._exact()
+                assert precision._flags() == precision._exact()
+                raise ValueError
+        assert precision._flags() == tf32
+        with gpu_kernels(tf32=True, deterministic=False):  # the user's explicit trade
+            seen.clear()
+            local_train(model, broadcast(init_params(model, 0), 2), fed, [0, 1], epochs=1, seed=0)
+            loose = ("tf32", "tf32", False, False) if precision._new_api() else (True, True, False, False)
+            assert seen == [loose] == [precision._exact()]
+        assert precision._exact() == (("ieee", "ieee", True, False) if precision._new_api()
+                                      else (False, False, True, False))
+        with pytest.raises(ValueError, match="tf32"):
+            gpu_kernels(tf32="yes")
+    finally:
+        precision._set(*before)

@@ -12,6 +12,8 @@ from fedlib.engine import Federation, broadcast, local_train
 from fedlib.engine.conv import ConvBlock, conv_stack
 from fedlib.models import build_model, init_params
 
+from fl_fixtures import DEVICES
+
 CPU = torch.device("cpu")
 
 
@@ -123,7 +125,8 @@ def test_other_models_are_not_conv_stacks(model):
     assert conv_stack(model) is None
 
 
-def test_local_train_through_the_kernel_matches_the_sequential_path():
+@pytest.mark.parametrize("device", DEVICES)
+def test_local_train_through_the_kernel_matches_the_sequential_path(device):
     """Two epochs of ragged FMNIST-CNN clients (16×16 images, chunks of 2, partial last
     batches): the vectorised path (the conv kernel) and the sequential path (torch.optim
     on the model) end at the same weights and losses up to float rounding."""
@@ -133,9 +136,9 @@ def test_local_train_through_the_kernel_matches_the_sequential_path():
     x[:5] = 0.0
     y = rng.integers(0, 10, sum(sizes))
     parts = np.split(np.arange(sum(sizes)), np.cumsum(sizes)[:-1])
-    fed = Federation.from_arrays(x, y, parts, parts, CPU)
+    fed = Federation.from_arrays(x, y, parts, parts, torch.device(device))
     model = build_model("fmnist_cnn", 10, (1, 16, 16))
-    start = broadcast(init_params(model, seed=3), 4)
+    start = {n: t.to(device) for n, t in broadcast(init_params(model, seed=3), 4).items()}
     kwargs = dict(epochs=2, seed=5, batch_size=8, round_idx=1)
     seq = local_train(model, start, fed, range(4), path="sequential", **kwargs)
     vec = local_train(model, start, fed, range(4), path="vectorised", max_clients_per_chunk=2, **kwargs)

@@ -15,7 +15,7 @@ import fedlib.engine.optim as optim_module
 from fedlib.engine.schedule import batch_plan
 from fedlib.models import body, build_model, head, init_params
 
-from fl_fixtures import assert_states_close, assert_states_equal, ragged_federation
+from fl_fixtures import DEVICES, assert_states_close, assert_states_equal, ragged_federation
 
 RAGGED = [45, 70, 3, 32, 1, 97]  # exact multiple of 32, single-sample and partial-batch clients
 FULL_BATCH = 128  # ≥ every client's size: one step per epoch
@@ -101,11 +101,13 @@ def test_optimizer_together_with_adam_keywords_is_an_error(ragged_fed):
 
 
 # ----------------------------------------------------------------------------- SGD
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("config", sorted(SGDS))
 @pytest.mark.parametrize("arch", sorted(SMALL_MODELS))
-def test_sgd_paths_agree_on_ragged_clients(ragged_fed, arch, config):
+def test_sgd_paths_agree_on_ragged_clients(arch, config, device):
+    ragged_fed = ragged_federation(RAGGED, device)
     model = SMALL_MODELS[arch]()
-    start = broadcast(init_params(model, seed=1), 6)
+    start = {n: t.to(device) for n, t in broadcast(init_params(model, seed=1), 6).items()}
     seq, vec = _both_paths(model, start, ragged_fed, range(6), epochs=3, seed=7, round_idx=2,
                            optimizer=SGDS[config])
     assert_states_close(seq.params, vec.params)
@@ -242,13 +244,15 @@ def test_two_epochs_equal_one_epoch_twice_with_the_state_passed_back(ragged_fed,
     assert (gap > 1e-4).all()  # the state matters
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("opt", sorted(OPTIMIZERS))
 @pytest.mark.parametrize("arch", sorted(SMALL_MODELS))
-def test_paths_agree_when_resuming_from_unequal_per_client_states(ragged_fed, arch, opt):
+def test_paths_agree_when_resuming_from_unequal_per_client_states(arch, opt, device):
     """After one epoch of batch 32 the clients have taken 2, 3, 1, 1, 1, 4 steps: Adam's
     bias correction then needs each row's own step number on the vectorised path."""
+    ragged_fed = ragged_federation(RAGGED, device)
     model = SMALL_MODELS[arch]()
-    start = broadcast(init_params(model, seed=6), 6)
+    start = {n: t.to(device) for n, t in broadcast(init_params(model, seed=6), 6).items()}
     optimizer = OPTIMIZERS[opt]
     warm = local_train(model, start, ragged_fed, range(6), epochs=1, seed=0, optimizer=optimizer,
                        path="sequential", return_opt_state=True)

@@ -26,6 +26,7 @@ from .predict import GatedMixture, NearestPrototype, OneModel, evaluate_with
 from .prototypes import class_embeddings
 from .optim import SGD, Adam, AdamState, EmbeddingPull, SGDState
 from .train import TrainResult, local_train
+from .precision import gpu_kernels
 from .workers import flush_subnormals, max_workers, without_workers
 
 __all__ = [
@@ -53,6 +54,7 @@ __all__ = [
     "max_workers",
     "flush_subnormals",
     "without_workers",
+    "gpu_kernels",
     "per_client_products",
     "stack_params",
     "unstack",

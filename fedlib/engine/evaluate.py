@@ -18,6 +18,7 @@ from ..models import float_state
 from .federation import NO_GLOBAL_TEST, Federation, gather
 from .paths import clients_per_chunk, resolve_path
 from ._validation import check_int, check_state
+from .precision import exact
 
 __all__ = ["EvalResult", "evaluate", "evaluate_global", "LossMatrix", "loss_matrix", "predict_logits"]
 
@@ -56,6 +57,7 @@ class EvalResult:
 
 
 @torch.no_grad()
+@exact
 def evaluate(model: nn.Module, params: State, fed: Federation, clients, split: str = "test",
              batch_size: int = 256, path: str = "auto",
              max_clients_per_chunk: int | None = None) -> EvalResult:
@@ -111,6 +113,7 @@ def _eval_rows(template, state, x, y, index, batch_size, chosen, max_rows_per_ch
 
 
 @torch.no_grad()
+@exact
 def evaluate_global(model: nn.Module, params: State, fed: Federation, batch_size: int = 256,
                     path: str = "auto", max_models_per_chunk: int | None = None) -> EvalResult:
     """Each of M stacked models on the whole global test set (``fed.split('global')``).
@@ -167,6 +170,7 @@ class LossMatrix(NamedTuple):
 
 
 @torch.no_grad()
+@exact
 def loss_matrix(model: nn.Module, params: State, fed: Federation, clients, split: str = "val",
                 reduction: str = "mean", batch_size: int = 256, path: str = "auto",
                 max_pairs_per_chunk: int | None = None) -> LossMatrix:
@@ -309,6 +313,7 @@ def _pad_index(index: list[np.ndarray], device: torch.device) -> tuple[torch.Ten
 
 
 @torch.no_grad()
+@exact
 def predict_logits(model: nn.Module, params: State, x: torch.Tensor, batch_size: int = 256,
                    path: str = "auto", max_models_per_chunk: int | None = None) -> torch.Tensor:
     """Logits of M stacked models on the same inputs.

@@ -33,6 +33,7 @@ from ._validation import check_state
 from .evaluate import EvalResult, _pad_index, _prepare, evaluate
 from .federation import Federation, gather
 from .paths import clients_per_chunk, resolve_path
+from .precision import exact
 
 __all__ = ["OneModel", "GatedMixture", "NearestPrototype", "evaluate_with"]
 
@@ -169,6 +170,7 @@ Predictor = OneModel | GatedMixture | NearestPrototype
 
 
 @torch.no_grad()
+@exact
 def evaluate_with(predictor: Predictor, model: nn.Module, params: State, fed: Federation, clients,
                   split: str = "test", batch_size: int = 256, path: str = "auto",
                   max_clients_per_chunk: int | None = None) -> EvalResult:

@@ -38,6 +38,7 @@ from ..models import body, float_state, head, head_prefix
 from ._validation import check_int, check_state
 from .federation import Federation, gather
 from .paths import clients_per_chunk, resolve_path
+from .precision import exact
 
 __all__ = ["ClassEmbeddings", "class_embeddings"]
 
@@ -63,6 +64,7 @@ class ClassEmbeddings(NamedTuple):
 
 
 @torch.no_grad()
+@exact
 def class_embeddings(model: nn.Module, params: State, fed: Federation, clients, split: str = "train",
                      batch_size: int = 256, path: str = "auto",
                      max_clients_per_chunk: int | None = None) -> ClassEmbeddings:

@@ -76,6 +76,7 @@ from .workers import run_chunks
 from .errors import DivergenceError
 from .host import to_host
 from ._validation import check_int, check_state
+from .precision import exact
 
 __all__ = ["TrainResult", "local_train", "DivergenceError"]
 
@@ -122,6 +123,7 @@ class _Prox:
 _ADAM_DEFAULTS = (1e-3, (0.9, 0.999), 1e-7)  # local_train's lr, betas, eps
 
 
+@exact
 def local_train(model: nn.Module, params: State, fed: Federation, clients, *, epochs: int, seed: int,
                 batch_size: int = 32, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                 eps: float = 1e-7, round_idx: int = 0, prox_center: State | None = None,

@@ -189,7 +189,8 @@ def cluster_step(clusters: State, trained: State, weights, eta: float) -> State:
             continue
         mean = torch.einsum("mk,m...->k...", w.to(c), trained[name]) / z.clamp_min(1e-12).to(c).view(
             (-1,) + (1,) * (c.dim() - 1))
-        step = torch.where(keep.view((-1,) + (1,) * (c.dim() - 1)), eta * (mean - c), torch.zeros_like(c))
+        step = torch.where(keep.to(c.device).view((-1,) + (1,) * (c.dim() - 1)), eta * (mean - c),
+                           torch.zeros_like(c))
         out[name] = c + step
     return out
 

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The checks that need a GPU, in one go (about six minutes on one H200): the device-parametrised
+# tests on CUDA (tests/fl_fixtures.py: DEVICES), the paths' gap with and without TF32
+# (benchmarks/tf32_gap.py), then the engine benchmark and the paper-protocol run with --device cuda.
+# Usage (from the repository root, on a machine with CUDA and the project's packages):
+#   bash benchmarks/cuda_checks.sh [LOG_DIR]
+# Each step has its own time limit, so that one slow step cannot hide the others' results.
+set -u
+log=${1:-build/cuda_checks}
+mkdir -p "$log"
+export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD
+py=${PYTHON:-python3}
+step() {  # step NAME SECONDS COMMAND...
+    local name=$1 limit=$2; shift 2
+    echo "== $name (limit ${limit}s) $(date +%T)"
+    local t0=$SECONDS
+    timeout "$limit" "$@" > "$log/$name.log" 2>&1
+    local rc=$?
+    tail -n 25 "$log/$name.log"
+    echo "== $name rc=$rc in $((SECONDS - t0))s"
+}
+nvidia-smi -L
+$py -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name(0))"
+step tests 150 $py -m pytest -q -p no:cacheprovider -k cuda tests/test_device_agnostic.py tests/test_engine.py \
+    tests/test_engine_conv.py tests/test_engine_optim.py
+step tf32_gap 60 $py benchmarks/tf32_gap.py --device cuda
+step engine 150 $py benchmarks/engine_vs_sequential.py --device cuda --models logistic,mlp,fmnist_cnn,lenet5
+step paper_run 120 $py benchmarks/paper_run.py --device cuda
+step paper_run_nondeterministic 120 $py benchmarks/paper_run.py --device cuda --nondeterministic
+step paper_run_tf32 120 $py benchmarks/paper_run.py --device cuda --tf32
+step paper_run_tf32_nondeterministic 120 $py benchmarks/paper_run.py --device cuda --tf32 --nondeterministic
