@@ -10,8 +10,9 @@ previous one to its own end (the run's logging hook, replaced by a clock); the f
 counts.
 Prints one line per (model, K)::
 
-    scaling <model> clients=<K> per_round=<ms>ms vs_K100=<x> chunk=<clients> workers=<W>
-            paged_in=<MB>MB peak_rss=<MB>MB bound_rss=<MB>MB average=<stacked|streamed> path=<engine path>
+    scaling <model> <device> clients=<K> per_round=<ms>ms vs_K100=<x> chunk=<clients> workers=<W>
+            paged_in=<MB>MB peak_rss=<MB>MB bound_rss=<MB>MB [peak_gpu=<MB>MB] average=<stacked|streamed>
+            path=<engine path>
             examples_per_round=<n> client_steps=<n> steps_vs_K100=<x> per_client_step=<ms>ms
 
 ``vs_K100`` is the round's time over K = 100's (the issue's target: ≤ 1.5 at K = 1,000);
@@ -36,8 +37,12 @@ chunk at a time in the calling thread, subnormals kept): the A/B.
 average as it trains: no tensor holds every selected client's model; the lines then say
 ``average=streamed``, else ``average=stacked``).
 
+``--device cuda`` runs the same rounds on a GPU (each round timed after its kernels finish;
+``peak_gpu`` the GPU memory torch's allocator held at most; the memory bound is the CPU's).
+
 Usage: python benchmarks/scaling.py [--models logistic fmnist_cnn] [--clients 10 100 1000]
        [--epochs 1] [--repeats 2] [--n-train 20000] [--stream-average] [--without-workers]
+       [--device cpu|cuda|auto]
 """
 from __future__ import annotations
 
@@ -61,10 +66,12 @@ def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
-def one(model: str, k: int, epochs: int, repeats: int, n_train: int | None, stream: bool = False) -> dict:
+def one(model: str, k: int, epochs: int, repeats: int, n_train: int | None, stream: bool = False,
+        device: str = "cpu") -> dict:
     """Time FedAvg rounds of ``model`` at K = ``k`` in this process (under the caller's worker
-    settings); return the measurements."""
+    settings) on ``device``; return the measurements."""
     import numpy as np
+    import torch
 
     from fedlib.engine.paths import chunk_workers, clients_per_chunk, resolve_path
     from fedlib.experiment import RunSpec, build_context
@@ -73,7 +80,8 @@ def one(model: str, k: int, epochs: int, repeats: int, n_train: int | None, stre
     dataset, default_n = MODELS[model]
     spec = RunSpec(dataset, "similarity", 1.0, k, 0, "fedavg", n_train=n_train or default_n,
                    fl={"rounds": 1, "local_epochs": epochs, "fraction": 0.5, "stream_average": stream})
-    ctx, _ = build_context(spec, "cpu")
+    ctx, _ = build_context(spec, device)
+    cuda = ctx.fed.device.type == "cuda"
     everyone = [np.arange(ctx.n_clients)]
     x, _, _ = ctx.fed.split("train")
     path = resolve_path(ctx.cfg.path, ctx.model, ctx.fed.device, True)
@@ -86,6 +94,8 @@ def one(model: str, k: int, epochs: int, repeats: int, n_train: int | None, stre
     stamps = []  # (time, page faults) at the end of each round of one run
 
     def clock(*_args, **_kwargs):
+        if cuda:  # the round's kernels are queued: wait for them
+            torch.cuda.synchronize(ctx.fed.device)
         stamps.append((time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF).ru_minflt))
 
     ctx.log_round = clock  # the run's logging hook (its evaluation is not timed)
@@ -99,6 +109,8 @@ def one(model: str, k: int, epochs: int, repeats: int, n_train: int | None, stre
             "paged_in": float(faults.mean()) * resource.getpagesize() / 2 ** 20,
             "chunk": min(chunk, m), "workers": workers, "path": path,
             "peak_rss": _rss_mb(), "bound_rss": before + workers * min(chunk, m) * weights * 16 / 2 ** 20,
+            "device": ctx.fed.device.type,
+            "peak_gpu": torch.cuda.max_memory_allocated(ctx.fed.device) / 2 ** 20 if cuda else None,
             "examples_per_round": int(np.sort(ctx.fed.n_train)[-m:].sum()),
             "client_steps": int((-(-np.sort(ctx.fed.n_train)[-m:] // ctx.cfg.batch_size) * epochs).sum())}
 
@@ -113,29 +125,34 @@ def main() -> None:
     ap.add_argument("--stream-average", action="store_true", help="FLConfig.stream_average: no stacked round result")
     ap.add_argument("--without-workers", action="store_true",
                     help="train as before worker threads (fedlib.engine.without_workers()): the A/B")
+    ap.add_argument("--device", default="cpu", help="cpu (the default), cuda or auto")
     ap.add_argument("--one", nargs=2, metavar=("MODEL", "K"), help=argparse.SUPPRESS)  # the subprocess
     a = ap.parse_args()
     if a.one:
         from fedlib.engine import without_workers
         with without_workers() if a.without_workers else contextlib.nullcontext():
-            print(json.dumps(one(a.one[0], int(a.one[1]), a.epochs, a.repeats, a.n_train, a.stream_average)))
+            print(json.dumps(one(a.one[0], int(a.one[1]), a.epochs, a.repeats, a.n_train, a.stream_average,
+                                 a.device)))
         return
     for model in a.models:
         rows = []
         for k in a.clients:
             cmd = [sys.executable, os.path.abspath(__file__), "--one", model, str(k), "--epochs", str(a.epochs),
-                   "--repeats", str(a.repeats)] + (["--n-train", str(a.n_train)] if a.n_train else []) + (
+                   "--repeats", str(a.repeats), "--device", a.device] + (["--n-train", str(a.n_train)] if a.n_train else []) + (
                        ["--stream-average"] if a.stream_average else []) + (
                        ["--without-workers"] if a.without_workers else [])
-            out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+            out = subprocess.run(cmd, capture_output=True, text=True)
+            if out.returncode:  # the run's own error (a data set that does not load, say), not only its exit code
+                sys.exit(f"scaling: {model} at K={k} failed (exit {out.returncode}):\n{out.stderr.strip()[-2000:]}")
             rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
         ref = next((r for r in rows if r["clients"] == 100), None)
         for r in rows:
             vs = f"{r['per_round'] / ref['per_round']:.2f}" if ref else "—"
             steps_vs = f"{r['client_steps'] / ref['client_steps']:.2f}" if ref else "—"
-            print(f"scaling {model} clients={r['clients']} per_round={r['per_round'] * 1e3:.2f}ms vs_K100={vs} "
+            gpu = f" peak_gpu={r['peak_gpu']:.0f}MB" if r.get("peak_gpu") is not None else ""
+            print(f"scaling {model} {r['device']} clients={r['clients']} per_round={r['per_round'] * 1e3:.2f}ms vs_K100={vs} "
                   f"chunk={r['chunk']} workers={r['workers']} paged_in={r['paged_in']:.0f}MB "
-                  f"peak_rss={r['peak_rss']:.0f}MB bound_rss={r['bound_rss']:.0f}MB average={r['average']} "
+                  f"peak_rss={r['peak_rss']:.0f}MB bound_rss={r['bound_rss']:.0f}MB{gpu} average={r['average']} "
                   f"path={r['path']} examples_per_round={r['examples_per_round']} client_steps={r['client_steps']} "
                   f"steps_vs_K100={steps_vs} per_client_step={r['per_round'] / r['client_steps'] * 1e3:.3f}ms",
                   flush=True)
