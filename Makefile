@@ -72,15 +72,15 @@ nbval: setup data
 	$(BIN)/python -m pytest $(NOTEBOOKS) $(NBVAL) -q
 
 # The cross-CPU check: retrain the smoke grid from scratch with every kernel library forced to
-# another instruction set and thread count, then run the kernel test, the tolerance test on the
-# training numbers, the 14 methods' pinned per-client results (tests/test_method_regression.py)
-# and nbval over every notebook. Passes only if nothing nbval compares depends on the CPU
-# (CI runs it).
+# another instruction set and thread count, then run every unit test (among them the kernel
+# test, the tolerance test on the training numbers and the 14 methods' pinned per-client
+# results, tests/test_method_regression.py) and nbval over every notebook. Passes only if
+# nothing the tests or nbval check depends on the CPU (CI runs it).
 test-other-cpu: export FEDLIB_FIGURES := $(CURDIR)/build/other-cpu/figures
 test-other-cpu: export FEDLIB_RESULTS := $(CURDIR)/build/other-cpu/results
 test-other-cpu: setup data
 	rm -rf build/other-cpu
-	env $(OTHER_CPU_ENV) $(BIN)/python -m pytest tests/test_cross_cpu.py tests/test_method_regression.py $(NOTEBOOKS) $(NBVAL) -q
+	env $(OTHER_CPU_ENV) $(BIN)/python -m pytest tests $(NOTEBOOKS) $(NBVAL) -q
 
 # JupyterLab on notebooks/ with the project's kernel. As root (containers, cloud notebooks) it
 # adds --allow-root. From another machine: `make lab LAB_IP=0.0.0.0` and open the printed URL

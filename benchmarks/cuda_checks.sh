@@ -4,10 +4,11 @@
 # (benchmarks/tf32_gap.py), then the engine benchmark and the paper-protocol run with --device cuda.
 # Usage (from the repository root, on a machine with CUDA and the project's packages):
 #   bash benchmarks/cuda_checks.sh [LOG_DIR]
-# Each step has its own time limit, so that one slow step cannot hide the others' results.
+# Each step has its own time limit, so that one slow step cannot hide the others' results; the
+# script exits 1 if any step failed.
 set -u
+failed=0
 log=${1:-build/cuda_checks}
-mkdir -p "$log"
 export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD
 py=${PYTHON:-python3}
 step() {  # step NAME SECONDS COMMAND...
@@ -18,7 +19,13 @@ step() {  # step NAME SECONDS COMMAND...
     local rc=$?
     tail -n 25 "$log/$name.log"
     echo "== $name rc=$rc in $((SECONDS - t0))s"
+    [ "$rc" -eq 0 ] || failed=1
 }
+if ! $py -c "import torch, sys; sys.exit(not torch.cuda.is_available())"; then
+    echo "cuda_checks: torch sees no CUDA device here ($py); run this on a machine with a GPU" >&2
+    exit 2
+fi
+mkdir -p "$log"
 nvidia-smi -L
 $py -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name(0))"
 step tests 150 $py -m pytest -q -p no:cacheprovider -k cuda tests/test_device_agnostic.py tests/test_engine.py \
@@ -29,3 +36,4 @@ step paper_run 120 $py benchmarks/paper_run.py --device cuda
 step paper_run_nondeterministic 120 $py benchmarks/paper_run.py --device cuda --nondeterministic
 step paper_run_tf32 120 $py benchmarks/paper_run.py --device cuda --tf32
 step paper_run_tf32_nondeterministic 120 $py benchmarks/paper_run.py --device cuda --tf32 --nondeterministic
+exit $failed

@@ -106,11 +106,11 @@ def opposite_label_groups(n_clients=10, seed=0):
     return ctx, group
 
 
-def assert_states_close(a, b, atol=1e-5):
-    """Two states (name -> tensor) with the same names, equal within atol / rtol 1e-4."""
+def assert_states_close(a, b, atol=1e-5, rtol=1e-4):
+    """Two states (name -> tensor) with the same names, equal within atol / rtol."""
     assert a.keys() == b.keys()
     for name in a:
-        torch.testing.assert_close(a[name], b[name], atol=atol, rtol=1e-4, msg=name)
+        torch.testing.assert_close(a[name], b[name], atol=atol, rtol=rtol, msg=name)
 
 
 def assert_states_equal(a, b):

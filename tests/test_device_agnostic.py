@@ -1,5 +1,7 @@
 """Device handling without a GPU: no method reads a device tensor into numpy directly, and
 the server-side rules run on the ``meta`` device (which, like CUDA, refuses CPU operands).
+Where the machine has a GPU, every method also runs on it (``DEVICES``; an H200 run found
+FedPrism's CPU mask, now covered on ``meta`` below).
 
 On CUDA, ``np.asarray(tensor)`` raises; on CPU it silently works, so a CPU-only test suite
 cannot see the mix-up — unless tensor→numpy conversion is switched off. ``no_numpy``

@@ -170,10 +170,12 @@ def test_the_kernel_runs_on_a_device_without_cpu_operands():
 
 @pytest.mark.parametrize("arch,shape", [("fmnist_cnn", (1, 28, 28)), ("lenet5", (1, 28, 28)), ("mlp", (64,)),
                                         ("logistic", (64,))])
-def test_steps_of_few_samples_skip_the_padding_with_the_full_batchs_bits(arch, shape, monkeypatch):
+def test_steps_of_few_samples_skip_the_padding_with_the_full_batchs_weights(arch, shape, monkeypatch):
     """A step whose active clients all have ≤ 16 real samples computes 16 batch columns, not
-    B = 32. The padding has weight 0 and the kernels block the batch by 16, so on one thread
-    the trained weights are those of the full batch bit for bit (``train._WIDTH_STEP``)."""
+    B = 32. The padding has weight 0, so the trained weights are those of the full batch up to
+    float rounding. Bit for bit only where the kernels block the batch by 16, as this
+    project's CPU's default kernels do (``train._WIDTH_STEP``); MKL's compatible path and
+    other CPUs round differently (``tests/other_cpu.env``), so the test checks closeness."""
     from fedlib.engine import train as T
 
     sizes = [5, 16, 12, 40, 9]  # 40 = 32 + 8: its second step is one of few samples too
@@ -204,5 +206,6 @@ def test_steps_of_few_samples_skip_the_padding_with_the_full_batchs_bits(arch, s
     finally:
         torch.set_num_threads(threads)
     for k in full.params:
-        assert torch.equal(trimmed.params[k], full.params[k]), k
-    assert torch.equal(trimmed.mean_loss, full.mean_loss)
+        torch.testing.assert_close(trimmed.params[k], full.params[k], rtol=1e-5, atol=1e-6, msg=k)
+        assert not torch.equal(trimmed.params[k], start[k]), k  # it trained
+    torch.testing.assert_close(trimmed.mean_loss, full.mean_loss, rtol=1e-6, atol=1e-7)

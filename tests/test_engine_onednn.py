@@ -10,7 +10,7 @@ from fedlib.engine import broadcast, local_train, per_client_products
 from fedlib.engine.paths import chunk_workers
 from fedlib.models import build_model, init_params
 
-from fl_fixtures import assert_states_close, assert_states_equal, ragged_federation
+from fl_fixtures import assert_states_close, ragged_federation
 
 RAGGED = [45, 70, 3, 32, 1, 97]
 WIDE = 256  # 256 × 256 = ONEDNN_MIN_WEIGHTS: the MLP's two middle layers run per client, its first and last on bmm
@@ -82,18 +82,25 @@ def test_per_client_products_train_what_bmm_and_the_sequential_path_train(ragged
     torch.testing.assert_close(per_client.mean_loss, sequential.mean_loss, atol=1e-5, rtol=1e-5)
 
 
-def test_a_clients_rows_have_the_same_bits_alone_and_in_any_chunk(ragged_fed):
+def test_a_clients_rows_are_the_same_alone_and_in_any_chunk(ragged_fed):
     """Each client's products are calls of its own: its trained weights do not depend on which
-    clients share its chunk, nor on the chunk size."""
+    clients share its chunk, nor on the chunk size, up to float rounding. A chunk's steps are
+    as wide as its widest client's batch (in multiples of 16: ``train._WIDTH_STEP``), and
+    whether a narrower step rounds like a wider one depends on how the CPU's kernels block the
+    batch: bit for bit with this project's CPU's default kernels; not with MKL's compatible
+    path (``tests/other_cpu.env``) or on the lent H200 machine's CPU with torch 2.11, where
+    the last layer's bias moved by ~1e-10. So the test checks closeness."""
     model = build_model("mlp", 10, (1, 8, 8), hidden=WIDE)
     start = broadcast(init_params(model, seed=2), 6)
     kwargs = dict(epochs=1, seed=3, round_idx=0, path="vectorised")
     together = local_train(model, start, ragged_fed, range(6), max_clients_per_chunk=6, **kwargs)
     in_pairs = local_train(model, start, ragged_fed, range(6), max_clients_per_chunk=2, **kwargs)
-    assert_states_equal(together.params, in_pairs.params)
+    tight = dict(atol=1e-7, rtol=1e-6)
+    assert_states_close(together.params, in_pairs.params, **tight)
     for row in (1, 4):
         alone = local_train(model, {n: t[row:row + 1] for n, t in start.items()}, ragged_fed, [row], **kwargs)
-        assert_states_equal({n: t[row:row + 1] for n, t in together.params.items()}, alone.params)
+        assert_states_close({n: t[row:row + 1] for n, t in together.params.items()}, alone.params, **tight)
+    assert not torch.equal(together.params["3.weight"], start["3.weight"])  # it trained
 
 
 def test_the_kernels_products_are_the_products(counted):

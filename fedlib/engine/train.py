@@ -659,10 +659,14 @@ _WIDTH_STEP = 16
 """Batch columns are trimmed in multiples of this. Padding has weight 0, so its samples add
 exact zeros to every gradient and loss; the kernels block the batch dimension in 16s (an
 AVX-512 register of floats, two AVX2 ones), so a width that stays a multiple of 16 leaves
-the sums' order — and, on one thread, the bits — as at the full batch (tested for 1–16 real
-samples against 32 on the FMNIST CNN, LeNet-5, the MLP and logistic regression; on two
-threads oneDNN splits the batch of an odd number of clients between the threads, and
-those convolution gradients then round differently, as at another thread count). At
+the sums' order — and, on one thread, the bits — as at the full batch (measured for 1–16
+real samples against 32 on the FMNIST CNN, LeNet-5, the MLP and logistic regression with
+this project's CPU's default kernels; on two threads oneDNN splits the batch of an odd
+number of clients between the threads, and those convolution gradients then round
+differently, as at another thread count). That is a property of the kernels, not a
+guarantee: under MKL's compatible path (``tests/other_cpu.env``) a narrower step rounds
+differently in the last bits, and so did a chunk's on the lent H200 machine's CPU (torch
+2.11); the tests check closeness. At
 K = 1,000 over 16,000 FMNIST samples every client has 16: half the batch of 32."""
 
 
