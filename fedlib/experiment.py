@@ -27,6 +27,7 @@ import torch
 
 from . import __version__, claims, partition as P
 from .engine import Federation, resolve_device
+from .engine.precision import gpu_policy
 from .evaluation import global_accuracy, summarise_clients
 from .methods import METHODS, Context, FLConfig, get_method, make_hyper
 from .models import ARCH_FOR_DATASET, ARCHITECTURES, build_model
@@ -265,8 +266,9 @@ def _host(device: torch.device) -> dict:
     explained by this, not by the code."""
     host = {"cpu": _cpu_model(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "threads": torch.get_num_threads()}
-    if device.type == "cuda":
+    if device.type == "cuda":  # and how its kernels computed (fedlib.engine.gpu_kernels)
         host["gpu"] = torch.cuda.get_device_name(device)
+        host["gpu_kernels"] = gpu_policy()
     return host
 
 

@@ -24,11 +24,26 @@ def test_record_has_full_configuration_and_metrics():
     host = rec["host"]  # where it trained: the last bits depend on it
     assert host["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     assert host["threads"] == torch.get_num_threads() and host["cpu"] and "gpu" not in host
+    assert "gpu_kernels" not in host
     assert "UCI Adult" in rec["paper_name"]
     assert len(rec["local_accuracy"]) == 10 and len(rec["history"]) == 2
     assert rec["global_accuracy"] == pytest.approx(sum(rec["correct"]) / sum(rec["n_test"]))
     assert rec["info"]["tau"] >= 1 and len(rec["info"]["assignment"]) == 10
     json.dumps(rec)  # JSON-serialisable
+
+
+def test_a_gpu_records_host_says_how_its_kernels_computed(monkeypatch):
+    """On CUDA the record keeps the GPU's name and the engine's kernel policy (IEEE FP32 and
+    deterministic unless a gpu_kernels block loosened it). No GPU here: its name is faked."""
+    from fedlib.engine import gpu_kernels
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Fake GPU")
+    cuda = torch.device("cuda")
+    assert X._host(cuda)["gpu"] == "Fake GPU"
+    assert X._host(cuda)["gpu_kernels"] == {"tf32": False, "deterministic": True}
+    with gpu_kernels(tf32=True, deterministic=False):
+        assert X._host(cuda)["gpu_kernels"] == {"tf32": True, "deterministic": False}
+    json.dumps(X._host(cuda))
 
 
 def test_same_spec_same_numbers():

@@ -66,19 +66,28 @@ _POLICY: list[tuple[bool, bool]] = []  # the innermost gpu_kernels block's (tf32
 def gpu_kernels(*, tf32: bool = False, deterministic: bool = True) -> contextlib.AbstractContextManager:
     """A block (``with``) inside which the engine's CUDA calls allow TF32 in cuDNN's
     convolutions and cuBLAS's products (``tf32=True``) and/or cuDNN's non-deterministic
-    algorithms (``deterministic=False``) (process-wide). Faster on a GPU; the numbers are
-    then no longer FP32's, nor the same bits from run to run. Outside any block: IEEE FP32,
-    deterministic."""
+    algorithms (``deterministic=False``) (process-wide: the processes of a Ray grid do not
+    see it). Faster on a GPU; the numbers are then no longer FP32's, nor the same bits from
+    run to run, and a run's record says so (``host['gpu_kernels']``). Outside any block:
+    IEEE FP32, deterministic."""
     check_choice(tf32, "tf32", (True, False))
     check_choice(deterministic, "deterministic", (True, False))
     return _pushed(_POLICY, (bool(tf32), bool(deterministic)))
+
+
+def gpu_policy() -> dict:
+    """What the engine's CUDA calls allow now: ``{'tf32': bool, 'deterministic': bool}`` (the
+    innermost :func:`gpu_kernels` block's, else IEEE FP32 and deterministic); run records
+    keep it for runs on a GPU."""
+    tf32, deterministic = _POLICY[-1] if _POLICY else (False, True)
+    return {"tf32": tf32, "deterministic": deterministic}
 
 
 def _exact() -> tuple:
     """The settings :func:`exact_fp32` applies, in this torch's API (benchmarking off: the
     algorithm it would time and pick could differ from run to run); :func:`gpu_kernels`
     can loosen them."""
-    tf32, deterministic = _POLICY[-1] if _POLICY else (False, True)
+    tf32, deterministic = gpu_policy().values()
     if _new_api():
         return ("tf32" if tf32 else "ieee",) * 2 + (deterministic, False)
     return (tf32, tf32, deterministic, False)
