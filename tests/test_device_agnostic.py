@@ -131,3 +131,39 @@ def test_engine_calls_run_in_ieee_fp32_on_cuda_and_give_the_callers_settings_bac
             gpu_kernels(tf32="yes")
     finally:
         precision._set(*before)
+
+
+def test_every_engine_entry_point_that_runs_a_model_runs_under_the_gpu_policy(monkeypatch):
+    """Training, evaluation, prediction and class embeddings each apply the policy once (and
+    give the flags back), so no entry point computes in TF32 on a GPU behind the user's back.
+    Recorded through ``precision._set``, which the policy calls on entry and on exit."""
+    from fedlib.engine import (Federation, OneModel, class_embeddings, evaluate, evaluate_global, evaluate_with,
+                               local_train, loss_matrix, precision, predict_logits)
+    from fedlib.models import build_model, init_params
+    from fl_fixtures import digits
+
+    x, y = digits()
+    x = x.reshape(-1, 1, 8, 8)
+    parts = [np.arange(0, 40), np.arange(40, 70)]
+    fed = Federation.from_arrays(x, y, parts, parts, "cpu", x_global=x[100:130], y_global=y[100:130])
+    model = build_model("cnn", 10, (1, 8, 8))
+    params = broadcast(init_params(model, 0), 2)
+    calls = {
+        "local_train": lambda: local_train(model, params, fed, [0, 1], epochs=1, seed=0),
+        "evaluate": lambda: evaluate(model, params, fed, [0, 1]),
+        "evaluate_global": lambda: evaluate_global(model, params, fed),
+        "loss_matrix": lambda: loss_matrix(model, params, fed, [0, 1], split="test"),
+        "predict_logits": lambda: predict_logits(model, params, fed.x[:5]),
+        "evaluate_with": lambda: evaluate_with(OneModel(), model, params, fed, [0, 1]),
+        "class_embeddings": lambda: class_embeddings(model, params, fed, [0, 1]),
+    }
+    real, applied = precision._set, []
+    monkeypatch.setattr(precision, "_set", lambda *flags: (applied.append(flags), real(*flags))[1])
+    before = precision._flags()
+    for name, call in calls.items():
+        applied.clear()
+        call()
+        # on entry (again for a nested entry point: evaluate_with of OneModel calls evaluate),
+        # then the caller's flags back
+        assert len(applied) >= 2 and applied[-1] == before, name
+        assert all(flags == precision._exact() for flags in applied[:-1]), name
