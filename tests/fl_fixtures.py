@@ -21,6 +21,14 @@ def digits():
     return (x / 16.0).astype(np.float32), y.astype(np.int64)
 
 
+def start_states(model, seed: int, m: int, device="cpu") -> dict:
+    """``init_params(model, seed)`` broadcast to m rows, on ``device``: (m, *shape) each."""
+    from fedlib.engine import broadcast
+    from fedlib.models import init_params
+
+    return {n: t.to(device) for n, t in broadcast(init_params(model, seed=seed), m).items()}
+
+
 def ragged_federation(sizes, device="cpu") -> Federation:
     """Clients with the given train sizes (and test splits of the same sizes) over the digits as
     (1, 8, 8) images in [0, 1], on ``device``; the samples in one seeded order."""

@@ -14,7 +14,7 @@ from fedlib.engine.dense import dense_stack, relu_backward_
 from fedlib.engine.schedule import batch_plan, batch_plans, shuffle_states
 from fedlib.models import KerasBatchNorm1d, build_model, init_params
 
-from fl_fixtures import DEVICES, assert_states_close, assert_states_equal, ragged_federation
+from fl_fixtures import DEVICES, assert_states_close, assert_states_equal, ragged_federation, start_states
 
 CPU = torch.device("cpu")
 RAGGED = [45, 70, 3, 32, 1, 97]  # exact multiple of 32, single-sample and partial-batch clients
@@ -280,7 +280,7 @@ def test_paths_agree_without_shuffling_and_differ_from_shuffled(ragged_fed, arch
 def test_sequential_and_vectorised_paths_agree_on_ragged_clients(arch, device):
     ragged_fed = ragged_federation(RAGGED, device)
     model = SMALL_MODELS[arch]()
-    start = {n: t.to(device) for n, t in broadcast(init_params(model, seed=1), 6).items()}
+    start = start_states(model, 1, 6, device)
     clients = [0, 1, 2, 3, 4, 5]
     kwargs = dict(epochs=3, seed=7, round_idx=2)
     seq = local_train(model, start, ragged_fed, clients, path="sequential", **kwargs)
@@ -396,7 +396,7 @@ def test_same_seed_gives_bit_identical_results(arch, path, device):
     """On CUDA too: cuDNN's algorithms are the deterministic ones inside the engine."""
     ragged_fed = ragged_federation(RAGGED, device)
     model = SMALL_MODELS[arch]()
-    start = {n: t.to(device) for n, t in broadcast(init_params(model, seed=6), 6).items()}
+    start = start_states(model, 6, 6, device)
     runs = [local_train(model, start, ragged_fed, range(6), epochs=2, seed=s, path=path)
             for s in (11, 11, 12)]
     assert_states_equal(runs[0].params, runs[1].params)

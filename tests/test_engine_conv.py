@@ -12,7 +12,7 @@ from fedlib.engine import Federation, broadcast, local_train
 from fedlib.engine.conv import ConvBlock, conv_stack
 from fedlib.models import build_model, init_params
 
-from fl_fixtures import DEVICES
+from fl_fixtures import DEVICES, start_states
 
 CPU = torch.device("cpu")
 
@@ -138,7 +138,7 @@ def test_local_train_through_the_kernel_matches_the_sequential_path(device):
     parts = np.split(np.arange(sum(sizes)), np.cumsum(sizes)[:-1])
     fed = Federation.from_arrays(x, y, parts, parts, torch.device(device))
     model = build_model("fmnist_cnn", 10, (1, 16, 16))
-    start = {n: t.to(device) for n, t in broadcast(init_params(model, seed=3), 4).items()}
+    start = start_states(model, 3, 4, device)
     kwargs = dict(epochs=2, seed=5, batch_size=8, round_idx=1)
     seq = local_train(model, start, fed, range(4), path="sequential", **kwargs)
     vec = local_train(model, start, fed, range(4), path="vectorised", max_clients_per_chunk=2, **kwargs)

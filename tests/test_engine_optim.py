@@ -15,7 +15,7 @@ import fedlib.engine.optim as optim_module
 from fedlib.engine.schedule import batch_plan
 from fedlib.models import body, build_model, head, init_params
 
-from fl_fixtures import DEVICES, assert_states_close, assert_states_equal, ragged_federation
+from fl_fixtures import DEVICES, assert_states_close, assert_states_equal, ragged_federation, start_states
 
 RAGGED = [45, 70, 3, 32, 1, 97]  # exact multiple of 32, single-sample and partial-batch clients
 FULL_BATCH = 128  # ≥ every client's size: one step per epoch
@@ -107,7 +107,7 @@ def test_optimizer_together_with_adam_keywords_is_an_error(ragged_fed):
 def test_sgd_paths_agree_on_ragged_clients(arch, config, device):
     ragged_fed = ragged_federation(RAGGED, device)
     model = SMALL_MODELS[arch]()
-    start = {n: t.to(device) for n, t in broadcast(init_params(model, seed=1), 6).items()}
+    start = start_states(model, 1, 6, device)
     seq, vec = _both_paths(model, start, ragged_fed, range(6), epochs=3, seed=7, round_idx=2,
                            optimizer=SGDS[config])
     assert_states_close(seq.params, vec.params)
@@ -252,7 +252,7 @@ def test_paths_agree_when_resuming_from_unequal_per_client_states(arch, opt, dev
     bias correction then needs each row's own step number on the vectorised path."""
     ragged_fed = ragged_federation(RAGGED, device)
     model = SMALL_MODELS[arch]()
-    start = {n: t.to(device) for n, t in broadcast(init_params(model, seed=6), 6).items()}
+    start = start_states(model, 6, 6, device)
     optimizer = OPTIMIZERS[opt]
     warm = local_train(model, start, ragged_fed, range(6), epochs=1, seed=0, optimizer=optimizer,
                        path="sequential", return_opt_state=True)
