@@ -99,6 +99,33 @@ def test_fmnist_real(shared_root):
     assert np.bincount(ds.y_test).tolist() == [1000] * 10
     assert ds.x_train.min() == 0.0 and ds.x_train.max() == 1.0
     assert all((shared_root / "FashionMNIST" / "raw" / f).is_file() for f in fmnist.RAW_SHA256)
+    # fedlib's idx reader gives torchvision's arrays (what loaded them before), byte for byte
+    import torchvision
+
+    for train, x, y in ((True, ds.x_train, ds.y_train), (False, ds.x_test, ds.y_test)):
+        tv = torchvision.datasets.FashionMNIST(root=str(shared_root), train=train, download=False)
+        assert np.array_equal(x, tv.data.numpy()[:, None].astype(np.float32) / np.float32(255.0))
+        assert np.array_equal(y, tv.targets.numpy().astype(np.int64))
+
+
+def test_read_idx_parses_the_header_and_refuses_what_is_not_an_idx_file_of_bytes(tmp_path):
+    values = np.arange(24, dtype=np.uint8).reshape(2, 3, 4)
+    ok = tmp_path / "ok-idx3-ubyte"
+    ok.write_bytes(bytes([0, 0, 8, 3]) + np.array([2, 3, 4], dtype=">i4").tobytes() + values.tobytes())
+    got = fmnist.read_idx(ok, 3)
+    assert got.dtype == np.uint8 and np.array_equal(got, values)
+    from torchvision.datasets.mnist import read_image_file
+
+    assert np.array_equal(read_image_file(str(ok)).numpy(), values)  # torchvision reads it alike
+    cases = {"0000080100000002": (1, "header of an idx file of unsigned bytes in 3 dimensions"),  # 1-D file
+             "00000d0300000002": (3, "00 00 0d 03"),                                          # float32 type
+             "0000080300000002000000030000000400": (3, "holds 1 values after its header, which says (2, 3, 4)")}
+    for i, (hex_bytes, (ndim, said)) in enumerate(cases.items()):
+        bad = tmp_path / f"bad{i}"
+        bad.write_bytes(bytes.fromhex(hex_bytes))
+        with pytest.raises(DataUnavailableError) as info:
+            fmnist.read_idx(bad, 3)
+        assert str(bad) in str(info.value) and said in str(info.value) and "Fix: delete" in str(info.value)
 
 
 def test_adult_real(shared_root):

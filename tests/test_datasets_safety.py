@@ -133,7 +133,7 @@ def _parsers(name):
     return {"adult": [(pandas, "read_csv")],
             "letter": [(rdata, "read_rda"), (rdata.parser, "parse_file")],
             "fine_foods": [(rdata, "read_rds"), (rdata.parser, "parse_data")],
-            "fmnist": [(torchvision.datasets, "FashionMNIST")],
+            "fmnist": [(torchvision.datasets, "FashionMNIST"), (fmnist, "read_idx")],
             "cifar10": [(cifar10.RestrictedUnpickler, "load"), (pickle, "load"),
                         (pickle, "loads")]}[name]
 
