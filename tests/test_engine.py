@@ -732,6 +732,30 @@ def test_evaluate_counts_match_a_direct_computation_and_allow_repeated_clients(r
     assert all(p.is_contiguous() for p in model.parameters())
 
 
+@pytest.mark.parametrize("arch", ["cnn", "mlp"])
+def test_evaluate_with_model_of_gives_the_counts_of_the_copied_rows_bit_for_bit(ragged_fed, arch):
+    """G cluster models scored through ``model_of`` = the same G models copied out one row per
+    client (what Context.evaluate did before), on both paths, whatever the order of the rows."""
+    model = SMALL_MODELS[arch]()
+    models = stack_params([init_params(model, seed=s) for s in range(3)])
+    clients, model_of = [4, 0, 5, 2, 1, 3, 0], np.array([2, 0, 2, 1, 0, 2, 1])
+    copied = {k: v[torch.as_tensor(model_of)] for k, v in models.items()}
+    for path in ("sequential", "vectorised"):
+        for split in ("train", "test"):
+            ref = evaluate(model, copied, ragged_fed, clients, split=split, batch_size=20, path=path)
+            got = evaluate(model, models, ragged_fed, clients, split=split, batch_size=20, path=path,
+                           model_of=model_of)
+            assert torch.equal(got.correct, ref.correct) and torch.equal(got.n, ref.n)
+            assert torch.equal(got.loss_sum, ref.loss_sum), (path, split)
+    assert len(set(ref.loss_sum.tolist())) > 3  # the rows differ: a wrong model would show
+    for bad, said in (([0, 1], "7 integer rows"), (model_of + 1, "in 0..2"), (model_of - 1, "in 0..2"),
+                      (model_of.astype(float), "integer rows")):
+        with pytest.raises(ValueError, match=f"model_of must be .*{said}"):
+            evaluate(model, models, ragged_fed, clients, model_of=bad)
+    with pytest.raises(ValueError, match=r"has shape \(3, .*expected \(7, .*one row per selected client"):
+        evaluate(model, models, ragged_fed, clients)  # without model_of: one row per client
+
+
 # ----------------------------------------------------------------------------- it learns
 @pytest.mark.parametrize("arch", ["logistic", "mlp"])
 def test_fedavg_on_ten_digits_clients_learns(digits_fed, arch):

@@ -302,8 +302,8 @@ class Context:
         models[assignment[k]] through ``predictor`` (None: one model, argmax)."""
         assignment = np.asarray(assignment, dtype=np.int64)
         clients = np.arange(self.n_clients)
-        if predictor is None or isinstance(predictor, OneModel):
-            res = evaluate(self.model, take(models, assignment), self.fed, clients, split=split)
+        if predictor is None or isinstance(predictor, OneModel):  # each distinct model loaded once, not copied K times
+            res = evaluate(self.model, models, self.fed, clients, split=split, model_of=assignment)
         else:
             res = evaluate_with(predictor, self.model, take(models, assignment), self.fed, clients, split=split)
         return to_host(res.correct, np.int64), to_host(res.n, np.int64)
