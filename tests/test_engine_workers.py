@@ -2,6 +2,7 @@
 same order, with subnormals flushed to zero in the workers only."""
 from __future__ import annotations
 
+import importlib
 import threading
 import time
 
@@ -9,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from fedlib.engine import SGD, Federation, broadcast, flush_subnormals, local_train, max_workers, stack_params
+from fedlib.engine import (SGD, Federation, broadcast, evaluate, flush_subnormals, local_train, max_workers,
+                          stack_params)
 from fedlib.engine.paths import chunk_workers
 from fedlib.engine.workers import plan_workers, run_chunks
 from fedlib.models import build_model, init_params
@@ -243,3 +245,36 @@ def test_a_sink_gets_the_chunks_in_the_same_order_from_workers(fed, threads):
         calls[t] = got
     assert [rows for rows, _ in calls[2]] == [rows for rows, _ in calls[1]]
     assert_states_equal(stack_params([s for _, s in calls[2]]), stack_params([s for _, s in calls[1]]))
+
+
+def test_sequential_evaluation_runs_clients_on_workers_with_the_bits_of_one_thread(fed, threads, monkeypatch):
+    """A conv model's evaluation (the sequential path on the CPU): 2 and 4 threads evaluate the
+    clients on 2 and 4 workers of one intra-op thread each, with the counts and loss sums of one
+    thread, bit for bit (workers sharing one template, or a client's counts written to another
+    row, would show); ``max_workers(1)`` keeps the calling thread."""
+    E = importlib.import_module("fedlib.engine.evaluate")  # the module (fedlib.engine.evaluate is also the function)
+    plans, real = [], E.run_chunks
+
+    def spy(n_chunks, job, collect, workers=None, ordered=True):
+        plans.append(workers)
+        return real(n_chunks, job, collect, workers=workers, ordered=ordered)
+
+    monkeypatch.setattr(E, "run_chunks", spy)
+    model = build_model("cnn", 10, (1, 8, 8))
+    models = stack_params([init_params(model, seed=s) for s in range(3)])
+    clients = np.arange(len(SIZES))
+    runs = {}
+    for t in (1, 2, 4):
+        threads(t)
+        runs[t] = evaluate(model, models, fed, clients, split="train", batch_size=16, path="sequential",
+                           model_of=clients % 3)
+    assert plans == [None, (2, 1), (4, 1)]
+    for t in (2, 4):
+        assert torch.equal(runs[t].correct, runs[1].correct) and torch.equal(runs[t].n, runs[1].n)
+        assert torch.equal(runs[t].loss_sum, runs[1].loss_sum)
+    assert len(set(runs[1].loss_sum.tolist())) == len(SIZES)  # every row its own: a swap would show
+    threads(2)
+    with max_workers(1):
+        alone = evaluate(model, models, fed, clients, split="train", batch_size=16, path="sequential",
+                         model_of=clients % 3)
+    assert plans[-1] is None and torch.equal(alone.correct, runs[1].correct)

@@ -19,6 +19,7 @@ from .federation import NO_GLOBAL_TEST, Federation, gather
 from .paths import clients_per_chunk, resolve_path
 from ._validation import check_int, check_state
 from .precision import exact
+from .workers import flush_subnormals, plan_workers, run_chunks
 
 __all__ = ["EvalResult", "evaluate", "evaluate_global", "LossMatrix", "loss_matrix", "predict_logits"]
 
@@ -76,7 +77,7 @@ def evaluate(model: nn.Module, params: State, fed: Federation, clients, split: s
     model_of : sequence of int, length M, optional
         Client ``clients[i]`` is scored with row ``model_of[i]`` of ``params`` (G distinct
         models, e.g. clusters) — the same counts, bit for bit, as passing those rows
-        copied out one per client, without the copy (G rows, not M: 240 MB for 100 FMNIST-CNN
+        copied out one per client, without the copy (G rows, not M: 247 MB for 100 FMNIST-CNN
         clients) and, on the sequential path, loading each model into the template once.
     split : {'test', 'train', 'val', 'global'}
     batch_size : int
@@ -197,12 +198,13 @@ def loss_matrix(model: nn.Module, params: State, fed: Federation, clients, split
     """Loss of every one of M models on every one of K clients' split, in batched calls.
 
     The M·K (model, client) pairs are rows of the same machinery as :func:`evaluate`
-    (model index repeated K times, the client list tiled M times), taken in blocks of at
-    most ``max_pairs_per_chunk`` pairs (default: the memory estimate of
-    :func:`fedlib.engine.paths.clients_per_chunk`) so that at most one block of copied
-    weights lives at a time. Entry (m, j) equals ``evaluate(model, params[m:m+1], fed,
-    [clients[j]], split)`` up to float rounding (exactly where the path's kernels batch
-    row-independently).
+    (model index repeated K times, the client list tiled M times, ``evaluate``'s
+    ``model_of``). The vectorised path copies out the weights of at most
+    ``max_pairs_per_chunk`` pairs at a time (default: the memory estimate of
+    :func:`fedlib.engine.paths.clients_per_chunk`); the sequential path loads each model into
+    the template once for all its clients and copies nothing. Entry (m, j) equals
+    ``evaluate(model, params[m:m+1], fed, [clients[j]], split)`` up to float rounding
+    (exactly where the path's kernels batch row-independently).
 
     Used by IFCA (each client takes the argmin over models of its loss), FedSoft,
     pFedLIA (influence = loss before − loss after), FedFomo and CAFA.
@@ -221,7 +223,7 @@ def loss_matrix(model: nn.Module, params: State, fed: Federation, clients, split
     batch_size, path
         As in :func:`evaluate`.
     max_pairs_per_chunk : int, optional
-        Pairs per block (≥ 1).
+        Pairs per vectorised chunk (≥ 1).
 
     Returns
     -------
@@ -242,18 +244,8 @@ def loss_matrix(model: nn.Module, params: State, fed: Federation, clients, split
     sizes = np.array([len(parts[c]) for c in clients], dtype=np.int64)
     model_of = np.repeat(np.arange(m), k)            # pair p = (model_of[p], client_of[p])
     client_of = np.tile(np.arange(k), m)
-    order = np.argsort(-sizes[client_of], kind="stable")  # big splits first: little padding per block
-    block = max_pairs_per_chunk or clients_per_chunk(template, x[:1], batch_size, False)
-    correct = torch.zeros(m * k, dtype=torch.int64, device=fed.device)
-    loss_sum = torch.zeros(m * k, dtype=torch.float64, device=fed.device)
-    for start in range(0, m * k, block):
-        pairs = order[start:start + block]
-        rows_t = torch.as_tensor(model_of[pairs], device=fed.device)
-        sub = {n_: t.index_select(0, rows_t) for n_, t in state.items()}
-        index = [parts[clients[j]] for j in client_of[pairs]]
-        c, l = _eval_rows(template, sub, x, y, index, batch_size, chosen, len(pairs))
-        pairs_t = torch.as_tensor(pairs, device=fed.device)
-        correct[pairs_t], loss_sum[pairs_t] = c, l
+    index = [parts[clients[j]] for j in client_of]
+    correct, loss_sum = _eval_rows(template, state, x, y, index, batch_size, chosen, max_pairs_per_chunk, model_of)
     n = torch.as_tensor(sizes, device=fed.device)
     loss = loss_sum.view(m, k)
     if reduction == "mean":
@@ -280,16 +272,54 @@ def _channels_last(template: nn.Module, x: torch.Tensor) -> bool:
 
 def _eval_sequential(template, state, x, y, index, batch_size, model_of=None):
     """Client after client: load its weights into ``template`` (unless they are loaded
-    already: with ``model_of``, the clients of one model in a row), forward its samples."""
-    correct = torch.zeros(len(index), dtype=torch.int64, device=x.device)
-    loss_sum = torch.zeros(len(index), dtype=torch.float64, device=x.device)
+    already: with ``model_of``, the clients of one model in a row), forward its samples.
+
+    On the CPU the clients are split into chunks that W worker threads of T // W intra-op
+    threads each evaluate side by side (:func:`fedlib.engine.workers.plan_workers`, IEEE
+    subnormals kept, each worker with its own copy of the template): a client's counts are
+    those of evaluating it alone at T // W threads, whichever worker takes it. Two
+    threads splitting each small forward pass were slower than two forward passes side by
+    side (README, speed section); ``max_workers(1)`` evaluates in the calling thread on all
+    of torch's threads, as before.
+    """
+    m = len(index)
+    correct = torch.zeros(m, dtype=torch.int64, device=x.device)
+    loss_sum = torch.zeros(m, dtype=torch.float64, device=x.device)
     last = _channels_last(template, x)
     if last:
         template.to(memory_format=torch.channels_last)
-    live = float_state(template)
-    rows = np.arange(len(index)) if model_of is None else model_of
+    rows = np.arange(m) if model_of is None else model_of
+    order = np.argsort(rows, kind="stable")  # a client's counts do not depend on the order
+    plan = plan_workers(m) if x.device.type == "cpu" else None
+    n_workers = plan[0] if plan else 1
+    chunks = np.array_split(order, min(m, _EVAL_CHUNKS_PER_WORKER * n_workers)) if n_workers > 1 else [order]
+    templates = [template] + [copy.deepcopy(template) for _ in range(n_workers - 1)]
+    lives = [float_state(t) for t in templates]
+
+    def job(w: int, j: int):
+        with torch.no_grad():  # grad mode is per thread
+            return _eval_clients(templates[w], lives[w], state, x, y, index, rows, chunks[j], batch_size, last)
+
+    def collect(j: int, counts) -> None:
+        rows_t = torch.as_tensor(chunks[j], device=x.device)
+        correct[rows_t], loss_sum[rows_t] = counts
+
+    with flush_subnormals(False):  # the calling thread's IEEE arithmetic, as before workers
+        run_chunks(len(chunks), job, collect, workers=plan if n_workers > 1 else None, ordered=False)
+    return correct, loss_sum
+
+
+#: Chunks of clients per evaluation worker: enough that a worker done early takes another.
+_EVAL_CHUNKS_PER_WORKER = 4
+
+
+def _eval_clients(template, live, state, x, y, index, rows, clients, batch_size, last):
+    """(correct, loss_sum), each (len(clients),), of client i (of ``clients``) with weights
+    ``state``'s row ``rows[i]`` loaded into ``template`` (``live``: its float state)."""
+    correct = torch.zeros(len(clients), dtype=torch.int64, device=x.device)
+    loss_sum = torch.zeros(len(clients), dtype=torch.float64, device=x.device)
     loaded = -1
-    for i in np.argsort(rows, kind="stable"):  # a client's counts do not depend on the order
+    for r, i in enumerate(clients):
         idx = index[i]
         if rows[i] != loaded:
             for name, tensor in live.items():
@@ -300,8 +330,8 @@ def _eval_sequential(template, state, x, y, index, batch_size, model_of=None):
             batch = idx_t[start:start + batch_size]
             xb = gather(x, batch)
             logits, labels = template(xb.contiguous(memory_format=torch.channels_last) if last else xb), gather(y, batch)
-            correct[i] += (logits.argmax(1) == labels).sum()
-            loss_sum[i] += F.cross_entropy(logits, labels, reduction="sum").double()
+            correct[r] += (logits.argmax(1) == labels).sum()
+            loss_sum[r] += F.cross_entropy(logits, labels, reduction="sum").double()
     return correct, loss_sum
 
 

@@ -31,6 +31,10 @@ order as without workers; as they finish when each chunk only writes its own row
 result (``ordered=False``). With one thread (T = 1, or one chunk on one thread) the result is
 that of one chunk after another.
 
+The sequential evaluation of conv models on the CPU (:mod:`fedlib.engine.evaluate`) runs its
+chunks of clients on the same workers, inside ``flush_subnormals(False)``: evaluation keeps
+IEEE subnormals, as it did in the calling thread.
+
 ``max_workers(1)`` trains one chunk at a time, and ``flush_subnormals(False)`` keeps
 subnormals; both together (:func:`without_workers`) give the engine as it was before
 workers, bit for bit (one chunk at a time in the calling thread, on torch's threads): the
