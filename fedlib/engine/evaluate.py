@@ -15,6 +15,7 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from ..models import float_state
+from ..validation import fail
 from .federation import NO_GLOBAL_TEST, Federation, gather
 from .paths import clients_per_chunk, resolve_path
 from ._validation import check_int, check_state
@@ -118,9 +119,7 @@ def _check_model_of(model_of, m: int, g: int) -> np.ndarray:
     """``model_of`` as an (M,) int64 array of rows in 0..G−1 (the workbook's ValueError otherwise)."""
     rows = np.asarray(model_of)
     if rows.shape != (m,) or not np.issubdtype(rows.dtype, np.integer) or rows.min() < 0 or rows.max() >= g:
-        text = " ".join(repr(model_of).split())
-        raise ValueError(f"model_of must be {m} integer rows of params in 0..{g - 1} (one per client), got "
-                         f"{text if len(text) <= 120 else text[:117] + '...'}")
+        fail("model_of", f"{m} integer rows of params in 0..{g - 1} (one per client)", model_of)
     return rows.astype(np.int64)
 
 
