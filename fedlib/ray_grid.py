@@ -11,7 +11,7 @@ recorded are never submitted.
 Where Ray runs: ``address=None`` and no ``$RAY_ADDRESS`` starts a local instance on this
 machine (``ray.init()``); ``address='auto'`` or ``'ray://host:10001'`` (or ``$RAY_ADDRESS``)
 joins a running cluster (``ray start --head`` on one machine, ``ray start --address=<head>:6379``
-on the others; see the README). A Ray session the caller already started is used as it is.
+on the others; see docs/scaling-out.md). A Ray session the caller already started is used as it is.
 """
 from __future__ import annotations
 

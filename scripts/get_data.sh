@@ -23,7 +23,7 @@ if command -v apt-get >/dev/null && command -v dpkg >/dev/null; then
     [ -f "$DATA/_debian/.$name" ] && continue
     ( cd "$DATA/_debs" && { apt-get download -q "$spec" 2>/dev/null \
         || { apt-get update -qq && apt-get download -q "$spec"; }; } ) \
-      || { echo "get_data: could not download $spec (needs Debian's archive; see README 'Data')" >&2; exit 1; }
+      || { echo "get_data: could not download $spec (needs Debian's archive; see docs/install.md, 'The data')" >&2; exit 1; }
     dpkg -x "$DATA/_debs/${name}_"*.deb "$DATA/_debian"
     touch "$DATA/_debian/.$name"
   done

@@ -31,7 +31,7 @@ METHODS = ("cl", "fedavg", "fedprox", "fedavgm", "fedadagrad", "fedyogi", "fedad
 SETTINGS = {"similarity": [0.0, 1.0], "dirichlet": [0.3]}
 """The settings run like for like: protocol -> levels (S = 0, S = 1, α = 0.3)."""
 RECORDS = ROOT / "benchmarks" / "records" / "table3_like_for_like"
-"""The committed records behind the README's table (present in a project checkout)."""
+"""The committed records behind Table III's like-for-like column (present in a project checkout)."""
 
 
 def cells(records, protocols: dict | None = None, methods=METHODS, n_clients: int = 100,

@@ -278,7 +278,7 @@ def _eval_sequential(template, state, x, y, index, batch_size, model_of=None):
     subnormals kept, each worker with its own copy of the template): a client's counts are
     those of evaluating it alone at T // W threads, whichever worker takes it. Two
     threads splitting each small forward pass were slower than two forward passes side by
-    side (README, speed section); ``max_workers(1)`` evaluates in the calling thread on all
+    side (docs/performance.md); ``max_workers(1)`` evaluates in the calling thread on all
     of torch's threads, as before.
     """
     m = len(index)

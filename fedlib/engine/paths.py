@@ -12,7 +12,7 @@ bit-reproducible. The rule:
   BN/dropout models does vectorise.
 * CUDA: vectorised (many clients per kernel instead of many tiny kernels). Measured on an
   H200 (``benchmarks/engine_vs_sequential.py --device cuda``, K = 100): 10.7–94.7× the
-  per-client loop, from the FMNIST CNN to the 3×500 MLP (README, "On a GPU").
+  per-client loop, from the FMNIST CNN to the 3×500 MLP (docs/performance.md).
 * CPU: vectorised for dense stacks (``Linear``/``ReLU`` only: logistic, MLP — they take
   the hand-written kernel of :mod:`fedlib.engine.dense`), for training conv stacks
   (convolution blocks then a dense head: the FMNIST CNN, LeNet-5, the small CNN — the

@@ -31,7 +31,8 @@ Warm-up: Sattler's experiments allowed splits after 20 of 80 rounds; the workboo
 quarter of the run, ``warmup_rounds=None`` → ⌊T/4⌋ (:func:`warmup_for`): 10 of the paper's
 T = 40, 1 of the smoke protocol's T = 4. An integer fixes it.
 
-Why Table II's thresholds never split (measured; README): the test needs ‖mean ΔW‖ < ε1 = 1e-5
+Why Table II's thresholds never split (measured; the CFL records under
+benchmarks/records/clust_psi_pfl/ keep every round's norms): the test needs ‖mean ΔW‖ < ε1 = 1e-5
 while some ‖ΔW_i‖ > ε2 = 0.1, i.e. a max/mean ratio above 10⁴. On FMNIST (S = 0, K = 100) the
 mean update's norm is ≈ 1.5–2.8 with Adam (a fresh Adam moves every weight by ≈ lr per step,
 so updates do not shrink as training stalls) and ≈ 0.02 with the authors' SGD, and the ratio
