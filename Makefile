@@ -24,10 +24,19 @@ NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.
 # Kernels forced to other instruction sets and thread counts than this machine's defaults
 # (see tests/other_cpu.env): `make test-other-cpu` retrains the smoke grid under them.
 OTHER_CPU_ENV := $(shell grep -v '^\#' tests/other_cpu.env)
+# Tests on TEST_WORKERS processes (pytest-xdist), each on one thread (OMP_NUM_THREADS: torch,
+# MKL and OpenBLAS read it), so that they do not compete for the cores. One xdist group per test file: a
+# notebook's cells share one kernel, a file's fixtures are computed once, and notebooks 05 and
+# 06 run on one worker in that order (tests/conftest.py). What is compared does not depend on
+# the thread count: `make test-other-cpu` runs nbval on one thread against notebooks executed
+# on several.
+TEST_WORKERS ?= 2
+XDIST := -n $(TEST_WORKERS) --dist loadgroup
+ONE_THREAD := OMP_NUM_THREADS=1
 LAB_IP ?= 127.0.0.1
 LAB_PORT ?= 8888
 
-.PHONY: setup data workbook test unit nbval test-other-cpu lab bench cuda-checks refresh-notebooks clean
+.PHONY: setup data workbook test unit nbval test-other-cpu lab bench bench-record cuda-checks refresh-notebooks clean
 
 setup: $(VENV)/.installed
 
@@ -62,37 +71,53 @@ workbook: setup data
 
 test: export FEDLIB_FIGURES := $(BUILD_FIGURES)
 test: setup data
-	$(BIN)/python -m pytest tests $(NOTEBOOKS) $(NBVAL) -q
+	env $(ONE_THREAD) $(BIN)/python -m pytest $(NOTEBOOKS) tests $(NBVAL) $(XDIST) -q
 
 unit: setup data
-	$(BIN)/python -m pytest tests -q
+	env $(ONE_THREAD) $(BIN)/python -m pytest tests $(XDIST) -q
 
 nbval: export FEDLIB_FIGURES := $(BUILD_FIGURES)
 nbval: setup data
 	$(BIN)/python -m pytest $(NOTEBOOKS) $(NBVAL) -q
 
 # The cross-CPU check: retrain the smoke grid from scratch with every kernel library forced to
-# another instruction set and thread count, then run every unit test (among them the kernel
-# test, the tolerance test on the training numbers and the 14 methods' pinned per-client
-# results, tests/test_method_regression.py) and nbval over every notebook. Passes only if
-# nothing the tests or nbval check depends on the CPU (CI runs it).
+# another instruction set and thread count, then run the unit tests marked cross_cpu (training,
+# evaluation, the engine's kernels, the kernel test and the tolerance test on the training
+# numbers, tests/test_cross_cpu.py, and the 14 methods' pinned per-client results,
+# tests/test_method_regression.py) and nbval over every notebook. Passes only if nothing the
+# tests or nbval check depends on the CPU (CI runs it). The other unit tests (validation, paths,
+# parsing, records, docs) compute nothing with the kernels; `make test` fails a test that
+# trains or evaluates without the marker. Each worker runs on one thread (other_cpu.env).
 test-other-cpu: export FEDLIB_FIGURES := $(CURDIR)/build/other-cpu/figures
 test-other-cpu: export FEDLIB_RESULTS := $(CURDIR)/build/other-cpu/results
 test-other-cpu: setup data
 	rm -rf build/other-cpu
-	env $(OTHER_CPU_ENV) $(BIN)/python -m pytest tests $(NOTEBOOKS) $(NBVAL) -q
+	env $(OTHER_CPU_ENV) $(BIN)/python -m pytest -m cross_cpu $(NOTEBOOKS) tests $(NBVAL) $(XDIST) -q
 
 # JupyterLab on notebooks/ with the project's kernel. As root (containers, cloud notebooks) it
 # adds --allow-root. From another machine: `make lab LAB_IP=0.0.0.0` and open the printed URL
 # (token included) with this machine's address, or tunnel: ssh -L 8888:localhost:8888 <host>.
 lab: setup data
 	@echo "lab: JupyterLab at http://$(LAB_IP):$(LAB_PORT)/lab (the token is in the URL printed below; Ctrl-C stops it)"
-	$(BIN)/jupyter lab --notebook-dir=notebooks --no-browser --ip=$(LAB_IP) --port=$(LAB_PORT) \
+	JUPYTER_CONFIG_PATH=$(CURDIR)/scripts/jupyter $(BIN)/jupyter lab --notebook-dir=notebooks --no-browser --ip=$(LAB_IP) --port=$(LAB_PORT) \
 	  $$( [ "$$(id -u)" = 0 ] && echo --allow-root )
 
 bench: setup data
 	$(BIN)/python benchmarks/engine_vs_sequential.py
 	$(BIN)/python benchmarks/engine_vs_flower.py
+
+# Every speed benchmark at its defaults, each run recorded in benchmarks/records/speed/<benchmark>/
+# (the paper run and the influence matrix take minutes each), then docs/performance.md re-rendered
+# from the records (benchmarks/report.py). Commit the new records with the page.
+SPEED_RECORDS := benchmarks/records/speed
+bench-record: setup data
+	$(BIN)/python benchmarks/engine_vs_sequential.py --record $(SPEED_RECORDS)/engine_vs_sequential
+	$(BIN)/python benchmarks/engine_vs_sequential.py --path-table --record $(SPEED_RECORDS)/engine_paths
+	$(BIN)/python benchmarks/engine_vs_flower.py --record $(SPEED_RECORDS)/engine_vs_flower
+	$(BIN)/python benchmarks/scaling.py --record $(SPEED_RECORDS)/scaling
+	$(BIN)/python benchmarks/paper_run.py --record $(SPEED_RECORDS)/paper_run
+	$(BIN)/python benchmarks/influence_matrix.py --record $(SPEED_RECORDS)/influence_matrix
+	$(BIN)/python benchmarks/report.py
 
 # On a machine with CUDA: the device-parametrised tests on the GPU, the paths' gap with and
 # without TF32, the engine benchmark and the paper-protocol run (logs in build/cuda_checks/).

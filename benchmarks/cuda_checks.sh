@@ -4,6 +4,8 @@
 # (benchmarks/tf32_gap.py), then the engine benchmark and the paper-protocol run with --device cuda.
 # Usage (from the repository root, on a machine with CUDA and the project's packages):
 #   bash benchmarks/cuda_checks.sh [LOG_DIR]
+# The benchmarks' runs are recorded in $RECORDS/<benchmark>/ (default benchmarks/records/speed):
+# commit them and run `python benchmarks/report.py` to put them into docs/performance.md.
 # Each step has its own time limit, so that one slow step cannot hide the others' results; the
 # script exits 1 if any step failed.
 set -u
@@ -11,6 +13,7 @@ failed=0
 log=${1:-build/cuda_checks}
 export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD
 py=${PYTHON:-python3}
+rec=${RECORDS:-benchmarks/records/speed}
 step() {  # step NAME SECONDS COMMAND...
     local name=$1 limit=$2; shift 2
     echo "== $name (limit ${limit}s) $(date +%T)"
@@ -31,9 +34,12 @@ $py -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cu
 step tests 150 $py -m pytest -q -p no:cacheprovider -k cuda tests/test_device_agnostic.py tests/test_engine.py \
     tests/test_engine_conv.py tests/test_engine_optim.py
 step tf32_gap 60 $py benchmarks/tf32_gap.py --device cuda
-step engine 150 $py benchmarks/engine_vs_sequential.py --device cuda --models logistic,mlp,fmnist_cnn,lenet5
-step paper_run 120 $py benchmarks/paper_run.py --device cuda
-step paper_run_nondeterministic 120 $py benchmarks/paper_run.py --device cuda --nondeterministic
-step paper_run_tf32 120 $py benchmarks/paper_run.py --device cuda --tf32
-step paper_run_tf32_nondeterministic 120 $py benchmarks/paper_run.py --device cuda --tf32 --nondeterministic
+step engine 150 $py benchmarks/engine_vs_sequential.py --device cuda --models logistic,mlp,fmnist_cnn,lenet5 \
+    --record "$rec/engine_vs_sequential"
+step scaling 300 $py benchmarks/scaling.py --device cuda --models fmnist_cnn --record "$rec/scaling"
+step paper_run 120 $py benchmarks/paper_run.py --device cuda --record "$rec/paper_run"
+step paper_run_nondeterministic 120 $py benchmarks/paper_run.py --device cuda --nondeterministic --record "$rec/paper_run"
+step paper_run_tf32 120 $py benchmarks/paper_run.py --device cuda --tf32 --record "$rec/paper_run"
+step paper_run_tf32_nondeterministic 120 $py benchmarks/paper_run.py --device cuda --tf32 --nondeterministic \
+    --record "$rec/paper_run"
 exit $failed

@@ -35,7 +35,9 @@ passing; it cannot beat the sequential loop divided by its workers, so engine_vs
 (sequential / cpus) / engine + Flower's overhead per client and round.
 
 Usage: python benchmarks/engine_vs_flower.py [--clients 100 1000] [--rounds 2] [--epochs 5]
-       [--dataset adult] [--alpha 0.5] [--n-train N] [--cpus 2] [--seed 0]
+       [--dataset adult] [--alpha 0.5] [--n-train N] [--cpus 2] [--seed 0] [--record DIR]
+
+``--record DIR`` also writes the run's figures as one JSON file in DIR (``benchmarks/_record.py``).
 """
 from __future__ import annotations
 
@@ -47,6 +49,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _record  # noqa: E402
 from engine_vs_sequential import plain_fedavg, test_accuracy  # noqa: E402  (the sequential reference)
 
 from fedlib import flower as F  # noqa: E402
@@ -175,11 +178,13 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--flower-client", choices=("plain", "engine"), nargs="+", default=["plain", "engine"],
                     help="Flower ClientApps to time: plain (a user's torch loop; the main line) and/or engine")
+    _record.add_argument(ap)
     args = ap.parse_args()
     if len(args.alpha) not in (1, len(args.clients)):
         ap.error(f"--alpha takes one value, or one per --clients value ({len(args.clients)}), "
                  f"got {len(args.alpha)}")
     alphas = args.alpha * len(args.clients) if len(args.alpha) == 1 else args.alpha
+    rows = []
     for k, alpha in zip(args.clients, alphas):
         spec = make_spec(args, k, alpha)
         ctx = spec_context(spec)
@@ -200,6 +205,13 @@ def main() -> None:
             print(f"accuracy clients={k}{tag} sequential={acc_seq:.4f} engine={acc_eng:.4f} flower={acc_flw:.4f}")
             print(f"engine_vs_flower clients={k}{tag} rounds={args.rounds} sequential={t_seq:.3f}s "
                   f"engine={t_eng:.3f}s flower={t_flw:.3f}s engine_vs_flower={t_flw / t_eng:.1f}", flush=True)
+            rows.append({"clients": k, "alpha": alpha, "flower_client": client, "rounds": args.rounds,
+                         "sequential_s": t_seq, "engine_s": t_eng, "flower_s": t_flw, "flower_wall_s": wall,
+                         "engine_vs_flower": t_flw / t_eng, "engine_vs_flower_wall": wall / t_eng,
+                         "engine_vs_sequential": t_seq / t_eng, "bound": t_seq / args.cpus / t_eng,
+                         "client_trainings": trainings, "flower_overhead_ms": overhead * 1e3,
+                         "accuracy_sequential": acc_seq, "accuracy_engine": acc_eng, "accuracy_flower": acc_flw})
+    _record.save(args.record, "engine_vs_flower", args, rows, device=ctx.fed.device)
 
 
 if __name__ == "__main__":

@@ -46,7 +46,11 @@ measurement behind the rule of ``fedlib.engine.paths``; rerun it on new hardware
 Usage: python benchmarks/engine_vs_sequential.py [--device auto|cpu|cuda] [--clients 100]
        [--rounds 3] [--alpha 0.5] [--models logistic,mlp,fmnist_cnn,lenet5] [--mlp-hidden 500]
        [--repeat 2] [--quick] [--seed 0] [--path-table] [--optimizer adam|sgd] [--sgd-lr 0.01]
-       [--momentum 0.9] [--without-workers] [--without-onednn]
+       [--momentum 0.9] [--without-workers] [--without-onednn] [--record DIR]
+
+``--record DIR`` also writes the run's figures as one JSON file in DIR (``benchmarks/_record.py``;
+``--path-table``'s under the benchmark name ``engine_paths``), which ``benchmarks/report.py``
+renders into docs/performance.md.
 
 The engine's wall time cannot drop below (steps of the largest selected client) × (cost of
 one vectorised step), while the loop's grows with the sum over all selected clients: the
@@ -68,6 +72,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from fedlib.engine import (SGD, Federation, broadcast, choose_path, local_train, per_client_products, resolve_device,
                            weighted_average, without_workers)
 from fedlib.models import build_model, init_params
+import _record
 from peak import describe, matmul_peak, products_floor, step_flops
 
 CONFIGS = {  # model: (dataset, synthetic fallback shape, n_classes, train subset, epochs)
@@ -186,7 +191,8 @@ def _timed(device, fn, *args):
 
 def run_config(arch: str, k: int, rounds: int, alpha: float, device: torch.device, seed: int,
                quick: bool, mlp_hidden: int, repeat: int, sgd: SGD | None = None, without: bool = False,
-               without_onednn: bool = False) -> None:
+               without_onednn: bool = False) -> dict:
+    """Time one configuration, print its lines; return its figures (the ``--record`` row)."""
     name, shape, n_classes, subset, epochs = CONFIGS[arch]
     if quick:
         subset, rounds, repeat = min(subset or 10_000, 10_000), 1, 1
@@ -237,11 +243,12 @@ def run_config(arch: str, k: int, rounds: int, alpha: float, device: torch.devic
     # and convolution timed alone on one thread (benchmarks/peak.py), times the client steps'
     # samples over BATCH, over the threads (clients' products are independent).
     # On a GPU that floor does not exist (peak.products_floor): of_shapes is n/a there.
-    shapes = ""
+    shapes, shapes_floor, shapes_rate = "", None, None
     if device.type == "cpu":
         step_seconds, step_flops = products_floor(model, fed.input_shape, BATCH, device)
         threads = torch.get_num_threads()
         shapes_floor = step_seconds * flops / step_flops / threads
+        shapes_rate = step_flops / step_seconds
         shapes = (f"; its products at their own shapes (batch {BATCH}, one thread each: "
                   f"{step_flops / step_seconds / 1e9:.0f} GFLOP/s, {step_flops / step_seconds * threads / peak:.0%} "
                   f"of the peak; {threads} threads) ≥ {shapes_floor:.3f}s")
@@ -254,6 +261,18 @@ def run_config(arch: str, k: int, rounds: int, alpha: float, device: torch.devic
           f"ratio={t_seq / t_eng:.1f} of_bound={floor / t_eng:.0%} "
           f"of_shapes={f'{shapes_floor / t_eng:.0%}' if shapes else 'n/a'}{ab}",
           flush=True)
+    return {"model": label, "dataset": name, "clients": k, "rounds": rounds, "epochs": epochs, "path": path,
+            "sequential_s": t_seq, "engine_s": t_eng, "ratio": t_seq / t_eng,
+            "accuracy_sequential": acc_seq, "accuracy_engine": acc_eng,
+            "client_steps_loop": total, "critical_path_steps": critical, "gflop": flops / 1e9,
+            "peak_gflops": {lib: r / 1e9 for lib, r in rates.items()}, "floor_s": floor,
+            "ratio_bound": t_seq / floor, "of_bound": floor / t_eng,
+            "shapes_floor_s": shapes_floor, "shapes_gflops_per_thread": None if shapes_rate is None else shapes_rate / 1e9,
+            "of_shapes": None if shapes_floor is None else shapes_floor / t_eng,
+            "without_workers_s": t_without if without else None,
+            "workers_gain": t_without / t_eng if without else None,
+            "without_onednn_s": t_bmm if without_onednn else None,
+            "onednn_gain": t_bmm / t_eng if without_onednn else None}
 
 
 PATH_LADDER = [  # (arch, input_shape, n_classes, build options)
@@ -272,8 +291,10 @@ PATH_LADDER = [  # (arch, input_shape, n_classes, build options)
 ]
 
 
-def path_table(device: torch.device, k: int = 50, n: int = 128, repeats: int = 3) -> None:
-    """Print ms per client step of both engine paths for each model of PATH_LADDER."""
+def path_table(device: torch.device, k: int = 50, n: int = 128, repeats: int = 3) -> list[dict]:
+    """Print ms per client step of both engine paths for each model of PATH_LADDER; return
+    the rows (the ``--record`` results)."""
+    rows = []
     rng = np.random.default_rng(0)
     parts = np.split(np.arange(k * n), k)
     for arch, shape, n_classes, options in PATH_LADDER:
@@ -293,6 +314,9 @@ def path_table(device: torch.device, k: int = 50, n: int = 128, repeats: int = 3
         print(f"path-table {arch}{options or ''} {device.type} weights={weights} "
               f"sequential={best['sequential'] * 1e3:.3f}ms vectorised={best['vectorised'] * 1e3:.3f}ms "
               f"auto={choose_path(model, device, training=True)}", flush=True)
+        rows.append({"model": f"{arch}{options or ''}", "weights": weights, "sequential_ms": best["sequential"] * 1e3,
+                     "vectorised_ms": best["vectorised"] * 1e3, "auto": choose_path(model, device, training=True)})
+    return rows
 
 
 def main() -> None:
@@ -315,17 +339,20 @@ def main() -> None:
                     help="also time the engine before worker threads (fedlib.engine.without_workers())")
     ap.add_argument("--without-onednn", action="store_true",
                     help="also time the engine with every dense layer on bmm (fedlib.engine.per_client_products(False))")
+    _record.add_argument(ap)
     args = ap.parse_args()
     sgd = SGD(lr=args.sgd_lr, momentum=args.momentum) if args.optimizer == "sgd" else None
     device = resolve_device(args.device)
-    if args.path_table:
-        path_table(device)
+    if args.path_table:  # its record files as its own benchmark: the measurement behind engine.paths' rule
+        _record.save(args.record, "engine_paths", args, path_table(device), device=device)
         return
     for arch in args.models.split(","):
         if arch not in CONFIGS:
             raise SystemExit(f"--models: {arch!r} is not one of {sorted(CONFIGS)}")
-        run_config(arch, args.clients, args.rounds, args.alpha, device, args.seed, args.quick,
-                   args.mlp_hidden, args.repeat, sgd, args.without_workers, args.without_onednn)
+    rows = [run_config(arch, args.clients, args.rounds, args.alpha, device, args.seed, args.quick,
+                       args.mlp_hidden, args.repeat, sgd, args.without_workers, args.without_onednn)
+            for arch in args.models.split(",")]
+    _record.save(args.record, "engine_vs_sequential", args, rows, device=device)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,9 @@ weights (the cost does not depend on the weights). Prints::
 
 and checks that the two give the same matrix (up to float rounding).
 
-Usage: python benchmarks/influence_matrix.py [--clients 100] [--arch fmnist_cnn] [--n-train 60000]
+Usage: python benchmarks/influence_matrix.py [--clients 100] [--arch fmnist_cnn] [--n-train 60000] [--record DIR]
+
+``--record DIR`` also writes the run's figures as one JSON file in DIR (``benchmarks/_record.py``).
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+import _record
 from fedlib import partition as P
 from fedlib.datasets import load, subsample
 from fedlib.engine import Federation, evaluate
@@ -37,6 +40,7 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=100)
     ap.add_argument("--arch", default="fmnist_cnn")
     ap.add_argument("--n-train", type=int, default=60_000)
+    _record.add_argument(ap)
     args = ap.parse_args()
     ds = load("fmnist")
     if args.n_train < len(ds.y_train):
@@ -74,6 +78,10 @@ def main() -> None:
     pairs = (args.clients + 1) * args.clients
     print(f"influence clients={args.clients} pairs={pairs} loop={t_loop:.2f}s batched={t_batched:.2f}s "
           f"floor={t_floor:.2f}s batched_vs_loop={t_loop / t_batched:.1f} floor_fraction={t_floor / t_batched:.2f}")
+    _record.save(args.record, "influence_matrix", args, [{
+        "clients": args.clients, "arch": args.arch, "n_train": args.n_train, "pairs": pairs, "loop_s": t_loop,
+        "batched_s": t_batched, "floor_s": t_floor, "batched_vs_loop": t_loop / t_batched,
+        "floor_fraction": t_floor / t_batched}])
 
 
 if __name__ == "__main__":

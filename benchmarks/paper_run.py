@@ -3,7 +3,7 @@
 Usage: python benchmarks/paper_run.py [--dataset fmnist] [--protocol similarity] [--level 0]
                                       [--clients 100] [--method clust_psi_pfl] [--rounds 40]
                                       [--without-workers] [--keep-subnormals] [--tf32]
-                                      [--nondeterministic]
+                                      [--nondeterministic] [--record DIR]
 Prints one line: <dataset> <protocol>=<level> K=<K> <method> device=<d> rounds=<T>
 seconds=<s> global_accuracy=<a> tau=<τ> floor=<s> of_bound=<p>% shapes_floor=<s> of_shapes=<p>%
 training=<s> workers=<on|off> subnormals=<flushed|kept> [gpu_kernels=<ieee|tf32>,<deterministic|any>]
@@ -25,6 +25,10 @@ update are not in it, so the bound is loose from below. ``shapes_floor`` is the 
 at the rates its own products reach (every product and convolution of one client's step of a
 batch, timed alone on one thread: ``peak.products_floor``), over the threads; of_shapes =
 shapes_floor / seconds.
+
+``--record DIR`` also writes the run's figures as one JSON file in DIR (``benchmarks/_record.py``);
+a run with fewer rounds or epochs than the paper's T = 40, E = 5 says so in the record
+(``paper_protocol: false`` and a note).
 """
 import argparse
 import contextlib
@@ -32,6 +36,7 @@ import time
 
 import torch
 
+import _record
 import fedlib.methods.base as methods_base
 from fedlib.engine import flush_subnormals, gpu_kernels, without_workers
 from fedlib.experiment import RunSpec, run
@@ -86,6 +91,7 @@ def main(argv=None):
                     help="on CUDA, let cuDNN pick non-deterministic algorithms (gpu_kernels(deterministic=False))")
     ap.add_argument("--keep-subnormals", action="store_true",
                     help="workers keep subnormals (fedlib.engine.flush_subnormals(False))")
+    _record.add_argument(ap)
     a = ap.parse_args(argv)
     spec = RunSpec(a.dataset, a.protocol, a.level, a.clients, a.seed, a.method,
                    fl={"rounds": a.rounds, "local_epochs": a.epochs, "fraction": 0.5})
@@ -113,6 +119,18 @@ def main(argv=None):
           f"subnormals={'kept' if a.without_workers or a.keep_subnormals else 'flushed'} "
           + (f"gpu_kernels={'tf32' if a.tf32 else 'ieee'},{'any' if a.nondeterministic else 'deterministic'} "
              if device.type == "cuda" else "") + f"peak=({describe(rates)})")
+    paper = (a.rounds, a.epochs) == (40, 5)
+    cpu = device.type == "cpu"
+    _record.save(a.record, "paper_run", a, [{
+        "dataset": a.dataset, "protocol": a.protocol, "level": a.level, "clients": a.clients, "method": a.method,
+        "rounds": a.rounds, "epochs": a.epochs, "paper_protocol": paper, "seconds": seconds,
+        "training_s": counter.seconds, "global_accuracy": rec.get("global_accuracy"), "tau": rec.get("info", {}).get("tau"),
+        "floor_s": floor, "of_bound": floor / seconds, "shapes_floor_s": shapes_floor if cpu else None,
+        "of_shapes": shapes_floor / seconds if cpu else None, "workers": not a.without_workers,
+        "subnormals": "kept" if a.without_workers or a.keep_subnormals else "flushed",
+        "gpu_kernels": ({"tf32": a.tf32, "deterministic": not a.nondeterministic} if device.type == "cuda" else None),
+        "peak_gflops": {lib: r / 1e9 for lib, r in rates.items()}}], device=device,
+        notes=None if paper else [f"reduced protocol: T = {a.rounds}, E = {a.epochs} (the paper's T = 40, E = 5)"])
 
 
 if __name__ == "__main__":

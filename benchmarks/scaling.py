@@ -42,7 +42,10 @@ average as it trains: no tensor holds every selected client's model; the lines t
 
 Usage: python benchmarks/scaling.py [--models logistic fmnist_cnn] [--clients 10 100 1000]
        [--epochs 1] [--repeats 2] [--n-train 20000] [--stream-average] [--without-workers]
-       [--device cpu|cuda|auto]
+       [--device cpu|cuda|auto] [--record DIR]
+
+``--record DIR`` also writes the run's figures as one JSON file in DIR (``benchmarks/_record.py``):
+one row per (model, K) with the line's fields (times in seconds).
 """
 from __future__ import annotations
 
@@ -127,6 +130,9 @@ def main() -> None:
                     help="train as before worker threads (fedlib.engine.without_workers()): the A/B")
     ap.add_argument("--device", default="cpu", help="cpu (the default), cuda or auto")
     ap.add_argument("--one", nargs=2, metavar=("MODEL", "K"), help=argparse.SUPPRESS)  # the subprocess
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import _record
+    _record.add_argument(ap)
     a = ap.parse_args()
     if a.one:
         from fedlib.engine import without_workers
@@ -134,6 +140,7 @@ def main() -> None:
             print(json.dumps(one(a.one[0], int(a.one[1]), a.epochs, a.repeats, a.n_train, a.stream_average,
                                  a.device)))
         return
+    records = []
     for model in a.models:
         rows = []
         for k in a.clients:
@@ -156,6 +163,11 @@ def main() -> None:
                   f"path={r['path']} examples_per_round={r['examples_per_round']} client_steps={r['client_steps']} "
                   f"steps_vs_K100={steps_vs} per_client_step={r['per_round'] / r['client_steps'] * 1e3:.3f}ms",
                   flush=True)
+            records.append({**r, "vs_K100": r["per_round"] / ref["per_round"] if ref else None,
+                            "steps_vs_K100": r["client_steps"] / ref["client_steps"] if ref else None,
+                            "per_client_step": r["per_round"] / r["client_steps"]})
+    device = records[0]["device"] if records else "cpu"
+    _record.save(a.record, "scaling", {k: v for k, v in vars(a).items() if k != "one"}, records, device=device)
 
 
 if __name__ == "__main__":
