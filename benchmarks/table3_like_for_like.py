@@ -22,7 +22,7 @@ Usage: python benchmarks/table3_like_for_like.py [--settings similarity:0,simila
 give it its own ``--name``/``--results`` so its records do not mix with the table's.
 
 The records behind the README's numbers are committed: ``--results
-benchmarks/records/table3_like_for_like --report --markdown`` prints them without training, and
+benchmarks/records/clust_psi_pfl/table3_like_for_like --report --markdown`` prints them without training, and
 the README's table (method x setting, each cell ``paper · paper_text · paper_code``) as well.
 """
 from __future__ import annotations
@@ -54,7 +54,7 @@ def main(argv=None) -> None:
     ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--name", default="table3_like_for_like")
     ap.add_argument("--results", default=None, help="the records' folder (default: results/<--name>); "
-                    "benchmarks/records/table3_like_for_like holds the README's")
+                    "benchmarks/records/clust_psi_pfl/table3_like_for_like holds the README's")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--reproductions", default="paper_text,paper_code", help="their order is the runs' order")
     ap.add_argument("--hyper", default=None, help="JSON method -> hyperparameter overrides, e.g. "

@@ -70,21 +70,21 @@ def test_accuracy_frame_in_percent(frame):
 
 def test_main_table_puts_the_paper_beside_ours_and_shows_failures(frame):
     t = S.main_table(frame, ["fedprism", "fedavg", "ifca"]).set_index("Method")
-    assert t.loc["FedPrism", "α=0.1 Loc"] == "95.00 ± 0.00"
+    assert t.loc["FedPrism", "α=0.1 Loc"] == "95.00 (n = 1)"
     assert t.loc["FedPrism", "α=0.1 Loc (paper)"] == "95.66"
-    assert t.loc["FedAvg", "α=0.1 Glob"] == "80.00 ± 0.00" and t.loc["FedAvg", "α=0.1 Glob (paper)"] == "84.35"
+    assert t.loc["FedAvg", "α=0.1 Glob"] == "80.00 (n = 1)" and t.loc["FedAvg", "α=0.1 Glob (paper)"] == "84.35"
     assert t.loc["IFCA", "α=0.1 Loc"] == "failed"
 
 
 def test_ablation_and_sweep_tables(frame):
     t9 = S.ablation_table(frame, 0.1, 9).set_index("Configuration")
-    assert t9.loc["Pure Private", "Loc"] == "60.00 ± 0.00" and t9.loc["Pure Private", "Loc (paper)"] == 95.15
+    assert t9.loc["Pure Private", "Loc"] == "60.00 (n = 1)" and t9.loc["Pure Private", "Loc (paper)"] == 95.15
     assert t9.loc["Pure Global", "Loc"] == "—"  # not run
     t11 = S.ablation_table(frame, 0.1, 11).set_index("α")
-    assert t11.loc[0.5, "Glob"] == "35.00 ± 0.00" and t11.loc[0.9, "Glob"] == "50.00 ± 0.00"
+    assert t11.loc[0.5, "Glob"] == "35.00 (n = 1)" and t11.loc[0.9, "Glob"] == "50.00 (n = 1)"
     t10 = S.weight_sweep_table(frame, 0.1).set_index("Local expert weight")
-    assert t10.loc[0.0, "Loc"] == "30.00 ± 0.00" and t10.loc[0.2, "Loc"] == "—"
-    assert t10.loc[1.0, "Glob"] == "50.00 ± 0.00"  # the backbone's, whatever the weight
+    assert t10.loc[0.0, "Loc"] == "30.00 (n = 1)" and t10.loc[0.2, "Loc"] == "—"
+    assert t10.loc[1.0, "Glob"] == "50.00 (n = 1)"  # the backbone's, whatever the weight
     with pytest.raises(ValueError, match="table must be 9 or 11"):
         S.ablation_table(frame, 0.1, 10)
 
@@ -122,8 +122,8 @@ def test_n_global_test_subsets_the_official_test_set_stratified():
 
 def test_table_markdown_renders_missing_paper_values_as_a_dash(frame):
     md = S.table_markdown(S.ablation_table(frame, 0.1, 9))
-    assert md.splitlines()[2] == "| Full FedPrism | 50.00 ± 0.00 | — | 95.00 ± 0.00 | — |"
-    assert "| Pure Private | 30.00 ± 0.00 | 19.98 | 60.00 ± 0.00 | 95.15 |" in md
+    assert md.splitlines()[2] == "| Full FedPrism | 50.00 (n = 1) | — | 95.00 (n = 1) | — |"
+    assert "| Pure Private | 30.00 (n = 1) | 19.98 | 60.00 (n = 1) | 95.15 |" in md
 
 
 def test_the_papers_other_columns_are_selectable(frame):

@@ -59,15 +59,15 @@ def test_tables_from_records():
              record("fedfomo", "noisy_clusters", 0, 0.0, status="failed")]
     df = study.accuracy_frame(recs)
     t = study.table1(df).set_index("Method")
-    assert t.loc["Oracle", "Pathological"] == "98.50 ± 0.50"
+    assert t.loc["Oracle", "Pathological"] == "98.50 ± 0.50 (n = 2)"
     assert t.loc["Oracle", "Noisy"] == "—" and t.loc["Oracle", "Noisy (paper)"] == "—"
     assert t.loc["pFedLIA", "Pathological (paper)"] == "99.07 ± 0.21"
-    assert t.loc["pFedLIA (p2p)", "Pathological"] == "90.00 ± 0.00"
+    assert t.loc["pFedLIA (p2p)", "Pathological"] == "90.00 (n = 1)"
     assert t.loc["FedFomo", "Noisy"] == "failed"
     rec = study.recovery_table(df).set_index("Method")
-    assert rec.loc["pFedLIA", "Pathological ARI"] == "1.00 ± 0.00"
-    assert rec.loc["pFedLIA (p2p)", "Pathological ARI"] == "0.00 ± 0.00"
-    assert rec.loc["CFL", "Noisy groups"] == "1.00 ± 0.00"
+    assert rec.loc["pFedLIA", "Pathological ARI"] == "1.00 (n = 1)"
+    assert rec.loc["pFedLIA (p2p)", "Pathological ARI"] == "0.00 (n = 1)"
+    assert rec.loc["CFL", "Noisy groups"] == "1.00 (n = 1)"
     assert np.isnan(df[df.method == "fedavg"].ari).all()  # FedAvg has no grouping
     lines = study.observations(df)
     assert any("pFedLIA 97.00 vs Oracle 98.50 — within 1 point: False" in x for x in lines)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-RECORDS = ROOT / "benchmarks" / "records" / "table3_like_for_like"
+RECORDS = ROOT / "benchmarks" / "records" / "clust_psi_pfl" / "table3_like_for_like"
 
 
 def _script():

@@ -27,7 +27,7 @@ import pandas as pd
 from .. import partition as P
 from ..experiment import RunSpec, grid_specs
 from ..methods import DISPLAY_NAMES
-from .tables import frame_markdown as table_markdown
+from .tables import mean_sd, frame_markdown as table_markdown
 from ..validation import check_int, check_number, fail
 
 __all__ = ["PAPER_MAIN", "PAPER_TABLE9", "PAPER_TABLE10", "PAPER_TABLE11", "NOT_RUN_HERE", "METHODS",
@@ -166,9 +166,7 @@ def accuracy_frame(records) -> pd.DataFrame:
 
 
 def _cell(values) -> str:
-    v = np.asarray(values, float)
-    v = v[~np.isnan(v)]
-    return "—" if v.size == 0 else f"{v.mean():.2f} ± {v.std():.2f}"
+    return mean_sd(values)
 
 
 def main_table(df: pd.DataFrame, methods=None, dataset: str = "fmnist") -> pd.DataFrame:

@@ -30,7 +30,7 @@ METHODS = ("cl", "fedavg", "fedprox", "fedavgm", "fedadagrad", "fedyogi", "fedad
 """Table III's rows, in its order."""
 SETTINGS = {"similarity": [0.0, 1.0], "dirichlet": [0.3]}
 """The settings run like for like: protocol -> levels (S = 0, S = 1, α = 0.3)."""
-RECORDS = ROOT / "benchmarks" / "records" / "table3_like_for_like"
+RECORDS = ROOT / "benchmarks" / "records" / "clust_psi_pfl" / "table3_like_for_like"
 """The committed records behind Table III's like-for-like column (present in a project checkout)."""
 
 

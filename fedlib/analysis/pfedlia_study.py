@@ -24,7 +24,7 @@ from .. import partition as P
 from ..evaluation import cluster_recovery
 from ..experiment import RunSpec, grid_specs
 from ..methods import DISPLAY_NAMES
-from .tables import frame_markdown as table_markdown
+from .tables import mean_sd, frame_markdown as table_markdown
 from ..validation import check_choice, check_int, fail
 
 __all__ = ["METHODS", "SETTINGS", "PAPER_TABLE1", "RECOVERY_METHODS", "NOT_RUN_HERE", "local_epochs_total",
@@ -127,9 +127,7 @@ def accuracy_frame(records) -> pd.DataFrame:
 
 
 def _cell(values) -> str:
-    v = np.asarray(values, float)
-    v = v[~np.isnan(v)]
-    return "—" if v.size == 0 else f"{v.mean():.2f} ± {v.std():.2f}"
+    return mean_sd(values)
 
 
 def _paper(setting: str, dataset: str, method: str) -> str:

@@ -8,6 +8,7 @@ label_distribution   stacked bars of per-client label counts (first 20 clients),
 client_sizes         histogram of client sizes, one panel per setting
 fig3_metrics         Fig. 3: WPSI vs level, HD/JSD/EMD on a secondary axis, per protocol (and dataset)
 fig4_importance      Fig. 4: importance bars per model, per protocol (each model's method on its tick)
+paper_vs_ours        the reproduction report: paper value against ours per table row
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import pandas as pd
 
 from ..paths import figures_dir
 
-__all__ = ["save_figure", "label_distribution", "client_sizes", "fig3_metrics", "fig4_importance"]
+__all__ = ["save_figure", "label_distribution", "client_sizes", "fig3_metrics", "fig4_importance", "paper_vs_ours"]
 
 DPI = 110
 METRIC_STYLE = {  # label, colour, line style
@@ -257,4 +258,28 @@ def fig4_importance(importances: pd.DataFrame, by: str = "protocol"):
     handles, labels = axes[0, 0].get_legend_handles_labels()
     fig.tight_layout()
     fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, title="metric")
+    return fig
+
+
+def paper_vs_ours(rows: pd.DataFrame, tolerance: float = 1.0):
+    """The reproduction report's figure: each row that ran (tidy frame with ``paper_value``,
+    ``mean``, ``reading``, ``verdict``; one paper table, % values) as a point (paper, ours), with
+    the diagonal and its ±``tolerance`` band; one marker per reading."""
+    fig, ax = plt.subplots(figsize=(5.2, 5.0), dpi=DPI)
+    lo = float(np.nanmin([rows.paper_value.min(), rows["mean"].min(), 0.0]))
+    hi = float(np.nanmax([rows.paper_value.max(), rows["mean"].max(), 100.0]))
+    grid = np.array([lo, hi])
+    ax.plot(grid, grid, color="black", lw=0.8)
+    ax.fill_between(grid, grid - tolerance, grid + tolerance, color="0.85", label=f"±{tolerance:g} pp")
+    markers = dict(zip(dict.fromkeys(rows.reading), "osD^v"))
+    colours = {"reproduced": "tab:green", "differs": "tab:red"}
+    for (reading, verdict), d in rows.groupby(["reading", "verdict"], sort=True):
+        ax.scatter(d.paper_value, d["mean"], marker=markers[reading], color=colours.get(verdict, "0.5"),
+                   s=28, alpha=0.8, label=f"{reading}: {verdict}")
+    ax.set_xlabel("paper (%)")
+    ax.set_ylabel("ours (%)")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
     return fig

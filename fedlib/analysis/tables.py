@@ -17,7 +17,7 @@ import pandas as pd
 from ..methods import DISPLAY_NAMES
 from ..strict_json import restore
 
-__all__ = ["records_frame", "for_reproduction", "table3", "table4", "beside_paper", "seed_summary", "to_markdown", "frame_markdown", "setting_name", "SETTING_KEYS"]
+__all__ = ["mean_sd", "records_frame", "for_reproduction", "table3", "table4", "beside_paper", "seed_summary", "to_markdown", "frame_markdown", "setting_name", "SETTING_KEYS"]
 
 SETTING_KEYS = ["dataset", "protocol", "level", "n_clients"]
 _KEYS = SETTING_KEYS + ["method"]
@@ -172,12 +172,26 @@ def table4(df: pd.DataFrame, reproduction: str = "paper_text") -> pd.DataFrame:
 
 
 def _fmt(a, b, n, digits=2, n_failed=0) -> str:
-    """"mean ± std"; "failed" / "failed (f/n seeds)" when runs diverged; "—" when none ran."""
+    """"mean ± std"; the mean alone for one seed (no "± 0.00"); "failed" / "failed (f/n seeds)"
+    when runs diverged; "—" when none ran."""
     if n_failed:
         return "failed" if n == 0 else f"failed ({n_failed}/{n_failed + n} seeds)"
     if n == 0 or pd.isna(a):
         return "—"
-    return f"{a:.{digits}f} ± {b:.{digits}f}"
+    return f"{a:.{digits}f}" if n == 1 else f"{a:.{digits}f} ± {b:.{digits}f}"
+
+
+def mean_sd(values, digits: int = 2) -> str:
+    """Values over seeds as the workbook prints them: ``"87.20 ± 0.41 (n = 3)"`` (population std
+    over seeds, as every table here), ``"87.20 (n = 1)"`` for one seed (no "± 0.00"), ``"—"``
+    for none; NaNs are dropped."""
+    v = np.asarray(list(values), float)
+    v = v[~np.isnan(v)]
+    if v.size == 0:
+        return "—"
+    if v.size == 1:
+        return f"{v[0]:.{digits}f} (n = 1)"
+    return f"{v.mean():.{digits}f} ± {v.std():.{digits}f} (n = {v.size})"
 
 
 def to_markdown(table: pd.DataFrame, value: str = "mean", spread: str = "std") -> str:

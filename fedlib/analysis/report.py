@@ -1,0 +1,338 @@
+"""The reproduction report: what reproduces, and why not where it doesn't.
+
+For every cell of the seed papers' tables that the workbook reproduces
+(:func:`fedlib.analysis.report_cells.cells`), and each way of reading it, one row:
+
+    paper value · ours (mean ± sd over seeds, n) · Δ = ours − paper · verdict · reason
+
+from the paper-protocol run records committed under ``benchmarks/records/`` only — nothing is
+trained. Verdicts (:data:`VERDICTS`):
+
+* ``reproduced``: |Δ| ≤ max(the paper's spread, the cell's tolerance: 1 pp for accuracies, the
+  artifact appendix's "±1 pp accuracy");
+* ``differs``: outside that, with the cause known for it (:data:`report_cells.REASONS`) or
+  "no cause identified";
+* ``not run``: no committed record (or the data have no offline source).
+
+Notebook 00 and ``docs/findings.md`` render the same frame (:func:`frame`), so they cannot
+disagree; the README's findings block is :func:`readme_block`. ``python -m fedlib.analysis.report
+--write`` rewrites both files, ``--check`` fails if either is stale.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..paths import ROOT
+from ..strict_json import restore
+from ..validation import fail
+from .tables import mean_sd
+from .report_cells import HEADLINES, METRICS, PAPERS, REASONS, cells
+
+__all__ = ["RECORDS", "VERDICTS", "record_value", "matches", "row_values", "frame", "scoreboard",
+           "format_ours", "paper_section", "findings_markdown", "readme_block", "write", "check", "main"]
+
+RECORDS = ROOT / "benchmarks" / "records"
+"""The committed paper-protocol records (present in a project checkout)."""
+VERDICTS = ("reproduced", "differs", "not run")
+FINDINGS = ROOT / "docs" / "findings.md"
+README = ROOT / "README.md"
+_BLOCK = re.compile(r"(<!-- findings:start -->\n)(.*?)(<!-- findings:end -->)", re.S)
+
+
+# ----------------------------------------------------------------------------- records
+@lru_cache(maxsize=None)
+def _load(directory: str) -> tuple:
+    """Every complete record (a dict) in ``directory``, sorted by file name; () if absent."""
+    d = Path(directory)
+    if not d.is_dir():
+        return ()
+    out = []
+    for p in sorted(d.glob("*.json")):
+        try:
+            r = json.loads(p.read_text())
+        except (ValueError, OSError):
+            continue  # a half-written temporary is not a record
+        out.append(restore(r) if "nonfinite" in r else r)
+    return tuple(out)
+
+
+def _field(spec: dict, path: str):
+    v = spec
+    for part in path.split("."):
+        if not isinstance(v, dict) or part not in v:
+            return _MISSING
+        v = v[part]
+    return v
+
+
+_MISSING = object()
+
+
+def matches(spec: dict, match: tuple) -> bool:
+    """Whether a record's ``spec`` has every (field, value) of ``match``; dotted fields reach into
+    nested dicts (``hyper.eta``); value None requires the field absent (``reproduction``:
+    absent or ``"paper_text"``); ``level="most_heterogeneous"`` matches any level (the caller
+    keeps the smallest)."""
+    for key, want in match:
+        got = _field(spec, key)
+        if key == "level" and want == "most_heterogeneous":
+            continue
+        if want is None:
+            if not (got is _MISSING or got is None or (key == "reproduction" and got == "paper_text")):
+                return False
+        elif got is _MISSING or (got != want and not (isinstance(want, float) and isinstance(got, (int, float))
+                                                      and float(got) == want)):
+            return False
+    return True
+
+
+def record_value(record: dict, metric: str, window: tuple | None = None) -> float:
+    """One record's value of ``metric`` (:data:`report_cells.METRICS`), in the report's unit (%
+    for accuracies and distances; NaN where the record lacks it)."""
+    if metric not in METRICS:
+        fail("metric", f"one of {sorted(METRICS)}", metric)
+    pct = 100.0
+    if metric == "mean_local_accuracy":
+        return pct * float(np.nanmean(np.asarray(record["local_accuracy"], float)))
+    if metric in ("window_mean", "best_round"):
+        hist = [h.get("global_test_accuracy", np.nan) for h in record.get("history", [])]
+        rounds = [h.get("round", i) for i, h in enumerate(record.get("history", []))]
+        vals = np.asarray([v for r, v in zip(rounds, hist) if window is None or window[0] <= r <= window[1]], float)
+        if vals.size == 0 or np.all(np.isnan(vals)):
+            return np.nan
+        return pct * float(np.nanmean(vals) if metric == "window_mean" else np.nanmax(vals))
+    if metric in ("reported_accuracy",):
+        v = record.get("reported_accuracy", record.get("global_accuracy"))
+    else:
+        v = record.get(metric, record.get("info", {}).get(metric))
+    if v is None:
+        return np.nan
+    scale = pct if metric in ("global_accuracy", "reported_accuracy", "global_test_accuracy", "ad_cl",
+                              "sdad_cl") else 1.0
+    return scale * float(v)
+
+
+def row_values(reading, root: Path = RECORDS) -> tuple[list[float], list[str]]:
+    """(our values, one per seed in seed order; statuses of the matching records that are not
+    ``ok``) for one reading."""
+    recs = [r for r in _load(str(Path(root) / reading.records)) if matches(r.get("spec", {}), reading.match)]
+    if any(k == "level" and v == "most_heterogeneous" for k, v in reading.match) and recs:
+        lowest = min(float(r["spec"]["level"]) for r in recs)
+        recs = [r for r in recs if float(r["spec"]["level"]) == lowest]
+    by_seed, other = {}, []
+    for r in recs:
+        if r.get("status") != "ok":
+            other.append(str(r.get("status")))
+            continue
+        by_seed.setdefault(r["spec"].get("seed", 0), record_value(r, reading.metric, reading.window))
+    values = [by_seed[s] for s in sorted(by_seed) if np.isfinite(by_seed[s])]
+    return values, other
+
+
+# ----------------------------------------------------------------------------- the frame
+def _slug(*parts) -> str:
+    s = "-".join(str(p) for p in parts).lower()
+    s = s.replace("α", "alpha").replace("η", "eta").replace("§", "s")
+    return re.sub(r"[^a-z0-9]+", "-", s).strip("-")
+
+
+def frame(root: Path | str = RECORDS) -> pd.DataFrame:
+    """One row per (cell, reading): paper, table, row, column, reading, unit, paper (value),
+    spread, values (ours, per seed), n, mean, sd, delta, verdict, reason (key or ""), why (the
+    cause's note or why it did not run), id (the row's anchor in docs/findings.md)."""
+    _load.cache_clear()
+    rows = []
+    for c in cells():
+        for rd in c.readings:
+            values, other = ([], []) if c.unavailable else row_values(rd, Path(root))
+            n = len(values)
+            mean = float(np.mean(values)) if n else np.nan
+            sd = float(np.std(values)) if n > 1 else np.nan
+            delta = mean - c.value if n else np.nan
+            allowed = max(c.tolerance, c.spread or 0.0)
+            reason, why = "", ""
+            if c.unavailable:
+                verdict, reason, why = "not run", c.unavailable, REASONS[c.unavailable]
+            elif n == 0:
+                verdict = "not run"
+                why = (f"records: {', '.join(sorted(set(other)))}" if other
+                       else f"no committed record in benchmarks/records/{rd.records}/")
+            elif abs(delta) <= allowed + 1e-9:
+                verdict = "reproduced"
+            else:
+                verdict = "differs"
+                cause = c.cause(rd.name)
+                reason, why = cause if cause else ("", "no cause identified")
+            rows.append(dict(paper=c.paper, table=c.table, row=c.row, column=c.column, reading=rd.name,
+                             metric=rd.metric, unit=c.unit, paper_value=c.value, spread=c.spread,
+                             tolerance=c.tolerance, values=values, n=n, mean=mean, sd=sd, delta=delta,
+                             verdict=verdict, reason=reason, why=why,
+                             id=_slug(PAPERS[c.paper], c.table, c.row, c.column, rd.name)))
+    return pd.DataFrame(rows)
+
+
+def scoreboard(df: pd.DataFrame) -> pd.DataFrame:
+    """Per paper: rows (cell × reading), reproduced, differ with a cause, differ with no cause
+    identified, not run (of which: no offline data)."""
+    out = []
+    for p, name in PAPERS.items():
+        d = df[df.paper == p]
+        differs = d[d.verdict == "differs"]
+        out.append({"paper": name, "rows": len(d), "reproduced": int((d.verdict == "reproduced").sum()),
+                    "differ, cause known": int((differs.reason != "").sum()),
+                    "differ, no cause identified": int((differs.reason == "").sum()),
+                    "not run": int((d.verdict == "not run").sum()),
+                    "of which no offline data": int((d.reason == "no_offline_data").sum())})
+    return pd.DataFrame(out)
+
+
+def format_ours(values, unit: str = "%") -> str:
+    """Our value as the report prints it (:func:`fedlib.analysis.tables.mean_sd`): two decimals
+    for % values, three otherwise."""
+    return mean_sd(values, 2 if unit == "%" else 3)
+
+
+def _num(v: float, unit: str, signed: bool = False) -> str:
+    if v is None or not np.isfinite(v):
+        return "—"
+    digits = 2 if unit == "%" else 3
+    return f"{v:+.{digits}f}" if signed else f"{v:.{digits}f}"
+
+
+def _paper(r) -> str:
+    s = _num(r.paper_value, r.unit)
+    return s if r.spread is None or not np.isfinite(r.spread) else f"{s} ± {_num(r.spread, r.unit)}"
+
+
+def _md_table(d: pd.DataFrame, anchors: bool) -> list[str]:
+    lines = ["| row | column | reading | paper | ours | Δ | verdict | reason |", "|---|---|---|---|---|---|---|---|"]
+    for r in d.itertuples():
+        anchor = f'<a id="{r.id}"></a>' if anchors else ""
+        reason = f"{r.reason}: {r.why}" if r.reason else r.why
+        lines.append(f"| {anchor}{r.row} | {r.column} | {r.reading} | {_paper(r)} | {format_ours(r.values, r.unit)} | "
+                     f"{_num(r.delta, r.unit, True)} | {r.verdict} | {reason} |")
+    return lines
+
+
+def _scoreboard_md(sb: pd.DataFrame) -> list[str]:
+    cols = list(sb.columns)
+    return (["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+            + ["| " + " | ".join(str(v) for v in row) + " |" for row in sb.itertuples(index=False)])
+
+
+def findings_markdown(df: pd.DataFrame) -> str:
+    """docs/findings.md: the scoreboard, the vocabularies, then every row, per paper and table."""
+    out = ["# Findings: what reproduces, and why not where it doesn't", "",
+           "Generated by `python -m fedlib.analysis.report --write` from the run records committed under",
+           "`benchmarks/records/` (`fedlib.analysis.report:frame`); notebook `00_report` renders the same",
+           "frame. Do not edit by hand: `tests/test_report.py` fails when this page is stale.", "",
+           "Each row is one cell of a paper's table read one way. **paper**: the printed value (± its",
+           "spread where the paper gives one). **ours**: mean ± sd (population sd) over seeds, n = seeds.",
+           "**Δ** = ours − paper. **Verdict**: *reproduced* when |Δ| ≤ the paper's spread or 1 pp",
+           "(accuracies; the cell's own tolerance for counts and scores), *differs* otherwise, *not run*",
+           "when no record is committed.", "", "## Scoreboard", ""]
+    out += _scoreboard_md(scoreboard(df))
+    out += ["", "## Reasons", "", "| reason | meaning |", "|---|---|"]
+    out += [f"| {k} | {v} |" for k, v in REASONS.items()]
+    out += ["", "## Metrics", "", "| metric | definition |", "|---|---|"]
+    used = set(df.metric)
+    out += [f"| {k} | {v} |" for k, v in METRICS.items() if k in used]
+    for p in PAPERS:
+        out += ["", *paper_section(df, p)]
+    return "\n".join(out) + "\n"
+
+
+def paper_section(df: pd.DataFrame, paper: str, anchors: bool = True) -> list[str]:
+    """One paper's part of the report (markdown lines): per table, the rows that ran, then a
+    count of the rows not run and why."""
+    name = PAPERS[paper]
+    d = df[df.paper == paper]
+    out = ([f'<a id="{_slug(name)}"></a>', ""] if anchors else []) + [f"## {name}"]
+    for table in dict.fromkeys(d.table):
+        t = d[d.table == table]
+        ran = t[t.verdict != "not run"]
+        out += ["", f"### {name} {table}", ""]
+        if len(ran):
+            out += _md_table(ran, anchors)
+        idle = t[t.verdict == "not run"]
+        if len(idle):
+            why = "; ".join(f"{k}: {v}" for k, v in idle.why.value_counts().sort_index().items())
+            out += ([""] if len(ran) else []) + [f"Not run: {len(idle)} rows ({why})."]
+    return out
+
+
+def readme_block(df: pd.DataFrame, link: str = "docs/findings.md") -> str:
+    """The README's findings: the scoreboard as a table (each paper linking to its part of the
+    report), then one line per headline cell (:data:`report_cells.HEADLINES`) with every reading
+    that ran, each linking to its row."""
+    sb = scoreboard(df)
+    lines = ["| paper | table rows | reproduced | differ, cause known | differ, no cause identified | not run |",
+             "|---|---|---|---|---|---|"]
+    for s in sb.itertuples(index=False):
+        lines.append(f"| [{s.paper}]({link}#{_slug(s.paper)}) | {s.rows} | {s.reproduced} | {s[3]} | {s[4]} | {s[5]} |")
+    lines.append("")
+    for paper, table, row, column in HEADLINES:
+        d = df[(df.paper == paper) & (df.table == table) & (df.row == row) & (df.column == column)
+               & (df.verdict != "not run")]
+        if d.empty:
+            continue
+        ours = "; ".join(f"[{r.reading}]({link}#{r.id}) {format_ours(r.values, r.unit)}, {r.verdict}"
+                         for r in d.itertuples())
+        lines.append(f"- {PAPERS[paper]} {table}, {row} at {column}: paper {_paper(d.iloc[0])}; ours: {ours}.")
+    return "\n".join(lines) + "\n"
+
+
+def _rendered(df: pd.DataFrame, readme_text: str) -> tuple[str, str]:
+    if not _BLOCK.search(readme_text):
+        fail("README.md", "a file with a '<!-- findings:start -->' line and a '<!-- findings:end -->' line "
+             "(the findings go between them)", "no such block")
+    new_readme = _BLOCK.sub(lambda m: m.group(1) + readme_block(df) + m.group(3), readme_text, count=1)
+    return findings_markdown(df), new_readme
+
+
+def write(root: Path | str = RECORDS, findings: Path = FINDINGS, readme: Path = README) -> None:
+    """Rewrite docs/findings.md and the README's findings block from the records."""
+    page, new_readme = _rendered(frame(root), Path(readme).read_text())
+    Path(findings).parent.mkdir(parents=True, exist_ok=True)
+    Path(findings).write_text(page)
+    Path(readme).write_text(new_readme)
+
+
+def check(root: Path | str = RECORDS, findings: Path = FINDINGS, readme: Path = README) -> list[str]:
+    """The files that differ from a fresh render ([] when both are current)."""
+    page, new_readme = _rendered(frame(root), Path(readme).read_text())
+    stale = []
+    if not Path(findings).is_file() or Path(findings).read_text() != page:
+        stale.append(str(findings))
+    if Path(readme).read_text() != new_readme:
+        stale.append(str(readme))
+    return stale
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m fedlib.analysis.report", description=__doc__.split("\n")[0])
+    ap.add_argument("--write", action="store_true", help="rewrite docs/findings.md and the README's block")
+    ap.add_argument("--check", action="store_true", help="exit 1 if either is stale")
+    a = ap.parse_args(argv)
+    if a.write:
+        write()
+    if a.check:
+        stale = check()
+        if stale:
+            print("stale (run python -m fedlib.analysis.report --write):", *stale, file=sys.stderr)
+            return 1
+    if not (a.write or a.check):
+        print(findings_markdown(frame()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
