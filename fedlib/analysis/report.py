@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..methods import DISPLAY_NAMES
 from ..paths import ROOT
 from ..strict_json import restore
 from ..validation import fail
@@ -207,6 +208,12 @@ def _num(v: float, unit: str, signed: bool = False) -> str:
     return f"{v:+.{digits}f}" if signed else f"{v:.{digits}f}"
 
 
+def _name(row: str) -> str:
+    """A row's method as the papers write it (``clust_psi_pfl`` -> ``Clust-PSI-PFL``); other rows as they are."""
+    method, _, rest = row.partition(" ")
+    return DISPLAY_NAMES.get(method, method) + (f" {rest}" if rest else "")
+
+
 def _paper(r) -> str:
     s = _num(r.paper_value, r.unit)
     return s if r.spread is None or not np.isfinite(r.spread) else f"{s} ± {_num(r.spread, r.unit)}"
@@ -217,7 +224,7 @@ def _md_table(d: pd.DataFrame, anchors: bool) -> list[str]:
     for r in d.itertuples():
         anchor = f'<a id="{r.id}"></a>' if anchors else ""
         reason = f"{r.reason}: {r.why}" if r.reason else r.why
-        lines.append(f"| {anchor}{r.row} | {r.column} | {r.reading} | {_paper(r)} | {format_ours(r.values, r.unit)} | "
+        lines.append(f"| {anchor}{_name(r.row)} | {r.column} | {r.reading} | {_paper(r)} | {format_ours(r.values, r.unit)} | "
                      f"{_num(r.delta, r.unit, True)} | {r.verdict} | {reason} |")
     return lines
 
@@ -286,7 +293,9 @@ def readme_block(df: pd.DataFrame, link: str = "docs/findings.md") -> str:
             continue
         ours = "; ".join(f"[{r.reading}]({link}#{r.id}) {format_ours(r.values, r.unit)}, {r.verdict}"
                          for r in d.itertuples())
-        lines.append(f"- {PAPERS[paper]} {table}, {row} at {column}: paper {_paper(d.iloc[0])}; ours: {ours}.")
+        unit = " %" if d.iloc[0].unit == "%" else ""
+        lines.append(f"- {PAPERS[paper]} {table}, {_name(row)} at {column}: paper {_paper(d.iloc[0])}{unit}; "
+                     f"ours: {ours}.")
     return "\n".join(lines) + "\n"
 
 
