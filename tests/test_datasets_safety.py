@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from fedlib.datasets import (DATASETS, DataChecksumError, DataUnavailableError, adult, cifar10,
-                             fine_foods, fmnist, load, mlbench)
+                             cifar100, fine_foods, fmnist, load, mlbench, svhn)
+from fedlib.datasets import _core
 from fedlib.datasets._core import how_to_fix
 
 from test_datasets import _fake_cifar, accept_fake_md5s, nothing_installed, py2_pickle  # noqa: F401
@@ -134,7 +135,7 @@ def _parsers(name):
             "letter": [(rdata, "read_rda"), (rdata.parser, "parse_file")],
             "fine_foods": [(rdata, "read_rds"), (rdata.parser, "parse_data")],
             "fmnist": [(torchvision.datasets, "FashionMNIST"), (fmnist, "read_idx")],
-            "cifar10": [(cifar10.RestrictedUnpickler, "load"), (pickle, "load"),
+            "cifar10": [(_core.RestrictedUnpickler, "load"), (pickle, "load"),
                         (pickle, "loads")]}[name]
 
 
@@ -238,21 +239,68 @@ def test_cifar10_crafted_pickle_with_accepted_md5_is_refused_by_the_unpickler(tm
     assert f"global {open.__module__}.open is not allowed" in str(info.value)
 
 
-def test_restricted_unpickler_refuses_any_other_global(tmp_path):
+OS_SYSTEM = "cos\nsystem\n(S'touch {}'\ntR."  # hand-written protocol 0, as an attacker would
+
+
+@pytest.mark.parametrize("unpickle", [lambda data: _core.restricted_unpickle(data, "CIFAR-10"),
+                                      cifar10.unpickle, cifar100.unpickle],
+                         ids=["shared", "cifar10", "cifar100"])
+def test_restricted_unpickler_refuses_any_other_global(tmp_path, unpickle):
     marker = tmp_path / "pwned"
-    # hand-written protocol 0, as an attacker would: os.system("touch <marker>")
-    payload = b"cos\nsystem\n(S'touch " + str(marker).encode() + b"'\ntR."
+    payload = OS_SYSTEM.format(marker).encode()  # os.system("touch <marker>")
     with pytest.raises(pickle.UnpicklingError, match="global os.system is not allowed"):
-        cifar10.unpickle(payload)
+        unpickle(payload)
+    with pytest.raises(pickle.UnpicklingError, match=f"global {open.__module__}.open is not allowed"):
+        unpickle(_crafted_batch(marker))
     assert not marker.exists()
 
 
+def test_shared_unpickler_names_the_format_and_only_the_allowed_globals(tmp_path):
+    payload = OS_SYSTEM.format(tmp_path / "pwned").encode()
+    with pytest.raises(pickle.UnpicklingError) as info:
+        _core.restricted_unpickle(payload, "CIFAR-100")
+    allowed = ", ".join(f"{m}.{n}" for m, n in _core.PICKLE_ALLOWED_GLOBALS)
+    assert str(info.value) == f"global os.system is not allowed in a CIFAR-100 pickle (allowed: {allowed})"
+    # a narrower allow-list is honoured: without numpy.dtype a numpy batch is refused
+    narrow = {k: v for k, v in _core.PICKLE_ALLOWED_GLOBALS.items() if k != ("numpy", "dtype")}
+    blob = pickle.dumps({b"data": np.zeros((1, 4), np.uint8)}, protocol=4)
+    with pytest.raises(pickle.UnpicklingError, match="global numpy.dtype is not allowed in a X pickle"):
+        _core.restricted_unpickle(blob, "X", narrow)
+
+
+def test_the_cifar_loaders_have_no_unpickler_or_download_step_of_their_own(monkeypatch):
+    """One restricted unpickler and one torchvision download step, in fedlib.datasets._core:
+    the CIFAR-10 and CIFAR-100 loaders unpickle through it (a global it refuses is refused for
+    both), and no dataset module defines another `pickle.Unpickler`."""
+    import inspect
+
+    for module in (cifar10, cifar100, svhn):
+        unpicklers = [n for n, v in vars(module).items()
+                      if inspect.isclass(v) and issubclass(v, pickle.Unpickler)]
+        assert unpicklers == [], f"{module.__name__} defines its own unpickler {unpicklers}"
+        assert "download_allowed" not in vars(module)  # the download decision is torchvision_files'
+    seen = []
+    real = _core.RestrictedUnpickler.find_class
+
+    def spy(self, module, name):
+        seen.append((self.what, module, name))
+        return real(self, module, name)
+
+    monkeypatch.setattr(_core.RestrictedUnpickler, "find_class", spy)
+    blob = pickle.dumps({b"data": np.zeros((1, 3072), np.uint8), b"labels": [0]}, protocol=4)
+    cifar10.unpickle(blob)
+    cifar100.unpickle(blob)
+    assert {w for w, _, _ in seen} == {"CIFAR-10", "CIFAR-100"}
+
+
 @pytest.mark.parametrize("writer", ["python2-protocol0", "python3-protocol4"])
-def test_restricted_unpickler_reads_numpy_batches(writer):
+@pytest.mark.parametrize("unpickle", [lambda data: _core.restricted_unpickle(data, "CIFAR-10"),
+                                      cifar10.unpickle], ids=["shared", "cifar10"])
+def test_restricted_unpickler_reads_numpy_batches(writer, unpickle):
     x = np.arange(2 * 3072, dtype=np.int64).reshape(2, 3072).astype(np.uint8)
     batch = {b"data": x, b"labels": [3, 7]}
     blob = (py2_pickle(batch) + b"." if writer == "python2-protocol0"
             else pickle.dumps(batch, protocol=4))
-    got = cifar10.unpickle(blob)
+    got = unpickle(blob)
     assert set(got) == {"data", "labels"} and got["labels"] == [3, 7]
     assert got["data"].dtype == np.uint8 and np.array_equal(got["data"], x)

@@ -331,13 +331,25 @@ class RestrictedUnpickler(pickle.Unpickler):
     """A `pickle.Unpickler` that resolves only the globals in ``allowed_globals``.
 
     Any other global (``builtins.open``, ``os.system``, ...) raises
-    ``pickle.UnpicklingError`` before it can be called. Subclasses set ``allowed_globals``
-    (default `PICKLE_ALLOWED_GLOBALS`) and ``what``, the format named in the refusal
-    (``"... is not allowed in a <what> pickle"``).
+    ``pickle.UnpicklingError`` before it can be called; the message names ``what``, the
+    format being read (``"... is not allowed in a <what> pickle"``), and the allowed globals.
+
+    Parameters
+    ----------
+    file : binary file-like
+    what : str
+        The format named in a refusal, e.g. ``"CIFAR-10"``.
+    allowed_globals : dict
+        ``(module, name) -> object``; default `PICKLE_ALLOWED_GLOBALS`.
+    **kwargs
+        Passed to `pickle.Unpickler` (e.g. ``encoding``).
     """
 
-    allowed_globals: dict = PICKLE_ALLOWED_GLOBALS
-    what: str = "restricted"
+    def __init__(self, file, *, what: str = "restricted",
+                 allowed_globals: dict = PICKLE_ALLOWED_GLOBALS, **kwargs):
+        super().__init__(file, **kwargs)
+        self.what = what
+        self.allowed_globals = allowed_globals
 
     def find_class(self, module: str, name: str):
         try:
@@ -349,18 +361,123 @@ class RestrictedUnpickler(pickle.Unpickler):
                 f"(allowed: {allowed})") from None
 
 
-def restricted_unpickle(data: bytes, unpickler: type = RestrictedUnpickler) -> dict:
-    """A pickled dict (already verified bytes) read by ``unpickler`` (a `RestrictedUnpickler`).
+def restricted_unpickle(data: bytes, what: str,
+                        allowed_globals: dict = PICKLE_ALLOWED_GLOBALS) -> dict:
+    """A pickled dict (already verified bytes) read by `RestrictedUnpickler`.
 
-    Python 2 strings are decoded as latin1, and bytes keys of the dict become str.
+    The one unpickler of the package (CIFAR-10 and CIFAR-100 use it). Python 2 strings are
+    decoded as latin1, and bytes keys of the dict become str.
+
+    Parameters
+    ----------
+    data : bytes
+        The verified bytes of one pickle file.
+    what : str
+        The format named in a refusal (``"CIFAR-10"``, ``"CIFAR-100"``).
+    allowed_globals : dict
+        The only globals the pickle may name; default `PICKLE_ALLOWED_GLOBALS`.
+
+    Returns
+    -------
+    dict
+        str keys.
 
     Raises
     ------
     pickle.UnpicklingError
-        The pickle names a global outside the unpickler's ``allowed_globals``.
+        The pickle names a global outside ``allowed_globals`` (nothing it names is called).
     """
-    d = unpickler(io.BytesIO(data), encoding="latin1").load()
+    d = RestrictedUnpickler(io.BytesIO(data), what=what, allowed_globals=allowed_globals,
+                            encoding="latin1").load()
     return {k.decode() if isinstance(k, bytes) else k: v for k, v in d.items()}
+
+
+def read_pickles(name: str, folder: Path, md5: dict[str, str], fix: str,
+                 unpickle: Callable[[bytes], dict]) -> dict[str, dict]:
+    """The pickle files ``md5`` names under ``folder``, each unpickled only after EVERY
+    file's md5 was verified.
+
+    Parameters
+    ----------
+    name : str
+        Registry name, the prefix of the error messages.
+    folder : Path
+    md5 : dict
+        File name -> its pinned md5 (the order in which files are checked, then read).
+    fix : str
+        The "Fix:" advice of the errors.
+    unpickle : callable
+        ``unpickle(data) -> dict``, the loader's `restricted_unpickle` call.
+
+    Returns
+    -------
+    dict
+        File name -> its unpickled dict.
+
+    Raises
+    ------
+    DataChecksumError
+        A file's md5 is not the pinned one (``why``: `PICKLE_WHY`); no file was unpickled.
+    DataUnavailableError
+        ``unpickle`` refused a file (``pickle.UnpicklingError`` is its cause).
+    """
+    verified = {f: read_verified(folder / f, expected, fix, algorithm="md5", why=PICKLE_WHY)
+                for f, expected in md5.items()}  # every file, before anything is unpickled
+    files = {}
+    for f, data in verified.items():
+        try:
+            files[f] = unpickle(data)
+        except pickle.UnpicklingError as e:
+            raise DataUnavailableError(f"{name}: refused to unpickle {folder / f}: {e}. "
+                                       f"Fix: {fix}") from e
+    return files
+
+
+def cifar_arrays(files: list[dict], label_key: str) -> tuple[np.ndarray, np.ndarray]:
+    """x float32 (N, 3, 32, 32) in [0, 1] and y int64 (N,) from unpickled CIFAR files
+    (``"data"``: uint8 (n, 3072) each, the labels under ``label_key``), concatenated in order."""
+    xs = [np.asarray(d["data"], dtype=np.uint8).reshape(-1, 3, 32, 32) for d in files]
+    ys = [np.asarray(d[label_key], dtype=np.int64) for d in files]
+    return np.concatenate(xs).astype(np.float32) / np.float32(255.0), np.concatenate(ys)
+
+
+def torchvision_files(name: str, title: str, root: Path, folder: Path,
+                      is_local: Callable[[Path], bool], fetch: Callable, how_to_get: str,
+                      download: str, missing: str = "some files are missing") -> str:
+    """Make sure a torchvision-layout dataset's files are in ``root``: download them if they
+    are not and ``FEDLIB_ALLOW_DOWNLOAD=1`` (`download_with_torchvision`), else raise the one
+    "not found" error. The one download step of the CIFAR-10, CIFAR-100 and SVHN loaders.
+
+    Parameters
+    ----------
+    name : str
+        Registry name, the prefix of the error messages (e.g. ``"cifar10"``).
+    title : str
+        The dataset's name in the "not found" message (e.g. ``"CIFAR-10"``).
+    root, folder : Path
+        The data directory, and the folder the files land in (named in the errors).
+    is_local, fetch, how_to_get, download, missing
+        As for `download_with_torchvision`.
+
+    Returns
+    -------
+    str
+        The "Fix:" advice for a file found bad afterwards: ``"delete <folder>, then ..."``.
+
+    Raises
+    ------
+    DataUnavailableError
+        The files are not here and downloads are off, or the download failed.
+    """
+    root = Path(root)
+    if not is_local(root) and download_allowed():
+        download_with_torchvision(name, root, folder, fetch, is_local, how_to_get, download,
+                                  missing=missing)
+    if not is_local(root):
+        raise DataUnavailableError(
+            f"{name}: {title} not found. Tried {folder}/ (torchvision layout) and download "
+            f"(off: {ENV_ALLOW_DOWNLOAD} is not 1). Fix: {how_to_fix(root, how_to_get, download)}")
+    return f"delete {folder}, then {how_to_fix(root, how_to_get, download)}"
 
 
 def check_sha256(path: Path, expected: str, fix: str) -> None:

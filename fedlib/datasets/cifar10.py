@@ -6,9 +6,10 @@ untrusted pickle can run arbitrary code, so:
 
 1. the official md5 of EVERY file (as pinned by torchvision) is checked before any of
    them is unpickled; a mismatch raises `DataChecksumError` and nothing is read;
-2. the verified bytes are then read by `RestrictedUnpickler`, which resolves only the
-   few numpy globals the official files reference (`ALLOWED_GLOBALS`) and raises
-   ``pickle.UnpicklingError`` for anything else.
+2. the verified bytes are then read by the package's one restricted unpickler
+   (`fedlib.datasets._core.restricted_unpickle`), which resolves only the few numpy
+   globals the official files reference (`fedlib.datasets._core.PICKLE_ALLOWED_GLOBALS`)
+   and raises ``pickle.UnpicklingError`` for anything else.
 
 torchvision downloads the tree only when ``FEDLIB_ALLOW_DOWNLOAD=1`` (it checks the
 archive's md5 before extracting). No package ships CIFAR-10 offline.
@@ -16,15 +17,10 @@ archive's md5 before extracting). No package ships CIFAR-10 offline.
 
 from __future__ import annotations
 
-import pickle
 from pathlib import Path
 
-import numpy as np
-
-from . import _core
-from ._core import (PICKLE_ALLOWED_GLOBALS, PICKLE_WHY, DatasetSpec, Dataset,
-                    DataUnavailableError, download_allowed, download_with_torchvision,
-                    how_to_fix, read_verified, restricted_unpickle)
+from ._core import (DatasetSpec, Dataset, cifar_arrays, read_pickles, restricted_unpickle,
+                    torchvision_files)
 
 FOLDER = "cifar-10-batches-py"
 TRAIN_FILES = tuple(f"data_batch_{i}" for i in range(1, 6))
@@ -41,27 +37,10 @@ MD5 = {
     "batches.meta": "5ff9c542aee3614f3951f8cda6e48888",
 }
 ARCHIVE, ARCHIVE_MD5 = "cifar-10-python.tar.gz", "c58f30108f718f92721af3b95e74349a"
-#: The only globals a pickle of CIFAR-10 batches may name: numpy's array reconstruction
-#: (``_reconstruct`` in both numpy spellings, ``ndarray``, ``dtype``); defined once, as
-#: `fedlib.datasets._core.PICKLE_ALLOWED_GLOBALS`.
-ALLOWED_GLOBALS = PICKLE_ALLOWED_GLOBALS
 HOW_TO_GET = (f"extract the official {ARCHIVE} (md5 {ARCHIVE_MD5}, from "
               f"https://www.cs.toronto.edu/~kriz/cifar.html) in <data>/ so that <data>/{FOLDER}/ "
               f"holds {', '.join(TRAIN_FILES + TEST_FILES)} and {META_FILE}")
 DOWNLOAD = "torchvision downloads 163 MB from cs.toronto.edu"
-#: Why a CIFAR-10 file with the wrong md5 is refused (see `read_verified`).
-WHY = PICKLE_WHY
-
-
-class RestrictedUnpickler(_core.RestrictedUnpickler):
-    """A `pickle.Unpickler` that resolves only `ALLOWED_GLOBALS`.
-
-    Any other global (``builtins.open``, ``os.system``, ...) raises
-    ``pickle.UnpicklingError`` before it can be called.
-    """
-
-    allowed_globals = ALLOWED_GLOBALS
-    what = "CIFAR-10"
 
 
 def is_local(root: Path) -> bool:
@@ -70,7 +49,8 @@ def is_local(root: Path) -> bool:
 
 
 def unpickle(data: bytes) -> dict:
-    """One CIFAR-10 batch (already md5-verified bytes) read by `RestrictedUnpickler`.
+    """One CIFAR-10 batch (already md5-verified bytes) read by the restricted unpickler
+    (`fedlib.datasets._core.restricted_unpickle`).
 
     Returns
     -------
@@ -80,24 +60,9 @@ def unpickle(data: bytes) -> dict:
     Raises
     ------
     pickle.UnpicklingError
-        The pickle names a global outside `ALLOWED_GLOBALS`.
+        The pickle names a global outside `fedlib.datasets._core.PICKLE_ALLOWED_GLOBALS`.
     """
-    return restricted_unpickle(data, RestrictedUnpickler)
-
-
-def _stack(batches: list[dict]) -> tuple[np.ndarray, np.ndarray]:
-    """x float32 (N, 3, 32, 32) in [0, 1] and y int64 (N,) from unpickled batches."""
-    xs = [np.asarray(d["data"], dtype=np.uint8).reshape(-1, 3, 32, 32) for d in batches]
-    ys = [np.asarray(d.get("labels", d.get("fine_labels")), dtype=np.int64) for d in batches]
-    return np.concatenate(xs).astype(np.float32) / np.float32(255.0), np.concatenate(ys)
-
-
-def _download(root: Path) -> None:
-    """Let torchvision fetch and extract the official archive into ``root``."""
-    download_with_torchvision(
-        "cifar10", root, root / FOLDER,
-        lambda tvd: tvd.CIFAR10(root=str(root), train=True, download=True),
-        is_local, HOW_TO_GET, DOWNLOAD, missing="some batch files are missing")
+    return restricted_unpickle(data, "CIFAR-10")
 
 
 def load(root: Path) -> Dataset:
@@ -118,24 +83,13 @@ def load(root: Path) -> Dataset:
     """
     root = Path(root)
     folder = root / FOLDER
-    if not is_local(root) and download_allowed():
-        _download(root)
-    if not is_local(root):
-        raise DataUnavailableError(
-            f"cifar10: CIFAR-10 not found. Tried {folder}/ (torchvision layout) and download "
-            f"(off: FEDLIB_ALLOW_DOWNLOAD is not 1). Fix: {how_to_fix(root, HOW_TO_GET, DOWNLOAD)}")
-    fix = f"delete {folder}, then {how_to_fix(root, HOW_TO_GET, DOWNLOAD)}"
-    verified = {f: read_verified(folder / f, md5, fix, algorithm="md5", why=WHY)
-                for f, md5 in MD5.items()}  # every file, before anything is unpickled
-    batches = {}
-    for f, data in verified.items():
-        try:
-            batches[f] = unpickle(data)
-        except pickle.UnpicklingError as e:
-            raise DataUnavailableError(f"cifar10: refused to unpickle {folder / f}: {e}. "
-                                       f"Fix: {fix}") from e
-    x_tr, y_tr = _stack([batches[f] for f in TRAIN_FILES])
-    x_te, y_te = _stack([batches[f] for f in TEST_FILES])
+    fix = torchvision_files(
+        "cifar10", "CIFAR-10", root, folder, is_local,
+        lambda tvd: tvd.CIFAR10(root=str(root), train=True, download=True),
+        HOW_TO_GET, DOWNLOAD, missing="some batch files are missing")
+    batches = read_pickles("cifar10", folder, MD5, fix, unpickle)
+    x_tr, y_tr = cifar_arrays([batches[f] for f in TRAIN_FILES], "labels")
+    x_te, y_te = cifar_arrays([batches[f] for f in TEST_FILES], "labels")
     names = tuple(n.decode() if isinstance(n, bytes) else str(n)
                   for n in batches[META_FILE]["label_names"])
     return Dataset(name="cifar10", paper_name="CIFAR10", modality="image",

@@ -6,9 +6,11 @@ arbitrary code, so, as for CIFAR-10 (:mod:`fedlib.datasets.cifar10`):
 
 1. the official md5 of EVERY file (as pinned by torchvision) is checked before any of
    them is unpickled; a mismatch raises `DataChecksumError` and nothing is read;
-2. the verified bytes are then read by `RestrictedUnpickler`, which resolves only the
-   few numpy globals the official files reference (`ALLOWED_GLOBALS`, the same as
-   CIFAR-10's) and raises ``pickle.UnpicklingError`` for anything else.
+2. the verified bytes are then read by the package's one restricted unpickler
+   (`fedlib.datasets._core.restricted_unpickle`, CIFAR-10's), which resolves only the few
+   numpy globals the official files reference (same writer, same format:
+   `fedlib.datasets._core.PICKLE_ALLOWED_GLOBALS`) and raises ``pickle.UnpicklingError``
+   for anything else.
 
 Labels are the 100 fine classes (``fine_labels``); ``load(root, labels="coarse")``
 gives the 20 superclasses (``coarse_labels``) instead, e.g. for pFedLIA.
@@ -19,15 +21,10 @@ archive's md5 before extracting). No package ships CIFAR-100 offline.
 
 from __future__ import annotations
 
-import pickle
 from pathlib import Path
 
-import numpy as np
-
-from . import _core
-from ._core import (PICKLE_ALLOWED_GLOBALS, PICKLE_WHY, DatasetSpec, Dataset,
-                    DataUnavailableError, download_allowed, download_with_torchvision,
-                    how_to_fix, read_verified, restricted_unpickle)
+from ._core import (DatasetSpec, Dataset, cifar_arrays, read_pickles, restricted_unpickle,
+                    torchvision_files)
 
 FOLDER = "cifar-100-python"
 TRAIN_FILES = ("train",)
@@ -40,10 +37,6 @@ MD5 = {
     "meta": "7973b15100ade9c7d40fb424638fde48",
 }
 ARCHIVE, ARCHIVE_MD5 = "cifar-100-python.tar.gz", "eb9058c3a382ffc7106e4002c42a8d85"
-#: The only globals a pickle of CIFAR-100 may name: the same numpy array reconstruction
-#: globals as the CIFAR-10 batches (same writer, same format; see
-#: `fedlib.datasets._core.PICKLE_ALLOWED_GLOBALS`).
-ALLOWED_GLOBALS = dict(PICKLE_ALLOWED_GLOBALS)
 #: ``labels=`` option -> (key of the label list in train/test, key of the names in meta).
 LABELS = {"fine": ("fine_labels", "fine_label_names"),
           "coarse": ("coarse_labels", "coarse_label_names")}
@@ -51,19 +44,6 @@ HOW_TO_GET = (f"extract the official {ARCHIVE} (md5 {ARCHIVE_MD5}, from "
               f"https://www.cs.toronto.edu/~kriz/cifar.html) in <data>/ so that <data>/{FOLDER}/ "
               f"holds {', '.join(TRAIN_FILES + TEST_FILES)} and {META_FILE}")
 DOWNLOAD = "torchvision downloads 161 MB from cs.toronto.edu"
-#: Why a CIFAR-100 file with the wrong md5 is refused (see `read_verified`).
-WHY = PICKLE_WHY
-
-
-class RestrictedUnpickler(_core.RestrictedUnpickler):
-    """A `pickle.Unpickler` that resolves only `ALLOWED_GLOBALS`.
-
-    Any other global (``builtins.open``, ``os.system``, ...) raises
-    ``pickle.UnpicklingError`` before it can be called.
-    """
-
-    allowed_globals = ALLOWED_GLOBALS
-    what = "CIFAR-100"
 
 
 def is_local(root: Path) -> bool:
@@ -72,7 +52,8 @@ def is_local(root: Path) -> bool:
 
 
 def unpickle(data: bytes) -> dict:
-    """One CIFAR-100 file (already md5-verified bytes) read by `RestrictedUnpickler`.
+    """One CIFAR-100 file (already md5-verified bytes) read by the restricted unpickler
+    (`fedlib.datasets._core.restricted_unpickle`).
 
     Returns
     -------
@@ -83,24 +64,9 @@ def unpickle(data: bytes) -> dict:
     Raises
     ------
     pickle.UnpicklingError
-        The pickle names a global outside `ALLOWED_GLOBALS`.
+        The pickle names a global outside `fedlib.datasets._core.PICKLE_ALLOWED_GLOBALS`.
     """
-    return restricted_unpickle(data, RestrictedUnpickler)
-
-
-def _stack(batches: list[dict], label_key: str) -> tuple[np.ndarray, np.ndarray]:
-    """x float32 (N, 3, 32, 32) in [0, 1] and y int64 (N,) from unpickled files."""
-    xs = [np.asarray(d["data"], dtype=np.uint8).reshape(-1, 3, 32, 32) for d in batches]
-    ys = [np.asarray(d[label_key], dtype=np.int64) for d in batches]
-    return np.concatenate(xs).astype(np.float32) / np.float32(255.0), np.concatenate(ys)
-
-
-def _download(root: Path) -> None:
-    """Let torchvision fetch and extract the official archive into ``root``."""
-    download_with_torchvision(
-        "cifar100", root, root / FOLDER,
-        lambda tvd: tvd.CIFAR100(root=str(root), train=True, download=True),
-        is_local, HOW_TO_GET, DOWNLOAD, missing="some files are missing")
+    return restricted_unpickle(data, "CIFAR-100")
 
 
 def load(root: Path, labels: str = "fine") -> Dataset:
@@ -134,24 +100,13 @@ def load(root: Path, labels: str = "fine") -> Dataset:
     label_key, names_key = LABELS[labels]
     root = Path(root)
     folder = root / FOLDER
-    if not is_local(root) and download_allowed():
-        _download(root)
-    if not is_local(root):
-        raise DataUnavailableError(
-            f"cifar100: CIFAR-100 not found. Tried {folder}/ (torchvision layout) and download "
-            f"(off: FEDLIB_ALLOW_DOWNLOAD is not 1). Fix: {how_to_fix(root, HOW_TO_GET, DOWNLOAD)}")
-    fix = f"delete {folder}, then {how_to_fix(root, HOW_TO_GET, DOWNLOAD)}"
-    verified = {f: read_verified(folder / f, md5, fix, algorithm="md5", why=WHY)
-                for f, md5 in MD5.items()}  # every file, before anything is unpickled
-    files = {}
-    for f, data in verified.items():
-        try:
-            files[f] = unpickle(data)
-        except pickle.UnpicklingError as e:
-            raise DataUnavailableError(f"cifar100: refused to unpickle {folder / f}: {e}. "
-                                       f"Fix: {fix}") from e
-    x_tr, y_tr = _stack([files[f] for f in TRAIN_FILES], label_key)
-    x_te, y_te = _stack([files[f] for f in TEST_FILES], label_key)
+    fix = torchvision_files(
+        "cifar100", "CIFAR-100", root, folder, is_local,
+        lambda tvd: tvd.CIFAR100(root=str(root), train=True, download=True),
+        HOW_TO_GET, DOWNLOAD, missing="some files are missing")
+    files = read_pickles("cifar100", folder, MD5, fix, unpickle)
+    x_tr, y_tr = cifar_arrays([files[f] for f in TRAIN_FILES], label_key)
+    x_te, y_te = cifar_arrays([files[f] for f in TEST_FILES], label_key)
     names = tuple(n.decode() if isinstance(n, bytes) else str(n)
                   for n in files[META_FILE][names_key])
     which = "100 fine classes" if labels == "fine" else "20 coarse superclasses"

@@ -22,8 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._core import (DatasetSpec, Dataset, DataUnavailableError, download_allowed,
-                    download_with_torchvision, how_to_fix, read_verified)
+from ._core import DatasetSpec, Dataset, DataUnavailableError, read_verified, torchvision_files
 
 FOLDER = "svhn"
 TRAIN_FILE = "train_32x32.mat"
@@ -84,13 +83,6 @@ def _fetch_svhn(tvd, folder: Path) -> None:
         tvd.SVHN(root=str(folder), split=split, download=True)
 
 
-def _download(root: Path) -> None:
-    """Let torchvision fetch both files into ``<root>/svhn``."""
-    folder = root / FOLDER
-    download_with_torchvision("svhn", root, folder, lambda tvd: _fetch_svhn(tvd, folder),
-                              is_local, HOW_TO_GET, DOWNLOAD, missing="a file is missing")
-
-
 def load(root: Path) -> Dataset:
     """Load SVHN (cropped digits) with its official 73,257/26,032 train/test split.
 
@@ -109,13 +101,9 @@ def load(root: Path) -> Dataset:
     """
     root = Path(root)
     folder = root / FOLDER
-    if not is_local(root) and download_allowed():
-        _download(root)
-    if not is_local(root):
-        raise DataUnavailableError(
-            f"svhn: SVHN not found. Tried {folder}/ (torchvision layout) and download "
-            f"(off: FEDLIB_ALLOW_DOWNLOAD is not 1). Fix: {how_to_fix(root, HOW_TO_GET, DOWNLOAD)}")
-    fix = f"delete {folder}, then {how_to_fix(root, HOW_TO_GET, DOWNLOAD)}"
+    fix = torchvision_files("svhn", "SVHN", root, folder, is_local,
+                            lambda tvd: _fetch_svhn(tvd, folder), HOW_TO_GET, DOWNLOAD,
+                            missing="a file is missing")
     verified = {f: read_verified(folder / f, md5, fix, algorithm="md5")
                 for f, md5 in MD5.items()}  # both files, before either is parsed
     x_tr, y_tr = parse_mat(verified[TRAIN_FILE], folder / TRAIN_FILE, fix)
