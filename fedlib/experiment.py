@@ -438,7 +438,20 @@ def _run_claimed(specs, results_dir: Path, device, bar, report) -> list:
     return held
 
 
-BACKENDS = ("local", "ray")
+#: run_grid's backends other than 'local': name -> the module that runs a grid there. Such a
+#: module depends on this one (it runs `RunSpec`s with `run`), never the reverse: it is imported
+#: only when run_grid dispatches to it (`_backend`), so ``import fedlib.experiment`` does not
+#: import it. It provides ``check_options(ray_address, num_cpus, num_gpus, max_retries)`` and
+#: ``run_on_ray(specs, device=, on_record=, ray_address=, num_cpus=, num_gpus=, max_retries=)``.
+BACKEND_MODULES = {"ray": "fedlib.ray_grid"}
+BACKENDS = ("local", *BACKEND_MODULES)
+
+
+def _backend(name: str):
+    """The module of backend ``name`` (one of `BACKEND_MODULES`), imported on first use."""
+    import importlib
+
+    return importlib.import_module(BACKEND_MODULES[name])
 
 
 def run_grid(specs, results_dir, *, device="auto", progress=True, backend: str = "local",
@@ -474,10 +487,8 @@ def run_grid(specs, results_dir, *, device="auto", progress=True, backend: str =
     """
     mode = _progress_mode(progress)
     check_choice(backend, "backend", BACKENDS)
-    if backend == "ray":
-        from .ray_grid import check_options
-
-        check_options(ray_address, num_cpus, num_gpus, max_retries)
+    if backend != "local":
+        _backend(backend).check_options(ray_address, num_cpus, num_gpus, max_retries)
     if ray_address is not None and backend != "ray":
         fail("ray_address", "None unless backend='ray'", ray_address)
     specs = list(specs)
@@ -521,16 +532,14 @@ def run_grid(specs, results_dir, *, device="auto", progress=True, backend: str =
 
 def _run_ray(todo, results_dir, device, report, address, num_cpus, num_gpus, max_retries) -> None:
     """The runs as Ray tasks; every finished record written here, atomically, once."""
-    from .ray_grid import run_on_ray
-
     def on_record(s: RunSpec, record: dict) -> None:
         path = record_path(results_dir, s)
         if not _is_complete(path):  # another process may have recorded it meanwhile
             _write_atomic(path, record)
         report(s, record)
 
-    failed = run_on_ray(todo, device=device, on_record=on_record, ray_address=address, num_cpus=num_cpus,
-                        num_gpus=num_gpus, max_retries=max_retries)
+    failed = _backend("ray").run_on_ray(todo, device=device, on_record=on_record, ray_address=address,
+                                        num_cpus=num_cpus, num_gpus=num_gpus, max_retries=max_retries)
     if failed:
         lines = "\n".join(f"  {_describe(s)}: {why}" for s, why in failed)
         raise RuntimeError(f"{len(failed)} of {len(todo)} runs failed on Ray (their records were not written; "

@@ -12,12 +12,18 @@ Where Ray runs: ``address=None`` and no ``$RAY_ADDRESS`` starts a local instance
 machine (``ray.init()``); ``address='auto'`` or ``'ray://host:10001'`` (or ``$RAY_ADDRESS``)
 joins a running cluster (``ray start --head`` on one machine, ``ray start --address=<head>:6379``
 on the others; see docs/scaling-out.md). A Ray session the caller already started is used as it is.
+
+Layers: this module depends on :mod:`fedlib.experiment` (it runs `RunSpec`s with its `run`);
+``experiment.run_grid`` reaches it only through its backend registry
+(``experiment.BACKEND_MODULES``), imported when a grid runs on Ray, so ``import
+fedlib.experiment`` never imports this module and the two import no loop.
 """
 from __future__ import annotations
 
 import os
 from dataclasses import asdict
 
+from .experiment import RunSpec, run
 from .validation import check_int, check_number, fail
 
 __all__ = ["ray_session", "run_on_ray", "check_options"]
@@ -61,8 +67,6 @@ def _run_record(spec_dict: dict, device) -> dict:
     torch threads = the CPUs Ray gave it (Ray sets ``OMP_NUM_THREADS`` per task, but a reused
     worker's torch keeps the thread count of its first task)."""
     import torch
-
-    from .experiment import RunSpec, run
 
     threads = os.environ.get("OMP_NUM_THREADS", "")
     if threads.isdigit() and int(threads) >= 1:
