@@ -154,6 +154,9 @@ class RunSpec:
         check_protocol = getattr(get_method(self.method), "check_protocol", None)
         if check_protocol is not None:  # a method's own constraint on the training protocol
             check_protocol(hp, FLConfig.from_dict(fl))
+        check_arch = getattr(get_method(self.method), "check_arch", None)
+        if check_arch is not None:  # a method's own constraint on the model
+            check_arch(self.arch or ARCH_FOR_DATASET[self.dataset])
         needs_val = getattr(get_method(self.method), "needs_validation", None)
         if needs_val is not None and needs_val(hp) and self.val_fraction == 0:
             fail("val_fraction", f"> 0 for method {self.method!r} with hyper {self.hyper or '{}'} (it selects or "

@@ -261,6 +261,8 @@ CASES = [
     (validate_spec, dict(fl={"stream_average": 1}), "stream_average", "got 1"),
     (validate_spec, dict(dataset=["adult"]), "dataset"),
     (validate_spec, dict(arch=["mlp"]), "arch"),
+    (validate_spec, dict(method="fedprism"), "arch", "got 'logistic'"),  # adult's default: no body/head split
+    (validate_spec, dict(method="fedprism", arch="logistic"), "arch", "got 'logistic'"),
     (validate_spec, dict(hyper="mu=0.1"), "hyper"),
     (X.grid_specs, dict(protocols={"dirichlet": ["0.5"]}), "level", "'0.5'"),
     (X.grid_specs, dict(n_clients=[2.5]), "n_clients", "2.5"),

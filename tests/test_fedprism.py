@@ -103,6 +103,30 @@ def test_keeping_optimizer_state_is_refused_before_training():
     assert ctx.history == []
 
 
+def test_a_model_without_a_body_head_split_is_refused_before_any_data():
+    """The prototype is the classifier layer (Sec. 3.2); the logistic model (adult's default) is
+    a classifier alone, so RunSpec.validate refuses it, naming the parameter, value and a fix."""
+    with pytest.raises(ValueError, match=r"^arch must be a model with layers before its classifier "
+                                         r"for method 'fedprism' .*e\.g\. arch='mlp', got 'logistic'$"):
+        RunSpec("adult", "dirichlet", 0.5, 4, 0, "fedprism").validate()
+    with pytest.raises(ValueError, match="got 'logistic'"):
+        RunSpec("fmnist", "dirichlet", 0.5, 4, 0, "fedprism", arch="logistic").validate()
+    RunSpec("adult", "dirichlet", 0.5, 4, 0, "fedprism", arch="mlp").validate()  # a body: accepted
+    RunSpec("adult", "dirichlet", 0.5, 4, 0, "fedavg").validate()  # other methods keep logistic
+
+
+def test_no_feature_extractor_lists_exactly_the_architectures_whose_body_has_no_weights():
+    from fedlib.models import ARCHITECTURES, body, build_model
+
+    text = {"lstm", "embed_dnn"}
+    for arch in ARCHITECTURES:
+        shape, vocab = ((12,), 50) if arch in text else (((3, 32, 32), None) if arch not in ("logistic", "mlp")
+                                                          else ((10,), None))
+        model = build_model(arch, 4, shape, vocab_size=vocab)
+        has_body = any(True for _ in body(model).parameters())
+        assert has_body == (arch not in FP.NO_FEATURE_EXTRACTOR), arch
+
+
 # ----------------------------------------------------------------------------- the method
 def _run(hp, **kw):
     ctx = make_context(**{"n_clients": 8, "rounds": 6, "local_epochs": 1, "fraction": 0.5, "lr": 0.05,

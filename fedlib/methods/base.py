@@ -29,7 +29,8 @@ restart      forget the history and kept optimiser states (PSI-PFL trains one ca
 Optional module hooks, checked by :meth:`fedlib.experiment.RunSpec.validate` before any work:
 ``needs_validation(hp)`` (the method reads the validation split), ``PROTOCOLS`` (the partitions
 it is defined on), ``check_protocol(hp, cfg)`` (a constraint between its hyperparameters and
-the training protocol) and ``STREAMS_AVERAGE = True`` (all its training goes through
+the training protocol), ``check_arch(arch)`` (a constraint on the model: FedPrism needs layers
+before the classifier) and ``STREAMS_AVERAGE = True`` (all its training goes through
 :func:`federated_averaging` or :func:`global_model_rounds`, so ``FLConfig.stream_average``
 applies; other methods refuse it).
 

@@ -57,6 +57,12 @@ Choices where the paper is silent (all exposed as Hyper fields)
   global column moves by only 39.1–40.5 across λ = 0…1, consistent with that reading).
 * P_i is trained only when it enters the backbone (``components`` 'full' or 'private'); the
   other ablations never use it, so skipping it changes no number.
+* Models: the prototype is "the last layer of its model (the classifier)", a summary of
+  what the layers before it learned (Section 3.2; the paper's models are CNNs). A model with
+  no layer before its classifier (``arch='logistic'``, the default of adult and acs_income)
+  has no such split: its prototype would be the whole model. :func:`check_arch` refuses it
+  at :meth:`fedlib.experiment.RunSpec.validate`, before any data is loaded; pass a model
+  with a feature extractor, e.g. ``arch='mlp'``.
 """
 from __future__ import annotations
 
@@ -80,7 +86,19 @@ GRID: dict = {}
 COMPONENTS = ("full", "global", "cluster", "private", "global_cluster")
 
 __all__ = ["Hyper", "run", "prism_backbone", "soft_weights", "cluster_step", "alpha_step",
-           "match_centroids", "coefficients"]
+           "match_centroids", "coefficients", "check_arch", "NO_FEATURE_EXTRACTOR"]
+
+#: Architectures of :mod:`fedlib.models` whose body (:func:`fedlib.models.body`, every layer
+#: before the classifier) has no weights: the classifier is the whole model.
+NO_FEATURE_EXTRACTOR = ("logistic",)
+
+
+def check_arch(arch: str) -> None:
+    """Refuse a model without a body/head split (checked by ``RunSpec.validate``)."""
+    if arch in NO_FEATURE_EXTRACTOR:
+        fail("arch", "a model with layers before its classifier for method 'fedprism' (its prototype is "
+             f"the classifier layer, a summary of what those layers learned; {arch!r} is a classifier "
+             "alone, so its prototype would be the whole model), e.g. arch='mlp'", arch)
 
 
 @dataclass(frozen=True)
