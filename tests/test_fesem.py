@@ -9,6 +9,7 @@ import torch
 
 from fedlib.engine import broadcast, flatten_params
 from fedlib.evaluation import cluster_recovery
+from fedlib.experiment import RunSpec
 from fedlib.methods import fedprox, fesem
 from fedlib.methods.base import take
 from fl_fixtures import assert_states_close, make_context, opposite_label_groups
@@ -127,28 +128,21 @@ def test_second_round_starts_from_the_clusters_centre_or_the_lowest_loss_one():
     assert out.info["choices"][1] == choice.tolist()
 
 
-def test_random_init_starts_from_distinct_seeded_centres():
-    """init="random" (FlexCFL's cold start): centres from ctx.init_states(K, "fesem/init");
-    round-0 clients start from their lowest-train-loss centre."""
-    ctx = make_context(rounds=1, fraction=0.5)
-    out = fesem.run(ctx, fesem.Hyper(n_clusters=3, init="random"))
-    ref = make_context(rounds=1, fraction=0.5)
-    centres = ref.init_states(3, "fesem/init")
-    clients = np.asarray(out.info["selected"][0])
-    loss, _, _ = ref.loss_matrix(centres, clients, split="train")
-    res = ref.train(take(centres, np.argmin(loss, axis=0)), clients, 0)
-    names = [n for n, _ in ref.model.named_parameters()]
-    choice = fesem.assign_nearest(flatten_params(res.params, names).double(), flatten_params(centres, names))
-    assert_states_close(out.models, fesem.update_centres(centres, res.params, choice))
-    assert out.info["choices"][0] == choice.tolist()
+def test_random_init_is_refused_naming_the_one_choice():
+    """init="random" (FlexCFL's cold start from K random centres) is not offered: a client
+    trained from a random centre stays nearest to it, so the E-step keeps the start centre."""
+    with pytest.raises(ValueError, match=r"^init must be one of \['clients'\], got 'random'$"):
+        fesem.Hyper(init="random")
+    with pytest.raises(ValueError, match=r"init must be one of \['clients'\], got 'random'"):
+        RunSpec("fmnist", "pathological_clusters", 5, 10, 0, "fesem", hyper={"init": "random"}).validate()
+    assert fesem.Hyper().init == "clients"
 
 
 # ----------------------------------------------------------------------------- planted groups
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_fesem_separates_opposite_label_groups(seed):
     """Forgy centres from round 0's trained models separate the two swapped-label groups
-    (seeds 0–19: 19 of 20 do; seed 9 ends with a 1/9 split). With init="random" only 12 of 20
-    do: a client stays near the random centre it started from (see the module docstring)."""
+    (seeds 0–19: 19 of 20 do; seed 9 ends with a 1/9 split)."""
     ctx, group = opposite_label_groups(seed=seed)
     out = fesem.run(ctx, fesem.Hyper(n_clusters=2))
     assert cluster_recovery(out.assignment, group) == 1.0
@@ -194,7 +188,7 @@ def test_same_seed_same_numbers_other_seed_other_numbers():
     ({"em_iterations": 0}, r"em_iterations must be an integer ≥ 1, got 0"),
     ({"em_iterations": "1"}, r"em_iterations must be an integer ≥ 1, got '1'"),
     ({"init_em_iterations": -1}, r"init_em_iterations must be an integer ≥ 1, got -1"),
-    ({"init": "kmeans++"}, r"init must be one of \['clients', 'random'\], got 'kmeans\+\+'"),
+    ({"init": "kmeans++"}, r"init must be one of \['clients'\], got 'kmeans\+\+'"),
     ({"weighting": "uniform"}, r"weighting must be one of \['plain', 'samples'\], got 'uniform'"),
 ])
 def test_bad_hyper(values, match):

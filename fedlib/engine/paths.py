@@ -6,9 +6,12 @@ run time, so the same configuration always takes the same path and stays
 bit-reproducible. The rule:
 
 * training with dropout or BatchNorm, or any model with a recurrent layer: sequential.
-  Dropout masks drawn under ``vmap`` cannot reproduce a client's own seeded stream,
-  BatchNorm's in-place running-statistics update does not batch, and ``aten::lstm`` has
-  no batching rule. Evaluation (eval mode: no dropout, frozen BN statistics) of
+  Dropout masks drawn under ``vmap`` cannot reproduce a client's own seeded stream, and
+  ``aten::lstm`` has no batching rule. BatchNorm's running-statistics update does batch
+  (``vmap`` updates each client's row of the stacked statistics as the loop would), but a
+  vectorised step pads a client's short last batch to the chunk's batch width (weight 0 in
+  the loss, :mod:`fedlib.engine.train`), and BatchNorm's batch mean and variance would
+  count those padding rows. Evaluation (eval mode: no dropout, frozen BN statistics) of
   BN/dropout models does vectorise.
 * CUDA: vectorised (many clients per kernel instead of many tiny kernels). Measured on an
   H200 (``benchmarks/engine_vs_sequential.py --device cuda``, K = 100): 10.7–94.7× the

@@ -8,8 +8,8 @@ the stream ``"selection/group0"`` (the same clients as FedAvg):
 
 1. every i ∈ S_t trains locally from its centre c_{r(i)} (one engine call); a client without a
    cluster starts from the centre with the lowest mean loss on its train split (one batched
-   ``ctx.loss_matrix`` call; in round 0 with ``init="clients"`` there are no centres yet and
-   every client starts from the seeded initial model w_0);
+   ``ctx.loss_matrix`` call; in round 0 there are no centres yet and every client starts
+   from the seeded initial model w_0);
 2. E-step: r(i) = argmin_k ‖w_i − c_k‖₂ for every trained model w_i, i ∈ S_t
    (:func:`assign_nearest`: trainable weights flattened, float64 distances, ties to the lowest
    index);
@@ -21,22 +21,14 @@ the stream ``"selection/group0"`` (the same clients as FedAvg):
 4. steps 2–3 are repeated ``em_iterations`` times on the round's trained models (Lloyd
    iterations); the last E-step's r(i) is remembered.
 
-Centre initialisation (``init``):
-
-``"clients"`` (default; the authors' code): their ``KmeanModel`` sets the K centroids to the
-first K client models of a shuffled client list (Forgy) and then runs 5 iterations on that
-first clustering (1 on every later one). Here: round 0's selected clients all train from w_0 =
+Centre initialisation (``init``, only ``"clients"``, the authors' code): their
+``KmeanModel`` sets the K centroids to the first K client models of a shuffled client list
+(Forgy) and then runs 5 iterations on that first clustering (1 on every later one). Here: round 0's selected clients all train from w_0 =
 ``ctx.init_state()``; K of their trained models, drawn uniformly without replacement from the
 stream ``"fesem/forgy"``, become the centres; the round's E/M runs ``init_em_iterations`` (5)
 times. If fewer than K clients trained in round 0, the missing centres are rows of
 ``ctx.init_states(K, "fesem/init")`` (they keep no member until a client comes near).
-
-``"random"`` (FlexCFL's ``group_cold_start``): K differently initialised models,
-``ctx.init_states(K, "fesem/init")``. With random centres a client trained from c_k stays nearer
-c_k than any other random centre (local training moves weights far less than the distance
-between two initialisations), so the E-step only keeps the start centre: the clusters are
-whatever the lowest-loss start centre was. Kept for comparison; it does not separate
-opposite-label groups reliably (see the tests).
+FlexCFL's cold start from K random centres is not offered (``init='random'`` is refused).
 
 Evaluation: every client predicts with its cluster's centre; a client never selected takes
 the centre with the lowest mean loss on its train split (the rule of step 1; cheap: K × its
@@ -82,15 +74,15 @@ __all__ = ["NAME", "GRID", "Hyper", "assign_nearest", "update_centres", "run"]
 class Hyper:
     n_clusters: int = 5  # K: pFedLIA's planted clusters ("we provided the correct k")
     em_iterations: int = 1  # E/M iterations per round: the authors' KmeanModel.num_iter
-    init_em_iterations: int = 5  # on round 0's first clustering (authors' code: 5), init="clients" only
-    init: str = "clients"  # "clients": Forgy from round 0's trained models (authors' code); "random"
+    init_em_iterations: int = 5  # on round 0's first clustering (authors' code: 5)
+    init: str = "clients"  # Forgy from round 0's trained models (authors' code), the one choice
     weighting: str = "plain"  # M-step: "plain" mean (paper, authors' code) or "samples" (FedAvg)
 
     def __post_init__(self):
         check_int(self.n_clusters, "n_clusters", 1)
         check_int(self.em_iterations, "em_iterations", 1)
         check_int(self.init_em_iterations, "init_em_iterations", 1)
-        check_choice(self.init, "init", ("clients", "random"))
+        check_choice(self.init, "init", ("clients",))
         check_choice(self.weighting, "weighting", ("plain", "samples"))
 
 
@@ -198,11 +190,11 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
     names = [name for name, _ in ctx.model.named_parameters()]
     rng = ctx.rng("selection/group0")
     cluster = np.full(ctx.n_clients, -1, dtype=np.int64)  # r(i); −1: no cluster yet
-    centres = ctx.init_states(k, "fesem/init") if hp.init == "random" else None
+    centres = None  # Forgy: the centres come from round 0's trained models
     selected, choices = [], []
     for t in range(ctx.cfg.rounds):
         clients = sample_clients(rng, everyone, ctx.cfg.fraction)
-        if centres is None:  # round 0 with init="clients": everyone from w_0
+        if centres is None:  # round 0: everyone from w_0
             start = broadcast(ctx.init_state(), len(clients), copy=False)
         else:
             begin = cluster[clients].copy()

@@ -1,6 +1,8 @@
 """Local-only training: every client trains its own model on its own data, no
 communication. Each client runs ``epochs`` epochs (default T·E = the protocol's
-rounds × local epochs) with one Adam optimiser, all clients at once in the engine."""
+rounds × local epochs) in one engine call, all clients at once, with the protocol's
+optimiser (``FLConfig.optimizer``: Adam by default, or SGD), whose state runs on across
+all those epochs (one call: never reset between the T rounds)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
