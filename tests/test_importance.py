@@ -30,7 +30,7 @@ def test_signal_feature_ranks_first_for_all_models(fitted):
     assert rank["model"].tolist() == list(imp.MODELS) * 2
     expected = {"similarity": "wpsi", "dirichlet": "hellinger"}
     for _, r in rank.iterrows():
-        assert r["first_native"] == expected[r["protocol"]], r
+        assert r["first_own"] == expected[r["protocol"]], r
         assert r["first_permutation"] == expected[r["protocol"]], r
     assert (scores["r2"] > 0.8).all(), scores
 
@@ -74,7 +74,7 @@ def test_without_protocol_column_one_group():
     df = synthetic(n=100).drop(columns=["protocol", "feasible"])
     imps, scores = imp.metric_importance(df, n_repeats=3)
     assert set(scores["protocol"]) == {"all"} and len(scores) == 4
-    assert (imp.ranking(imps)["first_native"] == "wpsi").all()
+    assert (imp.ranking(imps)["first_own"] == "wpsi").all()
 
 
 def test_single_metric_scores_and_findings(fitted):
@@ -85,7 +85,7 @@ def test_single_metric_scores_and_findings(fitted):
     assert (single[single["feature"] != "wpsi"]["r2"] < 0.2).all()
     rank = imp.ranking(*imp.metric_importance(df, n_repeats=3))
     lines = imp.findings(rank, single)
-    assert lines[0].startswith("native importance ranks wpsi first for 4/4") and "confirmed" in lines[0]
+    assert lines[0].startswith("model's own importance ranks wpsi first for 4/4") and "confirmed" in lines[0]
     assert "wpsi in 4/4" in lines[2]
 
 
@@ -182,8 +182,8 @@ def test_bad_preset(call):
 
 def _rank(firsts: dict, r2=0.9) -> pd.DataFrame:
     """A hand-made ranking: protocol → the four models' first metric (same for both kinds)."""
-    return pd.DataFrame([{"protocol": p, "model": m, "first_native": f, "first_permutation": f,
-                          "share_native": 0.5, "share_permutation": 0.5, "r2": r2}
+    return pd.DataFrame([{"protocol": p, "model": m, "first_own": f, "first_permutation": f,
+                          "share_own": 0.5, "share_permutation": 0.5, "r2": r2}
                          for p, fs in firsts.items() for m, f in zip(imp.MODELS, fs)])
 
 
@@ -228,14 +228,14 @@ def test_choice_effects_on_hand_made_rankings():
     table, _ = imp.compare_presets(ranks)
     lines = imp.choice_effects(table)
     assert lines[0] == ("LightGBM importance gain → split alone ('workbook_split'): "
-                        "wpsi first in 0 → 1 of 8 (native), 0 → 1 of 8 (permutation).")
+                        "wpsi first in 0 → 1 of 8 (own), 0 → 1 of 8 (permutation).")
     assert lines[1].startswith("standardised SVM/MLP inputs yes → no alone ('workbook_unscaled'): "
                                "wpsi first in 0 → 4")
     assert lines[2].startswith("log α target yes → no alone ('workbook_raw_alpha'): wpsi first in 0 → 0")
     assert lines[3] == ("all 3 choices at once ('paper_like'): "
-                        "wpsi first in 0 → 6 of 8 (native), 0 → 6 of 8 (permutation).")
+                        "wpsi first in 0 → 6 of 8 (own), 0 → 6 of 8 (permutation).")
     assert lines[4] == ("largest single effect: standardised SVM/MLP inputs; the single effects add up "
-                        "to +5 (native), +5 (permutation) against +6, +6 for all at once "
+                        "to +5 (own), +5 (permutation) against +6, +6 for all at once "
                         "(the choices interact).")
 
 

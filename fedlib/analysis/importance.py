@@ -39,7 +39,8 @@ Common to every preset:
 * S as is for Similarity; ``log_target`` overrides the preset's target transform.
 * One seeded train/held-out split per protocol (``test_size``); R² on the held-out part.
 * Importances, each normalised to sum to 1 per model:
-  - ``native``: LightGBM's importance (gain or split count, by preset), the tree's
+  - ``native``, the model's own importance (Fig. 4's wording; the tables' ``own``
+    columns): LightGBM's importance (gain or split count, by preset), the tree's
     **impurity** (MSE) decrease, and for SVM and MLP (which have none) **permutation**
     importance on the held-out split;
   - ``permutation``: permutation importance on the held-out split for all four models
@@ -64,7 +65,8 @@ import pandas as pd
 
 from ..validation import check_choice, check_number, fail
 
-__all__ = ["DEFAULT_FEATURES", "MODELS", "PRESETS", "make_models", "metric_importance", "ranking",
+__all__ = ["DEFAULT_FEATURES", "MODELS", "KIND_COLUMNS", "KIND_LABELS", "PRESETS", "make_models",
+           "metric_importance", "ranking",
            "single_metric_scores", "findings", "one_change_presets", "compare_presets",
            "choice_effects"]
 
@@ -72,6 +74,10 @@ DEFAULT_FEATURES = ("wpsi", "hellinger", "jensen_shannon", "emd")
 """The paper's features: WPSI, HD, JSD and (FedArtML's) EMD."""
 
 MODELS = ("lightgbm", "svm", "mlp", "tree")
+#: What a reader sees for each ``kind`` of importance: its word in :func:`ranking`'s column
+#: names and its name in the printed findings (figure 4's wording, ``plots.KIND_TITLES``).
+KIND_COLUMNS = {"native": "own", "permutation": "permutation"}
+KIND_LABELS = {"native": "model's own importance", "permutation": "permutation importance"}
 """Model names, in the paper's order (LightGBM, SVM, MLP, regression tree)."""
 
 PRESETS = {
@@ -311,8 +317,9 @@ def ranking(importances: pd.DataFrame, scores: pd.DataFrame | None = None,
 
     Returns
     -------
-    DataFrame ``<by>, model, first_native, share_native, first_permutation,
-    share_permutation[, r2]``, in :data:`MODELS` order per group.
+    DataFrame ``<by>, model, first_own, share_own, first_permutation,
+    share_permutation[, r2]``, in :data:`MODELS` order per group (``own``: the model's own
+    importance, kind ``native``; see :data:`KIND_COLUMNS`).
     """
     keys = [by] if by in importances.columns else []
     top = (importances.dropna(subset=["importance"])
@@ -321,9 +328,9 @@ def ranking(importances: pd.DataFrame, scores: pd.DataFrame | None = None,
     wide = top.pivot_table(index=[*keys, "model"], columns="kind",
                            values=["feature", "importance"], aggfunc="first")
     out = pd.DataFrame(index=wide.index)
-    for kind in ("native", "permutation"):
-        out[f"first_{kind}"] = wide[("feature", kind)]
-        out[f"share_{kind}"] = wide[("importance", kind)].astype(float)
+    for kind, word in KIND_COLUMNS.items():
+        out[f"first_{word}"] = wide[("feature", kind)]
+        out[f"share_{word}"] = wide[("importance", kind)].astype(float)
     out = out.reset_index()
     if scores is not None:
         out = out.merge(scores[[*keys, "model", "r2"]], on=[*keys, "model"], how="left")
@@ -392,12 +399,12 @@ def findings(rank: pd.DataFrame, single: pd.DataFrame | None = None, metric: str
     """
     lines = []
     n = len(rank)
-    for kind in ("native", "permutation"):
-        first = rank[f"first_{kind}"]
+    for kind, word in KIND_COLUMNS.items():
+        first = rank[f"first_{word}"]
         k = int((first == metric).sum())
         others = ", ".join(f"{f} {c}" for f, c in first[first != metric].value_counts().sort_index().items())
         verdict = "confirmed" if k == n else ("partly confirmed" if k else "not confirmed")
-        lines.append(f"{kind} importance ranks {metric} first for {k}/{n} (protocol, model) fits"
+        lines.append(f"{KIND_LABELS[kind]} ranks {metric} first for {k}/{n} (protocol, model) fits"
                      f"{' (others: ' + others + ')' if others else ''}: {verdict}.")
     if single is not None and len(single):
         best = (single.sort_values("r2", ascending=False, kind="stable")
@@ -470,7 +477,7 @@ def compare_presets(rank_by_preset, metric: str = "wpsi", by: str = "protocol",
         stats["min_r2"] = ("r2", "min")
     table = (long.groupby(["preset", "kind", by], sort=False).agg(**stats).reset_index()
              .assign(metric=metric)[["preset", by, "kind", "metric", *stats]].astype({"first": int}))
-    kinds = {"native": "model's own importance", "permutation": "permutation importance"}
+    kinds = KIND_LABELS
     lines, every, most = [], [], []
     for (preset, kind), t in table.groupby(["preset", "kind"], sort=False):
         counts = ", ".join(f"{f}/{m} under {g}" for g, f, m in zip(t[by], t["first"], t["models"]))
@@ -502,9 +509,9 @@ def _first_ranked(rank_by_preset: Mapping, metric: str, by: str) -> pd.DataFrame
     for preset, rank in rank_by_preset.items():
         rank = rank if by in rank.columns else rank.assign(**{by: "all"})
         keep = [by, "model", *(["r2"] if "r2" in rank.columns else [])]
-        for kind in ("native", "permutation"):
+        for kind, word in KIND_COLUMNS.items():
             frames.append(rank[keep].assign(preset=preset, kind=kind,
-                                            is_first=rank[f"first_{kind}"] == metric))
+                                            is_first=rank[f"first_{word}"] == metric))
     return pd.concat(frames, ignore_index=True)
 
 
@@ -553,8 +560,8 @@ def choice_effects(table: pd.DataFrame, base: str = "workbook", other: str = "pa
     def moved(preset: str) -> str:
         before, after = totals.loc[base], totals.loc[preset]
         return f"{metric} first in " + ", ".join(
-            f"{before.loc[k, 'first']} → {after.loc[k, 'first']} of {after.loc[k, 'models']} ({k})"
-            for k in ("native", "permutation"))
+            f"{before.loc[k, 'first']} → {after.loc[k, 'first']} of {after.loc[k, 'models']} "
+            f"({KIND_COLUMNS[k]})" for k in ("native", "permutation"))
 
     lines, effects = [], {}
     for choice, preset in steps.items():
@@ -567,7 +574,7 @@ def choice_effects(table: pd.DataFrame, base: str = "workbook", other: str = "pa
     top = [CHOICE_LABELS[c] for c, n in size.items() if n == max(size.values(), default=0) and n > 0]
     summed = {k: sum(d[k] for d in effects.values()) for k in joint}
     lines.append(f"largest single effect: {', '.join(top) or 'none (no single choice moves the count)'}; "
-                 f"the single effects add up to {summed['native']:+d} (native), "
+                 f"the single effects add up to {summed['native']:+d} ({KIND_COLUMNS['native']}), "
                  f"{summed['permutation']:+d} (permutation) against {joint['native']:+d}, "
                  f"{joint['permutation']:+d} for all at once"
                  f"{'' if summed == joint else ' (the choices interact)'}.")
