@@ -2,11 +2,16 @@
 """Strip volatile metadata from executed notebooks so committed diffs stay quiet.
 
 Removes papermill's records (``metadata.papermill`` of the notebook and of each cell),
-per-cell execution timings (``metadata.execution``), widget state, and papermill's
-``injected-parameters`` cells (the committed notebooks run with their own defaults);
-renumbers execution counts 1, 2, ... in cell order; keeps outputs, tags and cell ids; sets the
-kernelspec to the one JupyterLab writes for the venv's ``python3`` kernel (so opening and saving
-a notebook in ``make lab`` leaves it unchanged).
+per-cell execution timings (``metadata.execution``), widget state, papermill's
+``injected-parameters`` cells (the committed notebooks run with their own defaults), the
+kernel's Python version (``metadata.language_info.version``: its patch level differs between
+3.11.x kernels) and ``run_grid``'s progress lines from stderr outputs (``make refresh-notebooks``
+prints them for papermill's log; they carry timings, so every refresh would change them);
+renumbers execution counts 1, 2, ... in cell order; keeps the other outputs, tags and cell ids;
+sets the kernelspec to the one JupyterLab writes for the venv's ``python3`` kernel (so opening
+and saving a notebook in ``make lab`` leaves it unchanged; ``make lab`` also strips the
+version JupyterLab writes from the kernel on every save: :func:`pre_save_hook`, loaded by
+``scripts/jupyter/jupyter_server_config.py``).
 Idempotent: running it twice changes nothing the second time.
 
 Usage
@@ -18,6 +23,7 @@ Usage
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -27,6 +33,36 @@ ROOT = Path(__file__).resolve().parent.parent
 VOLATILE_NB_KEYS = ("papermill", "widgets")
 VOLATILE_CELL_KEYS = ("papermill", "execution", "ExecuteTime", "collapsed", "scrolled")
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+#: A line ``fedlib.experiment.run_grid`` prints in its ``progress='lines'`` mode
+#: (``run_grid: 5 runs, ...``, ``run_grid [3/5] <run>: ...``, ``run_grid: waiting for ...``).
+PROGRESS_LINE = re.compile(r"^run_grid(: | \[\d+/\d+\] )")
+
+
+def strip_language_version(nb: dict) -> dict:
+    """Drop ``metadata.language_info.version`` (the kernel's Python patch level) from a
+    notebook (dict or NotebookNode, modified in place); the other fields of ``language_info``
+    are the same for every 3.11 kernel."""
+    info = nb.get("metadata", {}).get("language_info")
+    if isinstance(info, dict):
+        info.pop("version", None)
+    return nb
+
+
+def is_progress_output(output: dict) -> bool:
+    """True for a stderr stream output holding only ``run_grid`` progress lines (and blank ones)."""
+    if output.get("output_type") != "stream" or output.get("name") != "stderr":
+        return False
+    text = output.get("text", "")
+    lines = ("".join(text) if isinstance(text, list) else text).splitlines()
+    return all(PROGRESS_LINE.match(line) or not line.strip() for line in lines)
+
+
+def pre_save_hook(model: dict, **kwargs) -> None:
+    """Jupyter server's ``ContentsManager.pre_save_hook``: strip the kernel's Python version
+    from a notebook before it is written (JupyterLab copies the kernel's ``language_info``
+    into every notebook it opens)."""
+    if model.get("type") == "notebook" and isinstance(model.get("content"), dict):
+        strip_language_version(model["content"])
 
 
 def clean(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
@@ -34,6 +70,7 @@ def clean(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     for key in VOLATILE_NB_KEYS:
         nb.metadata.pop(key, None)
     nb.metadata["kernelspec"] = dict(KERNELSPEC)
+    strip_language_version(nb)
     nb.cells = [c for c in nb.cells if "injected-parameters" not in c.get("metadata", {}).get("tags", [])]
     count = 0
     for cell in nb.cells:
@@ -41,6 +78,7 @@ def clean(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
             cell.metadata.pop(key, None)
         if cell.cell_type != "code":
             continue
+        cell.outputs = [o for o in cell.get("outputs", []) if not is_progress_output(o)]
         if cell.get("execution_count") is not None or cell.get("outputs"):
             count += 1
             cell.execution_count = count

@@ -47,3 +47,92 @@ def test_committed_kernelspec_is_what_jupyterlab_saves(name):
     nb = json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text())
     assert nb["metadata"]["kernelspec"] == {"display_name": spec.display_name,
                                             "language": spec.language, "name": "python3"}
+
+
+def _clean_notebooks():
+    """scripts/clean_notebooks.py as a module (scripts/ is not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("clean_notebooks", ROOT / "scripts" / "clean_notebooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_committed_notebook_carries_no_kernel_version(name):
+    """JupyterLab writes its kernel's Python version (patch level included) into
+    ``language_info``: a committed version would differ from any other 3.11.x kernel's."""
+    nb = json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text())
+    assert "version" not in nb["metadata"].get("language_info", {})
+
+
+def test_make_lab_strips_the_kernel_version_when_jupyter_saves(tmp_path, monkeypatch):
+    """The Jupyter server of `make lab` (its config found through JUPYTER_CONFIG_PATH) writes a
+    notebook without the ``language_info.version`` JupyterLab copied from the kernel."""
+    import re
+
+    import nbformat
+    from jupyter_server.services.contents.filemanager import FileContentsManager
+    from traitlets.config.loader import PyFileConfigLoader
+
+    recipe = re.search(r"^lab:.*\n((?:\t.*\n)+)", (ROOT / "Makefile").read_text(), re.M).group(1)
+    assert "JUPYTER_CONFIG_PATH=$(CURDIR)/scripts/jupyter " in recipe
+    config = PyFileConfigLoader("jupyter_server_config.py", str(ROOT / "scripts" / "jupyter")).load_config()
+    manager = FileContentsManager(root_dir=str(tmp_path), config=config)
+    nb = nbformat.v4.new_notebook(metadata={"language_info": {"name": "python", "version": "3.11.9"}})
+    manager.save({"type": "notebook", "format": "json", "content": json.loads(nbformat.writes(nb))}, "a.ipynb")
+    saved = json.loads((tmp_path / "a.ipynb").read_text())
+    assert saved["metadata"]["language_info"] == {"name": "python"}
+
+
+def test_clean_notebooks_strips_the_kernel_version_and_progress_lines_only():
+    import nbformat
+
+    cn = _clean_notebooks()
+    nb = nbformat.v4.new_notebook(metadata={"language_info": {"name": "python", "version": "3.11.7"}})
+    progress = ["run_grid: 3 runs, 0 already recorded, 3 to train\n",
+                "run_grid [1/3] adult dirichlet=0.5 K=4 fedavg seed=0: global accuracy 0.700 in 0.1 s\n",
+                "\n", "run_grid: waiting for 1 runs that other processes are computing\n"]
+    warning = "UserWarning: a class has fewer than 2 examples\n"
+    cell = nbformat.v4.new_code_cell("records = run_grid(specs, out)", execution_count=4, outputs=[
+        *(nbformat.v4.new_output("stream", name="stderr", text=t) for t in progress),
+        nbformat.v4.new_output("stream", name="stderr", text=warning),
+        nbformat.v4.new_output("stream", name="stdout", text="run_grid [1/3] printed by the notebook\n")])
+    nb.cells = [cell]
+    out = cn.clean(nb)
+    assert out.metadata.language_info == {"name": "python"}
+    assert [(o.name, o.text) for o in out.cells[0].outputs] == [
+        ("stderr", warning), ("stdout", "run_grid [1/3] printed by the notebook\n")]
+    assert out.cells[0].execution_count == 1
+
+
+def test_the_progress_pattern_matches_what_run_grid_prints(tmp_path, monkeypatch, capsys):
+    """PROGRESS_LINE (what clean_notebooks strips and the check below looks for) is every line
+    run_grid prints with progress='lines' (the run itself replaced: no training here)."""
+    from fedlib import experiment as X
+
+    def fake_run(spec, device="auto"):
+        return {"record_version": X.RECORD_VERSION, "status": "ok", "global_accuracy": 0.5, "seconds": 0.1,
+                "spec": spec.to_dict()}
+
+    monkeypatch.setattr(X, "run", fake_run)
+    specs = [X.RunSpec("adult", "dirichlet", 0.5, 4, seed, "fedavg") for seed in (0, 1)]
+    X.run_grid(specs, tmp_path, device="cpu", progress="lines")
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 3 and lines[1].startswith("run_grid [1/2] ")
+    pattern = _clean_notebooks().PROGRESS_LINE
+    assert all(pattern.match(line) for line in lines), lines
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_committed_notebook_has_no_run_grid_progress_on_stderr(name):
+    """run_grid's progress lines (FEDLIB_PROGRESS=lines under `make refresh-notebooks`, for
+    papermill's log) carry timings: committed, every refresh would change them. In JupyterLab
+    run_grid draws a progress bar instead (FEDLIB_PROGRESS unset)."""
+    pattern = _clean_notebooks().PROGRESS_LINE
+    nb = json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text())
+    found = [line for c in nb["cells"] if c["cell_type"] == "code" for o in c.get("outputs", [])
+             if o.get("output_type") == "stream" and o.get("name") == "stderr"
+             for line in "".join(o.get("text", "")).splitlines() if pattern.match(line)]
+    assert not found, f"{len(found)} run_grid progress lines on stderr, e.g. {found[0]!r}"
