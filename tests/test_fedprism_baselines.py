@@ -92,6 +92,27 @@ def test_attention_by_hand_rows_sum_to_one_closer_gets_more():
     np.testing.assert_allclose(fedamp.attention([[5.0, 1.0]], 1.0, 0.3), [[1.0]])  # alone: itself
 
 
+def test_paper_attention_by_hand_is_huang_et_al_a_prime():
+    # ξ_ij = α·e^{−d²/σ}/σ off the diagonal, ξ_ii = 1 − Σ_j ξ_ij (Huang et al.; PFLlib serveramp.py)
+    w = np.array([[0.0], [1.0], [3.0]])
+    sigma, alpha = 2.0, 0.3
+    xi = fedamp.attention(w, sigma, 0.5, "paper", alpha)
+    a = lambda d2: alpha * np.exp(-d2 / sigma) / sigma  # noqa: E731
+    expected = np.array([[0, a(1), a(9)], [a(1), 0, a(4)], [a(9), a(4), 0]])
+    np.fill_diagonal(expected, 1 - expected.sum(1))
+    np.testing.assert_allclose(xi, expected, rtol=1e-12)
+    np.testing.assert_allclose(xi.sum(1), 1.0)
+    # far apart (d² ≫ σ): every off-diagonal weight underflows, each client alone
+    np.testing.assert_array_equal(fedamp.attention(np.array([[0.0], [100.0]]), 1.0, 0.5, "paper"), np.eye(2))
+    # close peers: their weights sum past 1 and ξ_ii turns negative, as the paper's rule has it
+    close = fedamp.attention(np.zeros((3, 1)), 1.0, 0.5, "paper", 1.0)
+    assert close[0, 0] == pytest.approx(-1.0) and close[0, 1] == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="rule must be one of"):
+        fedamp.attention(w, 1.0, 0.5, "cosine")
+    with pytest.raises(ValueError, match="attention must be one of"):
+        fedamp.Hyper(attention="cosine")
+
+
 def test_attention_does_not_underflow_on_large_distances():
     xi = fedamp.attention(np.array([[0.0], [100.0], [1000.0]]), 1.0, 0.5)
     assert np.isfinite(xi).all()
@@ -179,9 +200,10 @@ def test_fedclust_round_clusters_average_members_and_global_for_the_rest():
     assert out.info["n_unclustered"] == 5
 
 
-def test_fedamp_rounds_are_attention_cloud_and_proximal_training():
+@pytest.mark.parametrize("rule", fedamp.ATTENTIONS)
+def test_fedamp_rounds_are_attention_cloud_and_proximal_training(rule):
     ctx = make_context(rounds=2, fraction=0.5)
-    hp = fedamp.Hyper(sigma=5.0, self_weight=0.3, lam=0.5, alpha=2.0)
+    hp = fedamp.Hyper(sigma=5.0, self_weight=0.3, lam=0.5, alpha=2.0, attention=rule)
     out = fedamp.run(ctx, hp)
     ref = make_context(rounds=2, fraction=0.5)
     names = [n for n, _ in ref.model.named_parameters()]
@@ -189,7 +211,7 @@ def test_fedamp_rounds_are_attention_cloud_and_proximal_training():
     for t, clients in enumerate(out.info["selected"]):
         clients = np.asarray(clients)
         w = take(local, clients)
-        xi = fedamp.attention(flatten_params(w, names), hp.sigma, hp.self_weight)
+        xi = fedamp.attention(flatten_params(w, names), hp.sigma, hp.self_weight, rule, hp.alpha)
         u = {k: torch.tensordot(torch.as_tensor(xi), v.double(), dims=1).float() for k, v in w.items()}
         res = ref.train(u, clients, t, prox_center=u, prox_mu=0.25)
         for k in local:

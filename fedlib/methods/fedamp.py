@@ -5,12 +5,16 @@ Each round t, with S_t the m = max(1, ⌊q·K⌋) clients drawn uniformly from t
 ``"selection/group0"`` (the same clients as FedAvg):
 
 1. attention over the selected clients' current models (trainable weights, flattened;
-   :func:`attention`):
+   :func:`attention`); by default (``attention='softmax'``)
        ξ_ii = s (``self_weight``),
        ξ_ij = (1 − s) · exp(−‖w_i − w_j‖²/σ) / Σ_{h∈S_t, h≠i} exp(−‖w_i − w_h‖²/σ),  j ≠ i,
    so every row sums to 1 and a closer peer gets more weight; squared distances are exact
    sums of squared differences in float64 and the softmax is max-shifted, so large
-   distances never underflow to an all-zero row. With one selected client ξ = [[1]];
+   distances never underflow to an all-zero row. With one selected client ξ = [[1]].
+   ``attention='paper'`` is Huang et al.'s own rule (and PFLlib's ``serveramp.py``):
+       ξ_ij = α_k · A′(‖w_i − w_j‖²),  A′(x) = e^{−x/σ}/σ,  j ≠ i;   ξ_ii = 1 − Σ_{j≠i} ξ_ij,
+   which underflows to ξ = I (each client alone) once ‖w_i − w_j‖² ≫ σ, and makes ξ_ii negative
+   when the peers are close enough that their weights sum past 1 (kept as the paper has it);
 2. the personalised cloud model u_i = Σ_{j∈S_t} ξ_ij w_j (:func:`cloud_models`);
 3. client i trains from u_i on F_i(w) + (λ/(2α))‖w − u_i‖² — the engine's proximal term
    (μ/2)‖w − c‖² with c = u_i and μ = λ/α, squared and with its gradient μ(w − u_i) in every
@@ -24,7 +28,8 @@ Departures and defaults:
 
 * The attention. The paper's ξ_ij = α_k·A′(‖w_i − w_j‖²), A′(x) = e^{−x/σ}/σ, with
   ξ_ii = 1 − Σ_{j≠i} ξ_ij, makes every off-diagonal weight vanish once ‖w_i − w_j‖² ≫ σ (real
-  networks, σ = 1): FedAMP then trains each client alone. The workbook uses the fixed self
+  networks, σ = 1): FedAMP then trains each client alone. It is selectable
+  (``attention='paper'``); by default the workbook uses the fixed self
   weight and a softmax over the peers (the form of the paper's heuristic HeurFedAMP, whose
   softmax is over cosine similarities; here over −‖w_i − w_j‖²/σ as FedPrism Sec. 4.4
   describes). s = 0.5 is the workbook's choice (neither the paper nor PFLlib fixes one).
@@ -44,10 +49,11 @@ import torch
 
 from ..engine import broadcast, flatten_params
 from ..engine.host import to_host
-from ..validation import check_number, fail
+from ..validation import check_choice, check_number, fail
 from .base import Context, Outcome, State, check_finite_models, sample_clients, take
 
 NAME = "fedamp"
+ATTENTIONS = ("softmax", "paper")
 GRID = {}  # PFLlib's defaults; FedPrism tunes nothing for its baselines
 
 __all__ = ["NAME", "GRID", "Hyper", "attention", "cloud_models", "run"]
@@ -59,15 +65,18 @@ class Hyper:
     self_weight: float = 0.5  # ξ_ii (the workbook's choice)
     lam: float = 1.0          # λ, proximal strength (PFLlib)
     alpha: float = 1.0        # α_k, the paper's server step; the prox is (λ/(2α))‖w − u‖² (PFLlib)
+    attention: str = "softmax"  # 'softmax' (the workbook's default) or 'paper' (Huang et al.'s A′)
 
     def __post_init__(self):
+        check_choice(self.attention, "attention", ATTENTIONS)
         check_number(self.sigma, "sigma", 0, low_open=True)
         check_number(self.self_weight, "self_weight", 0, 1)
         check_number(self.lam, "lam", 0)
         check_number(self.alpha, "alpha", 0, low_open=True)
 
 
-def attention(weights_flat, sigma: float, self_weight: float) -> np.ndarray:
+def attention(weights_flat, sigma: float, self_weight: float, rule: str = "softmax",
+              alpha: float = 1.0) -> np.ndarray:
     """FedAMP's message-passing weights ξ (M, M) among M models.
 
     Parameters
@@ -77,7 +86,12 @@ def attention(weights_flat, sigma: float, self_weight: float) -> np.ndarray:
     sigma : float > 0
         σ: off-diagonal weights ∝ exp(−‖w_i − w_j‖²/σ).
     self_weight : float in [0, 1]
-        ξ_ii; the peers share 1 − ξ_ii.
+        ξ_ii; the peers share 1 − ξ_ii (``rule='softmax'`` only).
+    rule : 'softmax' or 'paper'
+        'softmax': the fixed self weight and a softmax over the peers (module docstring);
+        'paper': ξ_ij = α·e^{−‖w_i − w_j‖²/σ}/σ, ξ_ii = 1 − Σ_{j≠i} ξ_ij (Huang et al.).
+    alpha : float > 0
+        α_k of the 'paper' rule.
 
     Returns
     -------
@@ -85,6 +99,8 @@ def attention(weights_flat, sigma: float, self_weight: float) -> np.ndarray:
     """
     check_number(sigma, "sigma", 0, low_open=True)
     check_number(self_weight, "self_weight", 0, 1)
+    check_choice(rule, "rule", ATTENTIONS)
+    check_number(alpha, "alpha", 0, low_open=True)
     w = weights_flat.detach().double() if torch.is_tensor(weights_flat) else torch.as_tensor(
         np.asarray(weights_flat, dtype=np.float64))
     if w.ndim != 2 or len(w) == 0:
@@ -94,6 +110,11 @@ def attention(weights_flat, sigma: float, self_weight: float) -> np.ndarray:
     xi = np.zeros((m, m))
     if m == 1:
         xi[0, 0] = 1.0
+        return xi
+    if rule == "paper":
+        xi = alpha * np.exp(-d2 / sigma) / sigma
+        np.fill_diagonal(xi, 0.0)
+        np.fill_diagonal(xi, 1.0 - xi.sum(1))
         return xi
     for i in range(m):
         peers = np.arange(m) != i
@@ -127,7 +148,8 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
     for t in range(ctx.cfg.rounds):
         clients = sample_clients(rng, everyone, ctx.cfg.fraction)
         w = take(local, clients)
-        u = cloud_models(attention(flatten_params(w, names), hp.sigma, hp.self_weight), w)
+        xi = attention(flatten_params(w, names), hp.sigma, hp.self_weight, hp.attention, hp.alpha)
+        u = cloud_models(xi, w)
         check_finite_models(u, t, "after the attention step", ctx.cfg)
         res = ctx.train(u, clients, t, prox_center=u, prox_mu=mu)
         for name, value in res.params.items():
