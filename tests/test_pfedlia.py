@@ -4,6 +4,7 @@ blocks, the warm-up equal to FedAvg, the planted clusters recovered on a tiny re
 federation, determinism and the errors before training."""
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import numpy as np
@@ -70,6 +71,32 @@ def test_batched_influence_equals_the_k_squared_loop():
             after = evaluate(ctx.model, take(trained, [j]), ctx.fed, [i], split="val")
             expected = float(base.loss_sum[0] - after.loss_sum[0])
             assert scores[i, j] == pytest.approx(expected, rel=1e-5, abs=1e-6)
+
+
+@pytest.mark.cross_cpu
+def test_influence_models_train_on_a_seeded_batch_of_each_clients_data():
+    rng = np.random.default_rng(0)
+    parts = (np.arange(10, 30), np.arange(3), np.arange(50, 58))
+    drawn = pfedlia.influence_parts(parts, 5, rng)
+    assert [len(p) for p in drawn] == [5, 3, 5]  # a part with ≤ n samples is kept whole
+    for p, d in zip(parts, drawn):
+        assert set(d) <= set(p) and np.all(np.diff(d) > 0)
+    assert pfedlia.influence_parts(parts, None, rng) == parts
+    # in the run: θ̂_j is trained on exactly that draw (the stream pfedlia/influence_samples)
+    ctx = make_context(n_clients=5, val_fraction=0.2)
+    theta0 = ctx.init_state()
+    hp = pfedlia.Hyper(warmup_rounds=0, influence_epochs=2, influence_samples=4)
+    scores = pfedlia._influence(ctx, theta0, hp, round_idx=0)
+    sub = pfedlia.influence_parts(ctx.fed.train_parts, 4, ctx.rng("pfedlia/influence_samples"))
+    small = dataclasses.replace(ctx, fed=dataclasses.replace(ctx.fed, train_parts=sub))
+    trained = small.train(broadcast(theta0, 5), np.arange(5), 0, epochs=2).params
+    base = evaluate(ctx.model, broadcast(theta0, 1), ctx.fed, [0], split="val")
+    after = evaluate(ctx.model, take(trained, [3]), ctx.fed, [0], split="val")
+    assert scores[0, 3] == pytest.approx(float(base.loss_sum[0] - after.loss_sum[0]), rel=1e-5, abs=1e-6)
+    whole = pfedlia._influence(ctx, theta0, pfedlia.Hyper(warmup_rounds=0, influence_epochs=2), round_idx=0)
+    assert not np.allclose(scores, whole)
+    with pytest.raises(ValueError, match="influence_samples"):
+        pfedlia.Hyper(influence_samples=0)
 
 
 # ----------------------------------------------------------------------------- peer to peer

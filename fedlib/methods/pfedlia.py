@@ -32,6 +32,9 @@ Choices where the paper is silent (documented, selectable):
   one communication round", footnote 1); the cluster phase starts in that round too, with
   its own selection streams (``clusters/selection/group<g>``, shared with the Oracle: with
   the true clusters found, pFedLIA and the Oracle are the same run).
+* θ̂_j trains on client j's whole train split by default; §III-D says "a batch of their
+  training data" without its size: ``influence_samples = n`` trains it on a seeded draw of n of
+  j's samples (stream ``pfedlia/influence_samples``) instead.
 * The paper's model is a pretrained ResNet-18; the workbook uses the data set's model from
   random initialisation (pretrained weights cannot be fetched here).
 
@@ -40,6 +43,7 @@ Choices where the paper is silent (documented, selectable):
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,7 +58,7 @@ from .base import CLUSTER_STREAM, Context, FLConfig, Outcome, federated_averagin
 NAME = "pfedlia"
 GRID = {}
 
-__all__ = ["NAME", "GRID", "Hyper", "influence_matrix", "optics_clusters", "beneficial_peers",
+__all__ = ["NAME", "GRID", "Hyper", "influence_parts", "influence_matrix", "optics_clusters", "beneficial_peers",
            "mutual_groups", "needs_validation", "check_protocol", "run"]
 
 
@@ -65,6 +69,8 @@ class Hyper:
     clustering: str = "centralised"    # 'centralised' (OPTICS) or 'p2p' (k-means per client)
     min_samples: int = 5               # OPTICS (scikit-learn's default)
     noise: str = "nearest"             # OPTICS noise points: 'nearest' cluster or 'singleton'
+    influence_samples: int | None = None  # θ̂_j's training data: None = client j's whole train split;
+    # n = a random n of its train samples ("a batch of their training data", Sec. III-D)
 
     def __post_init__(self):
         check_int(self.warmup_rounds, "warmup_rounds", 0)
@@ -72,6 +78,7 @@ class Hyper:
         check_choice(self.clustering, "clustering", ("centralised", "p2p"))
         check_int(self.min_samples, "min_samples", 2)
         check_choice(self.noise, "noise", ("nearest", "singleton"))
+        check_int(self.influence_samples, "influence_samples", 1, optional=True)
 
 
 def needs_validation(hp: Hyper) -> bool:
@@ -199,9 +206,21 @@ def _relabel(labels: np.ndarray) -> np.ndarray:
     return rank[inverse].astype(np.int64)
 
 
+def influence_parts(train_parts, n: int | None, rng: np.random.Generator) -> tuple:
+    """The train indices each θ̂_j trains on: every part whole (``n`` None), else a uniform
+    draw of ``n`` of its indices without replacement (all of a part with ≤ n), kept in their
+    order. ``train_parts``: K int64 arrays; returns K int64 arrays."""
+    if n is None:
+        return tuple(train_parts)
+    return tuple(p if len(p) <= n else np.sort(rng.choice(p, n, replace=False)) for p in train_parts)
+
+
 def _influence(ctx: Context, theta0, hp: Hyper, round_idx: int) -> np.ndarray:
     """(K, K) Eq. (1) for every pair: one training call, one batched evaluation."""
     everyone = np.arange(ctx.n_clients)
+    if hp.influence_samples is not None:  # train θ̂_j on a batch of j's data; score on the full val splits
+        parts = influence_parts(ctx.fed.train_parts, hp.influence_samples, ctx.rng("pfedlia/influence_samples"))
+        ctx = dataclasses.replace(ctx, fed=dataclasses.replace(ctx.fed, train_parts=parts))
     res = ctx.train(broadcast(theta0, ctx.n_clients, copy=False), everyone, round_idx, epochs=hp.influence_epochs)
     models = {k: torch.cat([res.params[k], theta0[k].unsqueeze(0)]) for k in theta0}  # θ̂_0..θ̂_{K−1}, θ0
     loss, _, n = ctx.loss_matrix(models, everyone, split="val")
