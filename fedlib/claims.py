@@ -9,14 +9,25 @@ owner and later waits for the record. A claim is *stale* — and may be taken ov
 process is gone: on the same host, its pid no longer exists (a SIGKILLed grid); on another
 host, it is older than ``stale_after`` seconds (default ``$FEDLIB_CLAIM_TIMEOUT`` or 24 h),
 since a pid on another machine cannot be checked.
+
+A takeover never removes the claim file: the one process that creates the takeover token
+``.<key>.claim.<id>.takeover`` (``O_EXCL``; ``<id>`` names the very stale claim it read, by its
+content, inode and mtime) checks that the claim is still that one and replaces it by its own
+with one ``rename`` over it. Of any number of processes taking over one stale claim at the same
+instant exactly one gets the run; the others find the token (or a fresh claim) and back off,
+and at no instant is the run unclaimed, so none of them can slip in through :func:`try_claim`.
+A token whose process died mid-takeover is itself stale and is taken over the same way, by a
+token named after it.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import socket
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 __all__ = ["claim_path", "try_claim", "release", "is_stale", "take_over", "DEFAULT_STALE_AFTER"]
 
@@ -31,14 +42,23 @@ def claim_path(record: Path) -> Path:
 
 def try_claim(record: Path) -> bool:
     """Claim the run of ``record``; True if this process now owns it, False if another does."""
-    path = claim_path(record)
+    return _create_exclusive(claim_path(record))
+
+
+def _owner() -> str:
+    """This process's claim (or token) content: host, pid, time."""
+    return json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "time": time.time()})
+
+
+def _create_exclusive(path: Path) -> bool:
+    """Create ``path`` with this process's owner line (``O_EXCL``); False if it exists."""
     try:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
     except FileExistsError:
         return False
     try:
         with os.fdopen(fd, "w") as f:
-            f.write(json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "time": time.time()}))
+            f.write(_owner())
     except BaseException:
         path.unlink(missing_ok=True)
         raise
@@ -71,44 +91,88 @@ def is_stale(record: Path, stale_after: float | None = None) -> bool:
     return _stale_file(claim_path(record), stale_after)
 
 
+class _Seen(NamedTuple):
+    """One claim (or token) file as read at one instant: its text, mtime and identity."""
+
+    text: bytes
+    mtime: float
+    ident: str  # content, inode and mtime hashed: a later file at the same path differs
+
+
+def _read(path: Path) -> _Seen | None:
+    """The file at ``path`` (content and metadata of one open file), or None if there is none."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        text = f.read()
+    ident = hashlib.sha256(text + f"|{st.st_ino}|{st.st_mtime_ns}".encode()).hexdigest()[:24]
+    return _Seen(text, st.st_mtime, ident)
+
+
 def _stale_file(path: Path, stale_after: float | None = None) -> bool:
+    seen = _read(path)
+    return seen is not None and _is_stale(seen, stale_after)
+
+
+def _is_stale(seen: _Seen, stale_after: float | None = None) -> bool:
+    """Whether the process that wrote ``seen`` is gone (module doc)."""
     if stale_after is None:
         stale_after = float(os.environ.get("FEDLIB_CLAIM_TIMEOUT", DEFAULT_STALE_AFTER))
     try:
-        info = json.loads(path.read_text())
+        info = json.loads(seen.text)
         age = time.time() - float(info["time"])
-    except FileNotFoundError:
-        return False
-    except (OSError, ValueError, KeyError, TypeError):
-        try:
-            return time.time() - path.stat().st_mtime > 60  # a torn claim older than a minute
-        except FileNotFoundError:
-            return False
+        pid = int(info.get("pid", -1))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return time.time() - seen.mtime > 60  # a torn claim older than a minute
     if info.get("host") == socket.gethostname():
-        return not _pid_alive(int(info.get("pid", -1)))
+        return not _pid_alive(pid)
     return age > stale_after
 
 
 def take_over(record: Path) -> bool:
     """Replace a stale claim by this process's own; True if it now owns the run.
 
-    The stale claim is first renamed away (atomic: of two processes taking over at once only
-    one gets it); if what was renamed turns out to be a fresh claim (another process took over
-    between the staleness check and the rename), it is put back and this process backs off.
+    Atomic (module doc): the claim read as stale is replaced only by the process that created
+    its takeover token, and only if it is still that claim, with a ``rename`` over it — the
+    claim file is never absent, and of several processes taking over at once exactly one
+    gets True. False when the claim is live, or another process is taking it over or took it.
     """
     path = claim_path(record)
-    aside = path.with_name(f"{path.name}.{socket.gethostname()}.{os.getpid()}.stale")
-    try:
-        os.rename(path, aside)
-    except FileNotFoundError:
+    seen = _read(path)
+    if seen is None:
         return try_claim(record)
+    if not _is_stale(seen):
+        return False
+    walked, token = [], None
+    target = seen
+    while token is None:  # the token of the stale claim, or of a dead taker's token, and so on
+        candidate = path.with_name(f"{path.name}.{target.ident}.takeover")
+        if _create_exclusive(candidate):
+            token = candidate
+            break
+        other = _read(candidate)
+        if other is not None and not _is_stale(other):
+            return False  # a live process is taking it over
+        if other is not None:
+            walked.append(candidate)  # its taker died: take over its token
+            target = other
+        # else: its taker just finished and removed it; try to create it again
+    mine = token.with_suffix(".part")  # this process's new claim, before it is renamed over the old
     try:
-        if not _stale_file(aside):
-            try:
-                os.link(aside, path)  # put the live claim back (fails if yet another exists)
-            except FileExistsError:
-                pass
-            return False
+        now = _read(path)
+        if now is None or now.ident != seen.ident:
+            return False  # replaced (or released) since it was read: not ours to take
+        mine.write_text(_owner())
+        os.replace(mine, path)  # the claim changes owner in one step
+        return True
     finally:
-        aside.unlink(missing_ok=True)
-    return try_claim(record)
+        mine.unlink(missing_ok=True)
+        # The stale claim is gone for good (replaced here or before): its token, and those of
+        # takers that died holding one, can serve nobody now.
+        for used in (*walked, token):
+            used.unlink(missing_ok=True)
+        for dead in walked:  # and a new claim a dead taker left half-made
+            dead.with_suffix(".part").unlink(missing_ok=True)
