@@ -1,8 +1,20 @@
 """Evaluation metrics over per-client results (pure functions).
 
-Definitions (Clust-PSI-PFL Sec. IV-A; PSI-PFL Sec. 4):
+Definitions (Clust-PSI-PFL Sec. IV-A; PSI-PFL Sec. 4). One name for each quantity; where a paper
+calls it otherwise, its tables show the paper's name with this definition beside it:
     local accuracy   A_k = CC_k / n_k on client k's own test split, with the model client k uses
-    global accuracy  Σ_k n_k A_k / Σ_k n_k = Σ CC_k / Σ n_k (sample-weighted local accuracy)
+    weighted local accuracy
+                     Σ_k n_k A_k / Σ_k n_k = Σ CC_k / Σ n_k; record field ``global_accuracy``,
+                     because Clust-PSI-PFL and PSI-PFL call it "global accuracy" (their tables
+                     keep that name); ``run_grid``'s progress lines print it under this name
+    mean local accuracy
+                     (1/K) Σ_k A_k, unweighted (FedPrism's "local accuracy", pFedLIA's accuracy)
+    official-test accuracy
+                     mean over clients of each client's model on the data set's official test
+                     set; record field ``global_test_accuracy`` (FedPrism's "global accuracy")
+    global-model accuracy
+                     one global model (FedPrism's backbone G alone) on the official test set;
+                     ``info['global_model_accuracy']``
     AD, SDAD         mean and population std of |A_k − target|; target = 1.0 (Clust-PSI-PFL,
                      "distance from the perfect model") or the CL accuracy (PSI-PFL)
     CP               client parity, the maximum relative accuracy difference between clients:

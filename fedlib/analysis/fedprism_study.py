@@ -11,10 +11,13 @@ local accuracy   mean over clients of each client's accuracy on its own held-out
                  FedPrism's paper partitions the official test set with each client's class
                  proportions instead; both measure accuracy on the client's distribution,
                  ours trains on the other 80 % of the client's share of the training pool.
-                 (Clust-PSI-PFL's "global accuracy" is the sample-weighted version of this.)
-global accuracy  mean over clients of each client's model on the full official test set
-                 (``RunSpec(global_test=True)``); FedPrism: the client's backbone (the mixture
-                 is not used: the paper's global column hardly moves with the expert weight).
+                 (Clust-PSI-PFL's "global accuracy" is the sample-weighted version of this,
+                 the workbook's "weighted local accuracy".)
+official-test accuracy (the paper's "global accuracy", its Glob columns)
+                 mean over clients of each client's model on the full official test set
+                 (``RunSpec(global_test=True)``, record field ``global_test_accuracy``);
+                 FedPrism: the client's backbone (the mixture is not used: the paper's global
+                 column hardly moves with the expert weight). Names: :mod:`fedlib.evaluation`.
 """
 from __future__ import annotations
 

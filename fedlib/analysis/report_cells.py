@@ -55,14 +55,15 @@ REASONS = {
 """The report's vocabulary of reasons: key -> what it means."""
 
 METRICS = {
-    "global_accuracy": "Clust-PSI-PFL's global accuracy (%): Σ correct / Σ test samples over the "
-                       "clients, each client scored with its own model on its own test split",
+    "global_accuracy": "weighted local accuracy (%), Clust-PSI-PFL's \"global accuracy\": Σ correct / "
+                       "Σ test samples over the clients, each client scored with its own model on "
+                       "its own test split",
     "reported_accuracy": "the accuracy the authors' code reported (%): its reporting rule "
                          "(`fedlib.reproduction:reported_accuracy`)",
     "mean_local_accuracy": "mean local accuracy (%): the unweighted mean over clients of each "
                            "client's accuracy with its own model on its own test split",
-    "global_test_accuracy": "official-test accuracy (%): the method's global model on the data "
-                            "set's official test set",
+    "global_test_accuracy": "official-test accuracy (%), FedPrism's \"global accuracy\": mean over "
+                            "clients of each client's model on the data set's official test set",
     "ad_cl": "AD (%): mean over clients of |CL accuracy − the client's accuracy|",
     "sdad_cl": "SDAD (%): the standard deviation of the same distances",
     "cp": "client parity: (max − min) / min of the clients' accuracies",
