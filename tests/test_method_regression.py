@@ -9,6 +9,9 @@ path and on the sequential path. Every hook added since defaults to
 the old behaviour, so these must stay equal bit for bit (counts are integers; the accuracies
 are compared exactly too).
 
+Intended changes since: CFL draws its clients from FedAvg's ``selection/group0`` stream
+(it had its own), so its pins equal FedAvg's (it does not split in 3 rounds).
+
 Regenerate (only when a change of results is intended and explained):
 ``FEDLIB_REGRESSION_WRITE=1 python -m pytest tests/test_method_regression.py``.
 """
@@ -26,6 +29,7 @@ from fl_fixtures import method_context, method_hyper
 
 DATA = Path(__file__).parent / "data" / "method_regression.json"
 WRITE = os.environ.get("FEDLIB_REGRESSION_WRITE") == "1"
+pytestmark = pytest.mark.cross_cpu  # every case trains (tests/conftest.py)
 
 
 CASES = {"logistic": {"arch": "logistic", "path": "auto"},

@@ -80,6 +80,7 @@ def fedavg_on_opposite_groups():
     return final_accuracy(ctx)
 
 
+@pytest.mark.cross_cpu
 @pytest.mark.parametrize("fraction", [1.0, 0.5])
 def test_cfl_splits_opposite_label_groups_into_the_true_groups(fraction, fedavg_on_opposite_groups):
     ctx, group = opposite_label_groups()
@@ -91,6 +92,7 @@ def test_cfl_splits_opposite_label_groups_into_the_true_groups(fraction, fedavg_
     assert final_accuracy(ctx) > fedavg_on_opposite_groups + 0.2
 
 
+@pytest.mark.cross_cpu
 def test_cfl_does_not_split_an_iid_federation():
     ctx = make_context(protocol="similarity", level=1.0, rounds=10)
     out = run("cfl", ctx, **SPLIT_HP)
@@ -98,6 +100,7 @@ def test_cfl_does_not_split_an_iid_federation():
     assert out.assignment.tolist() == [0] * 10
 
 
+@pytest.mark.cross_cpu
 def test_cfl_warm_up_delays_the_split():
     ctx, _ = opposite_label_groups()
     out = run("cfl", ctx, **{**SPLIT_HP, "warmup_rounds": 10})  # = the fixture's 10 rounds
@@ -110,6 +113,7 @@ def test_cfl_warm_up_follows_the_number_of_rounds():
     assert cfl.warmup_for(cfl.Hyper(warmup_rounds=7), 40) == 7
 
 
+@pytest.mark.cross_cpu
 def test_cfl_splits_within_the_smoke_protocols_four_rounds():
     """With the warm-up fixed at 10 rounds CFL could never split in a 4-round run; ⌊T/4⌋ = 1."""
     ctx, group = opposite_label_groups()
@@ -133,6 +137,107 @@ def test_update_norms_by_hand():
     assert cfl.auto_eps1(0.2, 0.5) == pytest.approx(0.1)
 
 
+def test_split_reasons_name_every_failed_condition_in_order():
+    assert cfl.split_reasons(0.01, 0.5, eps1=0.05, eps2=0.1, trained=3, warm_up=False) == []
+    assert cfl.split_reasons(0.05, 0.5, 0.05, 0.1, 3, False) == ["mean ≥ ε1"]  # strict: ‖mean‖ < ε1
+    assert cfl.split_reasons(0.01, 0.1, 0.05, 0.1, 3, False) == ["max ≤ ε2"]   # strict: max > ε2
+    assert cfl.split_reasons(1.0, 0.0, 0.05, 0.1, 2, True) == ["warm-up", "too few clients", "mean ≥ ε1",
+                                                                  "max ≤ ε2"]
+    assert cfl.split_reasons(1.0, 0.5, None, 0.1, 3, True) == ["warm-up"]  # eps1='auto', not calibrated yet
+    assert cfl.split_reasons(float("nan"), 0.5, 0.05, 0.1, 3, False) == ["mean ≥ ε1"]
+
+
+def test_thresholds_label_fills_in_table_ii():
+    assert cfl.thresholds_label({}) == "ε1 = 1e-05, ε2 = 0.1, γ = 0.5"
+    assert cfl.thresholds_label({"eps1": 0.4, "eps2": 1.6, "gamma": 0.0, "warmup_rounds": 20}) == \
+        "ε1 = 0.4, ε2 = 1.6, γ = 0"
+    assert cfl.thresholds_label({"eps1": "auto", "auto_scale": 0.25}) == \
+        "ε1 = auto (0.25 × warm-up update), ε2 = 0.1, γ = 0.5"
+    assert cfl.thresholds({}) == cfl.thresholds({"eps1": 1e-5, "eps2": 0.1, "gamma": 0.5, "warmup_rounds": 3})
+    assert cfl.thresholds({"eps1": "auto"}) != cfl.thresholds({"eps1": "auto", "auto_scale": 0.25})
+    with pytest.raises(ValueError, match="eps2"):
+        cfl.thresholds({"eps2": -1.0})
+
+
+def recording_train(ctx) -> list:
+    """Every engine call's clients, in order: ``ctx.train`` wrapped."""
+    calls, real = [], ctx.train
+
+    def train(start, clients, round_idx, **kw):
+        calls.append(np.asarray(clients).tolist())
+        return real(start, clients, round_idx, **kw)
+
+    ctx.train = train
+    return calls
+
+
+@pytest.mark.cross_cpu
+def test_cfl_that_does_not_split_trains_fedavgs_clients_and_is_fedavg():
+    """Both draw from ``selection/group0``: CFL vs FedAvg differs by the split, not the sample."""
+    picked, history = {}, {}
+    for name in ("fedavg", "cfl"):
+        ctx = make_context(protocol="similarity", level=1.0, rounds=4)
+        picked[name] = recording_train(ctx)
+        out = run(name, ctx)  # Table II's thresholds: CFL does not split
+        history[name] = [h["global_accuracy"] for h in ctx.history]
+    assert out.info["splits"] == [] and len(picked["cfl"]) == 4
+    assert picked["cfl"] == picked["fedavg"]
+    assert all(len(p) == 5 for p in picked["cfl"]) and len({tuple(p) for p in picked["cfl"]}) > 1
+    assert history["cfl"] == history["fedavg"]
+
+
+@pytest.mark.cross_cpu
+def test_cfl_first_round_clients_are_fedavgs_when_it_splits():
+    ctx, _ = opposite_label_groups()
+    ctx.cfg = dataclasses.replace(ctx.cfg, fraction=0.5, rounds=8)
+    cfl_picked = recording_train(ctx)
+    out = run("cfl", ctx, **SPLIT_HP)
+    ctx_avg, _ = opposite_label_groups()
+    ctx_avg.cfg = ctx.cfg
+    avg_picked = recording_train(ctx_avg)
+    run("fedavg", ctx_avg)
+    split_round = out.info["splits"][0]["round"]  # 1-based: its clients trained before the split
+    assert split_round >= 3 and cfl_picked[:split_round] == avg_picked[:split_round]
+    assert split_round < 8 and len(cfl_picked[split_round]) == 4  # then each side draws ⌊0.5 · 5⌋ of its own
+
+
+@pytest.mark.cross_cpu
+def test_cfl_split_log_says_why_each_cluster_did_or_did_not_split():
+    ctx, _ = opposite_label_groups()
+    ctx.cfg = dataclasses.replace(ctx.cfg, rounds=6)
+    out = run("cfl", ctx, **SPLIT_HP)  # warm-up 2 rounds
+    log, norms = out.info["split_log"], out.info["norms"]
+    assert out.info["split_statistics"] == ["mean_norm", "max_norm"]
+    assert [(r["round"], r["cluster"]) for r in log] == [(r["round"], r["cluster"]) for r in norms]
+    for r, n in zip(log, norms):
+        assert (r["mean"], r["max"], r["trained"]) == (n["mean_norm"], n["max_norm"], n["size"])
+        assert (r["eps1"], r["eps2"]) == (0.05, 0.1)
+        assert r["split"] == (r["reason"] == "split") == (r["gamma_max"] is not None)
+        if not r["split"] and r["round"] > 2:
+            assert r["reason"] == "; ".join(cfl.split_reasons(r["mean"], r["max"], 0.05, 0.1, r["trained"], False))
+    assert [r["reason"] for r in log[:2]] == [
+        "; ".join(["warm-up"] + cfl.split_reasons(r["mean"], r["max"], 0.05, 0.1, 10, False)) for r in log[:2]]
+    (split,) = [r for r in log if r["split"]]
+    assert split["round"] == out.info["splits"][0]["round"] and split["members"] == split["trained"] == 10
+    assert split["mean"] < 0.05 and split["max"] > 0.1 and split["gamma_max"] > 0.5
+    assert {r["cluster"] for r in log if r["round"] > split["round"]} == {0, 1}
+
+    ctx, _ = opposite_label_groups()
+    ctx.cfg = dataclasses.replace(ctx.cfg, rounds=6)
+    strict = run("cfl", ctx, **{**SPLIT_HP, "gamma": 0.99})  # the same test passes; the γ check refuses
+    refused = [r for r in strict.info["split_log"] if r["reason"] == "γ_max ≤ γ"]
+    assert strict.info["n_clusters"] == 1 and refused and all(0.5 < r["gamma_max"] <= 0.99 for r in refused)
+
+
+@pytest.mark.cross_cpu
+def test_cfl_split_log_too_few_clients():
+    ctx = make_context(rounds=3, fraction=0.2)  # 2 of 10 clients a round: nothing to bipartition
+    out = run("cfl", ctx, eps1=1e3, eps2=0.0, warmup_rounds=0)  # every norm passes both thresholds
+    assert [r["reason"] for r in out.info["split_log"]] == ["too few clients"] * 3
+    assert out.info["n_clusters"] == 1
+
+
+@pytest.mark.cross_cpu
 def test_cfl_records_the_norms_its_test_reads_every_round():
     ctx = make_context(protocol="similarity", level=1.0, rounds=4)
     out = run("cfl", ctx)  # Table II's thresholds: no split
@@ -146,6 +251,7 @@ def test_cfl_records_the_norms_its_test_reads_every_round():
     assert out.info["eps1"] == 1e-5 and out.info["n_clusters"] == 1
 
 
+@pytest.mark.cross_cpu
 @pytest.mark.parametrize("fraction", [1.0, 0.5])
 def test_cfl_auto_eps1_is_calibrated_at_the_end_of_warm_up_and_splits_the_groups(fraction):
     ctx, group = opposite_label_groups()
@@ -159,6 +265,7 @@ def test_cfl_auto_eps1_is_calibrated_at_the_end_of_warm_up_and_splits_the_groups
     assert out.info["n_clusters"] == 2 and recovery_accuracy(out.assignment, group) == 1.0
 
 
+@pytest.mark.cross_cpu
 def test_cfl_auto_eps1_does_not_split_an_iid_federation():
     ctx = make_context(protocol="similarity", level=1.0, rounds=10)
     out = run("cfl", ctx, eps1="auto")
@@ -227,6 +334,7 @@ def test_proximal_centre_and_mu_give_the_gradient_of_the_soft_cluster_term():
 
 
 # ----------------------------------------------------------------------------- both methods
+@pytest.mark.cross_cpu
 @pytest.mark.parametrize("name", ["cfl", "fedsoft"])
 def test_method_learns_end_to_end(name):
     ctx = make_context(rounds=8)
@@ -237,6 +345,7 @@ def test_method_learns_end_to_end(name):
     assert len(ctx.history) == 8
 
 
+@pytest.mark.cross_cpu
 def test_fedsoft_assignment_is_argmax_importance_and_clusters_specialise():
     ctx, group = opposite_label_groups()
     out = run("fedsoft", ctx, n_clusters=2)

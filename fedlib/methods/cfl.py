@@ -27,6 +27,13 @@ data — to first order in the step, the side whose mean update is most aligned 
 own (unobserved) descent direction; no stale update is stored, and a member that never
 trained is placed as well. Ties go to the first side.
 
+Client sampling: one stream, ``selection/group0`` — FedAvg's (:func:`fedlib.methods.base.federated_averaging`
+draws its single group from it) — from which every cluster draws in turn, in cluster order,
+min(|c|, max(``FLConfig.min_clients``, ⌊q·|c|⌋)) of its members (:func:`~fedlib.methods.base.sample_clients`,
+FedAvg's rule). While CFL has not split it therefore trains exactly FedAvg's clients each round, so
+CFL vs FedAvg differs by the split alone; after a split the later clusters' draws follow the
+earlier ones' on the same stream (a run is still fixed by its seed).
+
 Warm-up: Sattler's experiments allowed splits after 20 of 80 rounds; the workbook keeps that
 quarter of the run, ``warmup_rounds=None`` → ⌊T/4⌋ (:func:`warmup_for`): 10 of the paper's
 T = 40, 1 of the smoke protocol's T = 4. An integer fixes it.
@@ -37,7 +44,10 @@ while some ‖ΔW_i‖ > ε2 = 0.1, i.e. a max/mean ratio above 10⁴. On FMNIST
 mean update's norm is ≈ 1.5–2.8 with Adam (a fresh Adam moves every weight by ≈ lr per step,
 so updates do not shrink as training stalls) and ≈ 0.02 with the authors' SGD, and the ratio
 max/mean is 3–10. Every round's norms are recorded in ``info['norms']`` (round, cluster, size,
-mean_norm, max_norm, ratio), so a user sees why a run does or does not split.
+mean_norm, max_norm, ratio), and every round's decision per cluster in ``info['split_log']``
+(:func:`split_reasons`: the two statistics the test compares, ε1, ε2, and why the cluster did or did
+not split — "warm-up", "too few clients", "mean ≥ ε1", "max ≤ ε2", "γ_max ≤ γ" or "split"), so a
+user sees why a run does or does not split.
 
 ``eps1='auto'`` (a departure from Table II, labelled so in the record's ``info['eps1']``):
 ε1 := ``auto_scale`` · mean_i ‖ΔW_i‖ over the clients that trained in the last warm-up round
@@ -152,6 +162,22 @@ def auto_eps1(mean_of_norms: float, scale: float) -> float:
     return scale * mean_of_norms
 
 
+def thresholds(values: dict | None = None) -> tuple:
+    """(ε1, ε2, γ) of a run's CFL hyperparameter overrides ``values`` (a spec's ``hyper``), Table
+    II's defaults filled in; ``eps1='auto'`` reads ('auto', auto_scale). Other keys are ignored."""
+    hp = Hyper(**{k: v for k, v in (values or {}).items() if k in ("eps1", "eps2", "gamma", "auto_scale")})
+    eps1 = ("auto", float(hp.auto_scale)) if hp.eps1 == "auto" else float(hp.eps1)
+    return eps1, float(hp.eps2), float(hp.gamma)
+
+
+def thresholds_label(values: dict | None = None) -> str:
+    """:func:`thresholds` in words, for a table row: ``'ε1 = 1e-05, ε2 = 0.1, γ = 0.5'``;
+    ``eps1='auto'`` reads ``'ε1 = auto (0.5 × warm-up update)'`` (:func:`auto_eps1`)."""
+    eps1, eps2, gamma = thresholds(values)
+    first = f"auto ({eps1[1]:g} × warm-up update)" if isinstance(eps1, tuple) else f"{eps1:g}"
+    return f"ε1 = {first}, ε2 = {eps2:g}, γ = {gamma:g}"
+
+
 GRID = {"eps1": (1e-5, 1e-4, 1e-3), "eps2": (0.001, 0.01, 0.1), "gamma": (0.1, 0.5, 0.9)}
 
 
@@ -191,6 +217,33 @@ def authors_split_criterion(dw: torch.Tensor, eps1: float, eps2: float, weights=
     deviation from the new aggregate (= dW_i − mean dW, means weighted by ``weights``)."""
     norms = update_norms(dw, weights)
     return norms["mean_deviation_norm"] < eps1 and norms["max_deviation_norm"] > eps2
+
+
+#: The two statistics each ``split_test`` compares with ε1 and ε2 (keys of :func:`update_norms`).
+SPLIT_STATISTICS = {"sattler": ("mean_norm", "max_norm"),
+                    "mean_of_norms": ("mean_deviation_norm", "max_deviation_norm")}
+
+
+def split_reasons(mean: float, max_: float, eps1: float | None, eps2: float, trained: int,
+                  warm_up: bool) -> list[str]:
+    """Why one cluster's round fails CFL's split test; ``[]`` when the test passes (the
+    bipartition and its γ check come next).
+
+    In this order: ``"warm-up"`` (the round is before ``warmup_rounds``), ``"too few clients"``
+    (``trained`` ≤ 2 members sent an update), ``"mean ≥ ε1"`` (not ``mean`` < ε1: the cluster
+    is not near a stationary point of its joint objective), ``"max ≤ ε2"`` (not ``max_`` > ε2:
+    no client is far from its own). ``mean`` and ``max_`` are the statistics the split test
+    compares (:data:`SPLIT_STATISTICS`); ``eps1`` None (``eps1='auto'`` before its calibration,
+    inside the warm-up) leaves the mean uncompared.
+    """
+    reasons = ["warm-up"] if warm_up else []
+    if trained <= 2:
+        reasons.append("too few clients")
+    if eps1 is not None and not mean < eps1:
+        reasons.append("mean ≥ ε1")
+    if not max_ > eps2:
+        reasons.append("max ≤ ε2")
+    return reasons
 
 
 def bipartition(dw: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
@@ -252,38 +305,53 @@ def _train_losses(ctx: Context, models: State, clients: np.ndarray) -> np.ndarra
     return to_host(res.mean_loss).reshape(len(clients), g)
 
 
-def _update_cluster(ctx: Context, hp: Hyper, may_split: bool, eps1: float, members: np.ndarray,
-                    picked: np.ndarray, dw: torch.Tensor, params: State,
-                    n: np.ndarray) -> tuple[list[np.ndarray], list[State]]:
-    """One cluster after a round: its (one or two) member arrays and their new models.
+def _update_cluster(ctx: Context, hp: Hyper, warm_up: bool, eps1: float | None, members: np.ndarray,
+                    picked: np.ndarray, dw: torch.Tensor, params: State, n: np.ndarray,
+                    norms: dict) -> tuple[list[np.ndarray], list[State], dict]:
+    """One cluster after a round: its (one or two) member arrays, their new models, and the
+    round's split decision (the :func:`run` docstring's ``split_log`` entry, less round and
+    cluster).
 
     ``picked``, ``dw`` (m, P), ``params`` (m, ...) and ``n`` (m,) describe the m members that
-    trained this round, in the same order; ``may_split`` is False during the warm-up.
+    trained this round, in the same order; ``norms`` is :func:`update_norms` of ``dw`` under
+    the aggregation weights; ``warm_up`` is True before ``warmup_rounds``.
     """
     sides = [np.arange(len(picked))]
     w = to_host(aggregation_weights(n, hp.aggregation), np.float64)
-    test = split_criterion if hp.split_test == "sattler" else authors_split_criterion
-    if may_split and len(picked) > 2 and test(dw, eps1, hp.eps2, w):
+    mean_key, max_key = SPLIT_STATISTICS[hp.split_test]
+    reasons = split_reasons(norms[mean_key], norms[max_key], eps1, hp.eps2, len(picked), warm_up)
+    g_max = None
+    if not reasons:
         a, b = bipartition(dw)
-        if gamma_max(cosine_similarity_matrix(dw), a, b) > hp.gamma:
+        g_max = gamma_max(cosine_similarity_matrix(dw), a, b)
+        if g_max > hp.gamma:
             sides = [a, b]
+        else:
+            reasons = ["γ_max ≤ γ"]
+    decision = {"members": len(members), "trained": len(picked), "mean": norms[mean_key], "max": norms[max_key],
+                "eps1": eps1, "eps2": hp.eps2, "gamma_max": g_max, "split": len(sides) == 2,
+                "reason": "; ".join(reasons) or "split"}
     models = [weighted_average(take(params, s), w[s]) for s in sides]
     if len(sides) == 1:
-        return [members], models
+        return [members], models, decision
     groups = [list(picked[s]) for s in sides]
     rest = np.setdiff1d(members, picked)
     if rest.size:
         stacked = {k: torch.stack([m[k] for m in models]) for k in models[0]}
         for client, side in zip(rest, assign_by_loss(_train_losses(ctx, stacked, rest))):
             groups[side].append(client)
-    return [np.sort(np.asarray(g, dtype=np.int64)) for g in groups], models
+    return [np.sort(np.asarray(g, dtype=np.int64)) for g in groups], models, decision
 
 
 def run(ctx: Context, hp: Hyper) -> Outcome:
     """CFL over ``ctx.cfg.rounds`` rounds; one model per final cluster, clients use their cluster's.
 
     ``info``: ``norms`` (per round and cluster that trained: round (1-based), cluster, size,
-    mean_norm, max_norm, mean_of_norms, ratio), ``eps1`` (the value used; with 'auto' also
+    mean_norm, max_norm, mean_of_norms, ratio), ``split_log`` (per round and cluster: round,
+    cluster, members, trained, ``mean`` and ``max`` — the statistics the split test compares,
+    named in ``split_statistics`` —, eps1 (None before an 'auto' calibration), eps2,
+    gamma_max (None unless the bipartition was tried), split, reason: :func:`split_reasons`,
+    ``"γ_max ≤ γ"`` or ``"split"``), ``eps1`` (the value used; with 'auto' also
     ``eps1_auto_from`` = the warm-up's last mean client-update norm), ``warmup_rounds``,
     ``splits``, the final clusters.
     """
@@ -293,10 +361,10 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
     names = [name for name, _ in ctx.model.named_parameters()]
     clusters = [np.arange(ctx.n_clients)]
     models = broadcast(ctx.init_state(), 1)
-    rng = ctx.rng("cfl/selection")
-    splits, norm_log, auto_from = [], [], None
+    rng = ctx.rng("selection/group0")  # FedAvg's stream (module docstring: Client sampling)
+    splits, norm_log, split_log, auto_from = [], [], [], None
     for t in range(ctx.cfg.rounds):
-        picks = [sample_clients(rng, c, ctx.cfg.fraction) for c in clusters]
+        picks = [sample_clients(rng, c, ctx.cfg.fraction, ctx.cfg.min_clients) for c in clusters]
         owner = np.concatenate([np.full(len(p), g) for g, p in enumerate(picks)])
         start = take(models, owner)
         res = ctx.train(start, np.concatenate(picks), t)
@@ -310,8 +378,9 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
             if eps1 is None and t == warmup - 1:  # eps1='auto': calibrate on the last warm-up round
                 auto_from = norms["mean_of_norms"]
                 eps1 = auto_eps1(auto_from, hp.auto_scale)
-            groups, cluster_models = _update_cluster(ctx, hp, t >= warmup, eps1, members, picked,
-                                                     dw[rows], take(res.params, rows), n[rows])
+            groups, cluster_models, decision = _update_cluster(ctx, hp, t < warmup, eps1, members, picked, dw[rows],
+                                                               take(res.params, rows), n[rows], norms)
+            split_log.append({"round": t + 1, "cluster": g, **decision})
             if len(groups) == 2:
                 splits.append({"round": t + 1, "sizes": [len(x) for x in groups]})
             new_clusters += groups
@@ -321,7 +390,8 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
         assignment = _assignment(clusters, ctx.n_clients)
         ctx.log_round(t, models, assignment)
     info = {"n_clusters": len(clusters), "cluster_sizes": [len(c) for c in clusters], "splits": splits,
-            "assignment": assignment.tolist(), "warmup_rounds": warmup, "eps1": eps1, "norms": norm_log}
+            "assignment": assignment.tolist(), "warmup_rounds": warmup, "eps1": eps1, "norms": norm_log,
+            "split_log": split_log, "split_statistics": list(SPLIT_STATISTICS[hp.split_test])}
     if hp.eps1 == "auto":
         info.update({"eps1_auto_from": auto_from, "eps1_rule": "auto (departure from Table II)"})
     return Outcome(models, assignment, info)
