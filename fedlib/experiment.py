@@ -200,7 +200,8 @@ def build_federation(spec: RunSpec, device="auto"):
 
     Raises
     ------
-    fedlib.partition.InfeasiblePartitionError for an infeasible partition.
+    fedlib.partition.InfeasiblePartitionError for an infeasible partition, or one whose
+    clients' test splits are all empty.
     """
     spec.validate()
     ds = _load(spec.dataset, spec.n_train, spec.n_global_test)
@@ -208,6 +209,7 @@ def build_federation(spec: RunSpec, device="auto"):
     parts = P.partition(y, spec.protocol, int(spec.n_clients), spec.level, int(spec.seed),
                         **({"dataset_name": spec.dataset} if spec.protocol == "dirichlet" else {}))
     train, val, test = P.train_val_test_split(parts, int(spec.seed), spec.test_fraction, spec.val_fraction)
+    _raise_if_no_test_samples(parts, test, spec)
     glob = {}
     if spec.global_test:
         if ds.x_test is None:
@@ -217,6 +219,23 @@ def build_federation(spec: RunSpec, device="auto"):
     fed = Federation.from_arrays(ds.x_train, y, train, test, device, n_classes=ds.n_classes, val_parts=val,
                                  **glob)
     return fed, P.label_counts(y, train, ds.n_classes), ds
+
+
+def _raise_if_no_test_samples(parts, test, spec: RunSpec) -> None:
+    """InfeasiblePartitionError when every client's test split is empty: nothing to report an
+    accuracy on. A client's test split is ``round(test_fraction · n_k)`` of its n_k samples, at
+    least one once n_k ≥ 2 (:func:`fedlib.partition.train_test_split`), so this happens when
+    every client holds at most one sample (e.g. shards, K = 20 of n_train = 30) or when
+    ``test_fraction`` rounds to 0 for all of them."""
+    if sum(len(t) for t in test):
+        return
+    lo, hi = min(len(p) for p in parts), max(len(p) for p in parts)
+    held = f"{lo} sample{'s' if lo != 1 else ''}" if lo == hi else f"{lo}–{hi} samples"
+    raise P.InfeasiblePartitionError(
+        f"no test samples: every one of K={len(parts)} clients' test split is empty (each holds {held} under "
+        f"{spec.protocol} at level {spec.level} of n_train={spec.n_train or 'all'}, "
+        f"test_fraction={spec.test_fraction}). "
+        "Use fewer clients, a larger n_train or a larger test_fraction.")
 
 
 def build_context(spec: RunSpec, device="auto"):
@@ -278,7 +297,8 @@ def _host(device: torch.device) -> dict:
 def run(spec: RunSpec, device="auto") -> dict:
     """Run one experiment and return its record (nothing is written).
 
-    ``status`` is ``"ok"`` (with metrics), ``"infeasible"`` (the partition cannot be made) or
+    ``status`` is ``"ok"`` (with metrics), ``"infeasible"`` (the partition cannot be made, or
+    leaves no client a test sample; ``error`` says why) or
     ``"failed"``: training diverged (a :class:`~fedlib.engine.errors.DivergenceError` — some
     weights or losses became NaN/±inf, in local training, a server update or the final
     models). A failed record has ``error`` (naming the method, the clients or server models,

@@ -56,6 +56,20 @@ def test_infeasible_partition_is_a_record_not_a_crash():
     assert rec["status"] == "infeasible" and "alpha=0.0001" in rec["error"]
 
 
+def test_a_setting_without_test_samples_is_an_infeasible_record(tmp_path, monkeypatch):
+    """Shards of one sample each (K = 20 of n_train = 30): no client has a test split, so no
+    accuracy exists — an infeasible record saying why, written once and not retried."""
+    s = X.RunSpec("adult", "shards", 1, 20, 0, "fedavg", fl=FAST, n_train=30)
+    rec = X.run(s)
+    assert rec["status"] == "infeasible" and "metrics" not in rec and "global_accuracy" not in rec
+    assert "test split is empty" in rec["error"] and "K=20" in rec["error"] and "each holds 1 sample " in rec["error"]
+    (first,) = X.run_grid([s], tmp_path, progress=False)
+    assert first["status"] == "infeasible"
+    monkeypatch.setattr(X, "run", lambda *a, **k: pytest.fail("an infeasible setting was retried"))
+    (again,) = X.run_grid([s], tmp_path, progress=False)
+    assert again["error"] == rec["error"]
+
+
 @pytest.mark.parametrize("bad, match", [
     (dict(level=0.0), "alpha"),
     (dict(protocol="similarity", level=1.5), r"S \(level\) must be in \[0, 1\]"),
