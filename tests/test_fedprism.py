@@ -17,6 +17,8 @@ from fedlib.experiment import RunSpec
 from fedlib.methods import fedprism as FP
 from fl_fixtures import make_context
 
+pytestmark = pytest.mark.cross_cpu  # trains or evaluates: numbers from the CPU's kernels (make test-other-cpu)
+
 
 def st(*rows):
     """A stacked one-tensor state from rows of numbers."""
@@ -63,6 +65,15 @@ def test_alpha_step_follows_the_distance_difference_and_clips():
     a = FP.alpha_step([0.5, 0.85, 0.05], dist_cluster=[3.0, 3.0, 1.0], dist_global=[1.0, 1.0, 3.0],
                       eta=0.1, high=0.9)
     assert np.allclose(a, [0.7, 0.9, 0.0])  # 0.5 + 0.2; 0.85 + 0.2 clipped to 0.9; 0.05 − 0.2 → 0
+
+
+def test_alpha_gamma_summary_by_hand():
+    row = FP.alpha_gamma_summary([0.9, 0.5, 0.9, 0.7], beta=0.1, high=0.9)
+    assert row["alpha_mean"] == pytest.approx(0.75) and row["alpha_min"] == 0.5 and row["alpha_max"] == 0.9
+    assert row["gamma_mean"] == pytest.approx(0.15) and row["gamma_min"] == pytest.approx(0.0)
+    assert row["gamma_max"] == pytest.approx(0.4) and row["at_cap"] == 0.5
+    paper = FP.alpha_gamma_summary([1.0, 0.95], beta=0.1, high=1.0)  # the paper's [0, 1] clip
+    assert paper["gamma_min"] == pytest.approx(-0.1) and paper["at_cap"] == 0.5
 
 
 def test_match_centroids_is_the_hungarian_assignment_on_cosine():
@@ -149,6 +160,17 @@ def test_fedprism_learns_personalised_models_on_a_tiny_federation(full):
     assert np.allclose(np.sum(info["cluster_weights"], 1), 1, atol=1e-5)
     assert info["reclustered_after_rounds"] == [3, 5]  # rounds t = 2, 4 (0-based) after warm-up 2
     assert len(set(info["cluster_of_client"])) > 1     # the soft weights left the uniform start
+
+
+def test_the_alpha_trace_follows_every_round_and_the_clip(full):
+    ctx, out = full
+    trace = out.info["alpha_trace"]
+    assert [r["round"] for r in trace] == [1, 2, 3, 4, 5, 6]
+    assert trace[-1] == {"round": 6, **FP.alpha_gamma_summary(out.info["alpha"], 0.1, 0.9)}  # the final α
+    assert all(r["gamma_min"] >= -1e-12 and r["alpha_max"] <= 0.9 + 1e-12 for r in trace)  # 'simplex'
+    _, paper = _run(FP.Hyper(n_clusters=3, warmup=2, recluster_every=2, alpha_clip="paper"))
+    assert all(r["alpha_max"] <= 1.0 + 1e-12 for r in paper.info["alpha_trace"])
+    assert paper.info["alpha_trace"][-1] == {"round": 6, **FP.alpha_gamma_summary(paper.info["alpha"], 0.1, 1.0)}
 
 
 def test_same_seed_same_numbers(full):

@@ -42,7 +42,12 @@ Choices where the paper is silent (all exposed as Hyper fields)
   update compares the client's two shared parts). Distances are Euclidean over all weights.
 * α is clipped to [0, 1 − β] (``alpha_clip='simplex'``, default) so that γ_i ≥ 0 and the
   backbone stays a convex combination; ``alpha_clip='paper'`` clips to [0, 1] as printed
-  (γ_i may then be negative).
+  (γ_i may then be negative). The paper is inconsistent here: α₀ = 0.9, β = 0.1 and
+  γ_i ← 1 − α_i − β start γ at 0, and Δ = ‖W′ − C̄_i‖ − ‖W′ − G‖ is usually ≥ 0, so under
+  'simplex' α sits at its cap and γ stays 0 (P_i is trained but never enters the backbone:
+  the 'full' ablation row then equals 'global_cluster'), and under 'paper' α rises past 0.9
+  and γ turns negative. ``info['alpha_trace']`` records, every round, α's and γ's mean, min,
+  max and the share of clients at the cap (:func:`alpha_gamma_summary`) to show which.
 * Initial state: G⁽⁰⁾ is the run's seeded initial model, every C_k⁽⁰⁾ = G⁽⁰⁾ (they separate
   once the soft weights differ), P_i⁽⁰⁾ and L_i⁽⁰⁾ differently seeded models (streams
   ``fedprism/private``, ``fedprism/expert``).
@@ -85,7 +90,7 @@ GRID: dict = {}
 
 COMPONENTS = ("full", "global", "cluster", "private", "global_cluster")
 
-__all__ = ["Hyper", "run", "prism_backbone", "soft_weights", "cluster_step", "alpha_step",
+__all__ = ["alpha_gamma_summary", "Hyper", "run", "prism_backbone", "soft_weights", "cluster_step", "alpha_step",
            "match_centroids", "coefficients", "check_arch", "NO_FEATURE_EXTRACTOR"]
 
 #: Architectures of :mod:`fedlib.models` whose body (:func:`fedlib.models.body`, every layer
@@ -221,6 +226,17 @@ def alpha_step(alpha, dist_cluster, dist_global, eta: float, high: float) -> np.
     return np.clip(a + eta * delta, 0.0, high)
 
 
+def alpha_gamma_summary(alpha, beta: float, high: float) -> dict:
+    """One round's mixing weights over the clients: α_i (M,), β, and the clip's upper end →
+    mean/min/max of α and of γ_i = 1 − α_i − β (the private part's weight), and the share of
+    clients whose α sits at ``high`` (``info['alpha_trace']``'s rows)."""
+    a = np.asarray(alpha, dtype=np.float64)
+    g = 1.0 - a - beta
+    return {"alpha_mean": float(a.mean()), "alpha_min": float(a.min()), "alpha_max": float(a.max()),
+            "gamma_mean": float(g.mean()), "gamma_min": float(g.min()), "gamma_max": float(g.max()),
+            "at_cap": float(np.mean(np.isclose(a, high)))}
+
+
 def match_centroids(centroids, references) -> np.ndarray:
     """Which cluster model each new centroid belongs to: the Hungarian assignment (scipy's
     ``linear_sum_assignment``) maximising the total cosine similarity between the new
@@ -266,7 +282,7 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
     weights = np.full((k_clients, n_k), 1.0 / n_k)
     centroids = None
     rng_sel, rng_km = ctx.rng("selection/group0"), ctx.rng("fedprism/kmeans")
-    reclusterings = []
+    reclusterings, trace = [], []
     predictor = lambda: GatedMixture(expert, temperature=hp.temperature, weight=hp.expert_weight)  # noqa: E731
     backbones = lambda: prism_backbone(g, clusters, private, alpha, beta, weights)  # noqa: E731
 
@@ -305,12 +321,13 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
             d_c = to_host((flat - _flat(c_bar_old)).norm(dim=1), np.float64)
             d_g = to_host((flat - _flat(broadcast(g_old, 1))).norm(dim=1), np.float64)
             alpha[s] = alpha_step(alpha[s], d_c, d_g, hp.eta_alpha, high)
+        trace.append({"round": t + 1, **alpha_gamma_summary(alpha, beta, high)})
         if (t + 1) % ctx.cfg.eval_every == 0 or t == ctx.cfg.rounds - 1:
             ctx.log_round(t, backbones(), np.arange(k_clients), predictor())
 
     info = {"alpha": alpha.tolist(), "beta": beta, "cluster_weights": weights.round(6).tolist(),
             "cluster_of_client": weights.argmax(1).tolist(), "reclustered_after_rounds": reclusterings,
-            "components": hp.components}
+            "components": hp.components, "alpha_trace": trace}
     final = backbones()
     info["expert_weight_sweep"] = {  # Tables 4/10 from this one run: each fixed λ's correct counts (K,)
         f"{w:g}": ctx.evaluate(final, np.arange(k_clients), predictor=GatedMixture(expert, weight=w))[0].tolist()
