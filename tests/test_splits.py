@@ -227,7 +227,7 @@ def test_loss_matrix_sum_reduction_and_validation(split_fed):
     assert torch.equal(total.correct, mean.correct)
     val_sum = loss_matrix(model, params, split_fed, [3], reduction="sum")
     assert val_sum.loss.tolist() == [[0.0], [0.0]]
-    with pytest.raises(ValueError, match="reduction must be 'mean' or 'sum', got 'max'"):
+    with pytest.raises(ValueError, match=r"reduction must be one of \['mean', 'sum', 'batch_means'\], got 'max'"):
         loss_matrix(model, params, split_fed, [0], reduction="max")
     with pytest.raises(ValueError, match="split must be one of"):
         loss_matrix(model, params, split_fed, [0], split="dev")

@@ -15,7 +15,7 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from ..models import float_state
-from ..validation import fail
+from ..validation import check_choice, fail
 from .federation import NO_GLOBAL_TEST, Federation, gather
 from .paths import clients_per_chunk, resolve_path
 from ._validation import check_int, check_state
@@ -193,7 +193,7 @@ class LossMatrix(NamedTuple):
 @exact
 def loss_matrix(model: nn.Module, params: State, fed: Federation, clients, split: str = "val",
                 reduction: str = "mean", batch_size: int = 256, path: str = "auto",
-                max_pairs_per_chunk: int | None = None) -> LossMatrix:
+                max_pairs_per_chunk: int | None = None, mean_batch: int = 64) -> LossMatrix:
     """Loss of every one of M models on every one of K clients' split, in batched calls.
 
     The M·K (model, client) pairs are rows of the same machinery as :func:`evaluate`
@@ -217,22 +217,29 @@ def loss_matrix(model: nn.Module, params: State, fed: Federation, clients, split
     clients : sequence of int, length K
         Client ids (repeats allowed).
     split : {'val', 'train', 'test', 'global'}
-    reduction : {'mean', 'sum'}
-        ``'mean'``: Σ loss / n (NaN on an empty split); ``'sum'``: Σ loss (0 on an empty split).
+    reduction : {'mean', 'sum', 'batch_means'}
+        ``'mean'``: Σ loss / n (NaN on an empty split); ``'sum'``: Σ loss (0 on an empty split);
+        ``'batch_means'``: the split cut in stored order into batches of ``mean_batch``
+        samples, Σ over the batches of each batch's mean loss (FedLab's ``evaluate``, which
+        the PSI papers' PoC and HACCS rank by; 0 on an empty split). The batches are rows of
+        the same machinery (each one a pair's piece), so every client's batches are scored in
+        the same batched calls as the other reductions.
     batch_size, path
         As in :func:`evaluate`.
     max_pairs_per_chunk : int, optional
-        Pairs per vectorised chunk (≥ 1).
+        Pairs per vectorised chunk (≥ 1); with ``'batch_means'``, batches per chunk.
+    mean_batch : int, default 64
+        Samples per batch mean with ``reduction='batch_means'`` (ignored otherwise).
 
     Returns
     -------
     LossMatrix
         ``(loss (M, K) float64, correct (M, K) int64, n (K,) int64)``.
     """
-    if reduction not in ("mean", "sum"):
-        raise ValueError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
+    check_choice(reduction, "reduction", _REDUCTIONS)
     clients = fed.check_clients(clients)
     check_int(batch_size, "batch_size", 1)
+    check_int(mean_batch, "mean_batch", 1)
     if max_pairs_per_chunk is not None:
         check_int(max_pairs_per_chunk, "max_pairs_per_chunk", 1)
     x, y, parts = fed.split(split)
@@ -244,12 +251,45 @@ def loss_matrix(model: nn.Module, params: State, fed: Federation, clients, split
     model_of = np.repeat(np.arange(m), k)            # pair p = (model_of[p], client_of[p])
     client_of = np.tile(np.arange(k), m)
     index = [parts[clients[j]] for j in client_of]
-    correct, loss_sum = _eval_rows(template, state, x, y, index, batch_size, chosen, max_pairs_per_chunk, model_of)
     n = torch.as_tensor(sizes, device=fed.device)
+    if reduction == "batch_means":
+        loss, correct = _batch_means(template, state, x, y, index, model_of, mean_batch, batch_size, chosen,
+                                     max_pairs_per_chunk)
+        return LossMatrix(loss.view(m, k), correct.view(m, k), n)
+    correct, loss_sum = _eval_rows(template, state, x, y, index, batch_size, chosen, max_pairs_per_chunk, model_of)
     loss = loss_sum.view(m, k)
     if reduction == "mean":
         loss = loss / n.double()
     return LossMatrix(loss, correct.view(m, k), n)
+
+
+_REDUCTIONS = ("mean", "sum", "batch_means")
+
+
+def _batch_means(template, state, x, y, index, model_of, mean_batch, batch_size, chosen, max_rows_per_chunk):
+    """(Σ of batch-mean losses (P,) float64, correct (P,) int64) of pair p — row
+    ``model_of[p]`` on ``x[index[p]]`` cut into batches of ``mean_batch`` in stored order.
+
+    Every batch is one row of :func:`_eval_rows` (its model row repeated), so all pairs'
+    batches go through one batched evaluation; the per-batch means are added up on the host
+    in batch order (``np.bincount``: sequential, the same bits on every device)."""
+    pieces, pair_of = [], []
+    for p, idx in enumerate(index):
+        for start in range(0, len(idx), mean_batch):
+            pieces.append(idx[start:start + mean_batch])
+            pair_of.append(p)
+    n_pairs = len(index)
+    if not pieces:  # every split empty
+        return (torch.zeros(n_pairs, dtype=torch.float64, device=x.device),
+                torch.zeros(n_pairs, dtype=torch.int64, device=x.device))
+    pair_of = np.asarray(pair_of, dtype=np.int64)
+    correct, loss_sum = _eval_rows(template, state, x, y, pieces, batch_size, chosen, max_rows_per_chunk,
+                                   np.asarray(model_of)[pair_of])
+    means = loss_sum.cpu().numpy() / np.array([len(i) for i in pieces], dtype=np.float64)
+    loss = np.bincount(pair_of, weights=means, minlength=n_pairs)
+    counts = np.bincount(pair_of, weights=correct.cpu().numpy(), minlength=n_pairs)
+    return (torch.as_tensor(loss, dtype=torch.float64, device=x.device),
+            torch.as_tensor(counts, dtype=torch.int64, device=x.device))
 
 
 def _n_rows(params: State) -> int:

@@ -50,7 +50,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..engine import Federation, RunningAverage, broadcast, evaluate, local_train, predict_logits, weighted_average
+from ..engine import Federation, RunningAverage, broadcast, evaluate, local_train, weighted_average
 from ..engine.errors import DivergenceError
 from ..engine.evaluate import evaluate_global, loss_matrix
 from ..engine.host import to_host
@@ -550,7 +550,9 @@ def fedlab_losses(ctx: Context, global_state: State, clients, batch_size: int = 
     """The client "loss" FedLab's ``evaluate`` returns, which the PSI papers' PoC and HACCS rank
     by: the sum over the client's train split in stored order, cut into batches of
     ``batch_size``, of each batch's mean cross-entropy — so a client with more batches
-    looks lossier (⌈n_k / B⌉ batch means added up).
+    looks lossier (⌈n_k / B⌉ batch means added up). Every client's batches are scored in one
+    batched evaluation (:func:`fedlib.engine.loss_matrix`, ``reduction='batch_means'``), on the
+    protocol's path.
 
     Returns
     -------
@@ -558,18 +560,9 @@ def fedlab_losses(ctx: Context, global_state: State, clients, batch_size: int = 
     """
     check_int(batch_size, "batch_size", 1)
     clients = np.asarray(clients, dtype=np.int64)
-    x, y, parts = ctx.fed.split("train")
-    out = np.zeros(len(clients))
-    stacked = broadcast(global_state, 1)
-    for row, c in enumerate(clients):
-        index = torch.as_tensor(np.asarray(parts[c], dtype=np.int64), device=x.device)
-        if index.numel() == 0:
-            continue
-        with torch.no_grad():
-            loss = torch.nn.functional.cross_entropy(predict_logits(ctx.model, stacked, x[index])[0], y[index],
-                                                     reduction="none").double()
-        out[row] = float(sum(to_host(b.mean()) for b in torch.split(loss, batch_size)))
-    return out
+    res = loss_matrix(ctx.model, broadcast(global_state, 1), ctx.fed, clients, split="train",
+                      reduction="batch_means", mean_batch=batch_size, path=ctx.cfg.path)
+    return to_host(res.loss[0], np.float64)
 
 
 def local_losses(ctx: Context, global_state: State, clients) -> np.ndarray:
