@@ -34,6 +34,13 @@ def test_training_specs_follow_the_paper():
     assert ("noisy_clusters", "oracle") not in by and len(by[("pathological_clusters", "oracle")]) == 2
     assert by[("noisy_clusters", "pfedlia (p2p)")][0].hyper == {"warmup_rounds": 3, "clustering": "p2p"}
     assert ("pathological_clusters", "clust_psi_pfl") in by  # for the recovery table
+    variants = study.training_specs(["noisy_clusters"], 20, [0], FL, methods=["cfl"], recovery_extra=(),
+                                    hyper={"cfl": {**study.CFL_PAPER, "warmup_rounds": 3}},
+                                    cfl_variants=[{"eps1": "auto", "eps2": 0.0}])
+    assert [s.hyper for s in variants] == [{**study.CFL_PAPER, "warmup_rounds": 3},
+                                           {**study.CFL_PAPER, "warmup_rounds": 3, "eps1": "auto", "eps2": 0.0}]
+    assert [study.method_label(s.to_dict()) for s in variants] == [
+        "cfl", "cfl (ε1 = auto (0.5 × warm-up update), ε2 = 0, γ = 0)"]
     assert {s.val_fraction for s in specs} == {0.2} and {s.level for s in specs} == {5}
     assert by[("pathological_clusters", "local")][0].hyper == {"epochs": round(10 * 0.25 * 2)}
     for s in specs:
@@ -55,7 +62,8 @@ def test_tables_from_records():
     recs += [record("pfedlia", "pathological_clusters", 0, 0.97, grouping=perfect),
              record("pfedlia", "pathological_clusters", 0, 0.90, grouping=merged, hyper={"clustering": "p2p"}),
              record("fedavg", "pathological_clusters", 0, 0.60),
-             record("cfl", "noisy_clusters", 0, 0.5, info={"assignment": merged}),
+             record("cfl", "noisy_clusters", 0, 0.5, info={"assignment": merged}, hyper=study.CFL_PAPER),
+             record("cfl", "noisy_clusters", 0, 0.7, info={"assignment": perfect}, hyper={"eps1": "auto"}),
              record("fedfomo", "noisy_clusters", 0, 0.0, status="failed")]
     df = study.accuracy_frame(recs)
     t = study.table1(df).set_index("Method")
@@ -67,7 +75,12 @@ def test_tables_from_records():
     rec = study.recovery_table(df).set_index("Method")
     assert rec.loc["pFedLIA", "Pathological ARI"] == "1.00 (n = 1)"
     assert rec.loc["pFedLIA (p2p)", "Pathological ARI"] == "0.00 (n = 1)"
-    assert rec.loc["CFL", "Noisy groups"] == "1.00 (n = 1)"
+    flbench = "CFL (ε1 = 0.4, ε2 = 1.6, γ = 0: FL-bench's)"
+    auto = "CFL (ε1 = auto (0.5 × warm-up update), ε2 = 0.1, γ = 0.5)"  # Table II's ε2, γ: the cfl defaults
+    assert t.index.tolist()[-4:] == [flbench, auto, "pFedLIA", "pFedLIA (p2p)"]
+    assert t.loc[flbench, "Noisy"] == "50.00 (n = 1)" and t.loc[flbench, "Noisy (paper)"] == "67.10 ± 4.80"
+    assert t.loc[auto, "Noisy"] == "70.00 (n = 1)" and t.loc[auto, "Noisy (paper)"] == "—"
+    assert rec.loc[flbench, "Noisy groups"] == "1.00 (n = 1)" and rec.loc[auto, "Noisy ARI"] == "1.00 (n = 1)"
     assert np.isnan(df[df.method == "fedavg"].ari).all()  # FedAvg has no grouping
     lines = study.observations(df)
     assert any("pFedLIA 97.00 vs Oracle 98.50 — within 1 point: False" in x for x in lines)

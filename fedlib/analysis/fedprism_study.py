@@ -29,12 +29,13 @@ import pandas as pd
 
 from .. import partition as P
 from ..experiment import RunSpec, grid_specs
-from ..methods import DISPLAY_NAMES
+from ..methods import DISPLAY_NAMES, cfl
 from .tables import mean_sd, frame_markdown as table_markdown
 from ..validation import check_int, check_number, fail
 
 __all__ = ["PAPER_MAIN", "PAPER_TABLE9", "PAPER_TABLE10", "PAPER_TABLE11", "NOT_RUN_HERE", "METHODS",
-           "local_epochs_total", "training_specs", "ablation_specs", "accuracy_frame", "variant_of",
+           "CFL_PAPER", "local_epochs_total", "training_specs", "ablation_specs", "accuracy_frame", "variant_of",
+           "method_label",
            "main_table", "ablation_table", "weight_sweep_table", "observations", "training_labels", "partition_preview",
            "fig_partition", "table_markdown"]
 
@@ -83,6 +84,10 @@ PAPER_TABLE10 = {0.0: (39.54, 43.07), 0.2: (40.09, 93.48), 0.5: (40.49, 95.38), 
 PAPER_TABLE11 = {0.1: (27.46, 95.19), 0.3: (34.95, 95.29), 0.5: (41.83, 95.20), 0.7: (63.62, 95.44),
                  0.9: (84.83, 95.55)}
 NOT_RUN_HERE = {"svhn": "SVHN", "cifar10": "CIFAR-10", "cifar100": "CIFAR-100"}
+# FedPrism states no CFL thresholds (and has no public code): its CFL row is read at Clust-PSI-PFL's
+# Table II (the cfl module's defaults), labelled as such; other thresholds are rows of their own.
+CFL_PAPER = {"eps1": 1e-5, "eps2": 0.1, "gamma": 0.5}
+CFL_PAPER_SOURCE = "Clust-PSI-PFL's Table II; FedPrism states none"
 COMPONENT_NAMES = {"full": "Full FedPrism", "global": "Pure Global", "cluster": "Pure Cluster",
                    "global_cluster": "Global + Cluster (no private)", "private": "Pure Private"}
 
@@ -101,15 +106,23 @@ def _fedprism_protocol(specs, arch: str, n_global_test: int | None) -> list[RunS
 
 def training_specs(alphas, n_clients: int, seeds, fl: dict, *, hyper: dict | None = None, n_train=None,
                    methods=None, arch: str = "lenet5", dataset: str = "fmnist",
-                   n_global_test: int | None = None) -> list[RunSpec]:
+                   n_global_test: int | None = None, cfl_variants=()) -> list[RunSpec]:
     """Tables 1/6/7 on one data set: ``methods`` (default :data:`METHODS`) × Dirichlet ``alphas`` ×
     ``seeds``, LeNet-5, the official test set (or its stratified ``n_global_test`` subset)
     evaluated. Local-only trains :func:`local_epochs_total`
-    epochs unless ``hyper['local']`` says otherwise."""
+    epochs unless ``hyper['local']`` says otherwise. One more CFL run per dict of
+    ``cfl_variants`` (its hyperparameters over ``hyper['cfl']``, e.g. ``{'eps1': 'auto'}``) when
+    CFL is among ``methods``: a row of its own (:func:`method_label`)."""
     hyper = {m: dict(v) for m, v in (hyper or {}).items()}
     hyper.setdefault("local", {}).setdefault("epochs", local_epochs_total(fl))
-    specs = grid_specs([dataset], {"dirichlet": list(alphas)}, [n_clients], list(seeds), list(methods or METHODS),
+    methods = list(methods or METHODS)
+    specs = grid_specs([dataset], {"dirichlet": list(alphas)}, [n_clients], list(seeds), methods,
                        hyper=hyper, fl=fl, n_train=n_train)
+    for v in cfl_variants if "cfl" in methods else ():
+        if not isinstance(v, dict):
+            fail("cfl_variants", "a list of dicts of CFL hyperparameters, e.g. [{'eps1': 'auto'}]", v)
+        specs += grid_specs([dataset], {"dirichlet": list(alphas)}, [n_clients], list(seeds), ["cfl"],
+                            hyper={"cfl": {**hyper.get("cfl", {}), **v}}, fl=fl, n_train=n_train)
     return _fedprism_protocol(specs, arch, n_global_test)
 
 
@@ -139,14 +152,29 @@ def variant_of(spec: dict) -> str:
     return "full"
 
 
+def method_label(spec: dict) -> str:
+    """The row name of a run: its method, and CFL's thresholds when they are not
+    :data:`CFL_PAPER`, e.g. ``'cfl (ε1 = auto (0.5 × warm-up update), ε2 = 0.1, γ = 0.5)'``."""
+    if spec["method"] == "cfl" and cfl.thresholds(spec.get("hyper", {})) != cfl.thresholds(CFL_PAPER):
+        return f"cfl ({cfl.thresholds_label(spec.get('hyper', {}))})"
+    return spec["method"]
+
+
+def _display(label: str) -> str:
+    if label == "cfl":
+        return f"{DISPLAY_NAMES['cfl']} (FedCFL; {cfl.thresholds_label(CFL_PAPER)}: {CFL_PAPER_SOURCE})"
+    base, _, rest = label.partition(" ")
+    return DISPLAY_NAMES.get(base, base) + (f" {rest}" if rest else "")
+
+
 def accuracy_frame(records) -> pd.DataFrame:
-    """One row per run: method, variant, level (Dirichlet α), seed, status, ``local`` and
+    """One row per run: method (:func:`method_label`), variant, level (Dirichlet α), seed, status, ``local`` and
     ``global`` accuracy in % (module docstring), ``global_model`` (FedPrism's G alone, %),
     ``seconds``; FedPrism rows carry ``sweep``: fixed expert weight → local accuracy (%)."""
     rows = []
     for r in records:
         s = r["spec"]
-        row = {"method": s["method"], "variant": variant_of(s) if s["method"] == "fedprism" else "",
+        row = {"method": method_label(s), "variant": variant_of(s) if s["method"] == "fedprism" else "",
                "level": s["level"], "n_clients": s["n_clients"], "seed": s["seed"], "status": r["status"],
                "seconds": r.get("seconds", np.nan)}
         if r["status"] == "ok":
@@ -175,12 +203,16 @@ def _cell(values) -> str:
 def main_table(df: pd.DataFrame, methods=None, dataset: str = "fmnist") -> pd.DataFrame:
     """Tables 1/6/7: per method and α, ours (Glob, Loc: mean ± std over seeds) and the paper's
     column for ``dataset`` ('svhn', 'fmnist', 'cifar10', 'cifar100'); runs that failed or were
-    infeasible show their status."""
+    infeasible show their status. CFL runs at other thresholds than :data:`CFL_PAPER` follow
+    the CFL row, without the paper's values."""
     paper_ds = _paper_columns(dataset)
     rows = []
     main = df[(df.method != "fedprism") | (df.variant == "full")]
+    labels = []
     for m in methods or METHODS:
-        row = {"Method": DISPLAY_NAMES.get(m, m) + (" (FedCFL)" if m == "cfl" else "")}
+        labels += [m] + (sorted(x for x in set(main.method) if x.startswith("cfl (")) if m == "cfl" else [])
+    for m in labels:
+        row = {"Method": _display(m)}
         for a in sorted(main.level.unique()):
             g = main[(main.method == m) & (main.level == a)]
             ok = g[g.status == "ok"]
@@ -260,7 +292,7 @@ def observations(df: pd.DataFrame, dataset: str = "fmnist") -> list[str]:
         best = mean.xs(a, level="level")["local"].idxmax() if (ok.level == a).any() else None
         if best is not None and pa:
             paper_best = max(pa, key=lambda m: pa[m][1])
-            lines.append(f"α={a:g}: best local accuracy: {DISPLAY_NAMES.get(best, best)} "
+            lines.append(f"α={a:g}: best local accuracy: {_display(best)} "
                          f"(paper: {DISPLAY_NAMES.get(paper_best, paper_best)})")
     return lines
 

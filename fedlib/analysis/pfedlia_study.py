@@ -11,6 +11,11 @@ train:validation is the paper's 3:1 (Sec. IV-D); only pFedLIA and FedFomo use th
 split. The paper's model is a pretrained ResNet-18 (not obtainable offline): ours is the
 workbook's FMNIST CNN from random initialisation (``arch='resnet18'`` is available, from
 random initialisation too).
+
+CFL: the paper ran it through FL-bench, whose defaults are ε1 = 0.4, ε2 = 1.6, no γ check
+(:data:`CFL_PAPER`; the row "CFL"). Other thresholds (``cfl_variants`` of
+:func:`training_specs`, e.g. ``eps1='auto'``) are rows of their own, named by their thresholds
+(:func:`method_label`), without the paper's value beside them.
 """
 from __future__ import annotations
 
@@ -23,11 +28,11 @@ import pandas as pd
 from .. import partition as P
 from ..evaluation import cluster_recovery
 from ..experiment import RunSpec, grid_specs
-from ..methods import DISPLAY_NAMES
+from ..methods import DISPLAY_NAMES, cfl
 from .tables import mean_sd, frame_markdown as table_markdown
 from ..validation import check_choice, check_int, fail
 
-__all__ = ["METHODS", "SETTINGS", "PAPER_TABLE1", "RECOVERY_METHODS", "NOT_RUN_HERE", "local_epochs_total",
+__all__ = ["METHODS", "SETTINGS", "PAPER_TABLE1", "RECOVERY_METHODS", "NOT_RUN_HERE", "CFL_PAPER", "local_epochs_total",
            "training_specs", "method_label", "accuracy_frame", "table1", "recovery_table", "rounds_frame",
            "fig_rounds", "influence_frame", "fig_influence", "observations", "table_markdown"]
 
@@ -35,6 +40,9 @@ METHODS = ["oracle", "local", "fedavg", "fedfomo", "fedproto", "fesem", "cfl", "
 SETTINGS = {"pathological_clusters": "Pathological", "noisy_clusters": "Noisy"}
 RECOVERY_METHODS = ["pfedlia", "pfedlia (p2p)", "fesem", "cfl", "clust_psi_pfl"]
 NOT_RUN_HERE = {"cifar10": "CIFAR-10", "cifar100": "CIFAR-100 (superclasses)"}
+# CFL's thresholds in the paper's runs: FL-bench's defaults (src/server/cfl.py: eps_1 0.4, eps_2 1.6,
+# no γ check; clustering from round 20, the warm-up, which params/paper/10_pfedlia.yaml sets).
+CFL_PAPER = {"eps1": 0.4, "eps2": 1.6, "gamma": 0.0}
 # Table I, accuracy (%) mean and std over 4 runs, as printed; None where the paper shows "–".
 _ROWS = {  # method: (pathological CIFAR10, FMNIST, CIFAR100, noisy CIFAR10, FMNIST, CIFAR100)
     "oracle": [(86.08, 1.67), (99.07, 0.21), (68.28, 2.24), None, None, None],
@@ -64,13 +72,15 @@ def local_epochs_total(fl: dict) -> int:
 
 def training_specs(settings, n_clients: int, seeds, fl: dict, *, n_clusters: int = 5, hyper: dict | None = None,
                    n_train=None, methods=None, p2p: bool = True, recovery_extra=("clust_psi_pfl",),
-                   arch: str | None = None, dataset: str = "fmnist", val_fraction: float = 0.2) -> list[RunSpec]:
+                   arch: str | None = None, dataset: str = "fmnist", val_fraction: float = 0.2,
+                   cfl_variants=()) -> list[RunSpec]:
     """Table I on one data set: ``methods`` (default :data:`METHODS`) × ``settings`` (partition
     protocols, :data:`SETTINGS`) × ``seeds``, with ``n_clusters`` planted clusters; the Oracle
     only where it is defined (pathological); pFedLIA's peer-to-peer variant too when ``p2p``;
-    ``recovery_extra`` methods for the cluster-recovery table only. Every run splits its
-    clients 60/20/20 (train/validation/test: the paper's 3:1) so every method trains on the
-    same data."""
+    ``recovery_extra`` methods for the cluster-recovery table only; one more CFL run per dict of
+    ``cfl_variants`` (its hyperparameters over ``hyper['cfl']``, e.g. ``{'eps1': 'auto'}``) when
+    CFL is among ``methods``. Every run splits its clients 60/20/20 (train/validation/test: the
+    paper's 3:1) so every method trains on the same data."""
     for s in settings:
         check_choice(s, "settings", tuple(SETTINGS))
     check_int(n_clusters, "n_clusters", 1)
@@ -84,6 +94,11 @@ def training_specs(settings, n_clients: int, seeds, fl: dict, *, n_clusters: int
         ms = [m for m in methods if not (m == "oracle" and setting != "pathological_clusters")]
         specs += grid_specs([dataset], {setting: [n_clusters]}, [n_clients], list(seeds), ms, hyper=hyper, fl=fl,
                             n_train=n_train)
+        for v in cfl_variants if "cfl" in methods else ():
+            if not isinstance(v, dict):
+                fail("cfl_variants", "a list of dicts of CFL hyperparameters, e.g. [{'eps1': 'auto'}]", v)
+            specs += grid_specs([dataset], {setting: [n_clusters]}, [n_clients], list(seeds), ["cfl"],
+                                hyper={"cfl": {**hyper.get("cfl", {}), **v}}, fl=fl, n_train=n_train)
         if p2p and "pfedlia" in methods:
             specs += grid_specs([dataset], {setting: [n_clusters]}, [n_clients], list(seeds), ["pfedlia"],
                                 hyper={"pfedlia": {**hyper.get("pfedlia", {}), "clustering": "p2p"}}, fl=fl,
@@ -93,15 +108,32 @@ def training_specs(settings, n_clients: int, seeds, fl: dict, *, n_clusters: int
 
 # ----------------------------------------------------------------------------- records → frames
 def method_label(spec: dict) -> str:
-    """The row name of a run: the method, and pFedLIA's clustering when it is peer-to-peer."""
-    if spec["method"] == "pfedlia" and spec.get("hyper", {}).get("clustering", "centralised") == "p2p":
+    """The row name of a run: the method, pFedLIA's clustering when it is peer-to-peer, CFL's
+    thresholds when they are not the paper's (:data:`CFL_PAPER`), e.g. ``'cfl (ε1 = auto (0.5 ×
+    warm-up update), ε2 = 0, γ = 0)'``."""
+    hyper = spec.get("hyper", {})
+    if spec["method"] == "pfedlia" and hyper.get("clustering", "centralised") == "p2p":
         return "pfedlia (p2p)"
+    if spec["method"] == "cfl" and cfl.thresholds(hyper) != cfl.thresholds(CFL_PAPER):
+        return f"cfl ({cfl.thresholds_label(hyper)})"
     return spec["method"]
 
 
 def _display(label: str) -> str:
+    if label == "cfl":
+        return f"{DISPLAY_NAMES['cfl']} ({cfl.thresholds_label(CFL_PAPER)}: FL-bench's)"
     base, _, rest = label.partition(" ")
     return DISPLAY_NAMES.get(base, base) + (f" {rest}" if rest else "")
+
+
+def _with_variants(names, present) -> list[str]:
+    """``names`` present, each CFL row of other thresholds right after "cfl"."""
+    out = []
+    for m in names:
+        out += [m] if m in present else []
+        if m == "cfl":
+            out += sorted(x for x in present if x.startswith("cfl ("))
+    return out
 
 
 def accuracy_frame(records) -> pd.DataFrame:
@@ -140,7 +172,7 @@ def _paper(setting: str, dataset: str, method: str) -> str:
 def table1(df: pd.DataFrame, dataset: str = "fmnist") -> pd.DataFrame:
     """Table I on ``dataset``: per method and setting, ours (mean ± std over seeds, %) and the
     paper's; runs that failed or were infeasible show their status, missing cells "—"."""
-    labels = [m for m in METHODS + ["pfedlia (p2p)"] if m in set(df.method)]
+    labels = _with_variants(METHODS + ["pfedlia (p2p)"], set(df.method))
     rows = []
     for m in labels:
         row = {"Method": _display(m)}
@@ -157,7 +189,7 @@ def recovery_table(df: pd.DataFrame) -> pd.DataFrame:
     """Adjusted Rand index (mean ± std over seeds) of each clustering method's groups against
     the planted clusters, and the number of groups it found, per setting."""
     rows = []
-    for m in [m for m in RECOVERY_METHODS if m in set(df.method)]:
+    for m in _with_variants(RECOVERY_METHODS, set(df.method)):
         row = {"Method": _display(m)}
         for setting, name in SETTINGS.items():
             g = df[(df.method == m) & (df.setting == setting) & (df.status == "ok")]
@@ -188,7 +220,7 @@ def fig_rounds(curves: pd.DataFrame, warmup_rounds: int):
     cmap = plt.get_cmap("tab10")
     for ax, setting in zip(axes[0], settings):
         df = curves[curves.setting == setting]
-        for i, m in enumerate(METHODS + ["pfedlia (p2p)"]):
+        for i, m in enumerate(_with_variants(METHODS + ["pfedlia (p2p)"], set(df.method))):
             d = df[df.method == m]
             if len(d):
                 ax.plot(d["round"], d.accuracy, label=_display(m), color=cmap(i % 10),
