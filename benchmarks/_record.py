@@ -36,8 +36,14 @@ REPO = Path(__file__).resolve().parents[1]
 __all__ = ["SCHEMA", "add_argument", "host", "commit", "make_record", "write", "save"]
 
 
+_STARTED_AT: list[str | None] = []  # the commit checked out when the benchmark parsed its arguments
+
+
 def add_argument(parser: argparse.ArgumentParser) -> None:
-    """Add ``--record DIR`` to a benchmark's command line."""
+    """Add ``--record DIR`` to a benchmark's command line (and note the commit checked out
+    now, before the run: the code it imported)."""
+    if not _STARTED_AT:
+        _STARTED_AT.append(commit())
     parser.add_argument("--record", metavar="DIR", default=None,
                         help="also write this run's figures, arguments and host as one JSON file in DIR "
                              "(benchmarks/records/speed/<benchmark>/; rendered by benchmarks/report.py)")
@@ -83,8 +89,8 @@ def make_record(benchmark: str, args, results: list[dict], *, device="cpu", note
     now = (now or datetime.datetime.now(datetime.timezone.utc)).astimezone(datetime.timezone.utc)
     record = {"schema": SCHEMA, "benchmark": benchmark, "args": _arguments(args), "results": list(results),
               "device": torch.device(device).type, "host": host(device), "torch": torch.__version__,
-              "commit": commit(), "timestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"), "load_average": _load(),
-              "cores": os.cpu_count()}
+              "commit": _STARTED_AT[0] if _STARTED_AT else commit(), "timestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+              "load_average": _load(), "cores": os.cpu_count()}
     if notes:
         record["notes"] = list(notes)
     return record

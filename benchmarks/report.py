@@ -39,7 +39,7 @@ def _scaled(factor: float, digits: int) -> Callable:
 
 
 def _percent(v) -> str:
-    return f"{v:.0%}"
+    return f"{v:.0%}" if abs(v) >= 0.095 else f"{v:.1%}"  # shares under 10 % keep a decimal
 
 
 def _text(v) -> str:
@@ -225,7 +225,7 @@ def _run_header(record: dict) -> list[str]:
     lines = [f"**{machine_label(record)}**: " + " · ".join(facts) + ".", ""]
     lines.append(f"Arguments: `{_arguments(record)}`." if _arguments(record) else "Arguments: the defaults.")
     for note in record.get("notes") or []:
-        lines.append(f"Note: {note}.")
+        lines += ["", f"Note: {note}."]
     return lines
 
 
