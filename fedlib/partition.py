@@ -13,6 +13,9 @@ classes_per_client   each client holds exactly n classes (CAFA, FL-bench ``-c``)
 pathological_clusters pFedLIA: clusters own disjoint label sets
 noisy_clusters       pFedLIA noisy variant: some clients get extra labels from outside
 iid_fraction_classes CAFA Tables II–III: a share of IID clients, the others 2–4 classes
+cafa_authors         CAFA Tables II–III as the authors' code drew them: equal sizes, IID
+                     clients, non-IID clients with 1–2 classes and Dirichlet(0.5) shares
+                     (CBCC only: its clients may share samples, see its docstring)
 
 Helpers: :func:`partition` (dispatch by protocol name), :func:`train_test_split`
 (per-client seeded 80/20 split), :func:`train_val_test_split` (the same split with a
@@ -37,6 +40,7 @@ __all__ = [
     "pathological_clusters",
     "noisy_clusters",
     "iid_fraction_classes",
+    "cafa_authors",
     "cluster_of_client",
     "planted_clusters",
     "CLUSTERED_PROTOCOLS",
@@ -445,6 +449,79 @@ def iid_fraction_classes(labels, n_clients: int, iid_fraction: float, seed: int,
     out = [np.sort(np.concatenate(p)).astype(np.int64) if p else np.empty(0, np.int64) for p in parts]
     _raise_if_empty(out, "iid_fraction_classes")
     return out
+
+
+def cafa_authors(labels, n_iid: int, n_noniid: int, seed: int, *, max_classes: int = 2,
+                 skew: float = 0.5) -> list[np.ndarray]:
+    """CAFA Tables II–III's partition as the authors' code drew it (their ``cluster_vis.py``
+    calls ``split_balanced_non_iid`` of their ``ultils.py``; the paper's text describes
+    :func:`iid_fraction_classes` instead).
+
+    * K = n_IID + n_non-IID clients of equal size s = ⌊N/K⌋; the last client also takes the
+      remainder N − K·s (as the authors' code).
+    * Clients ``0 … n_IID−1`` are IID: consecutive blocks of one random permutation of the N
+      samples (random subsets, disjoint from each other).
+    * Non-IID client i draws m_i ~ U{1 … max_classes} distinct classes uniformly from the
+      classes present, shares p_i ~ Dirichlet(skew·1_m), counts ⌈p_i·s_i⌉ lowered one at a time
+      at the largest until they sum to its size s_i, and that many samples of each class
+      uniformly without replacement **from the whole class** — so a non-IID client may share
+      samples with the IID clients and with other non-IID clients, as in the authors' code.
+      The histograms (all CBCC sees) are those of the authors' generator; do not train on
+      this partition (its clients are not disjoint).
+
+    Departures from the authors' code: one ``numpy.random.default_rng(seed)`` stream instead
+    of numpy's global state; classes drawn from those present in ``labels`` (theirs from
+    0 … C−1, the same for CIFAR-10); a client size above the smallest class is refused up
+    front (theirs fails inside ``np.random.choice``).
+
+    Parameters
+    ----------
+    labels : int array (N,)
+    n_iid, n_noniid : int ≥ 0, with n_iid + n_noniid ≥ 1
+    seed : int ≥ 0
+    max_classes : classes per non-IID client at most (the authors' ``max_classes_per_client``,
+        default 2), in [1, C]
+    skew : Dirichlet concentration of the shares (the authors' ``skewness``, default 0.5), > 0
+
+    Returns
+    -------
+    list of K sorted int64 index arrays; the truth is ``np.arange(K) < n_iid``.
+    """
+    y = _check_labels(labels)
+    present, sizes = np.unique(y, return_counts=True)
+    n_iid = check_int(n_iid, "n_iid", 0)
+    n_noniid = check_int(n_noniid, "n_noniid", 0)
+    k = n_iid + n_noniid
+    if k < 1:
+        fail("n_iid + n_noniid", "≥ 1 (at least one client)", k)
+    seed = _check_seed(seed)
+    max_classes = check_int(max_classes, "max_classes", 1, present.size)
+    skew = check_number(skew, "skew", 0, None, low_open=True)
+    size = y.size // k
+    if size < 1:
+        fail("n_iid + n_noniid", f"≤ N = {y.size} (every client needs a sample)", k)
+    last = size + y.size - k * size
+    biggest = last if n_noniid else size  # the largest non-IID client, if any
+    if n_noniid and biggest > sizes.min():
+        fail("n_iid + n_noniid", f"large enough that a client's ⌊N/K⌋ (+ remainder) = {biggest} samples fit "
+             f"in the smallest class ({int(sizes.min())} samples): a one-class non-IID client draws all "
+             "its samples from one class; use more clients", k)
+    rng = np.random.default_rng(seed)
+    client_size = np.full(k, size, dtype=np.int64)
+    client_size[-1] = last
+    order = rng.permutation(y.size)
+    starts = np.concatenate([[0], np.cumsum(client_size[:n_iid])])
+    parts = [np.sort(order[starts[i]:starts[i + 1]]).astype(np.int64) for i in range(n_iid)]
+    members = [np.flatnonzero(y == c) for c in present]
+    for i in range(n_iid, k):
+        m = int(rng.integers(1, max_classes + 1))
+        chosen = rng.choice(present.size, size=m, replace=False)
+        counts = np.ceil(rng.dirichlet(np.full(m, skew)) * client_size[i]).astype(np.int64)
+        while counts.sum() > client_size[i]:
+            counts[np.argmax(counts)] -= 1
+        picks = [rng.choice(members[c], size=int(n), replace=False) for c, n in zip(chosen, counts)]
+        parts.append(np.sort(np.concatenate(picks)).astype(np.int64))
+    return parts
 
 
 def _raise_if_empty(parts, protocol: str) -> None:

@@ -189,3 +189,71 @@ def test_label_counts_matrix():
     assert counts.tolist() == [[1, 1, 1, 0], [2, 1, 1, 0]]
     with pytest.raises(ValueError, match="n_classes=2"):
         P.label_counts(y, [np.arange(7)], n_classes=2)
+
+
+# ----------------------------------------------------------------------------- CAFA, the authors' generator
+def test_cafa_authors_planted_truth_sizes_and_classes():
+    y = balanced_labels(n_per_class=500)  # N = 5,000
+    n_iid, n_non = 6, 18  # K = 24: s = 208, the last client 208 + 8
+    parts = P.cafa_authors(y, n_iid, n_non, seed=3)
+    assert len(parts) == 24 and all(p.dtype == np.int64 for p in parts)
+    sizes = [len(p) for p in parts]
+    assert sizes[:-1] == [5000 // 24] * 23 and sizes[-1] == 5000 // 24 + 5000 % 24
+    assert all(len(np.unique(p)) == len(p) for p in parts)  # no sample twice within a client
+    assert_disjoint(parts[:n_iid])  # IID clients: blocks of one permutation
+    counts = P.label_counts(y, parts, 10)
+    held = (counts > 0).sum(axis=1)
+    assert (held[:n_iid] == 10).all()  # IID clients: random subsets, every class
+    assert (counts[:n_iid] / counts[:n_iid].sum(axis=1, keepdims=True)).max() < 0.2
+    assert ((held[n_iid:] >= 1) & (held[n_iid:] <= 2)).all()  # non-IID: 1–2 classes
+    assert set(held[n_iid:].tolist()) == {1, 2}
+    # max_classes raises the ceiling
+    held3 = (P.label_counts(y, P.cafa_authors(y, 0, 30, seed=0, max_classes=3), 10) > 0).sum(axis=1)
+    assert held3.max() == 3 and held3.min() >= 1
+
+
+def test_cafa_authors_shares_are_dirichlet():
+    # two-class clients' smaller share: E[min(p, 1 − p)] = 1/2 − 1/π ≈ 0.182 for p ~ Beta(0.5, 0.5)
+    # (Dirichlet(0.5) over two classes); ≈ 0.39 for skew 10 (near-even shares)
+    y = np.repeat(np.arange(10), 20_000)
+    def minority(skew):
+        counts = P.label_counts(y, P.cafa_authors(y, 0, 400, seed=0, skew=skew), 10)
+        two = counts[(counts > 0).sum(axis=1) == 2]
+        assert len(two) > 150
+        return float(np.mean(np.sort(two, axis=1)[:, -2] / two.sum(axis=1)))
+    assert abs(minority(0.5) - (0.5 - 1 / np.pi)) < 0.03
+    assert minority(10.0) > 0.35
+
+
+def test_cafa_authors_is_seeded_and_keeps_its_order():
+    y = balanced_labels(n_per_class=500)
+    a = P.cafa_authors(y, 5, 15, seed=7)
+    b = P.cafa_authors(y, 5, 15, seed=7)
+    c = P.cafa_authors(y, 5, 15, seed=8)
+    assert all(np.array_equal(x, z) for x, z in zip(a, b))
+    assert not all(np.array_equal(x, z) for x, z in zip(a, c))
+    # only IID clients: blocks of one permutation, disjoint and covering the data
+    assert_disjoint(P.cafa_authors(y, 10, 0, seed=0), n=len(y))
+
+
+@pytest.mark.parametrize("args, kwargs, match", [
+    ((-1, 15), {}, r"n_iid must be an integer ≥ 0, got -1"),
+    ((5, 1.5), {}, r"n_noniid must be an integer ≥ 0, got 1.5"),
+    ((0, 0), {}, r"n_iid \+ n_noniid must be ≥ 1 \(at least one client\), got 0"),
+    ((5, 15), {"max_classes": 0}, r"max_classes must be an integer in \[1, 10\], got 0"),
+    ((5, 15), {"max_classes": 11}, r"max_classes must be an integer in \[1, 10\], got 11"),
+    ((5, 15), {"skew": 0}, r"skew must be a finite number > 0, got 0"),
+    ((1, 1), {}, r"n_iid \+ n_noniid must be large enough .* 1500 samples fit in the smallest class \(300"),
+    ((1, 1), {"seed": -1}, r"seed"),
+])
+def test_cafa_authors_bad_input(args, kwargs, match):
+    y = balanced_labels()  # 300 per class
+    kw = {"seed": 0, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        P.cafa_authors(y, *args, **kw)
+
+
+def test_cafa_authors_only_iid_clients_need_no_class_capacity():
+    y = balanced_labels()  # 300 per class: two clients of 1,500 are fine when both are IID
+    parts = P.cafa_authors(y, 2, 0, seed=0)
+    assert [len(p) for p in parts] == [1500, 1500]
