@@ -14,6 +14,8 @@ from fedlib.methods import Context, FLConfig, cafa
 from fedlib.models import build_model
 from fl_fixtures import digits, make_context
 
+pytestmark = pytest.mark.cross_cpu  # trains or evaluates: numbers from the CPU's kernels (make test-other-cpu)
+
 
 # ----------------------------------------------------------------------------- CBCC
 def test_class_distribution_is_eq_1_2():
@@ -56,6 +58,45 @@ def test_cbcc_finds_the_iid_clients_of_a_known_federation():
     assert res.k == 3  # the silhouette picks the three true groups
     assert set(res.silhouettes) == set(range(2, 10))  # 2 … K−1
     assert np.allclose(res.weights, [0.6] * 6 + [0.2] * 4)
+
+
+def test_k_counts_the_clusters_filled_not_the_largest_id(monkeypatch):
+    assert cafa.n_clusters([0, 0, 2, 2, 2]) == 2  # cluster 1 empty: labels.max() + 1 would say 3
+    # K-means leaving cluster 1 empty: CBCC reports k = 2 and weighs by the filled clusters
+    monkeypatch.setattr(cafa, "kmeans_labels",
+                        lambda v, k, rs, n_init=10: (np.array([0, 0, 2, 2, 2]), np.eye(3)[:, :2]))
+    res = cafa.cbcc([[5, 0], [4, 1], [0, 5], [1, 4], [0, 6]], random_state=0, curve={3: 1.0})
+    assert res.k == 2 and res.iid_cluster == 2
+    assert np.allclose(res.weights, [0.4, 0.4, 0.6, 0.6, 0.6])
+
+
+def test_k_above_the_distinct_histograms_reports_the_filled_clusters():
+    # 3 distinct histograms, k = 5 forced by a curve: K-means can fill at most 3 clusters
+    counts = np.array([[10, 0, 0]] * 3 + [[0, 10, 0]] * 3 + [[0, 0, 10]] * 2)
+    res = cafa.cbcc(counts, random_state=0, curve={5: 0.9, 2: 0.1})
+    assert res.silhouettes == {5: 0.9, 2: 0.1}
+    assert res.k == np.unique(res.labels).size <= 3
+
+
+def test_cbcc_takes_k_from_a_given_curve():
+    rng = np.random.default_rng(0)
+    counts = np.vstack([100 + rng.integers(-3, 4, size=(6, 4)),
+                        [[100, 100, 0, 0], [98, 103, 0, 0], [0, 0, 100, 100], [0, 0, 101, 97]]])
+    assert cafa.cbcc(counts, random_state=0).k == 3  # its own search
+    res = cafa.cbcc(counts, random_state=0, curve={2: 0.9, 3: 0.5})
+    assert res.k == 2 and res.silhouettes == {2: 0.9, 3: 0.5}
+    with pytest.raises(ValueError, match=r"curve must be a non-empty dict k -> mean silhouette with every k in \[1, K = 10\]"):
+        cafa.cbcc(counts, random_state=0, curve={11: 0.5})
+
+
+def test_mean_silhouette_curve_is_the_mean_of_the_curves():
+    rng = np.random.default_rng(1)
+    vs = [cafa.class_distribution(rng.integers(1, 50, size=(8, 4))) for _ in range(3)]
+    curves = [cafa.silhouette_curve(v, [2, 3, 4], 0) for v in vs]
+    mean = cafa.mean_silhouette_curve(vs, [2, 3, 4], 0)
+    assert mean == pytest.approx({k: np.mean([c[k] for c in curves]) for k in (2, 3, 4)})
+    with pytest.raises(ValueError, match="vs must be a non-empty sequence"):
+        cafa.mean_silhouette_curve([], [2], 0)
 
 
 def test_cbcc_with_identical_clients_is_one_cluster():
@@ -139,9 +180,70 @@ def test_partition_errors(cifar_labels, kwargs, match):
 
 
 def test_cbcc_identifies_the_partitions_iid_clients(cifar_labels):
-    scores, res, truth = S.cbcc_case(cifar_labels, 20, 0.5, 0)
+    scores, res, truth = S.cbcc_case(cifar_labels, 10, 10, 0, generator="workbook", k_search="paper_text")
     assert scores["recall"] == 1.0 and scores["acc"] >= 0.9
-    assert truth.sum() == 10 and res.iid_mask[truth].all()
+    assert truth.sum() == 10 and truth[:10].all() and res.iid_mask[truth].all()
+    # paper_text: 2 … K − 1 on this partition, capped at its distinct histograms (the IID ones coincide)
+    assert set(res.silhouettes) == set(range(2, min(19, len(np.unique(res.v, axis=0))) + 1))
+
+
+def test_generate_plants_the_first_n_iid_clients_under_both_generators(cifar_labels):
+    for generator, low, high in (("authors", 1, 2), ("workbook", 2, 4)):
+        parts = S.generate(cifar_labels, generator, 5, 15, 0)
+        held = (P.label_counts(cifar_labels, parts, 10) > 0).sum(axis=1)
+        assert len(parts) == 20 and (held[:5] == 10).all(), generator
+        assert ((held[5:] >= low) & (held[5:] <= high)).all(), generator
+    sizes = [len(p) for p in S.generate(cifar_labels, "authors", 5, 15, 0)]
+    assert sizes == [2500] * 20  # equal sizes (the workbook's are random)
+    with pytest.raises(ValueError, match=r"generator must be one of \['authors', 'workbook'\], got 'paper'"):
+        S.generate(cifar_labels, "paper", 5, 15, 0)
+
+
+def test_authors_k_search_averages_the_curve_over_other_partitions(cifar_labels):
+    scores, res, truth = S.cbcc_case(cifar_labels, 5, 15, 0, generator="authors", repeats=2)
+    # the curve by hand: partitions of seeds repeat_seed(0, 1), repeat_seed(0, 2), k = 2 … 19
+    vs = [cafa.class_distribution(P.label_counts(cifar_labels, P.cafa_authors(cifar_labels, 5, 15, S.repeat_seed(0, r)), 10))
+          for r in (1, 2)]
+    curves = [cafa.silhouette_curve(v, range(2, 20), 0) for v in vs]
+    assert res.silhouettes == pytest.approx({k: (curves[0][k] + curves[1][k]) / 2 for k in range(2, 20)})
+    # K-means with the argmax on the partition of seed 0 (not one of the repeats), random_state 0
+    v0 = cafa.class_distribution(P.label_counts(cifar_labels, P.cafa_authors(cifar_labels, 5, 15, 0), 10))
+    labels, _ = cafa.kmeans_labels(v0, cafa.select_k(res.silhouettes), 0)
+    assert np.array_equal(res.labels, labels) and scores["k"] == cafa.n_clusters(labels)
+    assert S.repeat_seed(0, 1) not in (0, S.repeat_seed(0, 2), S.repeat_seed(1, 1))
+    again, _, _ = S.cbcc_case(cifar_labels, 5, 15, 0, generator="authors", repeats=2)
+    assert again == scores
+
+
+def test_authors_k_range_is_capped_at_k_minus_1(cifar_labels):
+    _, res, _ = S.cbcc_case(cifar_labels, 4, 8, 0, generator="authors", repeats=1, k_range=(2, 19))
+    assert set(res.silhouettes) == set(range(2, 12))
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"k_search": "both"}, r"k_search must be one of \['authors', 'paper_text'\], got 'both'"),
+    ({"repeats": 0}, r"repeats must be an integer ≥ 1, got 0"),
+    ({"k_range": 19}, r"k_range must be a pair"),
+    ({"k_range": (1, 19)}, r"k_range\[0\] must be an integer ≥ 2, got 1"),
+    ({"k_range": (25, 30)}, r"n_iid \+ n_noniid must be > k_range\[0\] = 25"),
+])
+def test_cbcc_case_bad_input(cifar_labels, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        S.cbcc_case(cifar_labels, 5, 15, 0, **kwargs)
+
+
+def test_records_table_matches_cbcc_table(cifar_labels):
+    live = S.cbcc_table(cifar_labels, [(4, 8)], [0, 1], repeats=1)
+    records = [{"spec": {"generator": g, "n_iid": 4, "n_noniid": 8, "seed": s}, "status": "ok",
+                **S.cbcc_case(cifar_labels, 4, 8, s, generator=g, repeats=1)[0]}
+               for g in S.GENERATORS for s in (0, 1)]
+    records.append({"spec": {"generator": "authors", "n_iid": 4, "n_noniid": 8, "seed": 2}, "status": "failed"})
+    pd_testing = pytest.importorskip("pandas.testing")
+    pd_testing.assert_frame_equal(S.records_table(records), live)
+    assert live.n_seeds.tolist() == [2, 2] and live.generator.tolist() == ["authors", "workbook"]
+    assert live.iid_share.tolist() == pytest.approx([1 / 3, 1 / 3])
+    with pytest.raises(ValueError, match="records must be at least one CBCC record"):
+        S.records_table(records[-1:])
 
 
 def test_identification_scores_by_hand():
@@ -278,3 +380,44 @@ def test_runspec_without_validation_split_is_refused_before_any_work():
     spec = RunSpec("fmnist", "iid_fraction_classes", 0.0, 20, 0, "cafa", n_train=400)
     with pytest.raises(ValueError, match=r"val_fraction must be > 0 for method 'cafa'"):
         spec.validate()
+
+
+# ----------------------------------------------------------------------------- Tables II–III records
+def _cbcc_script():
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "cafa_cbcc.py"
+    spec = importlib.util.spec_from_file_location("cafa_cbcc", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_cbcc_record_has_the_reports_shape_and_the_report_reads_it(tmp_path, cifar_labels):
+    from fedlib.analysis.report import row_values
+    from fedlib.analysis.report_cells import Reading
+    from fedlib.experiment import _write_atomic
+
+    mod = _cbcc_script()
+    spec = mod.spec_of("authors", 4, 8, 0, 1)
+    assert spec == {"generator": "authors", "n_iid": 4, "n_noniid": 8, "seed": 0, "labels": "cifar10_counts",
+                    "k_range": [2, 19], "repeats": 1}
+    record = mod.run_one(spec, cifar_labels)
+    assert set(record) == {"record_version", "spec", "status", "k", "acc", "precision", "recall", "f1", "host",
+                           "versions"}
+    scores = S.cbcc_case(cifar_labels, 4, 8, 0, generator="authors", repeats=1)[0]
+    assert record["status"] == "ok" and record["k"] == scores["k"] and record["f1"] == scores["f1"]
+    path = mod.path_of(tmp_path / "cafa" / "cbcc", spec)
+    _write_atomic(path, record)
+    assert mod._done(path, spec) and not mod._done(path, {**spec, "repeats": 2})
+    match = (("generator", "authors"), ("n_iid", 4), ("n_noniid", 8))
+    assert row_values(Reading("authors' generator", "cafa/cbcc", match, "f1"), root=tmp_path) == ([scores["f1"]], [])
+    assert row_values(Reading("authors' generator", "cafa/cbcc", match, "k"), root=tmp_path) == ([scores["k"]], [])
+
+
+def test_committed_cbcc_records_cover_tables_2_and_3():
+    import json
+    records = [json.loads(p.read_text()) for p in sorted(S.CBCC_RECORDS.glob("*.json"))]
+    have = {(r["spec"]["generator"], r["spec"]["n_iid"], r["spec"]["n_noniid"], r["spec"]["seed"])
+            for r in records if r["status"] == "ok" and r["spec"]["repeats"] == S.AUTHORS_REPEATS}
+    assert have == {(g, a, b, s) for g in S.GENERATORS for a, b in S.PAPER_CASES for s in (0, 1, 2)}

@@ -1,9 +1,33 @@
 """What notebook 08 shows of CAFA (Zhang et al.): CBCC's identification of the IID clients
 (Tables II–III, Figs. 4–5) and FedAvg vs FedProx vs CAFA training (Tables IV–V, Fig. 6).
 
-CBCC depends on the labels only (label counts → K-means), so Tables II–III run on real label
-vectors: FMNIST's and one with CIFAR-10's class counts (:func:`cifar10_labels`). The training
-comparison runs through :mod:`fedlib.experiment` (one record per run) on a stand-in data set.
+CBCC depends on the labels only (label counts → K-means), so Tables II–III run on a label
+vector with CIFAR-10's class counts (:func:`cifar10_labels`; any class-balanced label vector
+gives the same rows). The training comparison runs through :mod:`fedlib.experiment` (one record
+per run) on a stand-in data set.
+
+Tables II–III, two partition generators (``generator=``, :data:`GENERATORS`):
+
+* ``'authors'`` — :func:`fedlib.partition.cafa_authors`, what the authors' code ran for these
+  tables: equal client sizes, IID clients as random subsets, non-IID clients with 1–2 classes
+  and Dirichlet(0.5) shares.
+* ``'workbook'`` — :func:`fedlib.partition.iid_fraction_classes`, the paper's text (§IV-B):
+  non-IID clients with 2–4 random classes, random shares and sizes.
+
+and two k searches (``k_search=``, :data:`K_SEARCHES`):
+
+* ``'authors'`` — as their ``cluster_vis.py``: k over 2 … 19 (:data:`AUTHORS_K_RANGE`, capped
+  at K − 1), the silhouette curve averaged over ``repeats`` fresh partitions of the same
+  generator (seeds :func:`repeat_seed`), k its argmax, then K-means with that k on the
+  partition of seed ``seed``; every K-means with random_state 0. ``repeats`` defaults to
+  :data:`AUTHORS_REPEATS` = 10, their ``--round_for_silhouette`` default. The argmax of one
+  partition's curve moves by several k from one partition to the next (a few one-class
+  clients more or less), that of a mean of 10 by about one; their Fig. 4 is such a mean.
+* ``'paper_text'`` — §III-A.2 as written and as :mod:`fedlib.methods.cafa` trains: k over
+  2 … K − 1 on the one partition being classified (K-means random_state = ``seed``).
+
+The committed records of Tables II–III (``benchmarks/cafa_cbcc.py``, :data:`CBCC_RECORDS`) run
+both generators under the authors' search.
 """
 from __future__ import annotations
 
@@ -17,11 +41,14 @@ from sklearn.decomposition import PCA
 from .. import partition as P
 from ..experiment import grid_specs
 from ..methods import DISPLAY_NAMES
-from ..methods.cafa import cbcc
-from ..validation import check_int, check_number, check_seed, fail
+from ..methods.cafa import class_distribution, cbcc, mean_silhouette_curve, select_k
+from ..paths import ROOT
+from ..validation import check_choice, check_int, check_number, check_seed, fail
 
-__all__ = ["PAPER_TABLE2", "PAPER_TABLE3", "PAPER_TABLE4", "PAPER_TABLE5", "cifar10_labels", "true_iid_mask",
-           "identification_scores", "cbcc_case", "cbcc_table", "with_paper", "silhouette_frame",
+__all__ = ["PAPER_TABLE2", "PAPER_TABLE3", "PAPER_TABLE4", "PAPER_TABLE5", "PAPER_CASES", "GENERATORS",
+           "K_SEARCHES", "AUTHORS_K_RANGE", "AUTHORS_REPEATS", "CBCC_RECORDS", "cifar10_labels", "true_iid_mask",
+           "generate", "repeat_seed", "identification_scores", "cbcc_case", "cbcc_table", "records_table", "case_record",
+           "with_paper", "silhouette_frame",
            "pca_frame", "fig_silhouette", "fig_pca", "training_specs", "history_frame", "window_table",
            "best_table", "ordering_holds", "fig_curves", "table_markdown"]
 
@@ -37,6 +64,16 @@ PAPER_TABLE4 = {"fedavg": (55.36, 77.1, 79.05, 81.06, 79.68), "fedprox": (50.96,
                 "cafa": (57.78, 79.37, 82.29, 82.71, 83.07)}
 PAPER_TABLE5 = {"fedavg": 82.1, "fedprox": 80.42, "cafa": 83.45}
 METRICS = ["acc", "precision", "recall", "f1"]
+PAPER_CASES = [*PAPER_TABLE2, *PAPER_TABLE3]
+"""The six (n_IID, n_non-IID) cases of Tables II–III, in the paper's order."""
+GENERATORS = ("authors", "workbook")
+"""Tables II–III's partition generators: the authors' code's (:func:`fedlib.partition.cafa_authors`)
+and the paper text's, the workbook's (:func:`fedlib.partition.iid_fraction_classes`)."""
+K_SEARCHES = ("authors", "paper_text")
+AUTHORS_K_RANGE = (2, 19)
+AUTHORS_REPEATS = 10
+CBCC_RECORDS = ROOT / "benchmarks" / "records" / "cafa" / "cbcc"
+"""The committed Tables II–III records (one per generator, case and seed; present in a checkout)."""
 
 
 def cifar10_labels() -> np.ndarray:
@@ -66,36 +103,113 @@ def identification_scores(predicted, truth) -> dict:
             "f1": float(f1)}
 
 
-def cbcc_case(labels, n_clients: int, iid_fraction: float, seed: int, classes=(2, 4), n_init: int = 10):
-    """One partition (:func:`fedlib.partition.iid_fraction_classes`, seed ``seed``) and CBCC on its
-    label counts (K-means random_state = ``seed``).
+def generate(labels, generator: str, n_iid: int, n_noniid: int, seed: int, classes=(2, 4)) -> list[np.ndarray]:
+    """One Tables II–III partition of K = n_iid + n_noniid clients, the first n_iid IID:
+    ``'authors'`` (:func:`fedlib.partition.cafa_authors`) or ``'workbook'``
+    (:func:`fedlib.partition.iid_fraction_classes`, non-IID clients with ``classes`` classes)."""
+    check_choice(generator, "generator", GENERATORS)
+    n_iid = check_int(n_iid, "n_iid", 0)
+    n_noniid = check_int(n_noniid, "n_noniid", 0)
+    if generator == "authors":
+        return P.cafa_authors(labels, n_iid, n_noniid, seed)
+    k = n_iid + n_noniid
+    if k < 1:
+        fail("n_iid + n_noniid", "≥ 1 (at least one client)", k)
+    return P.iid_fraction_classes(labels, k, n_iid / k, seed, classes=classes)  # its n_IID = ⌊(n_iid/K)·K + ½⌋
 
-    Returns (scores dict with k, acc, precision, recall, f1; the CBCC result; truth (K,) bool).
+
+def repeat_seed(seed: int, r: int) -> int:
+    """The seed of the r-th (r ≥ 1) extra partition of the authors' averaged silhouette curve for
+    seed ``seed``: a SeedSequence of (seed, r), so the repeats of different seeds do not overlap."""
+    check_seed(seed)
+    check_int(r, "r", 1)
+    return int(np.random.SeedSequence([int(seed), int(r)]).generate_state(1)[0])
+
+
+def cbcc_case(labels, n_iid: int, n_noniid: int, seed: int, *, generator: str = "authors",
+              k_search: str = "authors", repeats: int = AUTHORS_REPEATS, k_range=AUTHORS_K_RANGE,
+              classes=(2, 4), n_init: int = 10):
+    """CBCC on one Tables II–III partition (:func:`generate`, seed ``seed``) and its scores against
+    the planted truth (the first ``n_iid`` clients).
+
+    ``k_search='authors'``: k from the silhouette curve averaged over ``repeats`` other partitions
+    of the same generator (seeds :func:`repeat_seed` (seed, 1 … repeats)), k over ``k_range``
+    capped at K − 1, K-means random_state 0; ``'paper_text'``: k over 2 … K − 1 on this partition,
+    random_state ``seed`` (``repeats``/``k_range`` unused). See the module docstring.
+
+    Returns (scores dict with k, acc, precision, recall, f1; the CBCC result, whose
+    ``silhouettes`` is the curve k was chosen on; truth (K,) bool).
     """
+    check_choice(k_search, "k_search", K_SEARCHES)
+    k_total = check_int(n_iid, "n_iid", 0) + check_int(n_noniid, "n_noniid", 0)
+    if k_search == "authors":  # its arguments checked before any work
+        check_int(repeats, "repeats", 1)
+        if isinstance(k_range, (str, bytes)) or not hasattr(k_range, "__len__") or len(k_range) != 2:
+            fail("k_range", "a pair (k_min, k_max) of cluster counts", k_range)
+        lo = check_int(k_range[0], "k_range[0]", 2)
+        hi = min(check_int(k_range[1], "k_range[1]", lo), k_total - 1)
+        if hi < lo:
+            fail("n_iid + n_noniid", f"> k_range[0] = {lo} (silhouettes need k < K)", k_total)
     labels = np.asarray(labels)
-    parts = P.iid_fraction_classes(labels, n_clients, iid_fraction, seed, classes=classes)
-    counts = P.label_counts(labels, parts, int(labels.max()) + 1)
-    res = cbcc(counts, random_state=check_seed(seed), n_init=n_init)
-    truth = true_iid_mask(n_clients, iid_fraction)
+    n_classes = int(labels.max()) + 1
+    parts = generate(labels, generator, n_iid, n_noniid, seed, classes)
+    counts = P.label_counts(labels, parts, n_classes)
+    if k_search == "paper_text":
+        res = cbcc(counts, random_state=check_seed(seed), n_init=n_init)
+    else:
+        vs = [class_distribution(P.label_counts(labels, generate(labels, generator, n_iid, n_noniid,
+                                                                 repeat_seed(seed, r), classes), n_classes))
+              for r in range(1, repeats + 1)]
+        curve = mean_silhouette_curve(vs, range(lo, hi + 1), random_state=0, n_init=n_init)
+        res = cbcc(counts, random_state=0, n_init=n_init, curve=curve)
+    truth = np.arange(k_total) < n_iid
     return {"k": res.k, **identification_scores(res.iid_mask, truth)}, res, truth
 
 
-def cbcc_table(label_sets: dict, cases: dict, seeds, classes=(2, 4), n_init: int = 10) -> pd.DataFrame:
-    """Tables II–III: one row per (labels, IID share, K) with the mean over ``seeds`` of k and
-    the four scores.
+def cbcc_table(labels, cases, seeds, generators=GENERATORS, **kwargs) -> pd.DataFrame:
+    """Tables II–III computed here: one row per (generator, case) with the mean over ``seeds`` of
+    k and the four scores.
 
-    label_sets : dict name -> label vector; cases : dict iid_fraction -> list of K; seeds : list.
+    labels : label vector (N,); cases : list of (n_iid, n_noniid); seeds : list of ints;
+    ``kwargs`` : :func:`cbcc_case`'s (k_search, repeats, k_range, classes, n_init).
     """
-    rows = []
-    for name, labels in label_sets.items():
-        for f, ks in cases.items():
-            for k in ks:
-                scores = [cbcc_case(labels, k, f, s, classes, n_init)[0] for s in seeds]
-                mean = pd.DataFrame(scores).mean()
-                n_iid = int(true_iid_mask(k, f).sum())
-                rows.append({"labels": name, "iid_share": f, "n_iid": n_iid, "n_noniid": k - n_iid,
-                             "n_seeds": len(scores), **mean.to_dict()})
-    return pd.DataFrame(rows)
+    rows = [{"generator": g, "n_iid": a, "n_noniid": b, "seed": s,
+             **cbcc_case(labels, a, b, s, generator=g, **kwargs)[0]}
+            for g in generators for a, b in cases for s in seeds]
+    return _mean_rows(pd.DataFrame(rows))
+
+
+def records_table(records) -> pd.DataFrame:
+    """Tables II–III from run records (``benchmarks/cafa_cbcc.py``'s, ``status`` ok): one row per
+    (generator, case) with the mean over the records' seeds of k and the four scores — the
+    columns of :func:`cbcc_table`."""
+    records = list(records)
+    rows = [{"generator": r["spec"]["generator"], "n_iid": r["spec"]["n_iid"], "n_noniid": r["spec"]["n_noniid"],
+             "seed": r["spec"]["seed"], **{m: r[m] for m in ["k", *METRICS]}}
+            for r in records if r.get("status") == "ok"]
+    if not rows:
+        fail("records", "at least one CBCC record with status 'ok'", f"{len(list(records))} records")
+    return _mean_rows(pd.DataFrame(rows))
+
+
+def _mean_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """Mean over seeds per (generator, n_iid, n_noniid); rows in :data:`GENERATORS` then the paper's
+    case order (other cases after)."""
+    keys = ["generator", "n_iid", "n_noniid"]
+    g = df.groupby(keys, sort=False)
+    out = g[["k", *METRICS]].mean().reset_index()
+    out.insert(3, "n_seeds", g.seed.nunique().to_numpy())
+    out.insert(1, "iid_share", out.n_iid / (out.n_iid + out.n_noniid))
+    rank = [(GENERATORS.index(r.generator) if r.generator in GENERATORS else len(GENERATORS),
+             PAPER_CASES.index((r.n_iid, r.n_noniid)) if (r.n_iid, r.n_noniid) in PAPER_CASES else len(PAPER_CASES),
+             r.n_iid, r.n_noniid) for r in out.itertuples()]
+    return out.iloc[sorted(range(len(out)), key=rank.__getitem__)].reset_index(drop=True)
+
+
+def case_record(records, generator: str, n_iid: int, n_noniid: int, seed: int) -> dict | None:
+    """The record of one Tables II–III cell and seed among ``records`` (None if absent)."""
+    want = {"generator": generator, "n_iid": n_iid, "n_noniid": n_noniid, "seed": seed}
+    return next((r for r in records if all(r["spec"].get(k) == v for k, v in want.items())), None)
 
 
 def with_paper(table: pd.DataFrame) -> pd.DataFrame:
@@ -109,9 +223,11 @@ def with_paper(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def silhouette_frame(res) -> pd.DataFrame:
-    """Fig. 4's data: k and s̄_k of a CBCC result, with the chosen k flagged."""
+    """Fig. 4's data: k and s̄_k of a CBCC result (the averaged curve under the authors' search),
+    with the chosen k (its argmax) flagged."""
+    chosen = select_k(res.silhouettes)
     return pd.DataFrame({"k": list(res.silhouettes), "silhouette": list(res.silhouettes.values()),
-                         "chosen": [k == res.k for k in res.silhouettes]})
+                         "chosen": [k == chosen for k in res.silhouettes]})
 
 
 def pca_frame(res, truth) -> pd.DataFrame:

@@ -36,6 +36,9 @@ Choices where the paper is silent or ambiguous (each a field of :class:`Hyper`):
   histograms gets k = 1 (one cluster, every w^K = 1) instead of an sklearn error. Ties of
   s̄_k: the smallest k. K-means: sklearn's k-means++ with ``n_init`` (10) restarts and a
   random_state drawn from the run seed (stream ``"cbcc"``); silhouettes Euclidean, as Eq. 3.
+* The reported k is the number of clusters K-means actually filled (distinct labels): with
+  duplicate histograms K-means can leave a cluster empty, so ``labels.max() + 1`` would
+  overcount the clusters and its gaps misname them.
 * Ties of Eq. 7 (two largest clusters): the cluster whose centroid is nearest (Euclidean)
   to the federation's pooled label distribution — the most IID-looking one —, then the
   lowest cluster id.
@@ -44,6 +47,12 @@ Choices where the paper is silent or ambiguous (each a field of :class:`Hyper`):
 * Selection: the same uniform draw as FedAvg/FedProx (stream ``"selection/group0"``), so
   the three methods see the same clients each round. Client sample counts do not enter
   Eq. 11 (no FedAvg n_i factor), as written.
+
+The k search as the authors ran it for Tables II–III (their ``cluster_vis.py``): k over
+2 … 19, the silhouette curve s̄_k averaged over repeated fresh partitions of the same kind
+(:func:`mean_silhouette_curve`), k = its argmax, then K-means with that k on the partition
+being classified, every K-means with random_state 0 — :func:`cbcc` with ``curve=`` the
+averaged curve. :mod:`fedlib.analysis.cafa_study` runs it (``k_search='authors'``).
 
 Departures from the authors' public code (their repository, see README): their code weighs
 client i by (|cluster(i)|/K_total)·acc_i/Σacc over the round's selection — the product rule
@@ -57,10 +66,12 @@ federation without validation data fails before training.
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
 from sklearn.cluster import KMeans
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import silhouette_score
 
 from ..engine import broadcast, weighted_average
@@ -70,8 +81,8 @@ from .base import Context, Outcome, check_finite_models, sample_clients
 NAME = "cafa"
 GRID = {}  # the paper tunes nothing
 
-__all__ = ["NAME", "GRID", "Hyper", "CBCC", "class_distribution", "silhouette_curve", "select_k",
-           "kmeans_labels", "iid_cluster", "cbcc_weights", "cbcc", "pooled_accuracy", "abfa_weights",
+__all__ = ["NAME", "GRID", "Hyper", "CBCC", "class_distribution", "silhouette_curve", "mean_silhouette_curve",
+           "select_k", "kmeans_labels", "n_clusters", "iid_cluster", "cbcc_weights", "cbcc", "pooled_accuracy", "abfa_weights",
            "combine_weights", "needs_validation", "run"]
 
 
@@ -95,7 +106,8 @@ class Hyper:
 class CBCC:
     """CBCC's result for K clients.
 
-    v : (K, C) class distributions; silhouettes : dict k -> s̄_k; k : chosen k;
+    v : (K, C) class distributions; silhouettes : dict k -> s̄_k; k : the number of clusters
+    K-means filled (:func:`n_clusters`; the chosen k unless a cluster stayed empty);
     labels : (K,) cluster of each client; iid_cluster : its id; weights : (K,) w_i^K.
     """
 
@@ -134,9 +146,21 @@ def class_distribution(counts) -> np.ndarray:
 
 
 def kmeans_labels(v, k: int, random_state: int, n_init: int = 10) -> tuple[np.ndarray, np.ndarray]:
-    """K-means (Eq. 6) of the rows of ``v`` (K, C) into k clusters: labels (K,), centroids (k, C)."""
-    km = KMeans(n_clusters=k, n_init=n_init, random_state=random_state).fit(v)
+    """K-means (Eq. 6) of the rows of ``v`` (K, C) into k clusters: labels (K,), centroids (k, C).
+
+    With fewer distinct rows than k some clusters stay empty (their ids never occur in the
+    labels); sklearn's warning about it is silenced — :func:`n_clusters` counts the clusters
+    filled."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        km = KMeans(n_clusters=k, n_init=n_init, random_state=random_state).fit(v)
     return km.labels_.astype(np.int64), km.cluster_centers_
+
+
+def n_clusters(labels) -> int:
+    """The number of clusters holding a client: distinct ids in ``labels`` (K,) — not
+    ``labels.max() + 1``, which counts an empty cluster whose id lies below the largest."""
+    return int(np.unique(np.asarray(labels)).size)
 
 
 def silhouette_curve(v, ks, random_state: int, n_init: int = 10) -> dict:
@@ -148,6 +172,22 @@ def silhouette_curve(v, ks, random_state: int, n_init: int = 10) -> dict:
     """
     return {int(k): float(silhouette_score(v, kmeans_labels(v, int(k), random_state, n_init)[0]))
             for k in ks}
+
+
+def mean_silhouette_curve(vs, ks, random_state: int, n_init: int = 10) -> dict:
+    """s̄_k averaged over several federations (the authors' Tables II–III search): the mean over
+    ``vs`` (a sequence of (K, C) class distributions, one per partition, the same K) of
+    :func:`silhouette_curve`.
+
+    Returns
+    -------
+    dict int k -> float, the mean s̄_k (in ``ks``'s order).
+    """
+    vs = list(vs)
+    if not vs:
+        fail("vs", "a non-empty sequence of (K, C) class distributions", vs)
+    curves = [silhouette_curve(v, ks, random_state, n_init) for v in vs]
+    return {k: float(np.mean([c[k] for c in curves])) for k in curves[0]}
 
 
 def select_k(silhouettes: dict) -> int:
@@ -174,22 +214,36 @@ def cbcc_weights(labels) -> np.ndarray:
     return np.bincount(labels)[labels] / labels.size
 
 
-def cbcc(counts, random_state: int, k_min: int = 2, k_max: int | None = None, n_init: int = 10) -> CBCC:
+def cbcc(counts, random_state: int, k_min: int = 2, k_max: int | None = None, n_init: int = 10,
+         curve: dict | None = None) -> CBCC:
     """Stage 1 on label counts (K, C): features, silhouette choice of k, K-means, IID cluster,
-    weights (Eqs. 1–8). ``k_max`` None: K − 1 (both capped at the distinct histograms)."""
+    weights (Eqs. 1–8). ``k_max`` None: K − 1 (both capped at the distinct histograms).
+
+    ``curve`` (dict k -> s̄_k, e.g. :func:`mean_silhouette_curve` over other partitions): take
+    k = argmax of it instead of searching on ``counts`` (the authors' Tables II–III search);
+    ``k_min``/``k_max`` are then unused and k is not capped (a k above the distinct histograms
+    leaves clusters empty: the result's k counts those filled).
+    """
     v = class_distribution(counts)
     n_clients = len(v)
     check_int(k_min, "k_min", 2)
     check_int(k_max, "k_max", k_min, optional=True)
-    top = min(n_clients - 1 if k_max is None else k_max, len(np.unique(v, axis=0)))
-    if top < k_min:
-        labels, centroids, curve = np.zeros(n_clients, np.int64), v.mean(axis=0, keepdims=True), {}
-    else:
-        curve = silhouette_curve(v, range(k_min, top + 1), random_state, n_init)
+    if curve is not None:
+        if not isinstance(curve, dict) or not curve or not all(
+                isinstance(k, (int, np.integer)) and 1 <= k <= n_clients for k in curve):
+            fail("curve", f"a non-empty dict k -> mean silhouette with every k in [1, K = {n_clients}]", curve)
+        curve = {int(k): float(s) for k, s in curve.items()}
         labels, centroids = kmeans_labels(v, select_k(curve), random_state, n_init)
+    else:
+        top = min(n_clients - 1 if k_max is None else k_max, len(np.unique(v, axis=0)))
+        if top < k_min:
+            labels, centroids, curve = np.zeros(n_clients, np.int64), v.mean(axis=0, keepdims=True), {}
+        else:
+            curve = silhouette_curve(v, range(k_min, top + 1), random_state, n_init)
+            labels, centroids = kmeans_labels(v, select_k(curve), random_state, n_init)
     reference = np.asarray(counts, dtype=np.float64).sum(axis=0)
     iid = iid_cluster(labels, centroids, reference / reference.sum())
-    return CBCC(v, curve, int(labels.max()) + 1, labels, iid, cbcc_weights(labels))
+    return CBCC(v, curve, n_clusters(labels), labels, iid, cbcc_weights(labels))
 
 
 def pooled_accuracy(correct, n) -> np.ndarray:
