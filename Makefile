@@ -25,13 +25,13 @@ NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.
 # (see tests/other_cpu.env): `make test-other-cpu` retrains the smoke grid under them.
 OTHER_CPU_ENV := $(shell grep -v '^\#' tests/other_cpu.env)
 # Tests on TEST_WORKERS processes (pytest-xdist), each on one thread (OMP_NUM_THREADS: torch,
-# MKL and OpenBLAS read it), so that they do not compete for the cores. One xdist group per test file: a
+# MKL and OpenBLAS read it), so that they do not compete for the cores. One work unit per file: a
 # notebook's cells share one kernel, a file's fixtures are computed once, and notebooks 05 and
 # 06 run on one worker in that order (tests/conftest.py). What is compared does not depend on
 # the thread count: `make test-other-cpu` runs nbval on one thread against notebooks executed
 # on several.
 TEST_WORKERS ?= 2
-XDIST := -n $(TEST_WORKERS) --dist loadgroup
+XDIST := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 ONE_THREAD := OMP_NUM_THREADS=1
 LAB_IP ?= 127.0.0.1
 LAB_PORT ?= 8888

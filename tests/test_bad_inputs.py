@@ -346,6 +346,7 @@ def test_bad_input_gives_one_clear_value_error(case):
     assert name in msg and _shown(case) in msg, msg
 
 
+@pytest.mark.cross_cpu
 def test_the_table_is_large_and_each_base_call_is_valid():
     """Each bad line differs from a good call only by its bad arguments (so the line, not the
     base, is what the error is about): the base calls that are cheap must succeed."""

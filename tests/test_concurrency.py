@@ -65,6 +65,7 @@ def test_two_processes_on_one_grid_compute_and_record_every_run_once(tmp_path):
         assert json.loads((folder / name).read_text())["status"] == "ok"
 
 
+@pytest.mark.cross_cpu
 def test_a_dead_process_claim_is_taken_over(tmp_path):
     s = specs(1)[0]
     path = X.record_path(tmp_path, s)
@@ -76,6 +77,7 @@ def test_a_dead_process_claim_is_taken_over(tmp_path):
     assert rec["status"] == "ok" and not claims.claim_path(path).exists()
 
 
+@pytest.mark.cross_cpu
 def test_a_live_claim_is_waited_for_and_taken_over_when_its_process_dies(tmp_path, monkeypatch):
     s = specs(1)[0]
     path = X.record_path(tmp_path, s)
@@ -93,6 +95,7 @@ def test_a_live_claim_is_waited_for_and_taken_over_when_its_process_dies(tmp_pat
     assert not claims.claim_path(path).exists()
 
 
+@pytest.mark.cross_cpu
 def test_a_claim_from_another_host_is_honoured_until_it_is_old(tmp_path, monkeypatch):
     s = specs(1)[0]
     path = X.record_path(tmp_path, s)

@@ -9,8 +9,8 @@ tolerance, against the committed ``figures/table3_global_accuracy.csv`` and
 ``figures/table4_fairness.csv``.
 
 ``make test-other-cpu`` (run by CI) retrains the smoke grid with the kernels forced to
-``tests/other_cpu.env`` and runs this file and nbval over every notebook: it fails if any
-output nbval compares depends on the CPU.
+``tests/other_cpu.env`` and runs this file's ``cross_cpu`` tests and nbval over every notebook:
+it fails if any output nbval compares depends on the CPU.
 """
 from __future__ import annotations
 
@@ -84,6 +84,8 @@ def _train_hash(extra: dict[str, str]) -> str:
     return out.stdout.strip()
 
 
+# Not marked cross_cpu: its subprocesses set their own kernels (this machine's defaults, and
+# tests/other_cpu.env's), whatever the kernels of the run that starts them, so `make test` checks it.
 def test_forced_kernels_change_the_bits_of_training():
     """The other-CPU run is not vacuous: its kernels give another float32 result than this
     machine's defaults for the same seeded steps (the paper's FMNIST CNN, three Adam steps),
@@ -122,6 +124,7 @@ def _compare(new: pd.DataFrame, committed: Path, column: str) -> None:
     assert bad.empty, f"{committed.name} {column}: cells differ by more than allowed:\n{bad}"
 
 
+@pytest.mark.cross_cpu
 def test_smoke_training_numbers_match_the_committed_tables():
     """Table III (global accuracy; as Table II says and as the authors' code ran it) and Table IV
     (AD) of the smoke grid, trained on this machine (or reused from results/), agree with the
@@ -132,6 +135,7 @@ def test_smoke_training_numbers_match_the_committed_tables():
     _compare(t3_code, ROOT / "figures" / "table3_global_accuracy_paper_code.csv", "mean")
 
 
+@pytest.mark.cross_cpu
 def test_tolerance_check_catches_a_real_change():
     """The comparison fails when one cell moves by more than the tolerance, and passes the
     committed table itself."""

@@ -22,6 +22,8 @@ from fedlib.methods.base import take
 from fedlib.methods.cfl import cosine_similarity_matrix
 from fl_fixtures import DEVICES, method_context, method_hyper
 
+pytestmark = pytest.mark.cross_cpu  # trains or evaluates: numbers from the CPU's kernels (make test-other-cpu)
+
 META = torch.device("meta")
 
 

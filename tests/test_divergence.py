@@ -16,6 +16,8 @@ from fedlib.methods import FLConfig
 from fedlib.methods.base import check_finite_models
 from fedlib.models import build_model, init_params
 
+pytestmark = pytest.mark.cross_cpu  # trains or evaluates: numbers from the CPU's kernels (make test-other-cpu)
+
 FAST = {"rounds": 2, "local_epochs": 1}
 METRIC_KEYS = {"global_accuracy", "local_accuracy", "correct", "n_test", "ad", "sdad", "ad_cl", "sdad_cl", "cp",
                "history", "info", "val_accuracy", "global_test_accuracy", "wpsi"}

@@ -14,6 +14,8 @@ from fedlib.models import build_model, init_params
 
 from fl_fixtures import DEVICES, start_states
 
+pytestmark = pytest.mark.cross_cpu  # the engine's kernels: numbers from the CPU's instruction set (make test-other-cpu)
+
 CPU = torch.device("cpu")
 
 

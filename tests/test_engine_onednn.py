@@ -12,6 +12,8 @@ from fedlib.models import build_model, init_params
 
 from fl_fixtures import assert_states_close, ragged_federation
 
+pytestmark = pytest.mark.cross_cpu  # the engine's kernels: numbers from the CPU's instruction set (make test-other-cpu)
+
 RAGGED = [45, 70, 3, 32, 1, 97]
 WIDE = 256  # 256 × 256 = ONEDNN_MIN_WEIGHTS: the MLP's two middle layers run per client, its first and last on bmm
 

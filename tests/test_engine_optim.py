@@ -17,6 +17,8 @@ from fedlib.models import body, build_model, head, init_params
 
 from fl_fixtures import DEVICES, assert_states_close, assert_states_equal, ragged_federation, start_states
 
+pytestmark = pytest.mark.cross_cpu  # the engine's kernels: numbers from the CPU's instruction set (make test-other-cpu)
+
 RAGGED = [45, 70, 3, 32, 1, 97]  # exact multiple of 32, single-sample and partial-batch clients
 FULL_BATCH = 128  # ≥ every client's size: one step per epoch
 

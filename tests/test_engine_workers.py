@@ -18,6 +18,8 @@ from fedlib.models import build_model, init_params
 
 from fl_fixtures import assert_states_equal, ragged_federation
 
+pytestmark = pytest.mark.cross_cpu  # thread workers: numbers from the CPU's kernels and thread count (make test-other-cpu)
+
 CPU = torch.device("cpu")
 SIZES = [45, 70, 3, 32, 1, 97, 40, 33]  # ragged: several step counts, a one-sample client
 

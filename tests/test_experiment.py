@@ -15,6 +15,7 @@ def spec(method="fedavg", seed=0, level=0.5, protocol="dirichlet", **kw):
     return X.RunSpec("adult", protocol, level, 10, seed, method, fl=FAST, n_train=2000, **kw)
 
 
+@pytest.mark.cross_cpu
 def test_record_has_full_configuration_and_metrics():
     rec = X.run(spec("clust_psi_pfl"))
     assert rec["status"] == "ok"
@@ -46,6 +47,7 @@ def test_a_gpu_records_host_says_how_its_kernels_computed(monkeypatch):
     json.dumps(X._host(cuda))
 
 
+@pytest.mark.cross_cpu
 def test_same_spec_same_numbers():
     a, b = X.run(spec()), X.run(spec())
     assert a["correct"] == b["correct"] and a["history"] == b["history"]
@@ -89,6 +91,7 @@ def test_unknown_dataset():
         X.RunSpec("mnist", "dirichlet", 0.5, 10, 0, "fedavg").validate()
 
 
+@pytest.mark.cross_cpu
 def test_interrupted_grid_resumes_without_recomputing_or_duplicating(tmp_path, monkeypatch):
     specs = [spec(seed=s) for s in range(4)]
     real_run = X.run
@@ -117,6 +120,7 @@ def test_interrupted_grid_resumes_without_recomputing_or_duplicating(tmp_path, m
     assert all(first[n] == (tmp_path / n).read_text() for n in first)  # never overwritten
 
 
+@pytest.mark.cross_cpu
 def test_crash_while_writing_leaves_no_partial_record(tmp_path, monkeypatch):
     def broken_dump(obj, f):
         f.write('{"half": ')
@@ -128,6 +132,7 @@ def test_crash_while_writing_leaves_no_partial_record(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.cross_cpu
 def test_tables_rebuild_from_records_with_infeasible_cells(tmp_path):
     specs = [spec(m, seed=s) for m in ("cl", "fedavg") for s in (0, 1)]
     specs.append(X.RunSpec("adult", "dirichlet", 1e-4, 10, 0, "fedavg", fl=FAST, n_train=200))
@@ -157,6 +162,7 @@ def test_setting_name_writes_settings_as_the_paper_does():
     assert setting_name("shards", 2) == "shards=2"  # a protocol without a symbol keeps its name
 
 
+@pytest.mark.cross_cpu
 def test_load_grid_reports_missing_runs(tmp_path):
     specs = [spec(seed=s) for s in range(2)]
     X.write_manifest(tmp_path, specs)
@@ -165,6 +171,7 @@ def test_load_grid_reports_missing_runs(tmp_path):
         X.load_grid(tmp_path)
 
 
+@pytest.mark.cross_cpu
 def test_grid_killed_by_sigkill_resumes_with_no_lost_or_duplicated_records(tmp_path):
     """A real kill (SIGKILL of the process running the grid, no cleanup possible), then a
     rerun: every run recorded exactly once, finished records untouched, none half-written."""
@@ -203,6 +210,7 @@ def test_grid_killed_by_sigkill_resumes_with_no_lost_or_duplicated_records(tmp_p
     assert len(X.load_records(tmp_path)) == n
 
 
+@pytest.mark.cross_cpu
 def test_a_write_cut_short_leaves_no_file_that_looks_like_a_record(tmp_path, monkeypatch):
     """A process killed between writing a record's temporary file and renaming it leaves the
     temporary behind; its name does not match ``*.json`` (pathlib's patterns match names that
@@ -216,6 +224,7 @@ def test_a_write_cut_short_leaves_no_file_that_looks_like_a_record(tmp_path, mon
     assert len(list(tmp_path.glob("*.json"))) == 1 and len(X.load_records(tmp_path)) == 1
 
 
+@pytest.mark.cross_cpu
 def test_progress_lines_one_per_trained_run(tmp_path, capsys, monkeypatch):
     """'lines' (what make workbook shows through papermill's log) prints a summary, then one
     line per trained run with its accuracy; a rerun trains nothing and says so."""
@@ -243,6 +252,7 @@ def test_bad_progress_fails_before_any_work(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("name", ["satellite", "shuttle"])
+@pytest.mark.cross_cpu
 def test_every_registered_tabular_stand_in_trains(name):
     """satellite and shuttle passed validation and then crashed (no architecture mapped)."""
     rec = X.run(X.RunSpec(name, "dirichlet", 1.0, 5, 0, "fedavg", fl={"rounds": 1, "local_epochs": 1},

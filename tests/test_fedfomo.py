@@ -15,6 +15,8 @@ from fedlib.methods import fedfomo, get_method, make_hyper
 from fedlib.methods.base import sample_clients, take
 from fl_fixtures import assert_states_close, assert_states_equal, make_context
 
+pytestmark = pytest.mark.cross_cpu  # trains or evaluates: numbers from the CPU's kernels (make test-other-cpu)
+
 
 def clustered(rounds=8, seed=0):
     return make_context(protocol="pathological_clusters", level=5, n_clients=10, val_fraction=0.2,

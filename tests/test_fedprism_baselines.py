@@ -16,6 +16,8 @@ from fedlib.methods.base import take
 from fedlib.models import head_prefix
 from fl_fixtures import assert_states_close, assert_states_equal, make_context, opposite_label_groups
 
+pytestmark = pytest.mark.cross_cpu  # trains or evaluates: numbers from the CPU's kernels (make test-other-cpu)
+
 MODULES = {"ifca": ifca, "fedclust": fedclust, "fedamp": fedamp}
 
 

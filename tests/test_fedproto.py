@@ -17,6 +17,8 @@ from fedlib.methods.base import sample_clients, take
 from fedlib.models import body, init_params
 from fl_fixtures import digits, make_context
 
+pytestmark = pytest.mark.cross_cpu  # trains or evaluates: numbers from the CPU's kernels (make test-other-cpu)
+
 META = torch.device("meta")
 
 

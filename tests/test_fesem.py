@@ -14,6 +14,8 @@ from fedlib.methods import fedprox, fesem
 from fedlib.methods.base import take
 from fl_fixtures import assert_states_close, make_context, opposite_label_groups
 
+pytestmark = pytest.mark.cross_cpu  # trains or evaluates: numbers from the CPU's kernels (make test-other-cpu)
+
 
 def final_accuracy(ctx):
     return ctx.history[-1]["global_accuracy"]

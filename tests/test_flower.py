@@ -67,6 +67,7 @@ def same_models(a: dict, b: dict) -> bool:
 
 # ----------------------------------------------------------------------------- simulations
 @pytest.mark.slow
+@pytest.mark.cross_cpu
 def test_clust_psi_pfl_clusters_and_accuracies_equal_fedlib(flower_runs):
     s = spec()
     out = flower_runs["clust"]
@@ -81,6 +82,7 @@ def test_clust_psi_pfl_clusters_and_accuracies_equal_fedlib(flower_runs):
 
 
 @pytest.mark.slow
+@pytest.mark.cross_cpu
 def test_clusters_sample_fedlibs_clients_each_round(flower_runs):
     s = spec()
     ctx = spec_context(s)
@@ -93,6 +95,7 @@ def test_clusters_sample_fedlibs_clients_each_round(flower_runs):
 
 
 @pytest.mark.slow
+@pytest.mark.cross_cpu
 def test_psi_pfl_selection_and_accuracies_equal_fedlib(flower_runs):
     s = spec("psi_pfl", **PSI_HYPER)
     out = flower_runs["psi"]
@@ -107,6 +110,7 @@ def test_psi_pfl_selection_and_accuracies_equal_fedlib(flower_runs):
 
 
 @pytest.mark.slow
+@pytest.mark.cross_cpu
 def test_dp_clients_send_noisy_label_counts_and_cluster_like_fedlib(flower_runs):
     s = spec(dp_epsilon=EPS, dp_seed=DP_SEED)
     out = flower_runs["clust_dp"]
@@ -120,6 +124,7 @@ def test_dp_clients_send_noisy_label_counts_and_cluster_like_fedlib(flower_runs)
 
 
 @pytest.mark.slow
+@pytest.mark.cross_cpu
 def test_dp_psi_pfl_with_the_servers_rounding_selects_like_fedlib(flower_runs):
     s = spec("psi_pfl", dp_epsilon=EPS, dp_seed=DP_SEED, dp_postprocess="round", **PSI_HYPER)
     out = flower_runs["psi_dp_round"]
@@ -133,6 +138,7 @@ def test_dp_psi_pfl_with_the_servers_rounding_selects_like_fedlib(flower_runs):
 
 
 @pytest.mark.slow
+@pytest.mark.cross_cpu
 def test_fedavg_equals_fedlibs_fedavg(flower_runs):
     own, record = fedlib_outcome(spec("fedavg"))
     assert flower_runs["fedavg"]["correct"].tolist() == record["correct"]

@@ -14,6 +14,8 @@ from fedlib.methods import FLConfig, Outcome
 from fedlib.methods.base import federated_averaging, global_model_rounds, take
 from fl_fixtures import make_context
 
+pytestmark = pytest.mark.cross_cpu  # trains or evaluates: numbers from the CPU's kernels (make test-other-cpu)
+
 
 def fedavg_accuracy(ctx):
     out = federated_averaging(ctx, [np.arange(ctx.n_clients)], log=False)

@@ -8,6 +8,8 @@ from fedlib.methods.base import federated_averaging
 from fedlib.methods.clust_psi_pfl import cluster_clients
 from fl_fixtures import make_context, method_context, method_hyper
 
+pytestmark = pytest.mark.cross_cpu  # trains or evaluates: numbers from the CPU's kernels (make test-other-cpu)
+
 
 def run(name, ctx, **hyper):
     return get_method(name).run(ctx, make_hyper(name, hyper))

@@ -13,6 +13,8 @@ from fedlib.engine import broadcast
 from fedlib.methods import fedopt, fedprox, get_method, make_hyper
 from fl_fixtures import make_context
 
+pytestmark = pytest.mark.cross_cpu  # trains or evaluates: numbers from the CPU's kernels (make test-other-cpu)
+
 FEDOPT = ["fedavgm", "fedadagrad", "fedyogi", "fedadam"]
 ALL = ["fedprox", *FEDOPT]
 

@@ -8,6 +8,8 @@ from fedlib.methods import get_method, make_hyper
 from fedlib.methods import fedcls, haccs, poc
 from fl_fixtures import make_context
 
+pytestmark = pytest.mark.cross_cpu  # trains or evaluates: numbers from the CPU's kernels (make test-other-cpu)
+
 SELECTION = ["poc", "haccs", "fedcls"]
 
 

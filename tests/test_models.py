@@ -288,6 +288,7 @@ def test_resnet18_and_vgg19_vmap_over_stacked_weights(arch):
 
 
 @pytest.mark.parametrize("arch", ["resnet18", "vgg19"])
+@pytest.mark.cross_cpu
 def test_resnet18_and_vgg19_train_one_step(arch):
     """Two clients × 5 images, batch 4: a step of 4 then a one-sample step, sequential path.
     The vectorised path refuses BatchNorm in training mode (as for cifar_cnn)."""

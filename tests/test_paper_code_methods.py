@@ -12,6 +12,8 @@ from fedlib.methods import cfl, fedcls, fedsoft, get_method, haccs, make_hyper, 
 from fedlib.methods.base import aggregation_weights, fedlab_losses, global_model_rounds
 from fl_fixtures import assert_states_close, make_context
 
+pytestmark = pytest.mark.cross_cpu  # trains or evaluates: numbers from the CPU's kernels (make test-other-cpu)
+
 
 def run(name, ctx, **hyper):
     return get_method(name).run(ctx, make_hyper(name, hyper))

@@ -19,6 +19,8 @@ from fedlib.methods import fedavg, oracle, pfedlia
 from fedlib.methods.base import CLUSTER_STREAM, federated_averaging, take
 from fl_fixtures import assert_states_equal, make_context
 
+pytestmark = pytest.mark.cross_cpu  # trains or evaluates: numbers from the CPU's kernels (make test-other-cpu)
+
 SMALL = dict(warmup_rounds=3, influence_epochs=5, min_samples=3)
 
 

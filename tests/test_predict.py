@@ -12,6 +12,8 @@ from fedlib.engine import (Federation, GatedMixture, NearestPrototype, OneModel,
                            stack_params, unstack)
 from fedlib.models import body, build_model, init_params
 
+pytestmark = pytest.mark.cross_cpu  # trains or evaluates: numbers from the CPU's kernels (make test-other-cpu)
+
 CPU = torch.device("cpu")
 
 

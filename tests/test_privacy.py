@@ -203,6 +203,7 @@ def adult_counts():
     return counts
 
 
+@pytest.mark.cross_cpu
 def test_clust_psi_pfl_run_without_noise_is_unchanged_and_with_tiny_epsilon_clusters_otherwise(adult_counts):
     plain = experiment.run(_spec("clust_psi_pfl"), "cpu")
     none = experiment.run(_spec("clust_psi_pfl", {"dp_epsilon": None}), "cpu")
@@ -222,6 +223,7 @@ def test_clust_psi_pfl_run_without_noise_is_unchanged_and_with_tiny_epsilon_clus
     assert one_noisy["correct"] == one["correct"] and one_noisy["history"] == one["history"]
 
 
+@pytest.mark.cross_cpu
 def test_psi_pfl_run_without_noise_is_unchanged_and_selects_from_the_noisy_psi(adult_counts):
     hyper = {"percentiles": [50]}
     plain = experiment.run(_spec("psi_pfl", hyper), "cpu")

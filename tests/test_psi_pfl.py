@@ -11,6 +11,8 @@ from fedlib.noniid import psi
 
 from fl_fixtures import make_context
 
+pytestmark = pytest.mark.cross_cpu  # trains or evaluates: numbers from the CPU's kernels (make test-other-cpu)
+
 
 def test_candidate_thresholds_are_linear_percentiles_by_hand():
     v = [0.0, 1.0, 2.0, 3.0, 10.0]

@@ -40,6 +40,7 @@ def comparable(record: dict) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.cross_cpu
 def test_ray_backend_records_equal_the_local_ones_and_resume(tmp_path, capsys):
     grid = specs(3)
     local = X.run_grid(grid, tmp_path / "local", progress=False)
@@ -55,6 +56,7 @@ def test_ray_backend_records_equal_the_local_ones_and_resume(tmp_path, capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.cross_cpu
 def test_a_worker_killed_mid_run_is_retried_and_every_record_written_once(tmp_path, capsys):
     grid = specs(4, {**FL, "rounds": 200})  # ≈ 0.5 s a run in a warm worker (3 rounds: 10 ms, less than the poll)
     out: dict = {}

@@ -8,6 +8,8 @@ from fedlib import reproduction as R
 from fedlib.analysis.tables import for_reproduction, records_frame, table3
 from fedlib.methods.base import pooled_accuracies
 
+pytestmark = pytest.mark.cross_cpu  # trains or evaluates: numbers from the CPU's kernels (make test-other-cpu)
+
 FAST = {"rounds": 3, "local_epochs": 1}
 
 

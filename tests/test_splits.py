@@ -13,6 +13,8 @@ from fedlib import partition as P
 from fedlib.engine import Federation, LossMatrix, evaluate, evaluate_global, loss_matrix, stack_params, unstack
 from fedlib.models import build_model, init_params
 
+pytestmark = pytest.mark.cross_cpu  # trains or evaluates: numbers from the CPU's kernels (make test-other-cpu)
+
 CPU = torch.device("cpu")
 
 

@@ -11,6 +11,8 @@ from fedlib.engine import Federation, broadcast, local_train
 from fedlib.models import build_model, init_params
 from fedlib.strict_json import dumps_strict, loads_strict, restore, sanitise
 
+pytestmark = pytest.mark.cross_cpu  # trains or evaluates: numbers from the CPU's kernels (make test-other-cpu)
+
 FAST = {"rounds": 2, "local_epochs": 1}
 
 

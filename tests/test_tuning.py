@@ -50,6 +50,7 @@ def test_new_spec_fields_keep_old_record_keys():
         spec(val_fraction=0.85).validate()
 
 
+@pytest.mark.cross_cpu
 def test_validation_and_global_test_are_recorded_and_test_split_is_unchanged():
     plain, held = X.run(spec()), X.run(spec(val_fraction=0.2, global_test=True))
     assert plain["n_test"] == held["n_test"]  # the same test split
@@ -70,6 +71,7 @@ def test_global_test_needs_an_official_test_set(monkeypatch):
         X.build_federation(spec(global_test=True))
 
 
+@pytest.mark.cross_cpu
 def test_tune_chooses_the_best_validation_accuracy_and_resumes(tmp_path):
     grid = {"mu": (0.0, 0.5, 5.0)}
     out = tune(spec(), tmp_path, grid=grid, val_fraction=0.2)
