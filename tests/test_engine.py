@@ -562,7 +562,7 @@ class _StochasticNet(nn.Module):
 def test_dropout_and_batchnorm_models_train_sequentially_and_reproducibly(ragged_fed):
     model = _StochasticNet()
     assert choose_path(model, CPU, training=True) == "sequential"
-    assert choose_path(model, CPU, training=False) == "vectorised"
+    assert choose_path(model, CPU, training=False) == "sequential"  # unmeasured (engine.paths); vectorises on request
     start = broadcast(init_params(model, seed=0), 6)
     with pytest.raises(ValueError, match="vectorised"):
         local_train(model, start, ragged_fed, range(6), epochs=1, seed=0, path="vectorised")

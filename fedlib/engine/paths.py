@@ -23,6 +23,11 @@ bit-reproducible. The rule:
   evaluation stays sequential, vmap's forward being no faster) and for other models
   without convolutions of at most :data:`CPU_MAX_VECTORISED_WEIGHTS` weights;
   sequential otherwise.
+* Evaluation (the bullets above are training's rule) follows the measurements of
+  :data:`EVAL_MEASURED` (``benchmarks/eval_paths.py``): on the CPU vectorised only for dense
+  stacks of at most :data:`CPU_EVAL_MAX_VECTORISED_WEIGHTS` weights, sequential for every
+  other model, so that "auto" is never slower than the sequential path where nothing was
+  measured; on CUDA vectorised except for models with convolutions.
 
 The CPU rule comes from ``python benchmarks/engine_vs_sequential.py --path-table``: ms
 per client step (batch 32, Adam), 50 clients × 128 samples, best of 3, three runs on a
@@ -65,8 +70,8 @@ from .conv import conv_stack
 from .dense import dense_stack, has_per_client_layer
 from .workers import plan_workers
 
-__all__ = ["PATHS", "CPU_MAX_VECTORISED_WEIGHTS", "choose_path", "resolve_path", "clients_per_chunk",
-           "chunk_workers"]
+__all__ = ["PATHS", "CPU_MAX_VECTORISED_WEIGHTS", "CPU_EVAL_MAX_VECTORISED_WEIGHTS", "EVAL_MEASURED", "choose_path",
+           "resolve_path", "clients_per_chunk", "chunk_workers"]
 
 PATHS = ("auto", "sequential", "vectorised")
 
@@ -98,11 +103,46 @@ def _blocker(model: nn.Module, training: bool) -> str | None:
     return None
 
 
+#: Evaluation's measured choices (``python benchmarks/eval_paths.py``, which prints auto's time
+#: over the sequential path's and flags "AUTO SLOWER"): (device type, architecture of
+#: :mod:`fedlib.models`, input shape, the faster path — the one auto takes —, what was
+#: measured). Seconds are sequential / vectorised, the best of 5 alternating runs (3 for the
+#: conv stacks) on one thread of a shared 2-core CPU VM; "global": 10 models each on the same
+#: 1,000 images (``evaluate_global``), "clients": 50 clients' own models on their own 40 test
+#: images (``evaluate``). Evaluation is vectorised only where a row measured it faster; on the
+#: CPU every model no row covers is evaluated on the sequential path, which "auto" then is.
+EVAL_MEASURED = (
+    ("cpu", "logistic", (784,), "vectorised",
+     "clients 0.037 / 0.018 s; global 0.067 / 0.085 s (the loop 10–40 ms ahead a call)"),
+    ("cpu", "mlp", (16,), "sequential", "3×500 units: clients 0.312 / 0.395 s; global 0.865 / 0.845 s"),
+    ("cpu", "embed_dnn", (100,), "sequential", "vocab 2,000: clients 0.050 / 0.065 s; global 0.140 / 0.165 s"),
+    ("cpu", "lenet5", (1, 28, 28), "sequential", "global, 20 models × 2,000 images: 11.1 / 16.4 s"),
+    ("cpu", "fmnist_cnn", (1, 28, 28), "sequential", "global, 20 models × 2,000 images: 15.2 / 27.2 s"),
+    ("cpu", "cnn", (1, 28, 28), "sequential", "global, 20 models × 2,000 images: 12.1 / 31.4 s"),
+    ("cuda", "lenet5", (1, 28, 28), "sequential", "FedPrism's 20 models × 10,000 FMNIST test images: 24 / 36 s"),
+)
+#: The largest dense stack evaluated vectorised on the CPU: logistic 784→10 measured faster,
+#: the 3×500 MLP not; sizes between are unmeasured and stay sequential.
+CPU_EVAL_MAX_VECTORISED_WEIGHTS = 10_000
+
+
+def _eval_path(model: nn.Module, device: torch.device) -> str:
+    """Evaluation's path (:data:`EVAL_MEASURED`): on the CPU vectorised only for dense stacks of
+    at most :data:`CPU_EVAL_MAX_VECTORISED_WEIGHTS` weights; on CUDA vectorised except for
+    models with convolutions."""
+    if device.type != "cpu":
+        return "sequential" if any(isinstance(m, _CONV) for m in model.modules()) else "vectorised"
+    small = sum(p.numel() for p in model.parameters()) <= CPU_EVAL_MAX_VECTORISED_WEIGHTS
+    return "vectorised" if dense_stack(model) is not None and small else "sequential"
+
+
 def choose_path(model: nn.Module, device: torch.device, training: bool) -> str:
     """``'vectorised'`` or ``'sequential'`` for ``model`` on ``device`` (rule in the module docstring)."""
     if _blocker(model, training) is not None:
         return "sequential"
-    if device.type != "cpu" or dense_stack(model) is not None or (training and conv_stack(model) is not None):
+    if not training:
+        return _eval_path(model, device)
+    if device.type != "cpu" or dense_stack(model) is not None or conv_stack(model) is not None:
         return "vectorised"
     has_conv = any(isinstance(m, _CONV) for m in model.modules())
     n_weights = sum(p.numel() for p in model.parameters())
