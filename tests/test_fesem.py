@@ -1,6 +1,8 @@
-"""FeSEM (fedlib.methods.fesem): the E-step and M-step on hand-checkable inputs, rounds rebuilt
-from the rules, the planted groups recovered, learning on a tiny real federation, determinism
-and bad hyperparameters."""
+"""FeSEM (fedlib.methods.fesem): the E-step, M-step, k-means++ seeding, re-seeding of empty
+centres and the re-clustering schedule on hand-checkable inputs; round 0 (every client's model,
+k-means++ and Lloyd iterations), a later round and a re-clustering rebuilt from the rules; the
+planted clusters recovered, learning on a tiny real federation, determinism and bad
+hyperparameters."""
 from __future__ import annotations
 
 import numpy as np
@@ -14,8 +16,6 @@ from fedlib.methods import fedprox, fesem
 from fedlib.methods.base import take
 from fl_fixtures import assert_states_close, make_context, opposite_label_groups
 
-pytestmark = pytest.mark.cross_cpu  # trains or evaluates: numbers from the CPU's kernels (make test-other-cpu)
-
 
 def final_accuracy(ctx):
     return ctx.history[-1]["global_accuracy"]
@@ -23,6 +23,16 @@ def final_accuracy(ctx):
 
 def states_equal(a, b) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def names_of(ctx):
+    return [n for n, _ in ctx.model.named_parameters()]
+
+
+def planted(seed, rounds=6, **kw):
+    """20 digits clients in 5 planted clusters (2 labels each), 4 trained per round."""
+    return make_context(protocol="pathological_clusters", level=5, n_clients=20, rounds=rounds, seed=seed,
+                        fraction=0.2, **kw)
 
 
 # ----------------------------------------------------------------------------- E-step
@@ -44,6 +54,18 @@ def test_assign_nearest_by_hand_ties_to_the_lowest_index():
     assert fesem.assign_nearest(w, c).tolist() == [1]
     out = fesem.assign_nearest(torch.zeros(3, 2), torch.ones(1, 2))
     assert out.dtype == np.int64 and out.tolist() == [0, 0, 0]
+
+
+def test_squared_distances_by_hand_in_float64_over_blocks_of_rows():
+    d = fesem.squared_distances([[1.0, 0.0], [3.0, 1.0]], [[0.0, 0.0], [4.0, 0.0], [0.0, 3.0]])
+    np.testing.assert_array_equal(d, [[1.0, 9.0, 10.0], [10.0, 2.0, 13.0]])
+    # 40 float32 rows (more than one block): the same as float64 numpy on the same values
+    w = torch.arange(40 * 3, dtype=torch.float32).reshape(40, 3) / 7
+    c = torch.tensor([[0.5, 1.0, 2.0], [3.0, 2.0, 1.0]], dtype=torch.float32)
+    ref = ((w.double().numpy()[:, None, :] - c.double().numpy()[None]) ** 2).sum(-1)
+    out = fesem.squared_distances(w, c)
+    assert out.dtype == np.float64 and out.shape == (40, 2)
+    np.testing.assert_array_equal(out, ref)
 
 
 def test_assign_nearest_rejects_bad_shapes():
@@ -75,76 +97,179 @@ def test_update_centres_by_hand_plain_and_sample_weighted():
         fesem.update_centres(centres, models, [0, 1, 2, 2], weights=[1, -1, 1, 1])
 
 
+# ----------------------------------------------------------------------------- k-means++ seeding
+def test_kmeans_pp_draws_by_squared_distance_to_the_chosen_seeds():
+    pts = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 2.0], [3.0, 0.0]])
+    seeds = fesem.kmeans_pp(pts, 3, np.random.default_rng(7))
+    # the same draws by hand from a generator in the same state
+    rng = np.random.default_rng(7)
+    first = int(rng.integers(4))
+    d2 = ((pts - pts[first]) ** 2).sum(1)
+    second = int(rng.choice(4, p=d2 / d2.sum()))
+    d2 = np.minimum(d2, ((pts - pts[second]) ** 2).sum(1))
+    third = int(rng.choice(4, p=d2 / d2.sum()))
+    assert seeds.dtype == np.int64 and seeds.tolist() == [first, second, third]
+    assert len(set(seeds.tolist())) == 3
+
+
+def test_kmeans_pp_never_draws_a_point_on_a_chosen_seed():
+    """Three groups of identical points: D² is 0 on a chosen group, so every group gets a seed
+    whatever the generator (Forgy's 3 uniform draws would miss a group 3 times in 4)."""
+    pts = np.repeat([[0.0, 0.0], [5.0, 0.0], [0.0, 5.0]], 10, axis=0)
+    for s in range(20):
+        seeds = fesem.kmeans_pp(pts, 3, np.random.default_rng(s))
+        assert sorted(seeds // 10) == [0, 1, 2]
+    # k = M on identical points: D² is 0 everywhere, the rest are drawn uniformly, all distinct
+    same = fesem.kmeans_pp(np.zeros((4, 2)), 4, np.random.default_rng(0))
+    assert sorted(same.tolist()) == [0, 1, 2, 3]
+    with pytest.raises(ValueError, match=r"k must be an integer in \[1, 4\], got 5"):
+        fesem.kmeans_pp(np.zeros((4, 2)), 5, np.random.default_rng(0))
+
+
+# ----------------------------------------------------------------------------- empty centres
+def test_reseed_empty_moves_the_farthest_member_of_a_shared_centre():
+    # centre 1 has no member; rows 0, 1, 3 share centre 0, row 2 is alone on centre 2
+    d = np.array([[1.0, 50.0, 60.0],
+                  [4.0, 30.0, 60.0],
+                  [9.0, 40.0, 0.5],    # farthest from its centre overall, but its centre has 1 member
+                  [4.0, 20.0, 60.0]])  # ties row 1 at 4.0: the lower row moves
+    r, moves = fesem.reseed_empty(d, [0, 0, 2, 0])
+    assert r.tolist() == [0, 1, 2, 0] and moves == [(1, 1)]
+    # three empty centres in increasing order; a moved row is not moved again; the last stays
+    # empty once no centre has 2 members left
+    r, moves = fesem.reseed_empty([[1.0] * 4, [3.0] * 4, [2.0] * 4], [0, 0, 0])
+    assert r.tolist() == [0, 1, 2] and moves == [(1, 1), (2, 2)]
+    # no row left to give: rows on their centre (distance 0) or alone stay
+    r, moves = fesem.reseed_empty([[0.0, 1.0], [0.0, 1.0]], [0, 0])
+    assert r.tolist() == [0, 0] and moves == []
+    # members outside the rows count: centre 1 is not empty, centre 0 keeps 2 with row 0 gone
+    r, moves = fesem.reseed_empty([[5.0, 1.0, 1.0], [1.0, 2.0, 2.0]], [0, 1], outside=[1, 0, 0])
+    assert r.tolist() == [2, 1] and moves == [(2, 0)]
+    with pytest.raises(ValueError, match=r"outside must be 3 non-negative member counts"):
+        fesem.reseed_empty([[5.0, 1.0, 1.0]], [0], outside=[1, 0])
+    with pytest.raises(ValueError, match=r"assignment must be an integer array of shape \(1,\) with values in \[0, 3\)"):
+        fesem.reseed_empty([[5.0, 1.0, 1.0]], [3])
+
+
+def test_a_duplicate_centre_is_empty_and_reseeded():
+    """Two identical centres: every tie goes to the lower index, the other is re-seeded."""
+    pts = np.array([[0.0, 0.0], [0.2, 0.0], [10.0, 0.0], [10.5, 0.0]])
+    centres = np.array([[5.0, 0.0], [5.0, 0.0]])
+    d = fesem.squared_distances(pts, centres)
+    r, moves = fesem.reseed_empty(d, fesem.assign_nearest(pts, centres))
+    assert fesem.assign_nearest(pts, centres).tolist() == [0, 0, 0, 0]
+    assert moves == [(1, 3)] and r.tolist() == [0, 0, 0, 1]  # 5.5² is the largest squared distance
+
+
+# ----------------------------------------------------------------------------- schedule
+def test_reclustering_schedule_is_every_tenth_round_but_the_last():
+    assert [t for t in range(25) if fesem.reclusters(t, 25, 10)] == [9, 19]
+    assert [t for t in range(20) if fesem.reclusters(t, 20, 10)] == [9]  # after round 20: nothing trains
+    assert [t for t in range(10) if fesem.reclusters(t, 10, 10)] == []
+    assert [t for t in range(4) if fesem.reclusters(t, 4, 1)] == [0, 1, 2]
+    assert not any(fesem.reclusters(t, 50, 0) for t in range(50))
+
+
 # ----------------------------------------------------------------------------- rounds rebuilt
-def test_first_round_is_forgy_from_trained_models_then_five_em_iterations():
-    ctx = make_context(rounds=1, fraction=0.5)
+@pytest.mark.cross_cpu
+def test_round_zero_trains_every_client_and_runs_kmeans_on_all_their_models():
+    ctx = make_context(rounds=1, fraction=0.3)
     k = 3
     out = fesem.run(ctx, fesem.Hyper(n_clusters=k))
-    ref = make_context(rounds=1, fraction=0.5)
-    names = [n for n, _ in ref.model.named_parameters()]
-    clients = np.asarray(out.info["selected"][0])
-    res = ref.train(broadcast(ref.init_state(), len(clients)), clients, 0)  # everyone from w_0
-    rows = np.sort(ref.rng("fesem/forgy").choice(len(clients), size=k, replace=False))
-    centres = take(res.params, rows)
-    flat = flatten_params(res.params, names).double()
+    ref = make_context(rounds=1, fraction=0.3)
+    names = names_of(ref)
+    res = ref.train(broadcast(ref.init_state(), 10), np.arange(10), 0)  # every client from w_0
+    flat = flatten_params(res.params, names)
+    seeds = fesem.kmeans_pp(flat, k, ref.rng("fesem/seeding"))
+    centres = take(res.params, seeds)
+    reseeded = []
     for _ in range(5):
-        choice = fesem.assign_nearest(flat, flatten_params(centres, names))
+        d = fesem.squared_distances(flat, flatten_params(centres, names))
+        choice, moves = fesem.reseed_empty(d, np.argmin(d, axis=1))
+        for j, i in moves:  # a re-seeded centre becomes its new member's model
+            centres = {n: v.clone() for n, v in centres.items()}
+            for n in centres:
+                centres[n][j] = res.params[n][i]
+        reseeded += [[1, j, i] for j, i in moves]
         centres = fesem.update_centres(centres, res.params, choice)
     assert_states_close(out.models, centres)
-    assert out.info["choices"][0] == choice.tolist()
-    # the selected keep their E-step cluster; the others take their lowest-train-loss centre
-    others = np.setdiff1d(np.arange(10), clients)
-    loss, _, _ = ref.loss_matrix(out.models, others, split="train")
-    assert out.assignment[clients].tolist() == choice.tolist()
-    assert out.assignment[others].tolist() == np.argmin(loss, axis=0).tolist()
+    assert out.info["selected"] == [list(range(10))] and out.info["seeds"] == seeds.tolist()
+    assert out.info["choices"][0] == choice.tolist() == out.assignment.tolist()
     assert out.info["cluster_of_client"] == out.assignment.tolist() == out.info["assignment"]
     assert out.info["cluster_sizes"] == np.bincount(out.assignment, minlength=k).tolist()
-    assert out.info["never_selected"] == others.tolist()
+    assert out.info["reclustered"] == [] and out.info["reseeded"] == reseeded
 
 
-def test_second_round_starts_from_the_clusters_centre_or_the_lowest_loss_one():
+@pytest.mark.cross_cpu
+def test_later_rounds_train_fedavgs_clients_from_their_centre_then_em():
     hp = fesem.Hyper(n_clusters=2, em_iterations=2, weighting="samples")
-    one = make_context(rounds=1, fraction=0.5)
-    first = fesem.run(one, hp)
-    ctx = make_context(rounds=2, fraction=0.5)
-    out = fesem.run(ctx, hp)
-    assert out.info["selected"][0] == first.info["selected"][0]
-    known = np.full(10, -1)
-    known[first.info["selected"][0]] = first.info["choices"][0]
+    first = fesem.run(make_context(rounds=1, fraction=0.5), hp)
+    out = fesem.run(make_context(rounds=2, fraction=0.5), hp)
+    fed = fedprox.run(make_context(rounds=2, fraction=0.5), fedprox.Hyper(mu=0.0))
+    assert out.info["selected"][0] == list(range(10)) and out.info["selected"][1] == fed.info["selected"][1]
     clients = np.asarray(out.info["selected"][1])
     ref = make_context(rounds=2, fraction=0.5)
-    begin = known[clients].copy()
-    new = np.flatnonzero(begin < 0)
-    assert new.size and (begin >= 0).any()  # both kinds of client in round 1
-    loss, _, _ = ref.loss_matrix(first.models, clients[new], split="train")
-    begin[new] = np.argmin(loss, axis=0)
-    res = ref.train(take(first.models, begin), clients, 1)
-    names = [n for n, _ in ref.model.named_parameters()]
-    flat = flatten_params(res.params, names).double()
+    res = ref.train(take(first.models, first.assignment[clients]), clients, 1)
+    names = names_of(ref)
     centres = first.models
-    n = res.n_samples.double().numpy()
     for _ in range(2):
-        choice = fesem.assign_nearest(flat, flatten_params(centres, names))
-        centres = fesem.update_centres(centres, res.params, choice, weights=n)
+        choice = fesem.assign_nearest(flatten_params(res.params, names), flatten_params(centres, names))
+        centres = fesem.update_centres(centres, res.params, choice, weights=res.n_samples.double().numpy())
     assert_states_close(out.models, centres)
     assert out.info["choices"][1] == choice.tolist()
+    expected = first.assignment.copy()
+    expected[clients] = choice
+    assert out.assignment.tolist() == expected.tolist()
 
 
-def test_random_init_is_refused_naming_the_one_choice():
-    """init="random" (FlexCFL's cold start from K random centres) is not offered: a client
-    trained from a random centre stays nearest to it, so the E-step keeps the start centre."""
-    with pytest.raises(ValueError, match=r"^init must be one of \['clients'\], got 'random'$"):
-        fesem.Hyper(init="random")
-    with pytest.raises(ValueError, match=r"init must be one of \['clients'\], got 'random'"):
-        RunSpec("fmnist", "pathological_clusters", 5, 10, 0, "fesem", hyper={"init": "random"}).validate()
-    assert fesem.Hyper().init == "clients"
+@pytest.mark.cross_cpu
+def test_reclustering_reassigns_the_clients_trained_since_by_their_clusters_means():
+    """Re-clustering after round 2 of 3 (every 2): the clients of round 1 are compared with the
+    means of each cluster's round-1 models (a cluster without one: its centre)."""
+    hp, every = fesem.Hyper(n_clusters=3), fesem.Hyper(n_clusters=3, recluster_every=2)
+    first = fesem.run(make_context(rounds=1, fraction=0.5), hp)
+    second = fesem.run(make_context(rounds=2, fraction=0.5), every)  # nothing after the last round
+    assert second.info["reclustered"] == []
+    out = fesem.run(make_context(rounds=3, fraction=0.5), every)
+    assert out.info["reclustered"] == [2]
+    fresh = np.asarray(second.info["selected"][1])
+    ref = make_context(rounds=3, fraction=0.5)
+    names = names_of(ref)
+    res = ref.train(take(first.models, first.assignment[fresh]), fresh, 1)
+    flat = flatten_params(res.params, names).double()
+    member = second.assignment[fresh]
+    centroids = flatten_params(second.models, names).double().clone()
+    for j in np.unique(member):
+        centroids[j] = flat[member == j].mean(0)
+    d = fesem.squared_distances(flat, centroids)
+    outside = np.bincount(np.delete(second.assignment, fresh), minlength=3)
+    choice, moves = fesem.reseed_empty(d, np.argmin(d, axis=1), outside)
+    expected = second.assignment.copy()
+    expected[fresh] = choice
+    # round 3 (index 2) then trains from the re-clustered centres and moves its own clients
+    now = np.asarray(out.info["selected"][2])
+    expected[now] = out.info["choices"][2]
+    assert out.assignment.tolist() == expected.tolist()
+    assert [m[1:] for m in out.info["reseeded"]] == [[j, int(fresh[i])] for j, i in moves]
 
 
 # ----------------------------------------------------------------------------- planted groups
+@pytest.mark.cross_cpu
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_recovers_planted_clusters_from_every_clients_first_model(seed):
+    """5 planted clusters of 4 clients, 4 clients a round: K-means on all 20 round-0 models
+    finds them exactly, and the rounds keep them (Forgy from round 0's 4 trained clients
+    cannot: 4 centres for 5 clusters)."""
+    ctx = planted(seed)
+    out = fesem.run(ctx, fesem.Hyper())
+    assert cluster_recovery(out.assignment, ctx.planted_clusters) == 1.0
+    assert out.info["cluster_sizes"] == [4] * 5
+    assert final_accuracy(ctx) > 0.75  # each client sees 2 labels: chance is 0.5
+
+
+@pytest.mark.cross_cpu
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_fesem_separates_opposite_label_groups(seed):
-    """Forgy centres from round 0's trained models separate the two swapped-label groups
-    (seeds 0–19: 19 of 20 do; seed 9 ends with a 1/9 split)."""
     ctx, group = opposite_label_groups(seed=seed)
     out = fesem.run(ctx, fesem.Hyper(n_clusters=2))
     assert cluster_recovery(out.assignment, group) == 1.0
@@ -155,6 +280,7 @@ def test_fesem_separates_opposite_label_groups(seed):
     assert final_accuracy(fed_ctx) < 0.6  # one model cannot fit both groups
 
 
+@pytest.mark.cross_cpu
 def test_learns_on_pathological_clusters():
     ctx = make_context(protocol="pathological_clusters", level=5, n_clients=10, rounds=6)
     out = fesem.run(ctx, fesem.Hyper())
@@ -167,23 +293,32 @@ def test_learns_on_pathological_clusters():
     assert cluster_recovery(out.assignment, ctx.planted_clusters) > 0.3
 
 
-def test_selects_fedavgs_clients():
-    out = fesem.run(make_context(rounds=3), fesem.Hyper())
-    assert out.info["selected"] == fedprox.run(make_context(rounds=3), fedprox.Hyper(mu=0.0)).info["selected"]
-
-
+@pytest.mark.cross_cpu
 def test_same_seed_same_numbers_other_seed_other_numbers():
     runs = []
     for seed in (0, 0, 1):
         ctx = make_context(rounds=3, seed=seed)
-        runs.append((fesem.run(ctx, fesem.Hyper(n_clusters=3)), ctx.history))
+        runs.append((fesem.run(ctx, fesem.Hyper(n_clusters=3, recluster_every=1)), ctx.history))
     (a, ha), (b, hb), (c, _) = runs
+    assert a.info["reclustered"] == [1, 2]
     assert states_equal(a.models, b.models) and a.info == b.info and ha == hb
     assert a.assignment.tolist() == b.assignment.tolist()
     assert not states_equal(a.models, c.models)
 
 
 # ----------------------------------------------------------------------------- hyperparameters
+def test_random_init_is_refused_naming_the_one_choice():
+    with pytest.raises(ValueError, match=r"^init must be one of \['clients'\], got 'random'$"):
+        fesem.Hyper(init="random")
+    with pytest.raises(ValueError, match=r"init must be one of \['clients'\], got 'random'"):
+        RunSpec("fmnist", "pathological_clusters", 5, 10, 0, "fesem", hyper={"init": "random"}).validate()
+
+
+def test_more_centres_than_clients_is_refused_before_training():
+    with pytest.raises(ValueError, match=r"n_clusters must be at most the number of clients \(10\).*got 11"):
+        fesem.run(make_context(rounds=1), fesem.Hyper(n_clusters=11))
+
+
 @pytest.mark.parametrize("values, match", [
     ({"n_clusters": 0}, r"n_clusters must be an integer ≥ 1, got 0"),
     ({"n_clusters": 2.0}, r"n_clusters must be an integer ≥ 1, got 2\.0"),
@@ -191,6 +326,7 @@ def test_same_seed_same_numbers_other_seed_other_numbers():
     ({"em_iterations": "1"}, r"em_iterations must be an integer ≥ 1, got '1'"),
     ({"init_em_iterations": -1}, r"init_em_iterations must be an integer ≥ 1, got -1"),
     ({"init": "kmeans++"}, r"init must be one of \['clients'\], got 'kmeans\+\+'"),
+    ({"recluster_every": -1}, r"recluster_every must be an integer ≥ 0, got -1"),
     ({"weighting": "uniform"}, r"weighting must be one of \['plain', 'samples'\], got 'uniform'"),
 ])
 def test_bad_hyper(values, match):
@@ -200,7 +336,7 @@ def test_bad_hyper(values, match):
 
 def test_defaults():
     hp = fesem.Hyper()
-    assert (hp.n_clusters, hp.em_iterations, hp.init_em_iterations, hp.init, hp.weighting) == \
-        (5, 1, 5, "clients", "plain")
+    assert (hp.n_clusters, hp.em_iterations, hp.init_em_iterations, hp.init, hp.recluster_every, hp.weighting) == \
+        (5, 1, 5, "clients", 10, "plain")
     assert fesem.GRID == {} and fesem.NAME == "fesem"
     assert all(callable(getattr(fesem, n)) or n in ("NAME", "GRID") for n in fesem.__all__)

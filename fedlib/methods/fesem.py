@@ -2,55 +2,96 @@
 "Multi-center federated learning: clients clustering for better personalization", 2021 / WWW
 2023); a baseline of pFedLIA ("we provided the correct k").
 
-The server keeps K centre models c_1 … c_K and remembers each client's cluster r(i) (−1 while
-the client has none). Each round t, with S_t the m = max(1, ⌊q·N⌋) clients drawn uniformly from
-the stream ``"selection/group0"`` (the same clients as FedAvg):
+The server keeps K centre models c_1 … c_K, each client's cluster r(i) and each client's latest
+trained model b_i. Each round t draws S_t, the m = max(1, ⌊q·N⌋) clients drawn uniformly from
+the stream ``"selection/group0"`` (the same clients as FedAvg in every round).
 
-1. every i ∈ S_t trains locally from its centre c_{r(i)} (one engine call); a client without a
-   cluster starts from the centre with the lowest mean loss on its train split (one batched
-   ``ctx.loss_matrix`` call; in round 0 there are no centres yet and every client starts
-   from the seeded initial model w_0);
-2. E-step: r(i) = argmin_k ‖w_i − c_k‖₂ for every trained model w_i, i ∈ S_t
-   (:func:`assign_nearest`: trainable weights flattened, float64 distances, ties to the lowest
-   index);
-3. M-step: c_k ← Σ_{i: r(i)=k} a_i w_i / Σ_{i: r(i)=k} a_i over the round's clients
-   (:func:`update_centres`), a_i = 1 (``weighting="plain"``: the paper's
-   W̃^(k) = Σ_i r_i^(k) W_i / Σ_i r_i^(k), the authors' ``KmeanModel`` — segment sum / count —
-   and FlexCFL's FeSEM, aggregation ``'avg'``) or a_i = n_i (``"samples"``: FedAvg's); a
-   centre with no member keeps its weights;
-4. steps 2–3 are repeated ``em_iterations`` times on the round's trained models (Lloyd
-   iterations); the last E-step's r(i) is remembered.
+Round 0 — the centres from ALL clients' models (``init="clients"``, the one choice):
 
-Centre initialisation (``init``, only ``"clients"``, the authors' code): their
-``KmeanModel`` sets the K centroids to the first K client models of a shuffled client list
-(Forgy) and then runs 5 iterations on that first clustering (1 on every later one). Here: round 0's selected clients all train from w_0 =
-``ctx.init_state()``; K of their trained models, drawn uniformly without replacement from the
-stream ``"fesem/forgy"``, become the centres; the round's E/M runs ``init_em_iterations`` (5)
-times. If fewer than K clients trained in round 0, the missing centres are rows of
-``ctx.init_states(K, "fesem/init")`` (they keep no member until a client comes near).
-FlexCFL's cold start from K random centres is not offered (``init='random'`` is refused).
+1. every client i = 1 … N trains from the seeded initial model w_0 = ``ctx.init_state()``
+   (one round of full participation; S_0 is still drawn, so that later rounds select FedAvg's
+   clients), giving b_i;
+2. K-means on the N models: K seeds by k-means++ (:func:`kmeans_pp`, stream
+   ``"fesem/seeding"``), then ``init_em_iterations`` (5) Lloyd iterations, each an E-step
+   (:func:`assign_nearest`), the re-seeding of empty centres (:func:`reseed_empty`) and an
+   M-step (:func:`update_centres`) over all N models.
 
-Evaluation: every client predicts with its cluster's centre; a client never selected takes
-the centre with the lowest mean loss on its train split (the rule of step 1; cheap: K × its
-few clients, computed only at the rounds that are logged). ``assignment`` is that final choice.
+Rounds t ≥ 1:
+
+1. every i ∈ S_t trains locally from its centre c_{r(i)} (one engine call); b_i ← the result;
+2. E-step: r(i) = argmin_k ‖b_i − c_k‖₂ for i ∈ S_t (trainable weights flattened, float64
+   distances, ties to the lowest index);
+3. M-step: c_k ← Σ_{i ∈ S_t: r(i)=k} a_i b_i / Σ a_i over the round's clients, a_i = 1
+   (``weighting="plain"``: the paper's W̃^(k) = Σ_i r_i^(k) W_i / Σ_i r_i^(k), the authors'
+   ``KmeanModel`` — segment sum / count — and FlexCFL's FeSEM, aggregation ``'avg'``) or
+   a_i = n_i (``"samples"``: FedAvg's); a centre with no member this round keeps its weights;
+4. steps 2–3 are repeated ``em_iterations`` (1) times on the round's models;
+5. re-clustering, after rounds t with (t + 1) mod ``recluster_every`` = 0 except the last
+   (:func:`reclusters`; the authors' ``update-center-every`` = 10 and their test
+   ``(k + 1) % update_head_every == 0 and k != num_rounds − 1``), of the clients F trained since
+   the previous re-clustering (round 0 excluded): one K-means iteration on their latest models,
+   the centroid of cluster k the plain mean of its members' b_i in F (a cluster without one:
+   c_k), r(i) = argmin_k ‖b_i − centroid_k‖₂ for i ∈ F, then empty centres re-seeded
+   (:func:`reseed_empty`: the centre becomes the model b_i of the client of F farthest from its
+   centroid, among clusters of ≥ 2 members; members outside F count). The centre models stay as
+   trained.
+
+A centre is empty when no client is nearest to it. Two identical centres are duplicates: the
+tie rule sends every client to the lower index, so the other is empty and re-seeded too.
+
+Why this start: the earlier rule drew the K centres (Forgy) from the ~q·N clients trained in
+round 0, so on pFedLIA's pathological partition planted clusters could get no centre; the
+clients then trained from their own centre and the one-pass E-step kept them there. Forgy from
+all N models would still miss clusters: with 5 planted clusters of 20 clients, 5 uniform draws
+hit every cluster with probability 5!·20⁵ / C(100, 5) ≈ 5 %, and a Lloyd iteration cannot move a
+second seed out of a cluster; k-means++ (D² sampling) picks a seed far from the chosen ones.
+
+Departures from the paper and the authors' code (their ``fedsem.py`` / ``KmeanModel``):
+
+- Start. The paper initialises the centres randomly. The authors' code keeps one point per
+  client for its K-means, uniform random vectors until the client has trained, sets every
+  centre model to the same initial model, and seeds its K-means with the first K points of a
+  shuffled client list (Forgy), 5 iterations on the first clustering. Here: round 0 trains all
+  N clients (its cost is N/m ≈ 1/q rounds of training) and seeds by k-means++.
+- Empty clusters. The authors' code re-initialises its whole K-means (Forgy, 5 iterations) at
+  the next re-clustering when a cluster came out empty, which also scrambles the labels against
+  the centre models; here only the empty centre is re-seeded, by the farthest-point rule
+  scikit-learn's K-means also uses.
+- Re-clustering. The authors' K-means runs on one layer of every client's latest model (a
+  random vector for a client that never trained), with its own centroids apart from the centre
+  models, one Lloyd iteration per re-clustering from the previous centroids. Here it uses all
+  trainable weights (BatchNorm statistics stay out of the E-step but are averaged in the
+  M-step), centroids recomputed from the members' latest models, and only the clients trained
+  since the previous re-clustering (the others keep their cluster): a model trained many rounds
+  ago is compared with centroids that have moved on since. On a digits federation with 5
+  planted clusters that round 0 had recovered exactly, re-clustering every client misassigned
+  such stale clients on most seeds, the window on fewer; neither repairs an exact start.
+- Between re-clusterings the authors' code only aggregates each cluster's clients (the M-step);
+  here, as in the paper's Algorithm 1 and FlexCFL, the E-step and M-step also run on the round's
+  models every round (a client trained from its centre stays nearest it, so this E-step rarely
+  moves anyone: memberships change at the re-clusterings).
+- The protocol's optimiser replaces plain SGD; the paper's optional distance regulariser in the
+  local objective is not used (its experiments and the authors' trainer train from the centre
+  without it). FL-bench (pFedLIA's code base) has no FeSEM.
+
+Memory: the latest model of every client is kept (N models, as FedFomo keeps its personal
+models); distances are computed in float64 a block of rows at a time.
+
+Evaluation: every client predicts with its cluster's centre (every client has a cluster from
+round 0 on). ``assignment`` is r at the end.
 
 Defaults and their sources: ``n_clusters`` 5 (pFedLIA's planted clusters; pFedLIA gives FeSEM
-the correct k); ``em_iterations`` 1 (the authors' ``KmeanModel.num_iter = 1``) and
-``init_em_iterations`` 5 (its first clustering); ``weighting="plain"`` (paper, authors' code,
-FlexCFL); FL-bench has no FeSEM (pFedLIA's text says it used FL-bench "which has most of the
-aforementioned baselines").
+the correct k); ``em_iterations`` 1 (the authors' ``KmeanModel.num_iter = 1``);
+``init_em_iterations`` 5 (its first clustering); ``recluster_every`` 10 (the authors'
+``update-center-every``; 0 never re-clusters); ``weighting="plain"`` (paper, authors' code,
+FlexCFL).
 
-Departures: the authors' code re-clusters only every ``update-center-every`` = 10 rounds and
-clusters client vectors in a separate K-means space; here, as in the paper's Algorithm 1 and
-FlexCFL, the E-step and M-step act on the model weights every round. Distances use all
-trainable weights (``model.named_parameters()``; BatchNorm statistics stay out of the E-step
-but are averaged in the M-step). The protocol's optimiser replaces plain SGD; the paper's
-optional distance regulariser in the local objective is not used (its experiments and the
-authors' FeSEM trainer train from the centre without it).
-
-``info``: ``selected`` and ``choices`` per round (the selected clients and their final E-step
-clusters), ``cluster_of_client`` / ``assignment`` (the final cluster of every client, for
-:func:`fedlib.evaluation.cluster_recovery`), ``cluster_sizes`` (K,), ``never_selected``.
+``info``: ``selected`` and ``choices`` per round (the clients that trained — all N in round 0
+— and their E-step clusters), ``seeds`` (the clients whose round-0 models k-means++ drew),
+``reclustered`` (the rounds after which a re-clustering ran, counted from 1 like the history's
+``round``), ``reseeded`` ([round, centre, client] per re-seeding; round 1 is round 0's K-means),
+``cluster_of_client`` / ``assignment`` (the final cluster of every client, for
+:func:`fedlib.evaluation.cluster_recovery`), ``cluster_sizes`` (K,).
 """
 from __future__ import annotations
 
@@ -67,15 +108,19 @@ from .base import Context, Outcome, State, check_finite_models, sample_clients, 
 NAME = "fesem"
 GRID = {}  # pFedLIA gives FeSEM the planted number of clusters; no search
 
-__all__ = ["NAME", "GRID", "Hyper", "assign_nearest", "update_centres", "run"]
+__all__ = ["NAME", "GRID", "Hyper", "squared_distances", "assign_nearest", "update_centres", "kmeans_pp",
+           "reseed_empty", "reclusters", "run"]
+
+_ROWS = 16  # rows of the (M, P) weights converted to float64 at a time
 
 
 @dataclass(frozen=True)
 class Hyper:
     n_clusters: int = 5  # K: pFedLIA's planted clusters ("we provided the correct k")
     em_iterations: int = 1  # E/M iterations per round: the authors' KmeanModel.num_iter
-    init_em_iterations: int = 5  # on round 0's first clustering (authors' code: 5)
-    init: str = "clients"  # Forgy from round 0's trained models (authors' code), the one choice
+    init_em_iterations: int = 5  # Lloyd iterations of round 0's K-means over all clients (authors' code: 5)
+    init: str = "clients"  # k-means++ on every client's round-0 model, the one choice
+    recluster_every: int = 10  # E-step over every client's latest model every this many rounds (0: never)
     weighting: str = "plain"  # M-step: "plain" mean (paper, authors' code) or "samples" (FedAvg)
 
     def __post_init__(self):
@@ -83,13 +128,16 @@ class Hyper:
         check_int(self.em_iterations, "em_iterations", 1)
         check_int(self.init_em_iterations, "init_em_iterations", 1)
         check_choice(self.init, "init", ("clients",))
+        check_int(self.recluster_every, "recluster_every", 0)
         check_choice(self.weighting, "weighting", ("plain", "samples"))
 
 
 def _matrix(x, name: str) -> torch.Tensor:
-    """A finite 2-D float64 tensor (numpy or torch input; a torch input stays on its device)."""
+    """A finite 2-D tensor (numpy input: float64; a torch input keeps its dtype and device)."""
     if torch.is_tensor(x):
-        t = x.detach().to(torch.float64)
+        t = x.detach()
+        if not t.is_floating_point():
+            t = t.to(torch.float64)
     else:
         try:
             t = torch.as_tensor(np.asarray(x, dtype=np.float64))
@@ -100,8 +148,8 @@ def _matrix(x, name: str) -> torch.Tensor:
     return t
 
 
-def assign_nearest(weights, centres) -> np.ndarray:
-    """FeSEM's E-step: r_i = argmin_k ‖w_i − c_k‖₂.
+def squared_distances(weights, centres) -> np.ndarray:
+    """‖w_i − c_k‖₂² for every model and centre.
 
     Parameters
     ----------
@@ -112,16 +160,36 @@ def assign_nearest(weights, centres) -> np.ndarray:
 
     Returns
     -------
-    ndarray, shape (M,), int64 — ties go to the lowest centre index. Distances are computed in
-    float64, one centre at a time (memory M·P, not M·K·P).
+    ndarray, shape (M, K), float64 — computed in float64, a block of rows at a time (memory
+    about 16·P·8 bytes beyond the inputs).
     """
     w = _matrix(weights, "weights")
     c = _matrix(centres, "centres")
     if c.shape[0] == 0 or c.shape[1] != w.shape[1]:
         fail("centres", f"a (K, {w.shape[1]}) array with K ≥ 1 (as many columns as weights)", centres)
-    c = c.to(w.device)
-    d = torch.stack([((w - c[k]) ** 2).sum(1) for k in range(c.shape[0])], dim=1)  # (M, K) squared
-    return to_host(torch.argmin(d, dim=1), np.int64) if d.shape[0] else np.zeros(0, dtype=np.int64)
+    c = c.to(w.device, torch.float64)
+    out = torch.empty(w.shape[0], c.shape[0], dtype=torch.float64, device=w.device)
+    for lo in range(0, w.shape[0], _ROWS):
+        block = w[lo:lo + _ROWS].to(torch.float64)
+        for k in range(c.shape[0]):
+            out[lo:lo + _ROWS, k] = ((block - c[k]) ** 2).sum(1)
+    return to_host(out, np.float64)
+
+
+def assign_nearest(weights, centres) -> np.ndarray:
+    """FeSEM's E-step: r_i = argmin_k ‖w_i − c_k‖₂.
+
+    Parameters
+    ----------
+    weights : array-like or Tensor, shape (M, P)
+    centres : array-like or Tensor, shape (K, P), K ≥ 1
+
+    Returns
+    -------
+    ndarray, shape (M,), int64 — ties go to the lowest centre index (float64 distances,
+    :func:`squared_distances`).
+    """
+    return np.argmin(squared_distances(weights, centres), axis=1).astype(np.int64)
 
 
 def update_centres(centres: State, models: State, assignment, weights=None) -> State:
@@ -156,10 +224,102 @@ def update_centres(centres: State, models: State, assignment, weights=None) -> S
     return out
 
 
-def _lowest_loss(ctx: Context, centres: State, clients) -> np.ndarray:
-    """(M,) the centre with the lowest mean train loss for each of ``clients`` (NaN = +∞)."""
-    loss, _, _ = ctx.loss_matrix(centres, clients, split="train")
-    return np.argmin(np.nan_to_num(np.asarray(loss, dtype=np.float64), nan=np.inf), axis=0).astype(np.int64)
+def kmeans_pp(weights, k: int, rng: np.random.Generator) -> np.ndarray:
+    """k-means++ seeding (Arthur & Vassilvitskii, 2007): the first seed uniform over the M
+    rows, each next one drawn with probability D(i)² / Σ_j D(j)², D(i) the distance of row i to
+    its nearest seed so far (uniform over the rows not chosen yet when every D is 0).
+
+    Parameters
+    ----------
+    weights : array-like or Tensor, shape (M, P)
+    k : int, 1 ≤ k ≤ M
+    rng : numpy Generator — every draw comes from it.
+
+    Returns
+    -------
+    ndarray, shape (k,), int64 — the seed rows in the order drawn (distinct).
+    """
+    w = _matrix(weights, "weights")
+    m = w.shape[0]
+    check_int(k, "k", 1, m)
+    seeds = [int(rng.integers(m))]
+    d2 = squared_distances(w, w[seeds])[:, 0]
+    for _ in range(1, k):
+        d2[seeds] = 0.0
+        total = d2.sum()
+        if total > 0:
+            nxt = int(rng.choice(m, p=d2 / total))
+        else:
+            nxt = int(rng.choice(np.setdiff1d(np.arange(m), seeds)))
+        seeds.append(nxt)
+        d2 = np.minimum(d2, squared_distances(w, w[[nxt]])[:, 0])
+    return np.asarray(seeds, dtype=np.int64)
+
+
+def reseed_empty(sq_dist, assignment, outside=None) -> tuple[np.ndarray, list]:
+    """Re-seed the empty centres: for each centre k with no member, in increasing k, the row i
+    farthest from its own centre (largest D(i, r_i) > 0, ties to the lowest row) among rows
+    whose centre has ≥ 2 members moves to k (it will be centre k's model). A centre stays empty
+    when no such row is left (fewer distinct models than centres).
+
+    Parameters
+    ----------
+    sq_dist : array-like, shape (M, K) — squared distances of the rows to the centres
+        (:func:`squared_distances`).
+    assignment : int array (M,) — each row's centre, in [0, K).
+    outside : int array (K,), optional — members each centre has besides these rows (clients
+        not re-clustered now); they count towards both "empty" and "≥ 2 members" (None: 0).
+
+    Returns
+    -------
+    (assignment (M,) int64 — a new array with the moves applied, moves — [(k, i), …] in order).
+    """
+    d = np.asarray(sq_dist, dtype=np.float64)
+    if d.ndim != 2 or d.shape[1] == 0 or not np.isfinite(d).all() or (d < 0).any():
+        fail("sq_dist", "an (M, K) array of finite non-negative squared distances, K ≥ 1", sq_dist)
+    m, k = d.shape
+    r = np.array(assignment, dtype=np.int64, copy=True)
+    if r.shape != (m,) or (m and (r.min() < 0 or r.max() >= k)):
+        fail("assignment", f"an integer array of shape ({m},) with values in [0, {k})", assignment)
+    extra = np.zeros(k, dtype=np.int64) if outside is None else np.asarray(outside)
+    if extra.shape != (k,) or not np.issubdtype(extra.dtype, np.integer) or (extra < 0).any():
+        fail("outside", f"{k} non-negative member counts (one per centre)", outside)
+    own = d[np.arange(m), r].copy()
+    counts = np.bincount(r, minlength=k) + extra
+    moves = []
+    for j in np.flatnonzero(counts == 0):
+        donor = (counts[r] >= 2) & (own > 0)
+        if not donor.any():
+            break
+        i = int(np.flatnonzero(donor)[np.argmax(own[donor])])
+        counts[r[i]] -= 1
+        counts[j] += 1
+        r[i], own[i] = j, 0.0
+        moves.append((int(j), i))
+    return r, moves
+
+
+def reclusters(t: int, rounds: int, every: int) -> bool:
+    """Whether the re-clustering runs after round t (0-based) of ``rounds``: (t + 1) a multiple
+    of ``every`` (0: never), and t not the last round (no training would use it)."""
+    return every > 0 and (t + 1) % every == 0 and t != rounds - 1
+
+
+def _set_rows(dst: State, rows, src: State) -> None:
+    """dst[name][rows] ← src[name] (in place), rows (M,) and src (M, ...)."""
+    idx = torch.as_tensor(np.asarray(rows), dtype=torch.long)
+    for name, value in dst.items():
+        value[idx.to(value.device)] = src[name].to(value.dtype)
+
+
+def _reseeded(centres: State, models: State, sq_dist: np.ndarray):
+    """(centres, choice, moves): the E-step of ``models`` (``sq_dist`` (M, K) to ``centres``)
+    after re-seeding the empty centres; a re-seeded centre becomes its new member's model."""
+    choice, moves = reseed_empty(sq_dist, np.argmin(sq_dist, axis=1).astype(np.int64))
+    if moves:
+        centres = {n: v.clone() for n, v in centres.items()}
+        _set_rows(centres, [j for j, _ in moves], take(models, [i for _, i in moves]))
+    return centres, choice, moves
 
 
 def _em(centres: State, trained: State, flat: torch.Tensor, names, weights, iterations: int):
@@ -170,67 +330,99 @@ def _em(centres: State, trained: State, flat: torch.Tensor, names, weights, iter
     return centres, choice
 
 
+def _initial_kmeans(ctx: Context, bank: State, flat: torch.Tensor, names, weights, hp: Hyper):
+    """Round 0's K-means on all N models: (centres, choice, seeds, moves)."""
+    seeds = kmeans_pp(flat, hp.n_clusters, ctx.rng("fesem/seeding"))
+    centres = take(bank, seeds)
+    moves = []
+    for _ in range(hp.init_em_iterations):
+        centres, choice, moved = _reseeded(centres, bank, squared_distances(flat, flatten_params(centres, names)))
+        moves += moved
+        centres = update_centres(centres, bank, choice, weights)
+    return centres, choice, seeds, moves
+
+
+def _means(flat: torch.Tensor, labels: np.ndarray, k: int, empty: torch.Tensor) -> torch.Tensor:
+    """(K, P) float64: the plain mean of the rows of ``flat`` with each label; ``empty``'s row
+    (K, P) where a label has no row. Summed a block of rows at a time."""
+    total = torch.zeros(k, flat.shape[1], dtype=torch.float64, device=flat.device)
+    idx = torch.as_tensor(labels, dtype=torch.long, device=flat.device)
+    for lo in range(0, flat.shape[0], _ROWS):
+        total.index_add_(0, idx[lo:lo + _ROWS], flat[lo:lo + _ROWS].to(torch.float64))
+    count = np.bincount(labels, minlength=k)
+    out = total / torch.as_tensor(np.maximum(count, 1), dtype=torch.float64, device=flat.device)[:, None]
+    none = torch.as_tensor(count == 0, device=flat.device)
+    return torch.where(none[:, None], empty.to(torch.float64), out)
+
+
+def _recluster(centres: State, bank: State, names, cluster: np.ndarray, fresh: np.ndarray):
+    """The re-clustering of the clients ``fresh`` (those trained since the last one): K-means
+    on their latest models, the centroids the means of each cluster's fresh models (a cluster
+    without one: its centre), one E-step with the empty centres re-seeded (the other clients'
+    memberships count). (centres, cluster, moves [(centre, client)]): a re-seeded centre
+    becomes its new member's model; ``cluster`` is a new array."""
+    k = len(next(iter(centres.values())))
+    models = take(bank, fresh)
+    flat = flatten_params(models, names)
+    centroids = _means(flat, cluster[fresh], k, flatten_params(centres, names))
+    d = squared_distances(flat, centroids)
+    outside = np.bincount(np.delete(cluster, fresh), minlength=k)
+    choice, moves = reseed_empty(d, np.argmin(d, axis=1).astype(np.int64), outside)
+    if moves:
+        centres = {n: v.clone() for n, v in centres.items()}
+        _set_rows(centres, [j for j, _ in moves], take(models, [i for _, i in moves]))
+    cluster = cluster.copy()
+    cluster[fresh] = choice
+    return centres, cluster, [(j, int(fresh[i])) for j, i in moves]
+
+
 def _logged(ctx: Context, t: int) -> bool:
     return (t + 1) % ctx.cfg.eval_every == 0 or t == ctx.cfg.rounds - 1
 
 
-def _evaluation_assignment(ctx: Context, centres: State, cluster: np.ndarray) -> np.ndarray:
-    """Each client's cluster; clients without one take their lowest-train-loss centre."""
-    out = cluster.copy()
-    none = np.flatnonzero(out < 0)
-    if none.size:
-        out[none] = _lowest_loss(ctx, centres, none)
-    return out
-
-
 def run(ctx: Context, hp: Hyper) -> Outcome:
     """FeSEM over ``ctx.cfg.rounds`` rounds; the K centres, each client on its cluster's one."""
-    k = hp.n_clusters
-    everyone = np.arange(ctx.n_clients)
+    k, n = hp.n_clusters, ctx.n_clients
+    if k > n:
+        fail("n_clusters", f"at most the number of clients ({n}): the centres are seeded from their models", k)
+    everyone = np.arange(n)
     names = [name for name, _ in ctx.model.named_parameters()]
     rng = ctx.rng("selection/group0")
-    cluster = np.full(ctx.n_clients, -1, dtype=np.int64)  # r(i); −1: no cluster yet
-    centres = None  # Forgy: the centres come from round 0's trained models
-    selected, choices = [], []
+    selected, choices, reclustered, reseeded = [], [], [], []
+    last = np.zeros(n, dtype=np.int64)  # the round each client last trained
     for t in range(ctx.cfg.rounds):
-        clients = sample_clients(rng, everyone, ctx.cfg.fraction)
-        if centres is None:  # round 0: everyone from w_0
-            start = broadcast(ctx.init_state(), len(clients), copy=False)
+        clients = sample_clients(rng, everyone, ctx.cfg.fraction)  # round 0 too: FedAvg's stream
+        if t == 0:  # every client from w_0, then K-means on all N models
+            clients = everyone
+            res = ctx.train(broadcast(ctx.init_state(), n, copy=False), clients, t)
+            bank = res.params  # b_i: every client's latest model, (N, ...)
+            weights = None if hp.weighting == "plain" else to_host(res.n_samples, np.float64)
+            centres, choice, seeds, moves = _initial_kmeans(ctx, bank, flatten_params(bank, names), names,
+                                                            weights, hp)
+            cluster = choice.copy()
         else:
-            begin = cluster[clients].copy()
-            new = np.flatnonzero(begin < 0)
-            if new.size:
-                begin[new] = _lowest_loss(ctx, centres, clients[new])
-            start = take(centres, begin)
-        res = ctx.train(start, clients, t)
-        weights = None if hp.weighting == "plain" else to_host(res.n_samples, np.float64)
-        flat = flatten_params(res.params, names).to(torch.float64)
-        iterations = hp.em_iterations
-        if centres is None:
-            centres = _forgy(ctx, res.params, k)
-            iterations = hp.init_em_iterations
-        centres, choice = _em(centres, res.params, flat, names, weights, iterations)
+            res = ctx.train(take(centres, cluster[clients]), clients, t)
+            _set_rows(bank, clients, res.params)
+            last[clients] = t
+            weights = None if hp.weighting == "plain" else to_host(res.n_samples, np.float64)
+            centres, choice = _em(centres, res.params, flatten_params(res.params, names), names, weights,
+                                  hp.em_iterations)
+            cluster[clients] = choice
+            moves = []
         check_finite_models(centres, t, "after the M-step", ctx.cfg)
-        cluster[clients] = choice
         selected.append(clients.tolist())
         choices.append(choice.tolist())
+        if reclusters(t, ctx.cfg.rounds, hp.recluster_every):
+            fresh = np.flatnonzero(last > (reclustered[-1] - 1 if reclustered else 0))
+            if fresh.size:
+                centres, cluster, moved = _recluster(centres, bank, names, cluster, fresh)
+                moves += moved
+            reclustered.append(t + 1)
+        reseeded += [[t + 1, j, i] for j, i in moves]  # round 0's bank rows are the client ids
         if _logged(ctx, t):
-            ctx.log_round(t, centres, _evaluation_assignment(ctx, centres, cluster))
-    assignment = _evaluation_assignment(ctx, centres, cluster)
-    never = np.setdiff1d(everyone, np.concatenate([np.asarray(s, dtype=np.int64) for s in selected]))
+            ctx.log_round(t, centres, cluster)
     info = {"n_clusters": k, "init": hp.init, "selected": selected, "choices": choices,
-            "assignment": assignment.tolist(), "cluster_of_client": assignment.tolist(),
-            "cluster_sizes": np.bincount(assignment, minlength=k).tolist(), "never_selected": never.tolist()}
-    return Outcome(centres, assignment, info)
-
-
-def _forgy(ctx: Context, trained: State, k: int) -> State:
-    """K of the trained models (uniform, without replacement, stream ``"fesem/forgy"``) as the
-    centres; rows of ``ctx.init_states(k, "fesem/init")`` where fewer than K trained."""
-    m = len(next(iter(trained.values())))
-    rows = np.sort(ctx.rng("fesem/forgy").choice(m, size=min(k, m), replace=False))
-    centres = take(trained, rows)
-    if m < k:
-        extra = take(ctx.init_states(k, "fesem/init"), np.arange(m, k))
-        centres = {n: torch.cat([centres[n], extra[n].to(centres[n].dtype)]) for n in centres}
-    return {n: v.clone() for n, v in centres.items()}
+            "seeds": seeds.tolist(), "reclustered": reclustered, "reseeded": reseeded,
+            "assignment": cluster.tolist(), "cluster_of_client": cluster.tolist(),
+            "cluster_sizes": np.bincount(cluster, minlength=k).tolist()}
+    return Outcome(centres, cluster, info)
