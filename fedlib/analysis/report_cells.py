@@ -263,10 +263,7 @@ def _fedprism_cells() -> list[Cell]:
 # ----------------------------------------------------------------------------- pFedLIA
 def _pfedlia_cells() -> list[Cell]:
     out = []
-    defects = {"fesem": ("known_defect", "FeSEM's start-up leaves planted clusters without a centre "
-                                         "and never reassigns (open issue)"),
-               "cfl": ("known_defect", "CFL never splits at the thresholds used (open issue)"),
-               "local": ("paper_inconsistent", "the paper prints the same Local row (84.71 ± 5.47) in both "
+    defects = {"local": ("paper_inconsistent", "the paper prints the same Local row (84.71 ± 5.47) in both "
                                                "settings, probably a copy error")}
     for setting, label in (("pathological_clusters", "pathological"), ("noisy_clusters", "noisy")):
         for ds in ("fmnist", "cifar10", "cifar100"):
