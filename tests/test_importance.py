@@ -40,7 +40,7 @@ def test_importances_sum_to_one_and_methods(fitted):
     sums = imps.groupby(["protocol", "model", "kind"])["importance"].sum()
     assert np.allclose(sums, 1.0)
     assert (imps["importance"] >= 0).all()
-    native = imps[imps["kind"] == "native"].drop_duplicates("model").set_index("model")["method"]
+    native = imps[imps["kind"] == "own"].drop_duplicates("model").set_index("model")["method"]
     assert native.to_dict() == {"lightgbm": "gain", "svm": "permutation", "mlp": "permutation",
                                 "tree": "impurity"}
 
@@ -139,10 +139,10 @@ def test_paper_like_fits_raw_alpha_and_counts_splits():
     imps, scores = imp.metric_importance(df, seed=0, n_repeats=3, preset="paper_like")
     assert scores.drop_duplicates("protocol").set_index("protocol")["target"].to_dict() == \
         {"similarity": "level", "dirichlet": "level"}
-    native = imps[imps["kind"] == "native"].drop_duplicates("model").set_index("model")["method"]
+    native = imps[imps["kind"] == "own"].drop_duplicates("model").set_index("model")["method"]
     assert native.to_dict() == {"lightgbm": "split", "svm": "permutation", "mlp": "permutation",
                                 "tree": "impurity"}
-    raw = imps[(imps["model"] == "lightgbm") & (imps["kind"] == "native")]["raw"]
+    raw = imps[(imps["model"] == "lightgbm") & (imps["kind"] == "own")]["raw"]
     assert (raw == raw.round()).all() and raw.sum() > 0  # split counts are whole numbers
     # log_target still overrides the preset
     _, logged = imp.metric_importance(df, seed=0, n_repeats=3, preset="paper_like", log_target=True)
@@ -197,9 +197,9 @@ def test_compare_presets_counts_and_verdicts():
     table, lines = imp.compare_presets(ranks)
     assert table.columns.tolist() == ["preset", "protocol", "kind", "metric", "first", "models", "min_r2"]
     got = table.set_index(["preset", "protocol", "kind"])["first"].to_dict()
-    assert got[("workbook", "dirichlet", "native")] == 1 and got[("workbook", "similarity", "native")] == 0
+    assert got[("workbook", "dirichlet", "own")] == 1 and got[("workbook", "similarity", "own")] == 0
     assert got[("paper_like", "dirichlet", "permutation")] == 4
-    assert got[("paper_like", "similarity", "native")] == 3
+    assert got[("paper_like", "similarity", "own")] == 3
     assert lines[0] == ("workbook, model's own importance: wpsi ranked first by 1/4 under dirichlet, "
                         "0/4 under similarity.")
     assert lines[4] == ("Every model ranks wpsi first in every protocol (the paper's Fig. 4) under "
@@ -208,7 +208,7 @@ def test_compare_presets_counts_and_verdicts():
                         "(model's own importance, 7/8), paper_like (permutation importance, 7/8).")
     assert lines[6] == "Models ranking wpsi first under no preset, by either importance: tree (similarity)."
     assert lines[7] == ("Fits ranking wpsi first with held-out R² < 0.5: "
-                        "paper_like dirichlet svm (R² 0.20; native, permutation).")
+                        "paper_like dirichlet svm (R² 0.20; own, permutation).")
     # every model ranks it first under one preset: named
     all_first = {"paper_like": _rank({"dirichlet": ["wpsi"] * 4, "similarity": ["wpsi"] * 4})}
     _, lines = imp.compare_presets({"workbook": ranks["workbook"], **all_first})

@@ -32,14 +32,14 @@ def _importances(native_method):
     """Two protocols x {native, permutation} x models; importance = a known value per cell."""
     rows = []
     for p_i, protocol in enumerate(("dirichlet", "similarity")):
-        for kind in ("native", "permutation"):
+        for kind in ("own", "permutation"):
             for m_i, (model, method) in enumerate(native_method.items()):
                 for f_i, f in enumerate(FEATURES):
                     rows.append({"protocol": protocol, "model": model, "kind": kind,
-                                 "method": method if kind == "native" else "permutation",
+                                 "method": method if kind == "own" else "permutation",
                                  "feature": f, "raw": 1.0,
                                  "importance": 0.1 * (f_i + 1) + 0.01 * m_i + 0.001 * p_i
-                                 + (0.0005 if kind == "native" else 0.0)})
+                                 + (0.0005 if kind == "own" else 0.0)})
     return pd.DataFrame(rows)
 
 
@@ -69,7 +69,7 @@ def test_fig4_bars_are_the_frames_importances():
     fig = plots.fig4_importance(imps)
     ax = fig.axes[0]  # dirichlet, native
     heights = np.array([p.get_height() for p in ax.patches]).reshape(len(FEATURES), 4)
-    expected = (imps[(imps.protocol == "dirichlet") & (imps.kind == "native")]
+    expected = (imps[(imps.protocol == "dirichlet") & (imps.kind == "own")]
                 .pivot(index="feature", columns="model", values="importance")
                 .loc[list(FEATURES), ["lightgbm", "svm", "mlp", "tree"]].to_numpy())
     np.testing.assert_allclose(heights, expected)

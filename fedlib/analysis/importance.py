@@ -39,7 +39,7 @@ Common to every preset:
 * S as is for Similarity; ``log_target`` overrides the preset's target transform.
 * One seeded train/held-out split per protocol (``test_size``); R² on the held-out part.
 * Importances, each normalised to sum to 1 per model:
-  - ``native``, the model's own importance (Fig. 4's wording; the tables' ``own``
+  - ``own``, the model's own importance (Fig. 4's wording; the tables' ``own``
     columns): LightGBM's importance (gain or split count, by preset), the tree's
     **impurity** (MSE) decrease, and for SVM and MLP (which have none) **permutation**
     importance on the held-out split;
@@ -76,8 +76,8 @@ DEFAULT_FEATURES = ("wpsi", "hellinger", "jensen_shannon", "emd")
 MODELS = ("lightgbm", "svm", "mlp", "tree")
 #: What a reader sees for each ``kind`` of importance: its word in :func:`ranking`'s column
 #: names and its name in the printed findings (figure 4's wording, ``plots.KIND_TITLES``).
-KIND_COLUMNS = {"native": "own", "permutation": "permutation"}
-KIND_LABELS = {"native": "model's own importance", "permutation": "permutation importance"}
+KIND_COLUMNS = {"own": "own", "permutation": "permutation"}
+KIND_LABELS = {"own": "model's own importance", "permutation": "permutation importance"}
 """Model names, in the paper's order (LightGBM, SVM, MLP, regression tree)."""
 
 PRESETS = {
@@ -112,7 +112,7 @@ def _preset(preset: str) -> dict:
 
 
 def _native_methods(preset: str) -> dict:
-    """Model name → what its ``native`` importance is under ``preset``."""
+    """Model name → what its ``own`` importance is under ``preset``."""
     return {"lightgbm": _preset(preset)["lightgbm_importance"], "svm": "permutation",
             "mlp": "permutation", "tree": "impurity"}
 
@@ -235,8 +235,8 @@ def _fit_group(g: pd.DataFrame, target: str, features: list[str], log_target: bo
         scores.append({"model": name, "r2": r2, "r2_train": r2_train,
                        "n_train": len(y_tr), "n_test": len(y_te),
                        "target": f"log({target})" if log_target else target})
-        for kind, raw in (("native", native), ("permutation", perm)):
-            method = methods[name] if kind == "native" else "permutation"
+        for kind, raw in (("own", native), ("permutation", perm)):
+            method = methods[name] if kind == "own" else "permutation"
             for f, r, v in zip(features, raw, _normalise(raw)):
                 imps.append({"model": name, "kind": kind, "method": method, "feature": f,
                              "raw": float(r), "importance": float(v)})
@@ -277,7 +277,7 @@ def metric_importance(df: pd.DataFrame, target: str = "level",
     Returns
     -------
     importances : DataFrame
-        ``<by>, model, kind ('native'|'permutation'), method ('gain'|'split'|'impurity'|
+        ``<by>, model, kind ('own'|'permutation'), method ('gain'|'split'|'impurity'|
         'permutation'), feature, raw, importance`` — ``importance`` sums to 1 per
         (group, model, kind).
     scores : DataFrame
@@ -319,7 +319,7 @@ def ranking(importances: pd.DataFrame, scores: pd.DataFrame | None = None,
     -------
     DataFrame ``<by>, model, first_own, share_own, first_permutation,
     share_permutation[, r2]``, in :data:`MODELS` order per group (``own``: the model's own
-    importance, kind ``native``; see :data:`KIND_COLUMNS`).
+    importance, kind ``own``; see :data:`KIND_COLUMNS`).
     """
     keys = [by] if by in importances.columns else []
     top = (importances.dropna(subset=["importance"])
@@ -459,7 +459,7 @@ def compare_presets(rank_by_preset, metric: str = "wpsi", by: str = "protocol",
     Returns
     -------
     table : DataFrame
-        ``preset, <by>, kind ('native'|'permutation'), metric, first (models ranking metric
+        ``preset, <by>, kind ('own'|'permutation'), metric, first (models ranking metric
         first), models[, min_r2]``, one row per preset × group × kind.
     lines : list of str
         One per preset and kind (the counts per group); whether every model ranks ``metric``
@@ -555,13 +555,13 @@ def choice_effects(table: pd.DataFrame, base: str = "workbook", other: str = "pa
 
     def delta(preset: str) -> dict:
         return {k: int(totals.loc[(preset, k), "first"] - totals.loc[(base, k), "first"])
-                for k in ("native", "permutation")}
+                for k in ("own", "permutation")}
 
     def moved(preset: str) -> str:
         before, after = totals.loc[base], totals.loc[preset]
         return f"{metric} first in " + ", ".join(
             f"{before.loc[k, 'first']} → {after.loc[k, 'first']} of {after.loc[k, 'models']} "
-            f"({KIND_COLUMNS[k]})" for k in ("native", "permutation"))
+            f"({KIND_COLUMNS[k]})" for k in ("own", "permutation"))
 
     lines, effects = [], {}
     for choice, preset in steps.items():
@@ -574,8 +574,8 @@ def choice_effects(table: pd.DataFrame, base: str = "workbook", other: str = "pa
     top = [CHOICE_LABELS[c] for c, n in size.items() if n == max(size.values(), default=0) and n > 0]
     summed = {k: sum(d[k] for d in effects.values()) for k in joint}
     lines.append(f"largest single effect: {', '.join(top) or 'none (no single choice moves the count)'}; "
-                 f"the single effects add up to {summed['native']:+d} ({KIND_COLUMNS['native']}), "
-                 f"{summed['permutation']:+d} (permutation) against {joint['native']:+d}, "
+                 f"the single effects add up to {summed['own']:+d} ({KIND_COLUMNS['own']}), "
+                 f"{summed['permutation']:+d} (permutation) against {joint['own']:+d}, "
                  f"{joint['permutation']:+d} for all at once"
                  f"{'' if summed == joint else ' (the choices interact)'}.")
     return lines

@@ -194,7 +194,7 @@ def fig3_metrics(summary: pd.DataFrame, secondary=("hellinger", "jensen_shannon"
 
 # ----------------------------------------------------------------------------- Fig. 4
 MODEL_NAMES = {"lightgbm": "LightGBM", "svm": "SVM", "mlp": "MLP", "tree": "tree"}
-KIND_TITLES = {"native": "model's own importance", "permutation": "permutation importance (all models)"}
+KIND_TITLES = {"own": "model's own importance", "permutation": "permutation importance (all models)"}
 
 
 def _model_tick(model: str, methods) -> str:
@@ -208,7 +208,7 @@ def fig4_importance(importances: pd.DataFrame, by: str = "protocol"):
     """Fig. 4: normalised feature importances, grouped bars per model.
 
     Rows: one per protocol (``by``); columns: one per ``kind``: the model's own importance
-    (``native``: LightGBM gain, tree impurity; SVM and MLP have none and fall back to
+    (``own``: LightGBM gain, tree impurity; SVM and MLP have none and fall back to
     permutation) and permutation importance for all models. Where the frame has a ``method``
     column, the tick labels of a panel name each model's method where the panel title does not
     (e.g. ``LightGBM (gain)``, ``SVM (permutation)`` in the model's-own panel).
