@@ -47,8 +47,9 @@ WATCHED = {
 }
 
 #: Test files (nodeid prefixes) that run as one xdist work unit, in collection order: notebook 06
-#: reads the grid notebook 05 trains (load_grid raises if a record is missing; it does not wait).
-SAME_WORKER = (("notebooks/05_", "notebooks/06_"),)
+#: reads the grid notebook 05 trains (load_grid raises if a record is missing; it does not wait);
+#: the tests that start a local Ray instance (Ray's own and Flower's simulation) one at a time.
+SAME_WORKER = (("notebooks/05_", "notebooks/06_"), ("tests/test_flower.py", "tests/test_ray_grid.py"))
 
 
 class _Guard:
