@@ -55,7 +55,8 @@ def test_fedlab_losses_equal_the_per_client_computation(arch, path, monkeypatch)
 def test_batch_means_of_one_batch_is_the_mean_and_of_single_samples_the_sum(path):
     ctx = make_context(rounds=1)
     models = start_states(ctx.model, 0, 2)
-    models = {k: v + 0.1 * torch.arange(2.0).view(-1, *[1] * (v.dim() - 1)) for k, v in models.items()}
+    # scaled, not shifted: a shift of every weight and bias moves all logits alike (softmax-invariant)
+    models = {k: v * (1 + 0.5 * torch.arange(2.0)).view(-1, *[1] * (v.dim() - 1)) for k, v in models.items()}
     clients = [2, 5, 5, 1]
     mean = loss_matrix(ctx.model, models, ctx.fed, clients, split="train", path=path)
     total = loss_matrix(ctx.model, models, ctx.fed, clients, split="train", reduction="sum", path=path)
