@@ -111,8 +111,8 @@ class RunSpec:
         check_number(self.level, "level")  # never a string: YAML gives '0.5' and 0.5 alike
         if level_name in P._INTEGER_LEVELS and not (float(self.level).is_integer() and self.level >= 1):
             fail("level", f"a whole number ≥ 1 for the {self.protocol} protocol (its {level_name})", self.level)
-        if self.protocol == "dirichlet" and not float(self.level) > 0:
-            raise ValueError(f"alpha (level) must be > 0 for the Dirichlet protocol, got {self.level}")
+        if self.protocol in ("dirichlet", "dirichlet_client") and not float(self.level) > 0:
+            raise ValueError(f"alpha (level) must be > 0 for the {self.protocol} protocol, got {self.level}")
         if self.protocol == "similarity" and not 0 <= float(self.level) <= 1:
             raise ValueError(f"S (level) must be in [0, 1] for the Similarity protocol, got {self.level}")
         check_int(self.n_clients, "n_clients", 1)

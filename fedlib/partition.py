@@ -7,6 +7,8 @@ draws every random choice from ``numpy.random.default_rng(seed)``.
 Protocols
 ---------
 dirichlet            FedArtML / NIID-Bench variant used by the PSI papers (label skew by α)
+dirichlet_client     FedPrism §4.2: each client draws its own class mix p_i ~ Dir(α·1), equal
+                     client sizes (see :func:`dirichlet_client` for the rules the paper leaves open)
 similarity           Similarity(S): S·N IID samples + (1−S)·N label-sorted samples
 shards               FedAvg "pathological" shards (sort by label, deal shards)
 classes_per_client   each client holds exactly n classes (CAFA, FL-bench ``-c``)
@@ -34,6 +36,7 @@ __all__ = [
     "InfeasiblePartitionError",
     "PROTOCOLS",
     "dirichlet",
+    "dirichlet_client",
     "similarity",
     "shards",
     "classes_per_client",
@@ -213,6 +216,94 @@ def _dirichlet_counts(rng, class_sizes, k: int, alpha: float, cap: float) -> np.
         out[j] = np.diff(np.concatenate(([0], cuts, [size])))
         held += out[j]
     return out
+
+
+# ----------------------------------------------------------------------------- Dirichlet per client
+def dirichlet_client(labels, n_clients: int, alpha: float, seed: int) -> list[np.ndarray]:
+    """FedPrism's Dirichlet partition (§4.2): a class-proportion vector per *client*.
+
+    Each client i draws p_i ~ Dir(α·1_C) and its training samples are allocated according to
+    p_i (:func:`dirichlet` instead draws, per *class*, shares over the clients). The paper
+    states only that; the rules it leaves open are, here:
+
+    * **Sizes.** Every client gets n = ⌊N/K⌋ samples; the N − K·n left over are dropped
+      (they are in no client).
+    * **Allocation.** Round-robin, one sample per client per turn: in each turn every client
+      that still needs samples draws a class from p_i (inverse CDF on one uniform), in a
+      freshly shuffled client order, and takes the next sample of that class's shuffled pool,
+      without replacement. While no class has run out this is a multinomial draw of n
+      classes from p_i per client; the interleaving spreads the shortages below over all
+      clients instead of the last ones drawn.
+    * **A class that runs out** (the paper is silent): p_i is renormalised over the classes
+      that still have samples, i.e. a client whose draw finds its class empty (or lost the
+      class's last samples to clients earlier in the turn's order) draws again in the next
+      turn from p_i restricted to the classes left. A client whose p_i puts all its mass on
+      emptied classes (only at tiny α, where Dir draws underflow to exact zeros) draws
+      uniformly from the classes left. Because K·n ≤ N, every client is filled.
+
+    Every random choice (the p_i, the class pools' shuffles, the turn orders, the draws) comes
+    from ``numpy.random.default_rng(seed)``.
+
+    Parameters
+    ----------
+    labels : array of int, shape (N,)
+    n_clients : int
+        K, the number of clients, 1 ≤ K ≤ N.
+    alpha : float
+        Concentration α > 0 of the clients' class mixes; α = 0.1 gives most clients one or
+        two dominant classes, α ≥ 100 near-uniform mixes.
+    seed : int
+
+    Returns
+    -------
+    list of K sorted int64 arrays, each of length ⌊N/K⌋, disjoint.
+    """
+    y = _check_labels(labels)
+    if not (_is_number(alpha) and np.isfinite(alpha) and alpha > 0):
+        fail("alpha", "a finite number > 0 (smaller = more non-IID)", alpha)
+    k = _check_n_clients(n_clients, y.size)
+    rng = np.random.default_rng(_check_seed(seed))
+    classes, cls_of = np.unique(y, return_inverse=True)
+    n_cls = classes.size
+    pools = [rng.permutation(np.flatnonzero(cls_of == c)) for c in range(n_cls)]
+    remaining = np.array([p.size for p in pools], dtype=np.int64)
+    mix = rng.dirichlet(np.full(n_cls, float(alpha)), size=k)  # (K, C): p_i
+    counts = _dirichlet_client_counts(rng, mix, remaining, y.size // k)
+    start = np.zeros(n_cls, dtype=np.int64)
+    parts = []
+    for i in range(k):  # client i takes the next counts[i, c] samples of each shuffled class pool
+        chunks = [pools[c][start[c]:start[c] + counts[i, c]] for c in range(n_cls)]
+        start += counts[i]
+        parts.append(np.sort(np.concatenate(chunks)).astype(np.int64))
+    return parts
+
+
+def _dirichlet_client_counts(rng, mix: np.ndarray, remaining: np.ndarray, size: int) -> np.ndarray:
+    """Round-robin class draws, shape (K, C): row i sums to ``size``, column c to at most
+    ``remaining[c]`` (:func:`dirichlet_client`'s allocation rule)."""
+    k, n_cls = mix.shape
+    remaining = remaining.copy()
+    counts = np.zeros((k, n_cls), dtype=np.int64)
+    need = np.full(k, size, dtype=np.int64)
+    while need.any():
+        order = rng.permutation(np.flatnonzero(need > 0))
+        left = remaining > 0
+        w = mix[order] * left  # p_i renormalised over the classes that still have samples
+        empty = w.sum(axis=1) <= 0
+        w[empty] = left  # all of p_i's mass on emptied classes: uniform over the rest
+        cdf = np.cumsum(w, axis=1)
+        u = rng.random(order.size) * cdf[:, -1]
+        drawn = np.argmax(cdf > u[:, None], axis=1)  # first class whose CDF passes u: one with mass
+        # in turn order, the r-th request for class c is served while c has more than r samples left
+        by_class = np.argsort(drawn, kind="stable")  # turn order kept within a class
+        sorted_drawn = drawn[by_class]
+        rank = np.empty(order.size, dtype=np.int64)
+        rank[by_class] = np.arange(order.size) - np.searchsorted(sorted_drawn, sorted_drawn, side="left")
+        served = rank < remaining[drawn]
+        np.add.at(counts, (order[served], drawn[served]), 1)
+        remaining -= np.bincount(drawn[served], minlength=n_cls)
+        need[order[served]] -= 1
+    return counts
 
 
 # ----------------------------------------------------------------------------- Similarity
@@ -541,6 +632,7 @@ class _Protocol:
 
 PROTOCOLS = {
     "dirichlet": _Protocol(dirichlet, "alpha"),
+    "dirichlet_client": _Protocol(dirichlet_client, "alpha"),
     "similarity": _Protocol(similarity, "s"),
     "shards": _Protocol(shards, "shards_per_client"),
     "classes_per_client": _Protocol(classes_per_client, "n_classes_per_client"),

@@ -71,6 +71,7 @@ validate_spec.covers = X.RunSpec  # the public object this entry point checks
 # Good arguments of each entry point; a case overrides some of them with bad values.
 BASE = {
     P.dirichlet: dict(labels=LABELS, n_clients=3, alpha=0.5, seed=0),
+    P.dirichlet_client: dict(labels=LABELS, n_clients=3, alpha=0.5, seed=0),
     P.similarity: dict(labels=LABELS, n_clients=3, s=0.5, seed=0),
     P.shards: dict(labels=LABELS, n_clients=3, shards_per_client=2, seed=0),
     P.classes_per_client: dict(labels=LABELS, n_clients=3, n_classes_per_client=2, seed=0),
@@ -146,6 +147,10 @@ CASES = [
     (P.dirichlet, dict(n_clients="3"), "n_clients"),
     (P.dirichlet, dict(seed="0"), "seed"),
     (P.dirichlet, dict(dataset_name=3), "dataset_name"),
+    (P.dirichlet_client, dict(alpha="0.5"), "alpha"),
+    (P.dirichlet_client, dict(alpha=0.0), "alpha"),
+    (P.dirichlet_client, dict(n_clients=2.5), "n_clients"),
+    (P.dirichlet_client, dict(seed=-1), "seed", "-1"),
     (P.similarity, dict(s="0.5"), "s"),
     (P.similarity, dict(s=True), "s"),
     (P.shards, dict(shards_per_client=2.5), "shards_per_client"),
