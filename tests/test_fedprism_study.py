@@ -24,8 +24,14 @@ def test_training_specs_follow_fedprism_protocol():
     local = [s for s in specs if s.method == "local"]
     assert all(s.hyper == {"epochs": 100} for s in local)
     assert all(s.hyper == {"tau": 0.2} for s in specs if s.method == "fedprism")
+    assert {s.protocol for s in specs} == {"dirichlet_client"}  # §4.2's partition by default
     for s in specs:
         s.validate()
+    old = S.training_specs([0.1], 100, [0], FL, methods=["fedavg", "cfl"], cfl_variants=[{"eps1": "auto"}],
+                           partition="dirichlet")
+    assert [s.protocol for s in old] == ["dirichlet"] * 3  # the NIID-Bench split stays selectable
+    with pytest.raises(ValueError, match=r"partition must be one of .*got 'similarity'"):
+        S.training_specs([0.1], 100, [0], FL, partition="similarity")
 
 
 def test_ablation_specs_and_their_labels():
@@ -34,6 +40,9 @@ def test_ablation_specs_and_their_labels():
     labels = [S.variant_of(s.to_dict()) for s in specs]
     assert labels == ["global", "private", "alpha=0.1", "alpha=0.5"]
     assert all(s.hyper["warmup"] == 2 and s.level == 0.1 for s in specs)
+    assert {s.protocol for s in specs} == {"dirichlet_client"}
+    other = S.ablation_specs(0.1, 20, [0], FL, components=["global"], global_weights=[], partition="dirichlet")
+    assert [s.protocol for s in other] == ["dirichlet"]
     assert S.variant_of({"hyper": {}}) == "full" and S.variant_of({"hyper": {"alpha": 0.9}}) == "full"
 
 
@@ -121,10 +130,15 @@ def test_observations_are_computed_from_the_frame(frame):
 def test_partition_preview_is_the_runs_partition():
     y = np.repeat(np.arange(4), 50)
     preview = S.partition_preview(y, 10, 0.5, 3, n_show=4)
-    parts = P.partition(y, "dirichlet", 10, 0.5, 3)
+    parts = P.partition(y, "dirichlet_client", 10, 0.5, 3)  # the paper's §4.2 rule, the default
     assert preview.to_numpy().tolist() == P.label_counts(y, parts[:4], 4).tolist()
+    assert (preview.sum(axis=1) == 20).all()  # equal client sizes N // K
+    other = S.partition_preview(y, 10, 0.5, 3, n_show=4, partition="dirichlet")
+    assert other.to_numpy().tolist() == P.label_counts(y, P.partition(y, "dirichlet", 10, 0.5, 3)[:4], 4).tolist()
     with pytest.raises(ValueError, match="n_show must be"):
         S.partition_preview(y, 10, 0.5, 3, n_show=11)
+    with pytest.raises(ValueError, match=r"partition must be one of \['dirichlet', 'dirichlet_client'\], got 'shards'"):
+        S.partition_preview(y, 10, 0.5, 3, n_show=4, partition="shards")
 
 
 def test_n_global_test_subsets_the_official_test_set_stratified():

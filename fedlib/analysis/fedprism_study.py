@@ -18,6 +18,13 @@ official-test accuracy (the paper's "global accuracy", its Glob columns)
                  (``RunSpec(global_test=True)``, record field ``global_test_accuracy``);
                  FedPrism: the client's backbone (the mixture is not used: the paper's global
                  column hardly moves with the expert weight). Names: :mod:`fedlib.evaluation`.
+
+Partition
+---------
+The grids take the partition protocol as ``partition`` (default :data:`PARTITION`, the paper's
+§4.2 rule :func:`fedlib.partition.dirichlet_client`: a class mix p_i ~ Dir(α·1) per client,
+equal client sizes). ``'dirichlet'`` (:func:`fedlib.partition.dirichlet`, NIID-Bench's split of
+each class over the clients, with unequal client sizes) stays selectable; the paper does not use it.
 """
 from __future__ import annotations
 
@@ -31,9 +38,9 @@ from .. import partition as P
 from ..experiment import RunSpec, grid_specs
 from ..methods import DISPLAY_NAMES, cfl
 from .tables import mean_sd, frame_markdown as table_markdown
-from ..validation import check_int, check_number, fail
+from ..validation import check_choice, check_int, check_number, fail
 
-__all__ = ["PAPER_MAIN", "PAPER_TABLE9", "PAPER_TABLE10", "PAPER_TABLE11", "NOT_RUN_HERE", "METHODS",
+__all__ = ["PARTITION", "PARTITIONS", "PAPER_MAIN", "PAPER_TABLE9", "PAPER_TABLE10", "PAPER_TABLE11", "NOT_RUN_HERE", "METHODS",
            "CFL_PAPER", "local_epochs_total", "training_specs", "ablation_specs", "accuracy_frame", "variant_of",
            "method_label",
            "main_table", "ablation_table", "weight_sweep_table", "observations", "training_labels", "partition_preview",
@@ -88,6 +95,8 @@ NOT_RUN_HERE = {"svhn": "SVHN", "cifar10": "CIFAR-10", "cifar100": "CIFAR-100"}
 # Table II (the cfl module's defaults), labelled as such; other thresholds are rows of their own.
 CFL_PAPER = {"eps1": 1e-5, "eps2": 0.1, "gamma": 0.5}
 CFL_PAPER_SOURCE = "Clust-PSI-PFL's Table II; FedPrism states none"
+PARTITION = "dirichlet_client"  # §4.2: p_i ~ Dir(α·1) per client (fedlib.partition.dirichlet_client)
+PARTITIONS = tuple(p for p, spec in P.PROTOCOLS.items() if spec.level_name == "alpha")  # protocols whose level is α
 COMPONENT_NAMES = {"full": "Full FedPrism", "global": "Pure Global", "cluster": "Pure Cluster",
                    "global_cluster": "Global + Cluster (no private)", "private": "Pure Private"}
 
@@ -100,43 +109,52 @@ def local_epochs_total(fl: dict) -> int:
     return max(1, int(round(r * c * e)))
 
 
+def _check_partition(partition: str) -> str:
+    """A partition protocol whose level is a Dirichlet α (:data:`PARTITIONS`)."""
+    return check_choice(partition, "partition", PARTITIONS)
+
+
 def _fedprism_protocol(specs, arch: str, n_global_test: int | None) -> list[RunSpec]:
     return [dataclasses.replace(s, arch=arch, global_test=True, n_global_test=n_global_test) for s in specs]
 
 
 def training_specs(alphas, n_clients: int, seeds, fl: dict, *, hyper: dict | None = None, n_train=None,
                    methods=None, arch: str = "lenet5", dataset: str = "fmnist",
-                   n_global_test: int | None = None, cfl_variants=()) -> list[RunSpec]:
+                   n_global_test: int | None = None, cfl_variants=(), partition: str = PARTITION) -> list[RunSpec]:
     """Tables 1/6/7 on one data set: ``methods`` (default :data:`METHODS`) × Dirichlet ``alphas`` ×
-    ``seeds``, LeNet-5, the official test set (or its stratified ``n_global_test`` subset)
+    ``seeds`` under the ``partition`` protocol (default :data:`PARTITION`, the paper's; module
+    docstring), LeNet-5, the official test set (or its stratified ``n_global_test`` subset)
     evaluated. Local-only trains :func:`local_epochs_total`
     epochs unless ``hyper['local']`` says otherwise. One more CFL run per dict of
     ``cfl_variants`` (its hyperparameters over ``hyper['cfl']``, e.g. ``{'eps1': 'auto'}``) when
     CFL is among ``methods``: a row of its own (:func:`method_label`)."""
+    partition = _check_partition(partition)
     hyper = {m: dict(v) for m, v in (hyper or {}).items()}
     hyper.setdefault("local", {}).setdefault("epochs", local_epochs_total(fl))
     methods = list(methods or METHODS)
-    specs = grid_specs([dataset], {"dirichlet": list(alphas)}, [n_clients], list(seeds), methods,
+    specs = grid_specs([dataset], {partition: list(alphas)}, [n_clients], list(seeds), methods,
                        hyper=hyper, fl=fl, n_train=n_train)
     for v in cfl_variants if "cfl" in methods else ():
         if not isinstance(v, dict):
             fail("cfl_variants", "a list of dicts of CFL hyperparameters, e.g. [{'eps1': 'auto'}]", v)
-        specs += grid_specs([dataset], {"dirichlet": list(alphas)}, [n_clients], list(seeds), ["cfl"],
+        specs += grid_specs([dataset], {partition: list(alphas)}, [n_clients], list(seeds), ["cfl"],
                             hyper={"cfl": {**hyper.get("cfl", {}), **v}}, fl=fl, n_train=n_train)
     return _fedprism_protocol(specs, arch, n_global_test)
 
 
 def ablation_specs(alpha: float, n_clients: int, seeds, fl: dict, *, components, global_weights,
                    hyper: dict | None = None, n_train=None, arch: str = "lenet5", dataset: str = "fmnist",
-                   n_global_test: int | None = None):
+                   n_global_test: int | None = None, partition: str = PARTITION):
     """Tables 9 and 11: FedPrism with each ablated ``components`` and each initial global weight
-    α in ``global_weights`` (β fixed), at Dirichlet ``alpha``. Table 10 needs no runs: every
-    FedPrism record holds its fixed-expert-weight sweep."""
+    α in ``global_weights`` (β fixed), at Dirichlet ``alpha`` under the ``partition`` protocol
+    (default :data:`PARTITION`). Table 10 needs no runs: every FedPrism record holds its
+    fixed-expert-weight sweep."""
+    partition = _check_partition(partition)
     base = dict((hyper or {}).get("fedprism", {}))
     variants = [{**base, "components": c} for c in components] + [{**base, "alpha": float(a)} for a in global_weights]
     specs = []
     for v in variants:
-        specs += grid_specs([dataset], {"dirichlet": [alpha]}, [n_clients], list(seeds), ["fedprism"],
+        specs += grid_specs([dataset], {partition: [alpha]}, [n_clients], list(seeds), ["fedprism"],
                             hyper={"fedprism": v}, fl=fl, n_train=n_train)
     return _fedprism_protocol(specs, arch, n_global_test)
 
@@ -311,15 +329,17 @@ def training_labels(dataset: str, n_train: int | None) -> tuple[np.ndarray, str]
 
 
 def partition_preview(labels, n_clients: int, alpha: float, seed: int, n_show: int = 20,
-                      dataset_name: str | None = None) -> pd.DataFrame:
-    """Class counts (n_show, C) of the first ``n_show`` clients of the Dirichlet partition the
-    runs use (the same call as :func:`fedlib.experiment.build_federation`, before the 80/20
-    split) — Appendix Fig. 6."""
+                      dataset_name: str | None = None, partition: str = PARTITION) -> pd.DataFrame:
+    """Class counts (n_show, C) of the first ``n_show`` clients of the Dirichlet ``partition``
+    (default :data:`PARTITION`) the runs use (the same call as
+    :func:`fedlib.experiment.build_federation`, before the 80/20 split) — Appendix Fig. 6."""
     k = check_int(n_clients, "n_clients", 1)
     n_show = check_int(n_show, "n_show", 1, k)
     check_number(alpha, "alpha", 0, low_open=True)
+    partition = _check_partition(partition)
     y = np.asarray(labels)
-    parts = P.partition(y, "dirichlet", k, alpha, seed, **({"dataset_name": dataset_name} if dataset_name else {}))
+    extra = {"dataset_name": dataset_name} if dataset_name and partition == "dirichlet" else {}
+    parts = P.partition(y, partition, k, alpha, seed, **extra)
     counts = P.label_counts(y, parts[:n_show], int(y.max()) + 1)
     return pd.DataFrame(counts, index=pd.Index(range(n_show), name="client"),
                         columns=[f"class {c}" for c in range(counts.shape[1])])

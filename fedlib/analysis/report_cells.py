@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from ..reproduction import runs_differently
 from .cafa_study import PAPER_TABLE2, PAPER_TABLE3, PAPER_TABLE4, PAPER_TABLE5, PAPER_WINDOWS
 from .fedprism_study import PAPER_MAIN, PAPER_TABLE9
+from .fedprism_study import PARTITION as FEDPRISM_PARTITION
 from .fedprism_study import METHODS as FEDPRISM_METHODS
 from .like_for_like import METHODS as TABLE3_METHODS
 from .paper_table3 import SETTINGS as TABLE3_SETTINGS
@@ -237,26 +238,26 @@ _DATASETS = {"fmnist": "FMNIST", "svhn": "SVHN", "cifar10": "CIFAR-10", "cifar10
 
 def _fedprism_cells() -> list[Cell]:
     out = []
-    partition = ("partition_rule", "§4.2 draws a class mix per client, p_i ~ Dir(α·1); the workbook "
-                                   "splits each class over the clients (open issue)")
+    # the paper's partition (§4.2, a class mix p_i ~ Dir(α·1) per client): fedprism_study.PARTITION
     for ds in ("fmnist", "svhn", "cifar10", "cifar100"):
         for m in FEDPRISM_METHODS:
             glob, loc = PAPER_MAIN[ds][0.1][m]
-            base = dict(dataset=ds, protocol="dirichlet", level=0.1, n_clients=100, method=m)
+            base = dict(dataset=ds, protocol=FEDPRISM_PARTITION, level=0.1, n_clients=100, method=m)
             for label, v, metric in (("Glob", glob, "global_test_accuracy"), ("Loc", loc, "mean_local_accuracy")):
-                causes = {"*": _FEDPRISM_CAUSES.get(m, {}).get(label, partition)}
+                cause = _FEDPRISM_CAUSES.get(m, {}).get(label)
+                causes = {"*": cause} if cause else {}
                 out.append(Cell("fedprism", "Table 1", m, f"{_DATASETS[ds]}, α = 0.1, {label}", v,
                                 (Reading("paper protocol", "fedprism/table1", _m(**base), metric),),
                                 causes=causes, unavailable=None if ds == "fmnist" else "no_offline_data"))
     gamma = ("paper_inconsistent", "α₀ = 0.9, β = 0.1 and γ = 1 − α − β leave the private part's weight "
                                    "at 0 (or negative under the paper's [0, 1] clip)")
     for comp, (glob, loc) in PAPER_TABLE9.items():
-        base = dict(dataset="fmnist", protocol="dirichlet", level=0.1, n_clients=100, method="fedprism",
+        base = dict(dataset="fmnist", protocol=FEDPRISM_PARTITION, level=0.1, n_clients=100, method="fedprism",
                     **{"hyper.components": comp})
         for label, v, metric in (("Glob", glob, "global_test_accuracy"), ("Loc", loc, "mean_local_accuracy")):
             out.append(Cell("fedprism", "Table 9", f"fedprism ({comp})", f"FMNIST, α = 0.1, {label}", v,
                             (Reading("paper protocol", "fedprism/table9", _m(**base), metric),),
-                            causes={"*": gamma if comp in ("global_cluster", "private") else partition}))
+                            causes={"*": gamma} if comp in ("global_cluster", "private") else {}))
     return out
 
 
