@@ -41,7 +41,7 @@ from .tables import mean_sd, frame_markdown as table_markdown
 from ..validation import check_choice, check_int, check_number, fail
 
 __all__ = ["PARTITION", "PARTITIONS", "PAPER_MAIN", "PAPER_TABLE9", "PAPER_TABLE10", "PAPER_TABLE11", "NOT_RUN_HERE", "METHODS",
-           "CFL_PAPER", "local_epochs_total", "training_specs", "ablation_specs", "accuracy_frame", "variant_of",
+           "CFL_PAPER", "local_epochs_total", "training_specs", "ablation_specs", "GRID_PARAMS", "notebook_grid", "accuracy_frame", "variant_of",
            "method_label",
            "main_table", "ablation_table", "weight_sweep_table", "observations", "training_labels", "partition_preview",
            "fig_partition", "table_markdown"]
@@ -157,6 +157,35 @@ def ablation_specs(alpha: float, n_clients: int, seeds, fl: dict, *, components,
         specs += grid_specs([dataset], {partition: [alpha]}, [n_clients], list(seeds), ["fedprism"],
                             hyper={"fedprism": v}, fl=fl, n_train=n_train)
     return _fedprism_protocol(specs, arch, n_global_test)
+
+
+GRID_PARAMS = ("dataset", "n_train", "n_global_test", "alphas", "partition", "n_clients", "seeds", "methods", "fl",
+               "hyper", "cfl_variants", "ablation_alpha", "components", "global_weights")
+"""The parameters of notebook 09 (``params/*/09_fedprism.yaml``) that its grid depends on:
+:func:`notebook_grid`'s keywords."""
+
+
+def notebook_grid(*, dataset: str, n_train, n_global_test, alphas, partition: str, n_clients: int, seeds, methods,
+                  fl: dict, hyper: dict, cfl_variants, ablation_alpha: float, components,
+                  global_weights) -> dict[str, list[RunSpec]]:
+    """Notebook 09's grid from its parameters (:data:`GRID_PARAMS`), by table:
+
+    * ``'table1'`` — Tables 1, 6, 7 (one α each): :func:`training_specs`, ``methods`` ×
+      ``alphas`` × ``seeds`` and the ``cfl_variants`` rows;
+    * ``'table9'`` — Table 9's ``components`` ablations at ``ablation_alpha``;
+    * ``'table11'`` — Table 11's initial global weights ``global_weights`` at ``ablation_alpha``
+      (:func:`ablation_specs`).
+
+    The full FedPrism run at ``ablation_alpha`` (in ``'table1'``) is the reference row of Tables
+    9–11; Table 10 needs no runs of its own."""
+    common = dict(hyper=hyper, n_train=n_train, dataset=dataset, n_global_test=n_global_test, partition=partition)
+    return {
+        "table1": training_specs(alphas, n_clients, seeds, fl, methods=methods, cfl_variants=cfl_variants, **common),
+        "table9": ablation_specs(ablation_alpha, n_clients, seeds, fl, components=components, global_weights=[],
+                                 **common),
+        "table11": ablation_specs(ablation_alpha, n_clients, seeds, fl, components=[],
+                                  global_weights=global_weights, **common),
+    }
 
 
 # ----------------------------------------------------------------------------- records → frames

@@ -33,7 +33,7 @@ from .tables import mean_sd, frame_markdown as table_markdown
 from ..validation import check_choice, check_int, fail
 
 __all__ = ["METHODS", "SETTINGS", "PAPER_TABLE1", "RECOVERY_METHODS", "NOT_RUN_HERE", "CFL_PAPER", "local_epochs_total",
-           "training_specs", "method_label", "accuracy_frame", "table1", "recovery_table", "rounds_frame",
+           "training_specs", "GRID_PARAMS", "notebook_grid", "method_label", "accuracy_frame", "table1", "recovery_table", "rounds_frame",
            "fig_rounds", "influence_frame", "fig_influence", "observations", "table_markdown"]
 
 METHODS = ["oracle", "local", "fedavg", "fedfomo", "fedproto", "fesem", "cfl", "pfedlia"]  # Table I's rows
@@ -104,6 +104,21 @@ def training_specs(settings, n_clients: int, seeds, fl: dict, *, n_clusters: int
                                 hyper={"pfedlia": {**hyper.get("pfedlia", {}), "clustering": "p2p"}}, fl=fl,
                                 n_train=n_train)
     return [dataclasses.replace(s, val_fraction=val_fraction, arch=arch) for s in specs]
+
+
+GRID_PARAMS = ("dataset", "n_train", "settings", "n_clusters", "n_clients", "seeds", "methods", "fl", "hyper",
+               "cfl_variants", "arch")
+"""The parameters of notebook 10 (``params/*/10_pfedlia.yaml``) that its grid depends on:
+:func:`notebook_grid`'s keywords."""
+
+
+def notebook_grid(*, dataset: str, n_train, settings, n_clusters: int, n_clients: int, seeds, methods, fl: dict,
+                  hyper: dict, cfl_variants, arch) -> dict[str, list[RunSpec]]:
+    """Notebook 10's grid from its parameters (:data:`GRID_PARAMS`), by table: ``'table1'`` —
+    Table I's runs and the cluster-recovery table's (:func:`training_specs`)."""
+    return {"table1": training_specs(settings, n_clients, seeds, fl, n_clusters=n_clusters, hyper=hyper,
+                                     n_train=n_train, methods=methods, arch=arch, dataset=dataset,
+                                     cfl_variants=cfl_variants)}
 
 
 # ----------------------------------------------------------------------------- records → frames

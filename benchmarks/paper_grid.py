@@ -1,0 +1,221 @@
+"""Run a filtered part of a notebook's paper-protocol grid into a records folder.
+
+A paper grid (notebook 09's FedPrism tables, notebook 10's pFedLIA Table I) takes hours to days;
+this runs any part of it, in the background or on another machine, and resumes: runs already
+recorded in the folder are skipped (:func:`fedlib.experiment.run_grid`), so the same command
+can be repeated, split by seed or method, or run by several processes or machines on one
+shared folder (each run is claimed before it is computed, :mod:`fedlib.claims`).
+
+The protocol is defined once, in the notebook's paper parameters (``params/paper/09_fedprism.yaml``,
+``params/paper/10_pfedlia.yaml``; ``--params`` reads another file of the same notebook), and the
+runs are built by the notebook's own function (``fedprism_study.notebook_grid``,
+``pfedlia_study.notebook_grid``), so they are the notebook's runs, record for record.
+
+Tables::
+
+    fedprism-table1    FedPrism Tables 1, 6, 7: methods × Dirichlet α × seeds, CFL's extra thresholds
+    fedprism-table9    FedPrism Table 9: the components ablations (FedPrism at the ablation α)
+    fedprism-table11   FedPrism Table 11: the initial global weights (FedPrism at the ablation α)
+    pfedlia-table1     pFedLIA Table I and the cluster-recovery table: methods × settings × seeds
+
+Usage::
+
+    python benchmarks/paper_grid.py fedprism-table1 --out benchmarks/records/fedprism/table1 --seeds 0 \\
+        --methods fedprism fedavg local --alphas 0.1 [--device cuda] [--workers N]
+    python benchmarks/paper_grid.py fedprism-table9 --out benchmarks/records/fedprism/table9 --seeds 0
+    python benchmarks/paper_grid.py pfedlia-table1 --out benchmarks/records/pfedlia/table1 --seeds 0 \\
+        --settings pathological_clusters
+
+Filters (each optional, each value must be in the table's grid, else the command fails before
+any work): ``--seeds``, ``--methods`` (the method names of the specs: ``cfl`` selects every CFL
+row), ``--alphas`` (FedPrism's Dirichlet α), ``--settings`` (pFedLIA's partitions). ``--list``
+prints the filtered runs and exits. ``--workers N`` computes N runs at once, in N processes
+(each on ``max(1, cores // N)`` torch threads) sharing the folder.
+
+Prints one line before (the runs, how many are recorded already) and one per finished run::
+
+    <dataset> <protocol>=<level> K=<K> <row> seed=<s>: <status> in <seconds> s
+
+(seconds: the record's ``seconds``, the run's wall time).
+"""
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# table -> (notebook, the study module's grid part)
+TABLES = {
+    "fedprism-table1": ("09_fedprism", "table1"),
+    "fedprism-table9": ("09_fedprism", "table9"),
+    "fedprism-table11": ("09_fedprism", "table11"),
+    "pfedlia-table1": ("10_pfedlia", "table1"),
+}
+_FILTERS = {"09_fedprism": ("seeds", "methods", "alphas"), "10_pfedlia": ("seeds", "methods", "settings")}
+
+
+def notebook_of(table: str) -> str:
+    """The notebook whose grid ``table`` is part of; ValueError for an unknown table."""
+    from fedlib.validation import check_choice
+
+    return TABLES[check_choice(table, "table", tuple(TABLES))][0]
+
+
+def _study(notebook: str):
+    from fedlib.analysis import fedprism_study, pfedlia_study
+
+    return {"09_fedprism": fedprism_study, "10_pfedlia": pfedlia_study}[notebook]
+
+
+def load_params(notebook: str, path=None) -> dict:
+    """The notebook's parameters: ``path``, or its paper profile ``params/paper/<notebook>.yaml``."""
+    from fedlib.validation import fail
+
+    path = Path(path) if path is not None else ROOT / "params" / "paper" / f"{notebook}.yaml"
+    if not path.is_file():
+        fail("params", f"a params file of notebook {notebook} (e.g. params/paper/{notebook}.yaml)", str(path))
+    params = yaml.safe_load(path.read_text())
+    missing = [k for k in _study(notebook).GRID_PARAMS if not isinstance(params, dict) or k not in params]
+    if missing:
+        fail("params", f"a params file of notebook {notebook} (it lacks {missing})", str(path))
+    return params
+
+
+def _value(spec, name: str):
+    return {"seeds": spec.seed, "methods": spec.method, "alphas": float(spec.level),
+            "settings": spec.protocol}[name]
+
+
+def select(table: str, params: dict, *, seeds=None, methods=None, alphas=None, settings=None) -> list:
+    """The RunSpecs of ``table`` built from ``params`` by the notebook's grid function, kept where
+    each given filter holds (None: no filter). A filter value that is not in the table's grid,
+    or a filter the table does not have, raises ValueError before any work."""
+    from fedlib.validation import fail
+
+    notebook, part = notebook_of(table), TABLES[table][1]
+    study = _study(notebook)
+    specs = study.notebook_grid(**{k: params[k] for k in study.GRID_PARAMS})[part]
+    given = {"seeds": seeds, "methods": methods, "alphas": alphas, "settings": settings}
+    for name, values in given.items():
+        if values is None:
+            continue
+        if name not in _FILTERS[notebook]:
+            fail(f"--{name}", f"left out for {table} (its filters: {', '.join('--' + f for f in _FILTERS[notebook])})",
+                 list(values))
+        present = sorted({_value(s, name) for s in specs})
+        for v in values:
+            if v not in present:
+                fail(f"--{name}", f"one of {present} (the {name} of {table}'s grid)", v)
+        specs = [s for s in specs if _value(s, name) in values]
+    return specs
+
+
+def describe(spec) -> str:
+    """One run as the progress lines name it: setting, row (the study's label) and seed."""
+    from fedlib.analysis import fedprism_study, pfedlia_study
+
+    d = spec.to_dict()
+    if spec.method == "fedprism":
+        row = f"fedprism ({fedprism_study.variant_of(d)})"
+    elif spec.protocol in pfedlia_study.SETTINGS:
+        row = pfedlia_study.method_label(d)
+    else:
+        row = fedprism_study.method_label(d)
+    return f"{spec.dataset} {spec.protocol}={spec.level:g} K={spec.n_clients} {row} seed={spec.seed}"
+
+
+def _line(spec, record: dict) -> str:
+    return f"{describe(spec)}: {record['status']} in {record.get('seconds', float('nan')):.1f} s"
+
+
+def _compute(spec, out: str, device: str) -> dict:
+    """One run through run_grid (which claims it, records it, and skips it if recorded)."""
+    from fedlib.experiment import run_grid
+
+    return run_grid([spec], out, device=device, progress=False)[0]
+
+
+def _init_worker(threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def _compute_star(args):
+    return args[0], _compute(*args)
+
+
+def run_table(table: str, out, *, params=None, seeds=None, methods=None, alphas=None, settings=None,
+              device: str | None = None, workers: int = 1, echo=print) -> dict:
+    """Run the filtered part of ``table`` into ``out``; print (``echo``) a line per finished run.
+
+    Returns
+    -------
+    dict: ``specs`` (the filtered runs), ``recorded`` (how many were recorded before),
+    ``computed`` (the records this call computed, in the order they finished).
+    """
+    from fedlib.engine import resolve_device
+    from fedlib.experiment import record_path
+    from fedlib.validation import check_int
+
+    check_int(workers, "--workers", 1)
+    p = load_params(notebook_of(table), params)
+    specs = select(table, p, seeds=seeds, methods=methods, alphas=alphas, settings=settings)
+    for s in specs:  # every check before any work
+        s.validate()
+    device = device or p.get("device", "auto")
+    resolve_device(device)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    todo = [s for s in specs if not record_path(out, s).exists()]
+    echo(f"{table}: {len(specs)} runs, {len(specs) - len(todo)} already recorded in {out}, {len(todo)} to compute")
+    computed = []
+    if workers == 1 or len(todo) <= 1:
+        for s in todo:
+            record = _compute(s, str(out), device)
+            computed.append(record)
+            echo(_line(s, record))
+    else:
+        threads = max(1, (os.cpu_count() or 1) // workers)
+        ctx = multiprocessing.get_context("spawn")
+        with ctx.Pool(min(workers, len(todo)), initializer=_init_worker, initargs=(threads,)) as pool:
+            for s, record in pool.imap_unordered(_compute_star, [(s, str(out), device) for s in todo]):
+                computed.append(record)
+                echo(_line(s, record))
+    return {"specs": specs, "recorded": len(specs) - len(todo), "computed": computed}
+
+
+def main(argv=None) -> dict | None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("table", help=f"one of {', '.join(TABLES)}")
+    ap.add_argument("--out", required=True, help="the records folder (created; runs recorded there are skipped)")
+    ap.add_argument("--params", help="the notebook's params file (default: params/paper/<notebook>.yaml)")
+    ap.add_argument("--seeds", nargs="+", type=int)
+    ap.add_argument("--methods", nargs="+")
+    ap.add_argument("--alphas", nargs="+", type=float, help="FedPrism's Dirichlet α")
+    ap.add_argument("--settings", nargs="+", help="pFedLIA's partitions")
+    ap.add_argument("--device", help="auto, cpu, cuda, cuda:N (default: the params file's)")
+    ap.add_argument("--workers", type=int, default=1, help="runs computed at once, one process each")
+    ap.add_argument("--list", action="store_true", help="print the filtered runs and exit")
+    a = ap.parse_args(argv)
+    try:
+        if a.list:
+            specs = select(a.table, load_params(notebook_of(a.table), a.params), seeds=a.seeds, methods=a.methods,
+                           alphas=a.alphas, settings=a.settings)
+            for s in specs:
+                print(describe(s))
+            return None
+        return run_table(a.table, a.out, params=a.params, seeds=a.seeds, methods=a.methods, alphas=a.alphas,
+                         settings=a.settings, device=a.device, workers=a.workers)
+    except ValueError as e:
+        ap.exit(2, f"{ap.prog}: error: {e}\n")
+
+
+if __name__ == "__main__":
+    main()

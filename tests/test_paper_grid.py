@@ -1,0 +1,116 @@
+"""benchmarks/paper_grid.py: a filtered part of notebook 09's / 10's grid, built by the notebooks'
+own grid functions, run into a records folder and resumed; bad filters fail before any work."""
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fedlib.analysis import fedprism_study, pfedlia_study
+from fedlib.experiment import load_records
+
+ROOT = Path(__file__).resolve().parents[1]
+SMOKE09 = ROOT / "params" / "smoke" / "09_fedprism.yaml"
+SMOKE10 = ROOT / "params" / "smoke" / "10_pfedlia.yaml"
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("paper_grid", ROOT / "benchmarks" / "paper_grid.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("study, name", [(fedprism_study, "09_fedprism"), (pfedlia_study, "10_pfedlia")])
+def test_grid_params_are_the_notebook_params_and_the_grid_functions_keywords(study, name):
+    keywords = [p.name for p in inspect.signature(study.notebook_grid).parameters.values()
+                if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    assert sorted(keywords) == sorted(study.GRID_PARAMS)
+    for profile in ("smoke", "paper"):
+        params = yaml.safe_load((ROOT / "params" / profile / f"{name}.yaml").read_text())
+        assert set(study.GRID_PARAMS) <= set(params), profile
+
+
+def test_fedprism_tables_are_notebook_09s_grid():
+    """The three tables together are the grid notebook 09 builds (training runs, then the
+    component ablations, then the global weights), spec for spec."""
+    p = yaml.safe_load(SMOKE09.read_text())
+    pg = _script()
+    tables = [pg.select(t, p) for t in ("fedprism-table1", "fedprism-table9", "fedprism-table11")]
+    common = dict(hyper=p["hyper"], n_train=p["n_train"], dataset=p["dataset"], n_global_test=p["n_global_test"],
+                  partition=p["partition"])
+    expected = fedprism_study.training_specs(p["alphas"], p["n_clients"], p["seeds"], p["fl"], methods=p["methods"],
+                                             cfl_variants=p["cfl_variants"], **common)
+    assert tables[0] == expected
+    assert {s.protocol for s in expected} == {"dirichlet_client"}
+    ablations = fedprism_study.ablation_specs(p["ablation_alpha"], p["n_clients"], p["seeds"], p["fl"],
+                                              components=p["components"], global_weights=p["global_weights"],
+                                              **common)
+    assert tables[1] + tables[2] == ablations
+    assert [fedprism_study.variant_of(s.to_dict()) for s in tables[1]] == p["components"]
+
+
+def test_filters_keep_what_they_name():
+    pg = _script()
+    p = yaml.safe_load(SMOKE09.read_text())
+    specs = pg.select("fedprism-table1", p, seeds=[0], methods=["cfl", "local"], alphas=[0.1, 0.5])
+    assert {(s.method, s.level) for s in specs} == {(m, a) for m in ("cfl", "local") for a in (0.1, 0.5)}
+    assert len(specs) == 2 * (1 + len(p["cfl_variants"]) + 1)  # cfl selects every CFL row
+    q = yaml.safe_load(SMOKE10.read_text())
+    lia = pg.select("pfedlia-table1", q, settings=["noisy_clusters"], methods=["pfedlia"])
+    assert len(lia) == 2 and {s.protocol for s in lia} == {"noisy_clusters"}  # centralised and p2p
+
+
+@pytest.mark.parametrize("table, kwargs, match", [
+    ("fedprism-table2", {}, r"table must be one of \['fedprism-table1', .*\], got 'fedprism-table2'"),
+    ("fedprism-table9", dict(methods=["fedavg"]),
+     r"--methods must be one of \['fedprism'\] \(the methods of fedprism-table9's grid\), got 'fedavg'"),
+    ("fedprism-table1", dict(seeds=[0, 7]), r"--seeds must be one of \[0\] .*got 7"),
+    ("fedprism-table1", dict(alphas=[0.2]), r"--alphas must be one of \[0\.1, 0\.3, 0\.5\] .*got 0\.2"),
+    ("pfedlia-table1", dict(alphas=[0.1]), r"--alphas must be left out for pfedlia-table1 .*got \[0\.1\]"),
+    ("fedprism-table1", dict(settings=["noisy_clusters"]), r"--settings must be left out for fedprism-table1"),
+    ("pfedlia-table1", dict(params=str(SMOKE09)), r"params must be a params file of notebook 10_pfedlia \(it lacks"),
+    ("fedprism-table1", dict(workers=0), r"--workers must be an integer ≥ 1, got 0"),
+])
+def test_bad_filters_fail_before_any_work(tmp_path, table, kwargs, match):
+    out = tmp_path / "records"
+    kwargs = {"params": str(SMOKE09) if table.startswith("fedprism") else str(SMOKE10), **kwargs}
+    with pytest.raises(ValueError, match=match):
+        _script().run_table(table, out, echo=lambda line: None, **kwargs)
+    assert not out.exists()
+
+
+def test_the_command_line_reports_a_bad_filter(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        _script().main(["fedprism-table9", "--out", str(tmp_path / "r"), "--methods", "fedavg"])
+    assert exc.value.code == 2
+    assert "--methods must be one of ['fedprism']" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.cross_cpu
+def test_runs_are_recorded_and_a_second_call_computes_nothing(tmp_path):
+    """One smoke-sized FedAvg run of Table 1 (α = 0.1, seed 0) through the command line's
+    function: its record appears in the folder, and the same call again only reads it."""
+    pg = _script()
+    out = tmp_path / "table1"
+    lines = []
+    first = pg.run_table("fedprism-table1", out, params=str(SMOKE09), seeds=[0], methods=["fedavg"], alphas=[0.1],
+                         device="cpu", echo=lines.append)
+    assert first["recorded"] == 0 and len(first["computed"]) == 1
+    record = first["computed"][0]
+    assert record["status"] == "ok" and record["spec"]["protocol"] == "dirichlet_client"
+    assert [r["spec"] for r in load_records(out)] == [record["spec"]]
+    assert lines[0] == f"fedprism-table1: 1 runs, 0 already recorded in {out}, 1 to compute"
+    assert lines[1] == f"fmnist dirichlet_client=0.1 K=20 fedavg seed=0: ok in {record['seconds']:.1f} s"
+    stored = json.loads(next(out.glob("*.json")).read_text())
+    assert stored["seconds"] == record["seconds"]
+    lines.clear()
+    second = pg.run_table("fedprism-table1", out, params=str(SMOKE09), seeds=[0], methods=["fedavg"], alphas=[0.1],
+                          device="cpu", echo=lines.append)
+    assert second["recorded"] == 1 and second["computed"] == []
+    assert lines == [f"fedprism-table1: 1 runs, 1 already recorded in {out}, 0 to compute"]
