@@ -8,9 +8,11 @@ notebook 06's trend lines are not compared); this file compares them instead, wi
 tolerance, against the committed ``figures/table3_global_accuracy.csv`` and
 ``figures/table4_fairness.csv``.
 
-``make test-other-cpu`` (run by CI) retrains the smoke grid with the kernels forced to
-``tests/other_cpu.env`` and runs this file's ``cross_cpu`` tests and nbval over every notebook:
-it fails if any output nbval compares depends on the CPU.
+CI (``.ci/run``) runs ``make workbook`` and ``make test`` with the kernels forced to
+``tests/other_cpu.env``: the smoke grid is retrained on them, every notebook's output is compared
+with the committed one (executed on other kernels) and this file's tests run. ``make
+test-other-cpu`` does the same with nbval. Either fails if an output nbval compares depends on
+the CPU.
 """
 from __future__ import annotations
 
