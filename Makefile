@@ -47,12 +47,14 @@ LAB_PORT ?= 8888
 
 .PHONY: setup data workbook executed-notebooks test unit nbval test-other-cpu lab bench bench-record cuda-checks refresh-notebooks clean
 
+# --no-compile: Python compiles a module's bytecode when it is first imported, instead of pip
+# compiling every file of the ~6 GB stack at install time (most are never imported here).
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -r requirements.txt
+	$(PIP) install -q --no-compile -r requirements.txt
 	$(PIP) install -q --no-deps -e .
 	$(BIN)/python -c "import fedlib, torch, torchvision, lightgbm, papermill, nbval, ipywidgets, ray, flwr; print('setup: ok, torch', torch.__version__, 'ray', ray.__version__, 'flwr', flwr.__version__)"
 	touch $@
