@@ -150,3 +150,32 @@ def test_missing_readme_markers_are_refused(tmp_path):
     readme.write_text("no block here\n")
     with pytest.raises(ValueError, match="findings:start"):
         report.check(findings=tmp_path / "f.md", readme=readme)
+
+
+def _pfedlia_row(df, row, reading):
+    d = df[(df.paper == "pfedlia") & (df.row == row) & (df.column == "FMNIST, noisy") & (df.reading == reading)]
+    assert len(d) == 1, (row, reading)
+    return d.iloc[0]
+
+
+def test_each_variant_of_a_method_answers_its_own_reading(tmp_path):
+    """The grids run CFL at the paper's thresholds and at ε1 = auto, and pFedLIA clustering centrally
+    and peer to peer, with the same seeds: each variant's records fill only its own row."""
+    def rec(method, acc, **hyper):
+        r = _record(method, "noisy_clusters", 5, 0, acc)
+        r["spec"]["hyper"] = hyper
+        return r
+    _write(tmp_path, "pfedlia/table1", [
+        rec("pfedlia", 0.90), rec("pfedlia", 0.60, clustering="p2p"),
+        rec("cfl", 0.66, eps1=0.4, eps2=1.6, gamma=0.0), rec("cfl", 0.99, eps1="auto", eps2=0.0, gamma=0.0)])
+    df = report.frame(tmp_path)
+    assert _pfedlia_row(df, "pfedlia", "paper protocol")["mean"] == pytest.approx(90.0)
+    assert _pfedlia_row(df, "pfedlia", "paper protocol, peer-to-peer clustering")["mean"] == pytest.approx(60.0)
+    assert _pfedlia_row(df, "cfl", "paper protocol")["mean"] == pytest.approx(66.0)
+    assert _pfedlia_row(df, "cfl", "paper protocol, CFL ε1 = auto")["mean"] == pytest.approx(99.0)
+
+
+def test_two_records_of_one_seed_answering_one_reading_are_refused(tmp_path):
+    _write(tmp_path, T3, [_record("fedavg", "similarity", 1.0, 0, 0.86), _record("fedavg", "similarity", 1.0, 0, 0.80)])
+    with pytest.raises(ValueError, match=r"two records of seed 0"):
+        report.frame(tmp_path)

@@ -133,7 +133,13 @@ def row_values(reading, root: Path = RECORDS) -> tuple[list[float], list[str]]:
         if r.get("status") != "ok":
             other.append(str(r.get("status")))
             continue
-        by_seed.setdefault(r["spec"].get("seed", 0), record_value(r, reading.metric, reading.window))
+        seed = r["spec"].get("seed", 0)
+        if seed in by_seed:
+            fail("reading", f"a match that one record per seed answers; in {reading.records}/ two records of "
+                            f"seed {seed} match {dict(reading.match)} (pin the field that tells them apart, "
+                            "e.g. the variant's hyperparameter, in fedlib/analysis/report_cells.py)",
+                 reading.name)
+        by_seed[seed] = record_value(r, reading.metric, reading.window)
     values = [by_seed[s] for s in sorted(by_seed) if np.isfinite(by_seed[s])]
     return values, other
 
