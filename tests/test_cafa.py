@@ -421,3 +421,16 @@ def test_committed_cbcc_records_cover_tables_2_and_3():
     have = {(r["spec"]["generator"], r["spec"]["n_iid"], r["spec"]["n_noniid"], r["spec"]["seed"])
             for r in records if r["status"] == "ok" and r["spec"]["repeats"] == S.AUTHORS_REPEATS}
     assert have == {(g, a, b, s) for g in S.GENERATORS for a, b in S.PAPER_CASES for s in (0, 1, 2)}
+
+
+def test_paper_profile_trains_with_the_authors_protocol():
+    import yaml
+    from fedlib.paths import ROOT
+    params = yaml.safe_load((ROOT / "params" / "paper" / "08_cafa.yaml").read_text())
+    assert params["fl"] == S.AUTHORS_FL  # the report's Tables IV-V readings match these records
+    assert S.AUTHORS_FL["fraction"] * params["n_clients"] == 6  # 6 of 20 clients per round
+    specs = S.training_specs(params["dataset"], params["n_train"], params["iid_fraction"], params["n_clients"],
+                             params["seeds"], params["methods"], params["hyper"], params["fl"], params["val_fraction"])
+    for s in specs:
+        s.validate()
+    assert {s.effective()[1]["optimizer"] for s in specs} == {"sgd"}

@@ -50,7 +50,7 @@ __all__ = ["PAPER_TABLE2", "PAPER_TABLE3", "PAPER_TABLE4", "PAPER_TABLE5", "PAPE
            "generate", "repeat_seed", "identification_scores", "cbcc_case", "cbcc_table", "records_table", "case_record",
            "with_paper", "silhouette_frame",
            "pca_frame", "fig_silhouette", "fig_pca", "training_specs", "history_frame", "window_table",
-           "best_table", "ordering_holds", "fig_curves", "table_markdown"]
+           "best_table", "ordering_holds", "fig_curves", "table_markdown", "AUTHORS_FL"]
 
 # CAFA Table II (25 % IID clients) and Table III (50 %): (n_IID, n_non-IID) -> k, Acc, Precision,
 # Recall, F1, as printed in the paper.
@@ -72,6 +72,10 @@ and the paper text's, the workbook's (:func:`fedlib.partition.iid_fraction_class
 K_SEARCHES = ("authors", "paper_text")
 AUTHORS_K_RANGE = (2, 19)
 AUTHORS_REPEATS = 10
+AUTHORS_FL = {"rounds": 150, "local_epochs": 5, "fraction": 0.3, "optimizer": "sgd", "lr": 0.1, "batch_size": 32}
+"""Tables IV–V's training protocol in the authors' code (Gengsheng-Li/Non-IID-Robust-Federated-
+Learning-Algorithms): plain SGD at lr 0.1, q = 0.3 (6 of 20 clients per round), E = 5, batch 32,
+150 rounds (the paper's Table IV windows)."""
 CBCC_RECORDS = ROOT / "benchmarks" / "records" / "cafa" / "cbcc"
 """The committed Tables II–III records (one per generator, case and seed; present in a checkout)."""
 
