@@ -3,6 +3,8 @@
 and the notebook-08 study helpers (fedlib.analysis.cafa_study)."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -369,10 +371,67 @@ def test_training_specs_carry_the_validation_split():
     specs = S.training_specs("fmnist", 400, 0.0, 20, [0], ["fedavg", "cafa"], {}, {"rounds": 2}, 0.2)
     assert [s.method for s in specs] == ["fedavg", "cafa"]
     assert all(s.val_fraction == 0.2 and s.protocol == "iid_fraction_classes" for s in specs)
+    assert all(s.global_test and s.n_global_test is None for s in specs)  # scored on the official test set
+    assert {s.n_global_test for s in S.training_specs("fmnist", 400, 0.0, 20, [0], ["cafa"], {}, {}, 0.2,
+                                                      n_global_test=300)} == {300}
     for s in specs:
         s.validate()
     with pytest.raises(ValueError, match="val_fraction must be"):
         S.training_specs("fmnist", 400, 0.0, 20, [0], ["cafa"], {}, {}, 0.0)
+
+
+def _record(method, seed, official, pooled, fl=None, **spec):
+    fl = {**dataclasses.asdict(FLConfig()), "rounds": len(official), **(fl or {})}
+    return {"key": f"{method}-{seed}", "status": "ok", "fl": fl,
+            "spec": {"method": method, "seed": seed, "global_test": True, "n_global_test": None, "n_train": None,
+                     **spec},
+            "history": [{"round": i + 1, "global_test_accuracy": a, "global_accuracy": b}
+                        for i, (a, b) in enumerate(zip(official, pooled))]}
+
+
+def test_history_frame_reports_the_official_test_accuracy_and_keeps_the_pooled_split_beside():
+    recs = [_record("fedavg", 0, [0.1, 0.5], [0.9, 0.95]), _record("cafa", 0, [0.2, 0.6], [0.3, 0.4])]
+    hist = S.history_frame(recs)
+    assert hist.accuracy.tolist() == [0.1, 0.5, 0.2, 0.6]  # CAFA's number: the official test set
+    assert hist.pooled_split_accuracy.tolist() == [0.9, 0.95, 0.3, 0.4]
+    best = S.best_table(hist).set_index("method")
+    assert best["mean"].to_dict() == pytest.approx({"fedavg": 0.5, "cafa": 0.6})
+    assert best["pooled_split_mean"].to_dict() == pytest.approx({"fedavg": 0.95, "cafa": 0.4})
+    md = S.table_markdown(S.window_table(hist, [(0, 1)]), best.reset_index())
+    assert f"best, {S.OFFICIAL_TEST}" in md and f"{S.POOLED_SPLIT} (extra)" in md and "95.00" in md
+    old = _record("fedavg", 0, [0.1], [0.9])
+    del old["history"][0]["global_test_accuracy"]  # a run without global_test
+    with pytest.raises(ValueError, match=r"records must be runs of training_specs \(global_test=True\)"):
+        S.history_frame([old])
+
+
+def test_runs_with_global_test_log_the_official_test_accuracy_every_round():
+    from fedlib.experiment import run
+    spec = S.training_specs("fmnist", 400, 0.0, 4, [0], ["fedavg"], {}, {"rounds": 2, "local_epochs": 1}, 0.2,
+                            n_global_test=200)[0]
+    rec = run(spec, device="cpu")
+    assert [h["round"] for h in rec["history"]] == [1, 2]
+    assert all(0 <= h["global_test_accuracy"] <= 1 for h in rec["history"])
+    # the last round's entry is the final global model on the official test set, the record's number
+    assert rec["history"][-1]["global_test_accuracy"] == pytest.approx(rec["global_test_accuracy"])
+    assert rec["history"][-1]["global_accuracy"] == pytest.approx(rec["global_accuracy"])
+
+
+def test_the_report_reads_cafa_training_records_of_the_authors_protocol(tmp_path):
+    import json
+    from fedlib.analysis.report import row_values
+    from fedlib.analysis.report_cells import cells
+
+    official, pooled = [0.5] * 29 + [0.9] + [0.6] * 120, [0.99] * 150
+    rec = _record("cafa", 0, official, pooled, fl=S.AUTHORS_FL)
+    rec["spec"]["fl"] = dict(S.AUTHORS_FL)
+    (tmp_path / "cafa" / "training").mkdir(parents=True)
+    (tmp_path / "cafa" / "training" / "r.json").write_text(json.dumps(rec))
+    ours = {(c.table, c.column): row_values(c.readings[0], root=tmp_path)[0]
+            for c in cells() if c.paper == "cafa" and c.row == "cafa" and c.table in ("Table IV", "Table V")}
+    assert ours[("Table IV", "rounds 0–29")] == pytest.approx([100 * (0.5 * 29 + 0.9) / 30])  # rounds 1-30
+    assert ours[("Table IV", "rounds 30–59")] == pytest.approx([60.0])
+    assert ours[("Table V", "best accuracy")] == pytest.approx([90.0])  # official test, not the pooled 99 %
 
 
 def test_runspec_without_validation_split_is_refused_before_any_work():

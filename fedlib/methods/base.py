@@ -336,12 +336,20 @@ class Context:
         With ``pooled_models_eval`` the entry also holds ``pooled_model_accuracy`` (G,): each of
         the G stacked ``models`` on the pooled test set (every client's test split together),
         and their plain mean ``mean_pooled_model_accuracy`` — how the PSI papers' code scored
-        CFL and FedSoft (:mod:`fedlib.reproduction`)."""
+        CFL and FedSoft (:mod:`fedlib.reproduction`).
+
+        When the federation has the official test set and every client uses one model (a global
+        model: FedAvg, FedProx, CAFA), the entry also holds ``global_test_accuracy``, that model
+        on the official test set (CAFA's per-round accuracy, §IV-A); personalised rounds skip it
+        (K models on the whole test set every round)."""
         last = round_idx == self.cfg.rounds - 1
         if (round_idx + 1) % self.cfg.eval_every and not last:
             return
         correct, n = self.evaluate(models, assignment, predictor=predictor)
         entry = {"round": round_idx + 1, "global_accuracy": global_accuracy(correct, n)}
+        if self.fed.has_global_test and np.unique(np.asarray(assignment)).size == 1:
+            g_correct, n_global = self.evaluate_global(models, assignment)
+            entry["global_test_accuracy"] = float(g_correct[0] / n_global)
         if self.pooled_models_eval:
             pooled = pooled_accuracies(*self.loss_matrix(models, np.arange(self.n_clients), "test")[1:])
             entry.update({"pooled_model_accuracy": pooled.tolist(),
