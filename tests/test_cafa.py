@@ -417,6 +417,22 @@ def test_runs_with_global_test_log_the_official_test_accuracy_every_round():
     assert rec["history"][-1]["global_accuracy"] == pytest.approx(rec["global_accuracy"])
 
 
+def test_verdicts_name_the_protocol_the_records_ran():
+    smoke = [_record(m, 0, [0.1, a], [0.5, 0.5], fl={"local_epochs": 1}, n_train=4000)
+             for m, a in (("fedavg", 0.4), ("fedprox", 0.3), ("cafa", 0.5))]
+    label = S.run_label(smoke)
+    assert label.startswith("smoke grid (2 rounds, 1 seed; not the paper protocol: adam lr 0.001, q = 0.5, E = 1")
+    assert "4000 training samples" in label and not S.is_paper_protocol(smoke)
+    hist = S.history_frame(smoke)
+    lines = S.verdicts(smoke, S.window_table(hist, [(0, 1)]), S.best_table(hist))
+    assert lines and all(line.startswith(f"from {label}:") for line in lines)
+    assert any("CAFA best - FedAvg best (official-test accuracy): +10.00 pp (paper: +1.35 pp)" in x for x in lines)
+    paper = [_record(m, s, [0.1] * 150, [0.1] * 150, fl=S.AUTHORS_FL) for m in ("fedavg", "cafa") for s in range(3)]
+    assert S.is_paper_protocol(paper) and S.run_label(paper) == "paper protocol (150 rounds, 3 seeds)"
+    assert not S.is_paper_protocol(paper[:-1])  # CAFA on 2 seeds only
+    assert not S.is_paper_protocol([{**r, "spec": {**r["spec"], "n_global_test": 500}} for r in paper])
+
+
 def test_the_report_reads_cafa_training_records_of_the_authors_protocol(tmp_path):
     import json
     from fedlib.analysis.report import row_values

@@ -35,6 +35,11 @@ set's **official test set** after every round (:func:`training_specs` sets
 accuracy". The global model on the clients' pooled 20 % test splits (history field
 ``global_accuracy``) is kept beside it as the extra column "pooled-split accuracy", the
 workbook's own reading, never CAFA's number.
+
+The training protocol of the paper profile is the authors' code's (:data:`AUTHORS_FL`: plain
+SGD at lr 0.1, 6 of 20 clients per round, E = 5, batch 32; the paper gives neither E nor q).
+:func:`run_label` names the protocol a set of records ran, and :func:`verdicts` prefixes every
+computed claim with it, so a smoke grid's verdict is not read as the paper protocol's.
 """
 from __future__ import annotations
 
@@ -57,7 +62,8 @@ __all__ = ["PAPER_TABLE2", "PAPER_TABLE3", "PAPER_TABLE4", "PAPER_TABLE5", "PAPE
            "generate", "repeat_seed", "identification_scores", "cbcc_case", "cbcc_table", "records_table", "case_record",
            "with_paper", "silhouette_frame",
            "pca_frame", "fig_silhouette", "fig_pca", "training_specs", "history_frame", "window_table",
-           "best_table", "ordering_holds", "fig_curves", "table_markdown", "AUTHORS_FL", "OFFICIAL_TEST", "POOLED_SPLIT"]
+           "best_table", "ordering_holds", "fig_curves", "table_markdown", "AUTHORS_FL", "OFFICIAL_TEST", "POOLED_SPLIT",
+           "run_label", "is_paper_protocol", "verdicts"]
 
 # CAFA Table II (25 % IID clients) and Table III (50 %): (n_IID, n_non-IID) -> k, Acc, Precision,
 # Recall, F1, as printed in the paper.
@@ -83,6 +89,8 @@ AUTHORS_FL = {"rounds": 150, "local_epochs": 5, "fraction": 0.3, "optimizer": "s
 """Tables IV–V's training protocol in the authors' code (Gengsheng-Li/Non-IID-Robust-Federated-
 Learning-Algorithms): plain SGD at lr 0.1, q = 0.3 (6 of 20 clients per round), E = 5, batch 32,
 150 rounds (the paper's Table IV windows)."""
+PAPER_SEEDS = 3
+"""Seeds of the paper-protocol training grid (params/paper/08_cafa.yaml)."""
 OFFICIAL_TEST = "official-test accuracy"
 """CAFA's reported number: the global model on the official test set (history ``global_test_accuracy``)."""
 POOLED_SPLIT = "pooled-split accuracy"
@@ -313,6 +321,58 @@ def history_frame(records) -> pd.DataFrame:
              "accuracy": h["global_test_accuracy"], "pooled_split_accuracy": h["global_accuracy"]}
             for r in ok for h in r["history"]]
     return pd.DataFrame(rows)
+
+
+def is_paper_protocol(records) -> bool:
+    """Whether every ok record ran Tables IV–V's paper protocol: :data:`AUTHORS_FL` (the records'
+    effective ``fl``), the official test set whole, the full training set, at least
+    :data:`PAPER_SEEDS` seeds per method."""
+    ok = [r for r in records if r["status"] == "ok"]
+    if not ok:
+        return False
+    fl_ok = all(r["fl"].get(k) == v for r in ok for k, v in AUTHORS_FL.items())
+    data_ok = all(r["spec"].get("global_test") and r["spec"].get("n_global_test") is None
+                  and r["spec"].get("n_train") is None for r in ok)
+    seeds = {}
+    for r in ok:
+        seeds.setdefault(r["spec"]["method"], set()).add(r["spec"]["seed"])
+    return fl_ok and data_ok and min(len(v) for v in seeds.values()) >= PAPER_SEEDS
+
+
+def run_label(records) -> str:
+    """What protocol the ok records ran, from their effective ``fl`` and specs (never typed):
+    "paper protocol (150 rounds, 3 seeds)" when :func:`is_paper_protocol`, else e.g.
+    "smoke grid (6 rounds, 1 seed; not the paper protocol: adam lr 0.001, q = 0.5, E = 1, batch 32,
+    4000 training samples)"."""
+    ok = [r for r in records if r["status"] == "ok"]
+    if not ok:
+        fail("records", "at least one run record with status 'ok'", f"{len(list(records))} records")
+    rounds = sorted({int(r["fl"]["rounds"]) for r in ok})
+    n_seeds = len({r["spec"]["seed"] for r in ok})
+    r_txt = f"{'/'.join(map(str, rounds))} round{'s' if rounds != [1] else ''}, {n_seeds} seed{'s' if n_seeds != 1 else ''}"
+    if is_paper_protocol(ok):
+        return f"paper protocol ({r_txt})"
+    fls = sorted({(r["fl"]["optimizer"], r["fl"]["lr"], r["fl"]["fraction"], r["fl"]["local_epochs"],
+                   r["fl"]["batch_size"]) for r in ok})
+    how = "; ".join(f"{o} lr {lr:g}, q = {q:g}, E = {e}, batch {b}" for o, lr, q, e, b in fls)
+    n_train = sorted({r["spec"].get("n_train") for r in ok}, key=lambda v: (v is None, v))
+    data = ", ".join("all training samples" if v is None else f"{v} training samples" for v in n_train)
+    return f"smoke grid ({r_txt}; not the paper protocol: {how}, {data})"
+
+
+def verdicts(records, windows_df: pd.DataFrame, best_df: pd.DataFrame) -> list[str]:
+    """The paper's claims about Tables IV–V computed from ``records`` (:func:`ordering_holds`, and
+    CAFA's best-accuracy gain over FedAvg and FedProx beside the paper's), each line prefixed
+    with ``from <run_label(records)>:`` so that a smoke grid's verdict reads as one."""
+    src = f"from {run_label(records)}:"
+    lines = [f"{src} {claim} ({OFFICIAL_TEST}): {holds}" for claim, holds in ordering_holds(windows_df, best_df).items()]
+    b = best_df.set_index("method")
+    for m in ("fedavg", "fedprox"):
+        if m in b.index and "cafa" in b.index:
+            lines.append(f"{src} CAFA best - {DISPLAY_NAMES.get(m, m)} best ({OFFICIAL_TEST}): "
+                         f"{100 * b.loc[m, 'cafa_improvement']:+.2f} pp "
+                         f"(paper: {PAPER_TABLE5['cafa'] - PAPER_TABLE5[m]:+.2f} pp)")
+    return lines
 
 
 def window_table(hist: pd.DataFrame, windows) -> pd.DataFrame:
