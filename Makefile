@@ -15,7 +15,10 @@ NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
 # Make target per notebook: WORKBOOK_JOBS notebooks at a time, each on its share of the cores,
 # and only those whose notebook, parameters, fedlib or records changed since their last run.
 EXECUTED := build/executed/$(PROFILE)
-EXECUTED_NOTEBOOKS := $(patsubst notebooks/%,$(EXECUTED)/%,$(NOTEBOOKS))
+# The longest notebooks first, so that the two lanes finish together; then the others in order.
+LONGEST_FIRST := $(filter $(patsubst notebooks/%.ipynb,%,$(NOTEBOOKS)),05_training 10_pfedlia 09_fedprism 04_cluster_selection 07_psi_pfl)
+EXECUTED_NOTEBOOKS := $(patsubst %,$(EXECUTED)/%.ipynb,$(LONGEST_FIRST)) \
+  $(filter-out $(patsubst %,$(EXECUTED)/%.ipynb,$(LONGEST_FIRST)),$(patsubst notebooks/%,$(EXECUTED)/%,$(NOTEBOOKS)))
 FEDLIB_SOURCES := $(shell find fedlib -name '*.py') pyproject.toml
 RECORDS := $(shell find benchmarks/records -name '*.json')
 NPROC := $(shell nproc 2>/dev/null || echo 2)
