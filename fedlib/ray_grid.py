@@ -21,6 +21,7 @@ fedlib.experiment`` never imports this module and the two import no loop.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import asdict
 
 from .experiment import RunSpec, run
@@ -48,6 +49,13 @@ def check_options(ray_address, num_cpus, num_gpus, max_retries) -> None:
     check_int(max_retries, "max_retries", 0)
 
 
+#: A local Ray node must register with its GCS within a fixed 30 s (``ray._private.node``); on a
+#: machine whose cores are busy it sometimes does not. :func:`ray_session` starts a local node up
+#: to ``START_ATTEMPTS`` times when that is the error (never for a cluster address).
+START_ATTEMPTS = 3
+STARTUP_TIMEOUT = "timed out during startup"
+
+
 def ray_session(ray_address: str | None = None, **init_args):
     """The Ray module with a session: the caller's if one is running, else ``ray.init`` on
     ``ray_address`` (default ``$RAY_ADDRESS``, else a local instance). Returns (ray, started):
@@ -58,8 +66,16 @@ def ray_session(ray_address: str | None = None, **init_args):
         return ray, False
     address = ray_address or os.environ.get("RAY_ADDRESS") or None
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")  # Ray ≥ 2.5x's behaviour, without its warning
-    ray.init(address=address, include_dashboard=False, log_to_driver=False, **init_args)
-    return ray, True
+    for attempt in range(1, START_ATTEMPTS + 1):
+        try:
+            ray.init(address=address, include_dashboard=False, log_to_driver=False, **init_args)
+            return ray, True
+        except Exception as e:  # Ray raises a bare Exception for this
+            if address is not None or STARTUP_TIMEOUT not in str(e) or attempt == START_ATTEMPTS:
+                raise
+            ray.shutdown()
+            print(f"ray_session: the local Ray node did not register within Ray's 30 s "
+                  f"(attempt {attempt} of {START_ATTEMPTS}; a busy machine); starting it again", file=sys.stderr)
 
 
 def _run_record(spec_dict: dict, device) -> dict:
