@@ -16,7 +16,7 @@ NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
 # and only those whose notebook, parameters, fedlib or records changed since their last run.
 EXECUTED := build/executed/$(PROFILE)
 # The longest notebooks first, so that the two lanes finish together; then the others in order.
-LONGEST_FIRST := $(filter $(patsubst notebooks/%.ipynb,%,$(NOTEBOOKS)),05_training 10_pfedlia 09_fedprism 04_cluster_selection 07_psi_pfl)
+LONGEST_FIRST := $(filter $(patsubst notebooks/%.ipynb,%,$(NOTEBOOKS)),05_training 10_pfedlia 09_fedprism 04_cluster_selection 07_psi_pfl 08_cafa)
 EXECUTED_NOTEBOOKS := $(patsubst %,$(EXECUTED)/%.ipynb,$(LONGEST_FIRST)) \
   $(filter-out $(patsubst %,$(EXECUTED)/%.ipynb,$(LONGEST_FIRST)),$(patsubst notebooks/%,$(EXECUTED)/%,$(NOTEBOOKS)))
 FEDLIB_SOURCES := $(shell find fedlib -name '*.py') pyproject.toml
