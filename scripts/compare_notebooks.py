@@ -28,6 +28,7 @@ Usage
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import re
 import sys
@@ -46,6 +47,7 @@ SKIP_COMPARE = ("metadata", "traceback", "prompt_number", "output_type", "name",
                 "application/vnd.jupyter.widget-view+json", "image/png", "image/jpeg")
 
 
+@functools.cache
 def _clean_notebooks():
     """scripts/clean_notebooks.py as a module (scripts/ is not a package)."""
     spec = importlib.util.spec_from_file_location("clean_notebooks", ROOT / "scripts" / "clean_notebooks.py")
