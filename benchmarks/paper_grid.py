@@ -1,6 +1,7 @@
 """Run a filtered part of a notebook's paper-protocol grid into a records folder.
 
-A paper grid (notebook 09's FedPrism tables, notebook 10's pFedLIA Table I) takes hours to days;
+A paper grid (notebook 08's CAFA training, notebook 09's FedPrism tables, notebook 10's pFedLIA
+Table I) takes hours to days;
 this runs any part of it, in the background or on another machine, and resumes: runs already
 recorded in the folder are skipped (:func:`fedlib.experiment.run_grid`), so the same command
 can be repeated, split by seed or method, or run by several processes or machines on one
@@ -8,11 +9,13 @@ shared folder (each run is claimed before it is computed, :mod:`fedlib.claims`).
 
 The protocol is defined once, in the notebook's paper parameters (``params/paper/09_fedprism.yaml``,
 ``params/paper/10_pfedlia.yaml``; ``--params`` reads another file of the same notebook), and the
-runs are built by the notebook's own function (``fedprism_study.notebook_grid``,
-``pfedlia_study.notebook_grid``), so they are the notebook's runs, record for record.
+runs are built by the notebook's own function (``cafa_study.notebook_grid``,
+``fedprism_study.notebook_grid``, ``pfedlia_study.notebook_grid``), so they are the notebook's
+runs, record for record.
 
 Tables::
 
+    cafa-table4        CAFA Tables IV–V and Fig. 6: FedAvg, FedProx, CAFA × seeds (the authors' protocol)
     fedprism-table1    FedPrism Tables 1, 6, 7: methods × Dirichlet α × seeds, CFL's extra thresholds
     fedprism-table9    FedPrism Table 9: the components ablations (FedPrism at the ablation α)
     fedprism-table11   FedPrism Table 11: the initial global weights (FedPrism at the ablation α)
@@ -23,12 +26,13 @@ Usage::
     python benchmarks/paper_grid.py fedprism-table1 --out benchmarks/records/fedprism/table1 --seeds 0 \\
         --methods fedprism fedavg local --alphas 0.1 [--device cuda] [--workers N]
     python benchmarks/paper_grid.py fedprism-table9 --out benchmarks/records/fedprism/table9 --seeds 0
+    python benchmarks/paper_grid.py cafa-table4 --out benchmarks/records/cafa/training --seeds 0 1 2
     python benchmarks/paper_grid.py pfedlia-table1 --out benchmarks/records/pfedlia/table1 --seeds 0 \\
         --settings pathological_clusters
 
 Filters (each optional, each value must be in the table's grid, else the command fails before
 any work): ``--seeds``, ``--methods`` (the method names of the specs: ``cfl`` selects every CFL
-row), ``--alphas`` (FedPrism's Dirichlet α), ``--settings`` (pFedLIA's partitions). ``--list``
+row, ``fedamp`` both attentions), ``--alphas`` (FedPrism's Dirichlet α), ``--settings`` (pFedLIA's partitions). ``--list``
 prints the filtered runs and exits. ``--workers N`` computes N runs at once, in N processes
 (each on ``max(1, cores // N)`` torch threads) sharing the folder.
 
@@ -51,12 +55,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # table -> (notebook, the study module's grid part)
 TABLES = {
+    "cafa-table4": ("08_cafa", "table4"),
     "fedprism-table1": ("09_fedprism", "table1"),
     "fedprism-table9": ("09_fedprism", "table9"),
     "fedprism-table11": ("09_fedprism", "table11"),
     "pfedlia-table1": ("10_pfedlia", "table1"),
 }
-_FILTERS = {"09_fedprism": ("seeds", "methods", "alphas"), "10_pfedlia": ("seeds", "methods", "settings")}
+_FILTERS = {"08_cafa": ("seeds", "methods"), "09_fedprism": ("seeds", "methods", "alphas"), "10_pfedlia": ("seeds", "methods", "settings")}
 
 
 def notebook_of(table: str) -> str:
@@ -67,9 +72,9 @@ def notebook_of(table: str) -> str:
 
 
 def _study(notebook: str):
-    from fedlib.analysis import fedprism_study, pfedlia_study
+    from fedlib.analysis import cafa_study, fedprism_study, pfedlia_study
 
-    return {"09_fedprism": fedprism_study, "10_pfedlia": pfedlia_study}[notebook]
+    return {"08_cafa": cafa_study, "09_fedprism": fedprism_study, "10_pfedlia": pfedlia_study}[notebook]
 
 
 def load_params(notebook: str, path=None) -> dict:

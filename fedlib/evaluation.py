@@ -15,6 +15,12 @@ calls it otherwise, its tables show the paper's name with this definition beside
     global-model accuracy
                      one global model (FedPrism's backbone G alone) on the official test set;
                      ``info['global_model_accuracy']``
+    parameter-average accuracy
+                     the uniform parameter average of the distinct models the clients use (G
+                     cluster models, or K client models) on the official test set; record field
+                     ``param_average_accuracy``. How public code by one of FedPrism's authors
+                     scored a clustered method's "global accuracy" (Table 1's 10.00 % for FedClust
+                     and CFL); for a one-model method it is that model's official-test accuracy
     AD, SDAD         mean and population std of |A_k − target|; target = 1.0 (Clust-PSI-PFL,
                      "distance from the perfect model") or the CL accuracy (PSI-PFL)
     CP               client parity, the maximum relative accuracy difference between clients:

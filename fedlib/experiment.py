@@ -340,6 +340,8 @@ def run(spec: RunSpec, device="auto") -> dict:
         g_correct, n_global = ctx.evaluate_global(outcome.models, outcome.assignment)
         extra.update({"global_test_correct": g_correct.tolist(), "n_global_test": n_global,
                       "global_test_accuracy": float(np.mean(g_correct / n_global))})
+        if outcome.predictor is None:  # FedPrism Table 1's "global" of a clustered method (fedlib.evaluation)
+            extra["param_average_accuracy"] = ctx.param_average_accuracy(outcome.models, outcome.assignment)
     if spec.reproduction != "paper_text":  # what the reproduction reports, and how it ran
         extra.update({"reproduction": spec.reproduction, "reported_rule": settings.report,
                       "reported_accuracy": reported_accuracy(settings.report, metrics["global_accuracy"],

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedlib.analysis import fedprism_study, pfedlia_study
+from fedlib.analysis import cafa_study, fedprism_study, pfedlia_study
 from fedlib.experiment import load_records
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,7 +25,8 @@ def _script():
     return module
 
 
-@pytest.mark.parametrize("study, name", [(fedprism_study, "09_fedprism"), (pfedlia_study, "10_pfedlia")])
+@pytest.mark.parametrize("study, name", [(cafa_study, "08_cafa"), (fedprism_study, "09_fedprism"),
+                                         (pfedlia_study, "10_pfedlia")])
 def test_grid_params_are_the_notebook_params_and_the_grid_functions_keywords(study, name):
     keywords = [p.name for p in inspect.signature(study.notebook_grid).parameters.values()
                 if p.kind is inspect.Parameter.KEYWORD_ONLY]
@@ -44,7 +45,7 @@ def test_fedprism_tables_are_notebook_09s_grid():
     common = dict(hyper=p["hyper"], n_train=p["n_train"], dataset=p["dataset"], n_global_test=p["n_global_test"],
                   partition=p["partition"])
     expected = fedprism_study.training_specs(p["alphas"], p["n_clients"], p["seeds"], p["fl"], methods=p["methods"],
-                                             cfl_variants=p["cfl_variants"], **common)
+                                             cfl_variants=p["cfl_variants"], fedamp_variants=p["fedamp_variants"], **common)
     assert tables[0] == expected
     assert {s.protocol for s in expected} == {"dirichlet_client"}
     ablations = fedprism_study.ablation_specs(p["ablation_alpha"], p["n_clients"], p["seeds"], p["fl"],
@@ -52,6 +53,20 @@ def test_fedprism_tables_are_notebook_09s_grid():
                                               **common)
     assert tables[1] + tables[2] == ablations
     assert [fedprism_study.variant_of(s.to_dict()) for s in tables[1]] == p["components"]
+
+
+def test_cafa_table_is_notebook_08s_training_grid():
+    """cafa-table4 is notebook 08's Tables IV–V grid (the official test set scored), filtered."""
+    from fedlib.analysis import cafa_study
+
+    p = yaml.safe_load((ROOT / "params" / "smoke" / "08_cafa.yaml").read_text())
+    pg = _script()
+    expected = cafa_study.training_specs(p["dataset"], p["n_train"], p["iid_fraction"], p["n_clients"], p["seeds"],
+                                         p["methods"], p["hyper"], p["fl"], p["val_fraction"])
+    assert pg.select("cafa-table4", p) == expected and all(s.global_test for s in expected)
+    assert [s.method for s in pg.select("cafa-table4", p, methods=["cafa"])] == ["cafa"] * len(p["seeds"])
+    with pytest.raises(ValueError, match="--alphas must be left out for cafa-table4"):
+        pg.select("cafa-table4", p, alphas=[0.1])
 
 
 def test_filters_keep_what_they_name():
@@ -66,7 +81,7 @@ def test_filters_keep_what_they_name():
 
 
 @pytest.mark.parametrize("table, kwargs, match", [
-    ("fedprism-table2", {}, r"table must be one of \['fedprism-table1', .*\], got 'fedprism-table2'"),
+    ("fedprism-table2", {}, r"table must be one of \['cafa-table4', 'fedprism-table1', .*\], got 'fedprism-table2'"),
     ("fedprism-table9", dict(methods=["fedavg"]),
      r"--methods must be one of \['fedprism'\] \(the methods of fedprism-table9's grid\), got 'fedavg'"),
     ("fedprism-table1", dict(seeds=[0, 7]), r"--seeds must be one of \[0\] .*got 7"),

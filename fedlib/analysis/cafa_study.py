@@ -63,7 +63,7 @@ __all__ = ["PAPER_TABLE2", "PAPER_TABLE3", "PAPER_TABLE4", "PAPER_TABLE5", "PAPE
            "with_paper", "silhouette_frame",
            "pca_frame", "fig_silhouette", "fig_pca", "training_specs", "history_frame", "window_table",
            "best_table", "ordering_holds", "fig_curves", "table_markdown", "AUTHORS_FL", "OFFICIAL_TEST", "POOLED_SPLIT",
-           "run_label", "is_paper_protocol", "verdicts"]
+           "run_label", "is_paper_protocol", "verdicts", "GRID_PARAMS", "notebook_grid"]
 
 # CAFA Table II (25 % IID clients) and Table III (50 %): (n_IID, n_non-IID) -> k, Acc, Precision,
 # Recall, F1, as printed in the paper.
@@ -303,6 +303,19 @@ def training_specs(dataset: str, n_train, iid_fraction: float, n_clients: int, s
                        hyper=hyper, fl=fl, n_train=n_train)
     return [dataclasses.replace(s, val_fraction=float(val_fraction), global_test=True, n_global_test=n_global_test)
             for s in specs]
+
+
+GRID_PARAMS = ("dataset", "n_train", "iid_fraction", "n_clients", "seeds", "methods", "hyper", "fl", "val_fraction")
+"""The parameters of notebook 08 (``params/*/08_cafa.yaml``) that its training grid depends on:
+:func:`notebook_grid`'s keywords."""
+
+
+def notebook_grid(*, dataset: str, n_train, iid_fraction: float, n_clients: int, seeds, methods, hyper, fl: dict,
+                  val_fraction: float) -> dict[str, list]:
+    """Notebook 08's training grid from its parameters (:data:`GRID_PARAMS`), by table:
+    ``'table4'`` — Tables IV–V and Fig. 6 (:func:`training_specs`)."""
+    return {"table4": training_specs(dataset, n_train, iid_fraction, n_clients, seeds, methods, hyper, fl,
+                                     val_fraction)}
 
 
 def history_frame(records) -> pd.DataFrame:

@@ -18,6 +18,11 @@ official-test accuracy (the paper's "global accuracy", its Glob columns)
                  (``RunSpec(global_test=True)``, record field ``global_test_accuracy``);
                  FedPrism: the client's backbone (the mixture is not used: the paper's global
                  column hardly moves with the expert weight). Names: :mod:`fedlib.evaluation`.
+parameter-average accuracy (a second reading of Glob, the column "Glob, param. avg")
+                 the uniform parameter average of the distinct models the clients use, on the
+                 official test set (record field ``param_average_accuracy``): how public code
+                 by one of the paper's authors scored FedClust's global accuracy, which explains
+                 Table 1's exact 10.00 % for FedClust and CFL (a one-class predictor).
 
 Partition
 ---------
@@ -41,7 +46,7 @@ from .tables import mean_sd, frame_markdown as table_markdown
 from ..validation import check_choice, check_int, check_number, fail
 
 __all__ = ["PARTITION", "PARTITIONS", "PAPER_MAIN", "PAPER_TABLE9", "PAPER_TABLE10", "PAPER_TABLE11", "NOT_RUN_HERE", "METHODS",
-           "CFL_PAPER", "local_epochs_total", "training_specs", "ablation_specs", "GRID_PARAMS", "notebook_grid", "accuracy_frame", "variant_of",
+           "CFL_PAPER", "FEDAMP_ATTENTIONS", "local_epochs_total", "training_specs", "ablation_specs", "GRID_PARAMS", "notebook_grid", "accuracy_frame", "variant_of",
            "method_label",
            "main_table", "ablation_table", "weight_sweep_table", "observations", "training_labels", "partition_preview",
            "fig_partition", "table_markdown"]
@@ -120,25 +125,29 @@ def _fedprism_protocol(specs, arch: str, n_global_test: int | None) -> list[RunS
 
 def training_specs(alphas, n_clients: int, seeds, fl: dict, *, hyper: dict | None = None, n_train=None,
                    methods=None, arch: str = "lenet5", dataset: str = "fmnist",
-                   n_global_test: int | None = None, cfl_variants=(), partition: str = PARTITION) -> list[RunSpec]:
+                   n_global_test: int | None = None, cfl_variants=(), fedamp_variants=(),
+                   partition: str = PARTITION) -> list[RunSpec]:
     """Tables 1/6/7 on one data set: ``methods`` (default :data:`METHODS`) × Dirichlet ``alphas`` ×
     ``seeds`` under the ``partition`` protocol (default :data:`PARTITION`, the paper's; module
     docstring), LeNet-5, the official test set (or its stratified ``n_global_test`` subset)
     evaluated. Local-only trains :func:`local_epochs_total`
     epochs unless ``hyper['local']`` says otherwise. One more CFL run per dict of
     ``cfl_variants`` (its hyperparameters over ``hyper['cfl']``, e.g. ``{'eps1': 'auto'}``) when
-    CFL is among ``methods``: a row of its own (:func:`method_label`)."""
+    CFL is among ``methods``: a row of its own (:func:`method_label`); likewise one more FedAMP
+    run per dict of ``fedamp_variants`` (e.g. ``{'attention': 'paper'}``, Huang et al.'s A′)."""
     partition = _check_partition(partition)
     hyper = {m: dict(v) for m, v in (hyper or {}).items()}
     hyper.setdefault("local", {}).setdefault("epochs", local_epochs_total(fl))
     methods = list(methods or METHODS)
     specs = grid_specs([dataset], {partition: list(alphas)}, [n_clients], list(seeds), methods,
                        hyper=hyper, fl=fl, n_train=n_train)
-    for v in cfl_variants if "cfl" in methods else ():
-        if not isinstance(v, dict):
-            fail("cfl_variants", "a list of dicts of CFL hyperparameters, e.g. [{'eps1': 'auto'}]", v)
-        specs += grid_specs([dataset], {partition: list(alphas)}, [n_clients], list(seeds), ["cfl"],
-                            hyper={"cfl": {**hyper.get("cfl", {}), **v}}, fl=fl, n_train=n_train)
+    for m, variants, example in (("cfl", cfl_variants, "{'eps1': 'auto'}"),
+                                 ("fedamp", fedamp_variants, "{'attention': 'paper'}")):
+        for v in variants if m in methods else ():
+            if not isinstance(v, dict):
+                fail(f"{m}_variants", f"a list of dicts of {DISPLAY_NAMES[m]} hyperparameters, e.g. [{example}]", v)
+            specs += grid_specs([dataset], {partition: list(alphas)}, [n_clients], list(seeds), [m],
+                                hyper={m: {**hyper.get(m, {}), **v}}, fl=fl, n_train=n_train)
     return _fedprism_protocol(specs, arch, n_global_test)
 
 
@@ -160,18 +169,18 @@ def ablation_specs(alpha: float, n_clients: int, seeds, fl: dict, *, components,
 
 
 GRID_PARAMS = ("dataset", "n_train", "n_global_test", "alphas", "partition", "n_clients", "seeds", "methods", "fl",
-               "hyper", "cfl_variants", "ablation_alpha", "components", "global_weights")
+               "hyper", "cfl_variants", "fedamp_variants", "ablation_alpha", "components", "global_weights")
 """The parameters of notebook 09 (``params/*/09_fedprism.yaml``) that its grid depends on:
 :func:`notebook_grid`'s keywords."""
 
 
 def notebook_grid(*, dataset: str, n_train, n_global_test, alphas, partition: str, n_clients: int, seeds, methods,
                   fl: dict, hyper: dict, cfl_variants, ablation_alpha: float, components,
-                  global_weights) -> dict[str, list[RunSpec]]:
+                  global_weights, fedamp_variants=()) -> dict[str, list[RunSpec]]:
     """Notebook 09's grid from its parameters (:data:`GRID_PARAMS`), by table:
 
     * ``'table1'`` — Tables 1, 6, 7 (one α each): :func:`training_specs`, ``methods`` ×
-      ``alphas`` × ``seeds`` and the ``cfl_variants`` rows;
+      ``alphas`` × ``seeds`` and the ``cfl_variants`` and ``fedamp_variants`` rows;
     * ``'table9'`` — Table 9's ``components`` ablations at ``ablation_alpha``;
     * ``'table11'`` — Table 11's initial global weights ``global_weights`` at ``ablation_alpha``
       (:func:`ablation_specs`).
@@ -180,7 +189,8 @@ def notebook_grid(*, dataset: str, n_train, n_global_test, alphas, partition: st
     9–11; Table 10 needs no runs of its own."""
     common = dict(hyper=hyper, n_train=n_train, dataset=dataset, n_global_test=n_global_test, partition=partition)
     return {
-        "table1": training_specs(alphas, n_clients, seeds, fl, methods=methods, cfl_variants=cfl_variants, **common),
+        "table1": training_specs(alphas, n_clients, seeds, fl, methods=methods, cfl_variants=cfl_variants,
+                                 fedamp_variants=fedamp_variants, **common),
         "table9": ablation_specs(ablation_alpha, n_clients, seeds, fl, components=components, global_weights=[],
                                  **common),
         "table11": ablation_specs(ablation_alpha, n_clients, seeds, fl, components=[],
@@ -199,11 +209,18 @@ def variant_of(spec: dict) -> str:
     return "full"
 
 
+FEDAMP_ATTENTIONS = {"paper": "Huang et al.'s attention A′(x) = e^(−x/σ)/σ"}
+"""FedAMP's attention rules other than the workbook's default softmax, as their rows are named."""
+
+
 def method_label(spec: dict) -> str:
     """The row name of a run: its method, and CFL's thresholds when they are not
-    :data:`CFL_PAPER`, e.g. ``'cfl (ε1 = auto (0.5 × warm-up update), ε2 = 0.1, γ = 0.5)'``."""
+    :data:`CFL_PAPER`, e.g. ``'cfl (ε1 = auto (0.5 × warm-up update), ε2 = 0.1, γ = 0.5)'``, or
+    FedAMP's attention when it is not the default softmax (:data:`FEDAMP_ATTENTIONS`)."""
     if spec["method"] == "cfl" and cfl.thresholds(spec.get("hyper", {})) != cfl.thresholds(CFL_PAPER):
         return f"cfl ({cfl.thresholds_label(spec.get('hyper', {}))})"
+    if spec["method"] == "fedamp" and spec.get("hyper", {}).get("attention", "softmax") != "softmax":
+        return f"fedamp ({FEDAMP_ATTENTIONS[spec['hyper']['attention']]})"
     return spec["method"]
 
 
@@ -216,7 +233,9 @@ def _display(label: str) -> str:
 
 def accuracy_frame(records) -> pd.DataFrame:
     """One row per run: method (:func:`method_label`), variant, level (Dirichlet α), seed, status, ``local`` and
-    ``global`` accuracy in % (module docstring), ``global_model`` (FedPrism's G alone, %),
+    ``global`` accuracy in % (module docstring), ``param_average`` (the parameter-average accuracy,
+    %, :mod:`fedlib.evaluation`; NaN for FedPrism's mixture and records made before it existed),
+    ``global_model`` (FedPrism's G alone, %),
     ``seconds``; FedPrism rows carry ``sweep``: fixed expert weight → local accuracy (%)."""
     rows = []
     for r in records:
@@ -228,6 +247,8 @@ def accuracy_frame(records) -> pd.DataFrame:
             acc = np.asarray(r["local_accuracy"], float)
             row["local"] = 100 * float(np.nanmean(acc))
             row["global"] = 100 * float(r["global_test_accuracy"]) if "global_test_accuracy" in r else np.nan
+            row["param_average"] = (100 * float(r["param_average_accuracy"]) if "param_average_accuracy" in r
+                                    else np.nan)
             info = r.get("info", {})
             row["global_model"] = 100 * info["global_model_accuracy"] if "global_model_accuracy" in info else np.nan
             n = np.asarray(r["n_test"], float)
@@ -237,7 +258,7 @@ def accuracy_frame(records) -> pd.DataFrame:
                                 for w, c in sweep.items()}
         rows.append(row)
     df = pd.DataFrame(rows)
-    for col in ("local", "global", "global_model"):
+    for col in ("local", "global", "param_average", "global_model"):
         if col not in df:
             df[col] = np.nan
     return df
@@ -257,7 +278,8 @@ def main_table(df: pd.DataFrame, methods=None, dataset: str = "fmnist") -> pd.Da
     main = df[(df.method != "fedprism") | (df.variant == "full")]
     labels = []
     for m in methods or METHODS:
-        labels += [m] + (sorted(x for x in set(main.method) if x.startswith("cfl (")) if m == "cfl" else [])
+        labels += [m] + (sorted(x for x in set(main.method) if x.startswith(m + " (")) if m in ("cfl", "fedamp")
+                         else [])
     for m in labels:
         row = {"Method": _display(m)}
         for a in sorted(main.level.unique()):
@@ -266,6 +288,7 @@ def main_table(df: pd.DataFrame, methods=None, dataset: str = "fmnist") -> pd.Da
             bad = sorted(set(g.status) - {"ok"})
             paper = paper_ds.get(round(a, 6), {}).get(m, (np.nan, np.nan))
             row[f"α={a:g} Glob"] = _cell(ok["global"]) if not bad else "/".join(bad)
+            row[f"α={a:g} Glob, param. avg"] = _cell(ok["param_average"]) if not bad else "/".join(bad)
             row[f"α={a:g} Glob (paper)"] = "—" if np.isnan(paper[0]) else f"{paper[0]:.2f}"
             row[f"α={a:g} Loc"] = _cell(ok["local"]) if not bad else "/".join(bad)
             row[f"α={a:g} Loc (paper)"] = "—" if np.isnan(paper[1]) else f"{paper[1]:.2f}"

@@ -116,8 +116,8 @@ def record_value(record: dict, metric: str, window: tuple | None = None) -> floa
         v = record.get(metric, record.get("info", {}).get(metric))
     if v is None:
         return np.nan
-    scale = pct if metric in ("global_accuracy", "reported_accuracy", "global_test_accuracy", "ad_cl",
-                              "sdad_cl") else 1.0
+    scale = pct if metric in ("global_accuracy", "reported_accuracy", "global_test_accuracy",
+                              "param_average_accuracy", "ad_cl", "sdad_cl") else 1.0
     return scale * float(v)
 
 

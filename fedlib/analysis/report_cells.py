@@ -67,6 +67,10 @@ METRICS = {
                            "client's accuracy with its own model on its own test split",
     "global_test_accuracy": "official-test accuracy (%), FedPrism's \"global accuracy\": mean over "
                             "clients of each client's model on the data set's official test set",
+    "param_average_accuracy": "parameter-average accuracy (%): the uniform parameter average of the "
+                              "distinct models the clients use, on the data set's official test set (how "
+                              "public code by one of FedPrism's authors scored a clustered method's "
+                              "\"global accuracy\")",
     "ad_cl": "AD (%): mean over clients of |CL accuracy − the client's accuracy|",
     "sdad_cl": "SDAD (%): the standard deviation of the same distances",
     "cp": "client parity: (max − min) / min of the clients' accuracies",
@@ -236,21 +240,30 @@ def _cafa_cells() -> list[Cell]:
 _FEDPRISM_CAUSES = {
     **{m: {"Glob": ("metric_definition", "the paper's 10.00 % is a one-class predictor; public code by "
                                          "one of its authors scores a clustered method's global model as "
-                                         "the parameter average of its cluster models")}
+                                         "the parameter average of its cluster models (the row read so "
+                                         "beside this one)")}
        for m in ("fedclust", "cfl", "fedamp")},
 }
+_PARAM_AVERAGE = ("ifca", "fedclust", "cfl", "fedamp")
+"""FedPrism Table 1's methods whose clients use several models: their Glob cell has a second
+reading, the parameter average of those models (``param_average_accuracy``)."""
 _DATASETS = {"fmnist": "FMNIST", "svhn": "SVHN", "cifar10": "CIFAR-10", "cifar100": "CIFAR-100"}
 
 
 def _variant_readings(records: str, base: dict, metric: str, cfl_paper: dict) -> tuple[Reading, ...]:
     """The readings of one cell of a method that the grids run in several variants: CFL at the
-    paper's thresholds (``cfl_paper``) and at ε1 = auto; pFedLIA clustering centrally (the paper's
-    Algorithm) and peer to peer. Each reading pins its variant, so no two records of one seed
+    paper's thresholds (``cfl_paper``) and at ε1 = auto; FedAMP (FedPrism's grid) with the softmax
+    attention and with Huang et al.'s A′; pFedLIA clustering centrally (the paper's Algorithm)
+    and peer to peer. Each reading pins its variant, so no two records of one seed
     answer it (:func:`fedlib.analysis.report.row_values` refuses that)."""
     method = base["method"]
     if method == "cfl":
         return (Reading("paper protocol", records, _m(**base, **{"hyper.eps1": cfl_paper["eps1"]}), metric),
                 Reading("paper protocol, CFL ε1 = auto", records, _m(**base, **{"hyper.eps1": "auto"}), metric))
+    if method == "fedamp" and records.startswith("fedprism/"):
+        return (Reading("paper protocol", records, _m(**base, **{"hyper.attention": None}), metric),
+                Reading("paper protocol, Huang et al.'s attention", records,
+                        _m(**base, **{"hyper.attention": "paper"}), metric))
     if method == "pfedlia":
         return (Reading("paper protocol", records, _m(**base, **{"hyper.clustering": None}), metric),
                 Reading("paper protocol, peer-to-peer clustering", records,
@@ -266,10 +279,13 @@ def _fedprism_cells() -> list[Cell]:
             glob, loc = PAPER_MAIN[ds][0.1][m]
             base = dict(dataset=ds, protocol=FEDPRISM_PARTITION, level=0.1, n_clients=100, method=m)
             for label, v, metric in (("Glob", glob, "global_test_accuracy"), ("Loc", loc, "mean_local_accuracy")):
+                readings = _variant_readings("fedprism/table1", base, metric, FEDPRISM_CFL)
                 cause = _FEDPRISM_CAUSES.get(m, {}).get(label)
-                causes = {"*": cause} if cause else {}
-                out.append(Cell("fedprism", "Table 1", m, f"{_DATASETS[ds]}, α = 0.1, {label}", v,
-                                _variant_readings("fedprism/table1", base, metric, FEDPRISM_CFL),
+                causes = {r.name: cause for r in readings} if cause else {}
+                if label == "Glob" and m in _PARAM_AVERAGE:  # the authors' reading, beside ours
+                    readings += tuple(Reading(f"{r.name}, parameter average", r.records, r.match,
+                                              "param_average_accuracy") for r in readings)
+                out.append(Cell("fedprism", "Table 1", m, f"{_DATASETS[ds]}, α = 0.1, {label}", v, readings,
                                 causes=causes, unavailable=None if ds == "fmnist" else "no_offline_data"))
     gamma = ("paper_inconsistent", "α₀ = 0.9, β = 0.1 and γ = 1 − α − β leave the private part's weight "
                                    "at 0 (or negative under the paper's [0, 1] clip)")

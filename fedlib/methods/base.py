@@ -63,7 +63,7 @@ from ..validation import check_choice, check_int, check_number, fail
 State = dict  # name -> Tensor; "stacked" when every tensor has a leading client/model axis
 CLUSTER_STREAM = "clusters/selection"  # selection streams of the per-cluster phase after a warm-up
 
-__all__ = ["FLConfig", "Context", "Outcome", "sample_clients", "take", "federated_averaging", "CLUSTER_STREAM",
+__all__ = ["FLConfig", "Context", "Outcome", "sample_clients", "take", "parameter_average", "federated_averaging", "CLUSTER_STREAM",
            "global_model_rounds", "round_size", "check_finite_models", "State", "local_losses", "round_robin",
            "pooled_accuracies", "fedlab_losses", "aggregation_weights", "AGGREGATIONS", "cluster_means"]
 
@@ -188,6 +188,17 @@ def take(stacked: State, rows) -> State:
     """Rows ``rows`` of every tensor of a stacked state (indices or a bool mask)."""
     idx = torch.as_tensor(np.asarray(rows), dtype=torch.long)
     return {k: v[idx.to(v.device)] for k, v in stacked.items()}
+
+
+def parameter_average(stacked: State, rows) -> State:
+    """The uniform parameter average of rows ``rows`` (R,) of a stacked state, as a stacked
+    state of one row: ``name -> (1, *shape)``; floating tensors are averaged, integer buffers
+    (BatchNorm's batch counters) taken from the first row."""
+    rows = np.asarray(rows, dtype=np.int64)
+    if rows.ndim != 1 or rows.size == 0:
+        fail("rows", "a non-empty 1-D array of row indices (the models to average)", rows.tolist())
+    sub = take(stacked, rows)
+    return {k: (v.mean(dim=0, keepdim=True) if v.is_floating_point() else v[:1]) for k, v in sub.items()}
 
 
 def _fits(out: State | None, like: State) -> bool:
@@ -317,6 +328,14 @@ class Context:
         used, row = np.unique(assignment, return_inverse=True)
         res = evaluate_global(self.model, take(models, used), self.fed)
         return to_host(res.correct, np.int64)[row], int(to_host(res.n)[0])
+
+    def param_average_accuracy(self, models: State, assignment) -> float:
+        """Official-test accuracy of :func:`parameter_average` of the distinct models the clients
+        use (rows ``unique(assignment)``): FedPrism's Table 1 reading of a clustered method's
+        "global accuracy" (:mod:`fedlib.evaluation`)."""
+        avg = parameter_average(models, np.unique(np.asarray(assignment, dtype=np.int64)))
+        correct, n = self.evaluate_global(avg, np.zeros(1, dtype=np.int64))
+        return float(correct[0] / n)
 
     def loss_matrix(self, models: State, clients, split: str = "val"):
         """Mean loss (M, K') and correct counts (M, K') of every model on every client of
