@@ -23,9 +23,14 @@ calls it otherwise, its tables show the paper's name with this definition beside
                      and CFL); for a one-model method it is that model's official-test accuracy
     AD, SDAD         mean and population std of |A_k − target|; target = 1.0 (Clust-PSI-PFL,
                      "distance from the perfect model") or the CL accuracy (PSI-PFL)
-    CP               client parity, the maximum relative accuracy difference between clients:
-                     max_{i,j} (A_i − A_j) / A_j = (A_max − A_min) / A_min (inf if A_min = 0).
-                     PSI-PFL's formula is lost in the text; this reading matches its values (> 1).
+    CP               client parity, PSI-PFL §4.1's "maximum relative performance difference between
+                     clients": max_{i,j} (A_i − A_j) / A_j = (A_max − A_min) / A_min. The formula
+                     is lost in the text; this reading fits its values 2.2 and 3.7 (> 1 rules
+                     out dividing by A_max). The paper is silent on a client at A = 0,
+                     where (A_i − 0) / 0 is undefined: ``client_parity(zero='inf')`` (record
+                     field ``cp``) gives inf; ``zero='exclude'`` (``cp_nonzero``, what the PSI-PFL
+                     study compares with the paper's values) leaves the clients at 0 out and
+                     their number is shown beside it (``n_zero``); 0 when all score 0.
     cluster recovery the adjusted Rand index between a method's client grouping and the true
                      groups of a planted partition (1 = recovered up to relabelling, ≈ 0 = chance)
 """
@@ -33,10 +38,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .validation import check_number, fail
+from .validation import check_choice, check_number, fail
 
-__all__ = ["local_accuracy", "global_accuracy", "average_distance", "client_parity", "summarise_clients",
-           "cluster_recovery"]
+__all__ = ["local_accuracy", "global_accuracy", "average_distance", "CP_ZERO_RULES", "client_parity",
+           "summarise_clients", "cluster_recovery"]
 
 
 def _as_1d(name, v) -> np.ndarray:
@@ -102,12 +107,36 @@ def average_distance(acc, target=1.0) -> tuple[float, float]:
     return float(d.mean()), float(d.std())
 
 
-def client_parity(acc) -> float:
-    """CP = (A_max − A_min) / A_min over clients with a defined accuracy (0 = perfect parity)."""
+CP_ZERO_RULES = ("inf", "exclude")
+"""What :func:`client_parity` does with a client at accuracy 0, on which PSI-PFL is silent."""
+
+
+def client_parity(acc, zero: str = "inf") -> float:
+    """CP = max_{i,j} (A_i − A_j) / A_j = (A_max − A_min) / A_min (PSI-PFL §4.1; 0 = perfect parity).
+
+    Parameters
+    ----------
+    acc : array-like, shape (K,)
+        Local accuracies in [0, 1]; NaN (a client without a test split) is left out.
+    zero : one of :data:`CP_ZERO_RULES`
+        A client at A = 0 makes (A_i − 0) / 0 undefined and the paper is silent on it.
+        ``'inf'``: the limit, inf when some client is at 0 and another is not (the record
+        field ``cp``). ``'exclude'``: the clients at 0 are left out of the maximum (count them
+        with ``np.sum(acc == 0)``), so CP is finite.
+
+    Returns
+    -------
+    float ≥ 0; 0 when every (remaining) client has the same accuracy, including all at 0.
+    """
     a = _check_acc(acc)
+    check_choice(zero, "zero", CP_ZERO_RULES)
     a = a[~np.isnan(a)]
     if a.size == 0:
         fail("acc", "local accuracies with at least one defined (non-NaN) entry", acc)
+    if zero == "exclude":
+        a = a[a > 0]
+        if a.size == 0:  # every client at 0: equal accuracies
+            return 0.0
     lo, hi = float(a.min()), float(a.max())
     if lo == 0:
         return float("inf") if hi > 0 else 0.0

@@ -34,6 +34,20 @@ def test_client_parity():
     assert E.client_parity([0.0, 0.5]) == float("inf")
 
 
+def test_client_parity_with_clients_at_zero_by_hand():
+    """PSI-PFL is silent on A = 0: 'inf' keeps the limit, 'exclude' leaves those clients out."""
+    acc = [0.0, 0.3, 0.9, float("nan")]  # NaN: a client without a test split, always left out
+    assert E.client_parity(acc, zero="inf") == float("inf")
+    assert E.client_parity(acc, zero="exclude") == pytest.approx((0.9 - 0.3) / 0.3)  # = 2.0
+    assert E.client_parity([0.0, 0.5], zero="exclude") == 0.0  # one client left: nothing to differ from
+    assert E.client_parity([0.0, 0.0], zero="exclude") == 0.0  # all at 0: equal accuracies
+    assert E.client_parity([0.0, 0.0], zero="inf") == 0.0
+    # without a zero the two rules agree: (0.8 − 0.25) / 0.25 = 2.2, the paper's HACCS/FedCLS value
+    assert E.client_parity([0.25, 0.5, 0.8], zero="exclude") == E.client_parity([0.25, 0.5, 0.8]) == pytest.approx(2.2)
+    with pytest.raises(ValueError, match=r"zero must be one of \['inf', 'exclude'\]"):
+        E.client_parity([0.5], zero="skip")
+
+
 def test_summarise_clients_keys_and_values():
     s = E.summarise_clients([8, 2], [10, 10], cl_accuracy=0.9)
     assert s["global_accuracy"] == pytest.approx(0.5)
