@@ -30,6 +30,32 @@ def test_selected_clients_are_those_at_or_below_the_threshold():
         psi_pfl.selected_clients(v, 0.05)
 
 
+def test_below_read_as_strictly_below_leaves_the_ties_out():
+    v = np.array([0.5, 0.1, 0.9, 0.1, 0.3])
+    assert psi_pfl.selected_clients(v, 0.3, rule="lt").tolist() == [1, 3]  # client 4 (PSI = ζ) left out
+    assert psi_pfl.selected_clients(v, 0.3, rule="le").tolist() == [1, 3, 4]
+    with pytest.raises(ValueError, match=r"threshold must be > the smallest client PSI \(0.1\)"):
+        psi_pfl.selected_clients(v, 0.1, rule="lt")  # ζ = the smallest PSI selects nobody under "below"
+    with pytest.raises(ValueError, match="threshold_rule must be one of"):
+        psi_pfl.selected_clients(v, 0.3, rule="<")
+    assert psi_pfl.rule_changes(v, [0.1, 0.2]) == [
+        {"threshold": 0.1, "n_le": 2, "n_lt": 0, "n_at": 2, "changed": True},
+        {"threshold": 0.2, "n_le": 2, "n_lt": 2, "n_at": 0, "changed": False}]
+
+
+def test_strict_rule_skips_a_candidate_that_selects_nobody_and_records_it():
+    ctx = make_context(protocol="dirichlet", level=0.3, rounds=1, local_epochs=1)
+    out = get_method("psi_pfl").run(ctx, make_hyper("psi_pfl", {"percentiles": [0, 100], "select_on": "test",
+                                                                "threshold_rule": "lt"}))
+    v = np.array(out.info["psi"])
+    assert out.info["threshold_rule"] == "lt" and out.info["empty_candidates"] == [0.0]  # ζ_0 = min PSI
+    (c,) = out.info["candidates"]
+    assert c["percentile"] == 100.0 and c["clients"] == np.flatnonzero(v < v.max()).tolist()
+    assert out.info["selected_on"] == "test"
+    default = get_method("psi_pfl").run(ctx, make_hyper("psi_pfl", {"percentiles": [100], "select_on": "test"}))
+    assert "threshold_rule" not in default.info and default.info["n_selected"] == ctx.fed.n_clients
+
+
 def test_best_candidate_ties_go_to_the_lower_percentile():
     assert psi_pfl.best_candidate([0.5, 0.7, 0.7, 0.2]) == 1
     assert psi_pfl.best_candidate([0.9]) == 0
@@ -55,6 +81,7 @@ def test_three_clients_by_hand_select_the_homogeneous_ones():
     ({"percentiles": [50, 50]}, "percentiles must be distinct"),
     ({"percentiles": ["50"]}, "percentiles must be"),
     ({"select_on": "train"}, "select_on must be one of"),
+    ({"threshold_rule": "below"}, "threshold_rule must be one of"),
 ])
 def test_bad_hyperparameters_are_refused(values, match):
     with pytest.raises(ValueError, match=match):

@@ -155,6 +155,9 @@ class PSIPFL(_Strategy):
     method = "psi_pfl"
 
     def run(self, grid, initial_state: dict, n_clients: int) -> dict:
+        if self.hp.threshold_rule != "le":
+            fail("threshold_rule", "'le' over Flower (threshold_rule='lt' runs on the in-process engine)",
+                 self.hp.threshold_rule)
         node_of, counts, sizes, used = self._counts(grid, n_clients)
         if needs_validation(self.hp) and int(sizes["val"].sum()) == 0:
             fail("clients' validation split", "non-empty for select_on='val' (give the RunSpec val_fraction > 0, "

@@ -6,6 +6,15 @@
    linear interpolation, as the authors' code) — :func:`candidate_thresholds`.
 3. For each candidate, the clients with PSI ≤ ζ (:func:`selected_clients`) train FedAvg (q of
    **them** per round, sample-weighted average); the final model goes to **every** client.
+   "≤ ζ" is the authors' code (``../shared/reference-notes.md``, "PSI-PFL client selection");
+   the text says PSI "below" the threshold, i.e. < ζ. The two differ exactly when a client's PSI
+   equals ζ, which ties make common: clients with the same label histogram have the same PSI
+   (e.g. every single-class client of a binary task at small α), and a percentile of tied values
+   is that value (adult at α = 0.3 has identical 50th and 75th percentiles). ``threshold_rule``
+   selects the reading ('le', the default: the code; 'lt': the text); under 'lt' a candidate
+   that would select no client (ζ = the smallest PSI) is not trained and is listed in
+   ``info['empty_candidates']``. :func:`rule_changes` says, per candidate, whether the reading
+   changes the selection (notebook 07 shows it for every run).
 4. The candidate with the highest global accuracy (sample-weighted over all clients) is kept
    (:func:`best_candidate`; ties: the lower percentile).
 
@@ -51,6 +60,7 @@ NAME = "psi_pfl"
 STREAMS_AVERAGE = True  # all its training goes through global_model_rounds (FLConfig.stream_average)
 PERCENTILES = (10, 25, 50, 75, 90)  # Section 3, step 2
 GRID: dict = {}  # the threshold search is part of the method (every candidate is trained)
+THRESHOLD_RULES = ("le", "lt")  # PSI ≤ ζ (the authors' code) / PSI < ζ (the text's "below")
 
 
 @dataclass(frozen=True)
@@ -59,13 +69,16 @@ class Hyper:
     no selection); select_on: the split that chooses among them ('val', or 'test' — the
     paper's, optimistic); dp_epsilon: None (exact label counts) or ε > 0 (the server sees
     ε-DP noisy counts, :mod:`fedlib.privacy`); dp_seed: the noise seed; dp_postprocess: what
-    the server does with noisy counts ('clip': as received, 'round': rounded to integers)."""
+    the server does with noisy counts ('clip': as received, 'round': rounded to integers);
+    threshold_rule: 'le' (PSI ≤ ζ trains, the authors' code) or 'lt' (PSI < ζ, the text's
+    "below")."""
 
     percentiles: tuple = PERCENTILES
     select_on: str = "val"
     dp_epsilon: float | None = None
     dp_seed: int = 0
     dp_postprocess: str = "clip"
+    threshold_rule: str = "le"
 
     def __post_init__(self):
         p = self.percentiles
@@ -80,6 +93,7 @@ class Hyper:
         check_number(self.dp_epsilon, "dp_epsilon", 0, low_open=True, optional=True)
         check_seed(self.dp_seed, "dp_seed")
         check_choice(self.dp_postprocess, "dp_postprocess", POSTPROCESS)
+        check_choice(self.threshold_rule, "threshold_rule", THRESHOLD_RULES)
 
 
 def candidate_thresholds(psi_values, percentiles=PERCENTILES) -> np.ndarray:
@@ -102,15 +116,49 @@ def candidate_thresholds(psi_values, percentiles=PERCENTILES) -> np.ndarray:
     return np.percentile(v, np.asarray(percentiles, dtype=np.float64))
 
 
-def selected_clients(psi_values, threshold: float) -> np.ndarray:
-    """Ids of the clients with PSI ≤ ``threshold`` (shape (M,), ascending). An empty selection
-    is an error: no client would train."""
+def _selection(psi_values, threshold, rule: str) -> np.ndarray:
+    """Ids (ascending, possibly empty) of the clients with PSI ≤ ζ ('le') or PSI < ζ ('lt')."""
+    check_choice(rule, "threshold_rule", THRESHOLD_RULES)
     v = np.asarray(psi_values, dtype=np.float64)
-    chosen = np.flatnonzero(v <= threshold).astype(np.int64)
+    if v.ndim != 1 or v.size == 0 or not np.all(np.isfinite(v)):
+        fail("psi_values", "a non-empty 1-D array of finite PSI values", psi_values)
+    check_number(threshold, "threshold")
+    return np.flatnonzero(v <= threshold if rule == "le" else v < threshold).astype(np.int64)
+
+
+def selected_clients(psi_values, threshold: float, rule: str = "le") -> np.ndarray:
+    """Ids of the clients with PSI ≤ ``threshold`` (``rule='le'``, the authors' code) or PSI <
+    ``threshold`` (``'lt'``, the text's "below"); shape (M,), ascending. An empty selection is
+    an error: no client would train."""
+    chosen = _selection(psi_values, threshold, rule)
     if chosen.size == 0:
-        fail("threshold", f"≥ the smallest client PSI ({v.min():.6g}) so that some client trains",
-             float(threshold))
+        v = np.asarray(psi_values, dtype=np.float64)
+        need = "≥" if rule == "le" else ">"
+        fail("threshold", f"{need} the smallest client PSI ({v.min():.6g}) so that some client trains "
+                          f"(threshold_rule={rule!r})", float(threshold))
     return chosen
+
+
+def rule_changes(psi_values, thresholds) -> list[dict]:
+    """Whether reading "PSI below ζ" as ≤ or as < changes each candidate's selection.
+
+    Parameters
+    ----------
+    psi_values : array-like, shape (K,), finite
+    thresholds : array-like, shape (P,): the candidates ζ (:func:`candidate_thresholds`)
+
+    Returns
+    -------
+    list of P dicts: ``threshold``, ``n_le`` and ``n_lt`` (clients selected under each
+    reading), ``n_at`` (clients whose PSI equals ζ: the ones the readings disagree on) and
+    ``changed`` (n_at > 0).
+    """
+    out = []
+    for z in np.atleast_1d(np.asarray(thresholds, dtype=np.float64)):
+        le, lt = _selection(psi_values, z, "le"), _selection(psi_values, z, "lt")
+        out.append({"threshold": float(z), "n_le": int(le.size), "n_lt": int(lt.size),
+                    "n_at": int(le.size - lt.size), "changed": bool(le.size != lt.size)})
+    return out
 
 
 def best_candidate(scores) -> int:
@@ -141,9 +189,18 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
                          "e.g. 0.1) or pass hyper select_on='test' (the paper's test-set selection)")
     psi_values = psi(server_counts(ctx.counts_train, hp))
     thresholds = candidate_thresholds(psi_values, hp.percentiles)
-    pools = [selected_clients(psi_values, z) for z in thresholds]  # every selection checked before training
+    percentiles, thresholds, empty = list(hp.percentiles), list(thresholds), []
+    if hp.threshold_rule == "lt":  # ζ = the smallest PSI selects nobody under "below": not trained
+        keep = [_selection(psi_values, z, "lt").size > 0 for z in thresholds]
+        empty = [float(p) for p, k in zip(percentiles, keep) if not k]
+        if not any(keep):
+            fail("threshold_rule", "'le' here: every client has the same PSI, so PSI < ζ selects no client "
+                                   "at any candidate", hp.threshold_rule)
+        percentiles = [p for p, k in zip(percentiles, keep) if k]
+        thresholds = [z for z, k in zip(thresholds, keep) if k]
+    pools = [selected_clients(psi_values, z, hp.threshold_rule) for z in thresholds]  # checked before training
     candidates, outcomes, histories = [], [], []
-    for p, z, pool in zip(hp.percentiles, thresholds, pools):
+    for p, z, pool in zip(percentiles, thresholds, pools):
         ctx.restart()
         rng = ctx.rng("selection/group0")  # FedAvg's stream: ζ selecting everyone is FedAvg
         out = global_model_rounds(ctx, choose=lambda t, w, pool=pool, rng=rng: sample_clients(
@@ -164,7 +221,9 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
     out.info.update({"psi": psi_values.tolist(), "candidates": candidates, "chosen": chosen,
                      "percentile": candidates[chosen]["percentile"], "threshold": candidates[chosen]["threshold"],
                      "n_selected": candidates[chosen]["n_selected"],
-                     "selected_on": hp.select_on if len(candidates) > 1 else "fixed"})
+                     "selected_on": hp.select_on if len(hp.percentiles) > 1 else "fixed"})
+    if hp.threshold_rule != "le":  # records of the default keep their old keys
+        out.info.update(threshold_rule=hp.threshold_rule, empty_candidates=empty)
     if hp.dp_epsilon is not None:
         out.info["dp_epsilon"] = float(hp.dp_epsilon)
         if hp.dp_postprocess != "clip":
