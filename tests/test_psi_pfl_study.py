@@ -5,20 +5,22 @@ import pandas as pd
 import pytest
 
 from fedlib.analysis import psi_pfl_study as study, tables
+from fedlib.evaluation import client_parity
+from fedlib.methods import psi_pfl
 
 
-def record(method, level, seed=0, correct=(8, 6), n=(10, 10), candidates=None, dataset="adult"):
+def record(method, level, seed=0, correct=(8, 6), n=(10, 10), candidates=None, dataset="adult", psi=None):
     correct, n = list(correct), list(n)
     acc = np.array(correct) / np.array(n)
     r = {"spec": {"dataset": dataset, "protocol": "dirichlet", "level": level, "n_clients": len(n),
                   "seed": seed, "method": method},
          "status": "ok", "paper_name": "ACSIncome (stand-in: UCI Adult)", "correct": correct, "n_test": n,
          "global_accuracy": sum(correct) / sum(n), "ad": float(np.mean(1 - acc)), "sdad": float(np.std(1 - acc)),
-         "cp": float((acc.max() - acc.min()) / acc.min()), "wpsi": 1.0 / level, "local_accuracy": acc.tolist(),
+         "cp": client_parity(acc), "wpsi": 1.0 / level, "local_accuracy": acc.tolist(),
          "info": {}}
     if candidates is not None:
         r["info"] = {"candidates": candidates, "selected_on": "val",
-                     "chosen": int(np.argmax([c["val_accuracy"] for c in candidates]))}
+                     "chosen": int(np.argmax([c["val_accuracy"] for c in candidates])), "psi": psi}
         best = candidates[r["info"]["chosen"]]
         r["correct"] = best["test_correct"]
         r["global_accuracy"] = sum(best["test_correct"]) / sum(n)
@@ -51,32 +53,117 @@ def test_paper_variant_takes_the_best_test_candidate_and_recomputes_the_metrics(
     assert v["cp"] == pytest.approx((0.9 - 0.8) / 0.8)
 
 
-def test_observations_computed_from_the_runs():
+def _with_variant(recs):
+    return tables.records_frame(recs + study.paper_variant_records(recs))
+
+
+def test_observations_computed_on_each_variant_the_papers_named():
     recs = []
     for level in (50.0, 0.1):
         recs += [record("cl", level, correct=(9, 9)), record("fedavg", level, correct=(8, 5)),
                  record("haccs", level, correct=(7, 7)), record("psi_pfl", level, candidates=CANDS)]
-    df = tables.records_frame(recs)
-    lines, frames = study.observations(df, study.candidates_frame(recs))
-    # Obs. 2: the 10th percentile has the best test accuracy in both settings
-    assert frames["obs2"].best_percentile.tolist() == [10.0, 10.0]
-    assert "2/2" in lines[0] and "confirmed" in lines[0]
-    # Obs. 3: PSI-PFL (val-chosen 25th: 0.70) vs best baseline HACCS 0.70 ≥ FedAvg 0.65 → margin 0
-    assert frames["obs3"].best_baseline.tolist() == ["haccs", "haccs"]
-    assert frames["obs3"].margin.tolist() == pytest.approx([0.0, 0.0])
-    assert "2/2" in lines[1]
-    # Obs. 4 at α=0.1: AD from CL (0.9): PSI-PFL |0.7−0.9| = 0.2; HACCS 0.2; FedAvg (0.1+0.4)/2 = 0.25
-    o4 = frames["obs4"].iloc[0]
-    assert o4.level == 0.1 and o4.psi_pfl_ad_cl == pytest.approx(0.2)
-    assert o4.best_baseline == "haccs" and o4.best_baseline_ad_cl == pytest.approx(0.2)
+    lines, frames = study.observations(_with_variant(recs), study.candidates_frame(recs))
+    # one line per observation × variant, the paper's variant first, and named as the one it speaks about
+    assert [line.split()[1] for line in lines] == ["2", "2", "3", "3", "4", "4"]
+    for line in lines[0::2]:
+        assert "test, the paper's variant — the paper's statement is about this variant" in line
+    for line in lines[1::2]:
+        assert "validation, ours" in line and "statement is about" not in line
+    # Obs. 2: best by test accuracy (the paper's) is the 10th percentile; by validation (ours) the 25th
+    o2 = frames["obs2"]
+    assert o2[o2.variant == study.PAPER_VARIANT].best_percentile.tolist() == [10.0, 10.0]
+    assert o2[o2.variant == "psi_pfl"].best_percentile.tolist() == [25.0, 25.0]
+    assert "2/2" in lines[0] and "2/2" in lines[1]
+    # Obs. 3: the paper's variant (10th: (9+8)/20 = 0.85) vs the best baseline HACCS 0.70: +0.15;
+    # ours (25th: 0.70): margin 0
+    o3 = frames["obs3"]
+    assert o3[o3.variant == study.PAPER_VARIANT].margin.tolist() == pytest.approx([0.15, 0.15])
+    assert o3[o3.variant == "psi_pfl"].margin.tolist() == pytest.approx([0.0, 0.0])
+    assert o3.best_baseline.tolist() == ["haccs"] * 4
+    # Obs. 4 at α=0.1, CL = 0.9: paper's (0.9, 0.8) → AD 0.05; ours (0.7, 0.7) → 0.2; HACCS 0.2
+    o4 = frames["obs4"].set_index("variant")
+    assert o4.loc[study.PAPER_VARIANT, "psi_pfl_ad_cl"] == pytest.approx(0.05)
+    assert o4.loc["psi_pfl", "psi_pfl_ad_cl"] == pytest.approx(0.2)
+    assert (o4.level == 0.1).all() and o4.best_baseline_ad_cl.tolist() == pytest.approx([0.2, 0.2])
+
+
+def test_observation_3_can_hold_for_the_papers_variant_and_fail_for_ours():
+    recs = [record("cl", 0.1, correct=(9, 9)), record("fedavg", 0.1, correct=(8, 8)),
+            record("psi_pfl", 0.1, candidates=CANDS)]
+    lines, frames = study.observations(_with_variant(recs), study.candidates_frame(recs))
+    o3 = frames["obs3"].set_index("variant").margin
+    assert o3[study.PAPER_VARIANT] == pytest.approx(0.85 - 0.8) and o3["psi_pfl"] == pytest.approx(0.7 - 0.8)
+    assert "1/1" in lines[2] and " confirmed" in lines[2]
+    assert "0/1" in lines[3] and "not confirmed" in lines[3]
 
 
 def test_observation_3_not_confirmed_when_a_baseline_wins():
     recs = [record("cl", 0.1, correct=(9, 9)), record("fedavg", 0.1, correct=(10, 10)),
             record("psi_pfl", 0.1, candidates=CANDS)]
     lines, frames = study.observations(tables.records_frame(recs), study.candidates_frame(recs))
+    # without the paper's variant's rows, only ours is judged
     assert frames["obs3"].margin.iloc[0] == pytest.approx(0.7 - 1.0)
-    assert "0/1" in lines[1] and "not confirmed" in lines[1]
+    assert len(lines) == 3 and "0/1" in lines[1] and "not confirmed" in lines[1]
+
+
+def test_finite_cp_leaves_clients_at_zero_out_and_counts_them():
+    recs = [record("cl", 0.05, correct=(9, 9, 9), n=(10, 10, 10)),
+            record("haccs", 0.05, correct=(0, 3, 9), n=(10, 10, 10))]
+    t = study.fairness_table(tables.records_frame(recs)).set_index("method")
+    assert t.loc["haccs", "cp"] == np.inf  # the records' cp: (0.9 − 0) / 0
+    assert t.loc["haccs", "cp_nonzero"] == pytest.approx((0.9 - 0.3) / 0.3)  # 2.0, client at 0 left out
+    assert t.loc["haccs", "n_zero"] == 1
+
+
+def test_paper_comparison_reads_ours_at_the_papers_setting_only():
+    recs = []
+    for level in (0.05, 0.3):
+        recs += [record("cl", level, correct=(9, 9, 9), n=(10, 10, 10)),
+                 record("haccs", level, correct=(0, 3, 9), n=(10, 10, 10))]
+    df = tables.records_frame(recs)
+    c = study.paper_comparison(df, level=0.05, n_clients=3).set_index(["method", "metric"])
+    # AD vs CL (0.9): |0 − .9|, |.3 − .9|, 0 → mean 0.5, population std sqrt(0.14)
+    assert c.loc[("haccs", "AD vs CL"), "paper"] == 0.24 and c.loc[("haccs", "AD vs CL"), "ours"] == pytest.approx(0.5)
+    assert c.loc[("haccs", "SDAD vs CL"), "paper"] == 0.13
+    assert c.loc[("haccs", "SDAD vs CL"), "ours"] == pytest.approx(np.sqrt(0.14))
+    cp = c.loc[("haccs", "CP")]
+    assert cp.paper == 2.2 and cp.ours == pytest.approx(2.0) and cp.ours_cp_inf == np.inf and cp.n_zero == 1
+    assert c.loc[("fedyogi", "CP"), "paper"] == 3.7 and np.isnan(c.loc[("fedyogi", "CP"), "ours"])
+    assert c.loc[(study.PAPER_VARIANT, "AD vs CL"), "paper"] == 0.03
+    assert np.isnan(c.loc[("psi_pfl", "AD vs CL"), "paper"])  # ours, listed beside the paper's variant
+    # the default is the paper's most heterogeneous setting (α = 0.05, K = 100): no run of it here
+    d = study.paper_comparison(df)
+    assert d.setting.unique().tolist() == ["α=0.05, K=100"] and d.ours.isna().all() and (d.n_seeds == 0).all()
+    assert d.paper.notna().sum() == len(study.PAPER_EQ3)
+
+
+def test_threshold_ties_show_where_below_changes_the_selection():
+    """Hand-made tie: three clients share PSI 0.2, which is the 25th, 50th and 75th percentile
+    (positions 1, 2, 3 of 5); ≤ selects four clients there, < only the one at 0.1."""
+    v = [0.1, 0.2, 0.2, 0.2, 0.9]
+    z = psi_pfl.candidate_thresholds(v)
+    np.testing.assert_allclose(z, [0.14, 0.2, 0.2, 0.2, 0.62])  # p10: .1 + .4·.1; p90: .2 + .6·.7
+    ch = psi_pfl.rule_changes(v, z)
+    assert [(c["n_le"], c["n_lt"], c["n_at"], c["changed"]) for c in ch] == [
+        (1, 1, 0, False), (4, 1, 3, True), (4, 1, 3, True), (4, 1, 3, True), (4, 4, 0, False)]
+    cands = [{"percentile": float(p), "threshold": float(t), "val_accuracy": 0.5, "test_accuracy": 0.5,
+              "test_correct": [5, 5], "n_selected": 1, "clients": [0]} for p, t in zip(psi_pfl.PERCENTILES, z)]
+    ties = study.threshold_ties([record("psi_pfl", 0.3, candidates=cands, psi=v), record("fedavg", 0.3)])
+    assert ties.changed.tolist() == [False, True, True, True, False]
+    assert ties.same_zeta_as.tolist()[2:4] == [25.0, 25.0] and np.isnan(ties.same_zeta_as.iloc[1])
+    (line,) = study.threshold_tie_lines(ties)
+    assert "changes 3/5" in line and "p25 (4 → 1 clients)" in line and "p25 = p50" in line and "p25 = p75" in line
+
+
+def test_grid_specs_add_paper_code_for_the_baselines_not_for_psi_pfl():
+    args = (["adult"], [0.3], [20], [0], ["fedavg", "poc", "haccs", "fedcls"])
+    text = study.grid_specs(*args, val_fraction=0.1)
+    assert {s.reproduction for s in text} == {"paper_text"} and len(text) == 5
+    both = study.grid_specs(*args, val_fraction=0.1, reproductions=["paper_text", "paper_code"])
+    code = sorted(s.method for s in both if s.reproduction == "paper_code")
+    assert code == ["fedcls", "haccs", "poc"]  # FedAvg: ⌊0.5·20⌋ ≥ 2, one run serves both; PSI-PFL: rebuilt
+    (poc,) = [s for s in both if s.reproduction == "paper_code" and s.method == "poc"]
+    assert poc.effective()[1]["optimizer"] == "sgd" and poc.effective()[1]["batch_size"] == 64
 
 
 def test_figures_draw_from_records():
