@@ -15,7 +15,7 @@ runs, record for record.
 
 Tables::
 
-    cafa-table4        CAFA Tables IV–V and Fig. 6: FedAvg, FedProx, CAFA × seeds (the authors' protocol)
+    cafa-table4        CAFA Tables IV–V and Fig. 6: FedAvg, FedProx, CAFA × IID shares × seeds (authors' protocol)
     fedprism-table1    FedPrism Tables 1, 6, 7: methods × Dirichlet α × seeds, CFL's extra thresholds
     fedprism-table9    FedPrism Table 9: the components ablations (FedPrism at the ablation α)
     fedprism-table11   FedPrism Table 11: the initial global weights (FedPrism at the ablation α)
@@ -26,13 +26,14 @@ Usage::
     python benchmarks/paper_grid.py fedprism-table1 --out benchmarks/records/fedprism/table1 --seeds 0 \\
         --methods fedprism fedavg local --alphas 0.1 [--device cuda] [--workers N]
     python benchmarks/paper_grid.py fedprism-table9 --out benchmarks/records/fedprism/table9 --seeds 0
-    python benchmarks/paper_grid.py cafa-table4 --out benchmarks/records/cafa/training --seeds 0 1 2
+    python benchmarks/paper_grid.py cafa-table4 --out benchmarks/records/cafa/training --seeds 0 1 2 --iid-fractions 0.0
     python benchmarks/paper_grid.py pfedlia-table1 --out benchmarks/records/pfedlia/table1 --seeds 0 \\
         --settings pathological_clusters
 
 Filters (each optional, each value must be in the table's grid, else the command fails before
 any work): ``--seeds``, ``--methods`` (the method names of the specs: ``cfl`` selects every CFL
-row, ``fedamp`` both attentions), ``--alphas`` (FedPrism's Dirichlet α), ``--settings`` (pFedLIA's partitions). ``--list``
+row, ``fedamp`` both attentions), ``--alphas`` (FedPrism's Dirichlet α), ``--settings`` (pFedLIA's partitions),
+``--iid-fractions`` (CAFA's training partitions' IID shares). ``--list``
 prints the filtered runs and exits. ``--workers N`` computes N runs at once, in N processes
 (each on ``max(1, cores // N)`` torch threads) sharing the folder.
 
@@ -61,7 +62,8 @@ TABLES = {
     "fedprism-table11": ("09_fedprism", "table11"),
     "pfedlia-table1": ("10_pfedlia", "table1"),
 }
-_FILTERS = {"08_cafa": ("seeds", "methods"), "09_fedprism": ("seeds", "methods", "alphas"), "10_pfedlia": ("seeds", "methods", "settings")}
+_FILTERS = {"08_cafa": ("seeds", "methods", "iid_fractions"), "09_fedprism": ("seeds", "methods", "alphas"),
+            "10_pfedlia": ("seeds", "methods", "settings")}
 
 
 def notebook_of(table: str) -> str:
@@ -91,12 +93,18 @@ def load_params(notebook: str, path=None) -> dict:
     return params
 
 
+def _flag(name: str) -> str:
+    """The command-line flag of filter ``name`` (``iid_fractions`` -> ``--iid-fractions``)."""
+    return "--" + name.replace("_", "-")
+
+
 def _value(spec, name: str):
     return {"seeds": spec.seed, "methods": spec.method, "alphas": float(spec.level),
-            "settings": spec.protocol}[name]
+            "settings": spec.protocol, "iid_fractions": float(spec.level)}[name]
 
 
-def select(table: str, params: dict, *, seeds=None, methods=None, alphas=None, settings=None) -> list:
+def select(table: str, params: dict, *, seeds=None, methods=None, alphas=None, settings=None,
+           iid_fractions=None) -> list:
     """The RunSpecs of ``table`` built from ``params`` by the notebook's grid function, kept where
     each given filter holds (None: no filter). A filter value that is not in the table's grid,
     or a filter the table does not have, raises ValueError before any work."""
@@ -105,17 +113,18 @@ def select(table: str, params: dict, *, seeds=None, methods=None, alphas=None, s
     notebook, part = notebook_of(table), TABLES[table][1]
     study = _study(notebook)
     specs = study.notebook_grid(**{k: params[k] for k in study.GRID_PARAMS})[part]
-    given = {"seeds": seeds, "methods": methods, "alphas": alphas, "settings": settings}
+    given = {"seeds": seeds, "methods": methods, "alphas": alphas, "settings": settings,
+             "iid_fractions": iid_fractions}
     for name, values in given.items():
         if values is None:
             continue
         if name not in _FILTERS[notebook]:
-            fail(f"--{name}", f"left out for {table} (its filters: {', '.join('--' + f for f in _FILTERS[notebook])})",
+            fail(_flag(name), f"left out for {table} (its filters: {', '.join(_flag(f) for f in _FILTERS[notebook])})",
                  list(values))
         present = sorted({_value(s, name) for s in specs})
         for v in values:
             if v not in present:
-                fail(f"--{name}", f"one of {present} (the {name} of {table}'s grid)", v)
+                fail(_flag(name), f"one of {present} (the {name} of {table}'s grid)", v)
         specs = [s for s in specs if _value(s, name) in values]
     return specs
 
@@ -156,7 +165,7 @@ def _compute_star(args):
 
 
 def run_table(table: str, out, *, params=None, seeds=None, methods=None, alphas=None, settings=None,
-              device: str | None = None, workers: int = 1, echo=print) -> dict:
+              iid_fractions=None, device: str | None = None, workers: int = 1, echo=print) -> dict:
     """Run the filtered part of ``table`` into ``out``; print (``echo``) a line per finished run.
 
     Returns
@@ -170,7 +179,8 @@ def run_table(table: str, out, *, params=None, seeds=None, methods=None, alphas=
 
     check_int(workers, "--workers", 1)
     p = load_params(notebook_of(table), params)
-    specs = select(table, p, seeds=seeds, methods=methods, alphas=alphas, settings=settings)
+    specs = select(table, p, seeds=seeds, methods=methods, alphas=alphas, settings=settings,
+                   iid_fractions=iid_fractions)
     for s in specs:  # every check before any work
         s.validate()
     device = device or p.get("device", "auto")
@@ -205,6 +215,7 @@ def main(argv=None) -> dict | None:
     ap.add_argument("--methods", nargs="+")
     ap.add_argument("--alphas", nargs="+", type=float, help="FedPrism's Dirichlet α")
     ap.add_argument("--settings", nargs="+", help="pFedLIA's partitions")
+    ap.add_argument("--iid-fractions", nargs="+", type=float, help="CAFA's training partitions' IID shares")
     ap.add_argument("--device", help="auto, cpu, cuda, cuda:N (default: the params file's)")
     ap.add_argument("--workers", type=int, default=1, help="runs computed at once, one process each")
     ap.add_argument("--list", action="store_true", help="print the filtered runs and exit")
@@ -212,12 +223,12 @@ def main(argv=None) -> dict | None:
     try:
         if a.list:
             specs = select(a.table, load_params(notebook_of(a.table), a.params), seeds=a.seeds, methods=a.methods,
-                           alphas=a.alphas, settings=a.settings)
+                           alphas=a.alphas, settings=a.settings, iid_fractions=a.iid_fractions)
             for s in specs:
                 print(describe(s))
             return None
         return run_table(a.table, a.out, params=a.params, seeds=a.seeds, methods=a.methods, alphas=a.alphas,
-                         settings=a.settings, device=a.device, workers=a.workers)
+                         settings=a.settings, iid_fractions=a.iid_fractions, device=a.device, workers=a.workers)
     except ValueError as e:
         ap.exit(2, f"{ap.prog}: error: {e}\n")
 

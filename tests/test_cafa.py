@@ -380,6 +380,52 @@ def test_training_specs_carry_the_validation_split():
         S.training_specs("fmnist", 400, 0.0, 20, [0], ["cafa"], {}, {}, 0.0)
 
 
+def test_training_specs_run_every_iid_share_and_the_model_asked_for():
+    specs = S.training_specs("fmnist", 400, [0.0, 0.5], 20, [0, 1], ["fedavg", "cafa"], {}, {}, 0.2, arch="vgg19")
+    assert [(s.level, s.seed, s.method) for s in specs] == [
+        (f, seed, m) for f in (0.0, 0.5) for seed in (0, 1) for m in ("fedavg", "cafa")]
+    assert {s.arch for s in specs} == {"vgg19"}
+    for s in specs:
+        s.validate()
+    one = S.training_specs("fmnist", 400, 0.5, 20, [0], ["cafa"], {}, {}, 0.2)  # one number: one setting
+    assert one == S.training_specs("fmnist", 400, [0.5], 20, [0], ["cafa"], {}, {}, 0.2) and one[0].arch is None
+    grid = S.notebook_grid(dataset="fmnist", n_train=400, iid_fractions=[0.0, 0.5], n_clients=20, seeds=[0],
+                           methods=["cafa"], hyper={}, fl={}, val_fraction=0.2, n_global_test=300, arch=None)
+    assert grid == {"table4": S.training_specs("fmnist", 400, [0.0, 0.5], 20, [0], ["cafa"], {}, {}, 0.2,
+                                               n_global_test=300)}
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(arch="vgg"), r"arch must be one of \[.*'vgg19'.*\], got 'vgg'"),
+    (dict(iid_fractions=[]), r"iid_fractions must be a non-empty list of IID shares in \[0, 1\]"),
+    (dict(iid_fractions=[0.0, 1.5]), r"iid_fractions entries must be a finite number in \[0, 1\], got 1.5"),
+    (dict(iid_fractions=["0.5"]), r"iid_fractions entries must be a finite number"),
+])
+def test_training_specs_bad_input(kwargs, match):
+    args = {"iid_fractions": [0.0], "arch": None, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        S.training_specs("fmnist", 400, args.pop("iid_fractions"), 20, [0], ["cafa"], {}, {}, 0.2, **args)
+
+
+def test_vgg19_trains_through_notebook_08s_grid(monkeypatch):
+    """One CI-sized CAFA run of the grid with arch='vgg19' (the paper's model, random init) on
+    FMNIST's 1×28×28 images: the record names the model, the engine built VGG-19, and the
+    global model is scored on the official test set (CAFA's ABFA scores the stacked BatchNorm
+    models of the selected clients)."""
+    from fedlib import experiment
+    from fedlib.models import build_model as real_build
+
+    built = []
+    monkeypatch.setattr(experiment, "build_model",
+                        lambda arch, *a, **k: built.append(arch) or real_build(arch, *a, **k))
+    spec = S.training_specs("fmnist", 60, [0.5], 4, [0], ["cafa"], {},
+                            {"rounds": 1, "local_epochs": 1, "batch_size": 8, "fraction": 0.5}, 0.2,
+                            n_global_test=20, arch="vgg19")[0]
+    rec = experiment.run(spec, device="cpu")
+    assert rec["status"] == "ok" and rec["spec"]["arch"] == "vgg19" and set(built) == {"vgg19"}
+    assert rec["n_global_test"] == 20 and 0 <= rec["history"][-1]["global_test_accuracy"] <= 1
+
+
 def _record(method, seed, official, pooled, fl=None, **spec):
     fl = {**dataclasses.asdict(FLConfig()), "rounds": len(official), **(fl or {})}
     return {"key": f"{method}-{seed}", "status": "ok", "fl": fl,
@@ -430,7 +476,31 @@ def test_verdicts_name_the_protocol_the_records_ran():
     paper = [_record(m, s, [0.1] * 150, [0.1] * 150, fl=S.AUTHORS_FL) for m in ("fedavg", "cafa") for s in range(3)]
     assert S.is_paper_protocol(paper) and S.run_label(paper) == "paper protocol (150 rounds, 3 seeds)"
     assert not S.is_paper_protocol(paper[:-1])  # CAFA on 2 seeds only
-    assert not S.is_paper_protocol([{**r, "spec": {**r["spec"], "n_global_test": 500}} for r in paper])
+    subset = [{**r, "spec": {**r["spec"], "n_global_test": 500}} for r in paper]
+    assert not S.is_paper_protocol(subset)
+    assert S.run_label(subset).endswith("all training samples, a stratified 500 of the official test set)")
+
+
+def test_one_table_per_iid_share_and_the_noniid_claim():
+    """history_frame refuses a mix of IID shares; by_iid_fraction splits them; §V-C's claim (the
+    gain grows with the number of non-IID clients) by hand: K = 20, shares 0 (20 non-IID) and
+    0.5 (10 non-IID)."""
+    recs = [_record(m, 0, [0.1, a], [0.5, 0.5], level=f, n_clients=20)
+            for f, accs in ((0.0, {"fedavg": 0.4, "cafa": 0.6}), (0.5, {"fedavg": 0.5, "cafa": 0.55}))
+            for m, a in accs.items()]
+    with pytest.raises(ValueError, match=r"records must be runs of one IID share \(split them with by_iid_fraction"):
+        S.history_frame(recs)
+    split = S.by_iid_fraction(recs[::-1])
+    assert list(split) == [0.0, 0.5] and all(len(v) == 2 for v in split.values())
+    gains = S.gain_by_iid_fraction(recs)
+    assert gains[["iid_fraction", "n_noniid", "method"]].values.tolist() == [[0.0, 20, "fedavg"], [0.5, 10, "fedavg"]]
+    assert gains.gain.tolist() == pytest.approx([0.2, 0.05])
+    (line,) = S.noniid_verdicts(recs)
+    assert line.startswith(f"from {S.run_label(recs)}: §V-C, CAFA best - FedAvg best grows with the number of non-IID")
+    assert "10 non-IID of K: +5.00 pp, 20 non-IID of K: +20.00 pp): True" in line
+    flipped = [{**r, "spec": {**r["spec"], "level": 0.5 - r["spec"]["level"]}} for r in recs]
+    assert S.noniid_verdicts(flipped)[0].endswith(": False")
+    assert S.noniid_verdicts(split[0.0]) == []  # one share: no claim
 
 
 def test_the_report_reads_cafa_training_records_of_the_authors_protocol(tmp_path):
@@ -504,8 +574,9 @@ def test_paper_profile_trains_with_the_authors_protocol():
     params = yaml.safe_load((ROOT / "params" / "paper" / "08_cafa.yaml").read_text())
     assert params["fl"] == S.AUTHORS_FL  # the report's Tables IV-V readings match these records
     assert S.AUTHORS_FL["fraction"] * params["n_clients"] == 6  # 6 of 20 clients per round
-    specs = S.training_specs(params["dataset"], params["n_train"], params["iid_fraction"], params["n_clients"],
-                             params["seeds"], params["methods"], params["hyper"], params["fl"], params["val_fraction"])
+    specs = S.training_specs(params["dataset"], params["n_train"], params["iid_fractions"], params["n_clients"],
+                             params["seeds"], params["methods"], params["hyper"], params["fl"], params["val_fraction"],
+                             n_global_test=params["n_global_test"], arch=params["arch"])
     for s in specs:
         s.validate()
     assert {s.effective()[1]["optimizer"] for s in specs} == {"sgd"}

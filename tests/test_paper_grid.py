@@ -55,18 +55,52 @@ def test_fedprism_tables_are_notebook_09s_grid():
     assert [fedprism_study.variant_of(s.to_dict()) for s in tables[1]] == p["components"]
 
 
-def test_cafa_table_is_notebook_08s_training_grid():
-    """cafa-table4 is notebook 08's Tables IV–V grid (the official test set scored), filtered."""
+@pytest.mark.parametrize("profile", ["smoke", "paper"])
+def test_cafa_table_is_notebook_08s_training_grid(profile):
+    """cafa-table4 is notebook 08's Tables IV–V grid (the official test set scored, every IID
+    share, the profile's model and official-test subset), filtered."""
     from fedlib.analysis import cafa_study
 
-    p = yaml.safe_load((ROOT / "params" / "smoke" / "08_cafa.yaml").read_text())
+    p = yaml.safe_load((ROOT / "params" / profile / "08_cafa.yaml").read_text())
     pg = _script()
-    expected = cafa_study.training_specs(p["dataset"], p["n_train"], p["iid_fraction"], p["n_clients"], p["seeds"],
-                                         p["methods"], p["hyper"], p["fl"], p["val_fraction"])
+    expected = cafa_study.training_specs(p["dataset"], p["n_train"], p["iid_fractions"], p["n_clients"], p["seeds"],
+                                         p["methods"], p["hyper"], p["fl"], p["val_fraction"],
+                                         n_global_test=p["n_global_test"], arch=p["arch"])
     assert pg.select("cafa-table4", p) == expected and all(s.global_test for s in expected)
-    assert [s.method for s in pg.select("cafa-table4", p, methods=["cafa"])] == ["cafa"] * len(p["seeds"])
+    assert len(expected) == len(p["iid_fractions"]) * len(p["seeds"]) * len(p["methods"])
+    assert {s.n_global_test for s in expected} == {p["n_global_test"]} and {s.arch for s in expected} == {p["arch"]}
+    n_shares = len(p["iid_fractions"])
+    assert [s.method for s in pg.select("cafa-table4", p, methods=["cafa"])] == ["cafa"] * len(p["seeds"]) * n_shares
+    zero = pg.select("cafa-table4", p, iid_fractions=[0.0])
+    assert zero == [s for s in expected if s.level == 0.0] and len(zero) == len(expected) // n_shares
     with pytest.raises(ValueError, match="--alphas must be left out for cafa-table4"):
         pg.select("cafa-table4", p, alphas=[0.1])
+    with pytest.raises(ValueError, match=r"--iid-fractions must be one of \[0\.0.*\] .*got 0\.25"):
+        pg.select("cafa-table4", p, iid_fractions=[0.25])
+    with pytest.raises(ValueError, match=r"--iid-fractions must be left out for fedprism-table1"):
+        pg.select("fedprism-table1", yaml.safe_load(SMOKE09.read_text()), iid_fractions=[0.0])
+
+
+def test_cafa_paper_profile_keeps_the_specs_of_its_first_records():
+    """The paper profile's IID share 0 runs are the RunSpecs (and record keys) the grid made
+    before the IID-share, model and official-test-subset options existed: the records made
+    with it still match (the report reads them)."""
+    import dataclasses
+
+    from fedlib.analysis import cafa_study
+    from fedlib.experiment import grid_specs
+
+    p = yaml.safe_load((ROOT / "params" / "paper" / "08_cafa.yaml").read_text())
+    assert p["iid_fractions"][0] == 0.0 and len(p["iid_fractions"]) > 1  # a setting with IID clients
+    assert p["n_global_test"] is None and p["arch"] is None  # the whole official test set, the workbook model
+    old = [dataclasses.replace(s, val_fraction=0.2, global_test=True)
+           for s in grid_specs([p["dataset"]], {"iid_fraction_classes": [0.0]}, [p["n_clients"]], p["seeds"],
+                               p["methods"], hyper=p["hyper"], fl=p["fl"], n_train=p["n_train"])]
+    new = [s for s in cafa_study.notebook_grid(**{k: p[k] for k in cafa_study.GRID_PARAMS})["table4"]
+           if s.level == 0.0]
+    assert [s.key() for s in new] == [s.key() for s in old]
+    assert {s.level for s in cafa_study.notebook_grid(**{k: p[k] for k in cafa_study.GRID_PARAMS})["table4"]} \
+        == set(p["iid_fractions"])
 
 
 def test_filters_keep_what_they_name():

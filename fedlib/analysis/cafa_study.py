@@ -40,6 +40,19 @@ The training protocol of the paper profile is the authors' code's (:data:`AUTHOR
 SGD at lr 0.1, 6 of 20 clients per round, E = 5, batch 32; the paper gives neither E nor q).
 :func:`run_label` names the protocol a set of records ran, and :func:`verdicts` prefixes every
 computed claim with it, so a smoke grid's verdict is not read as the paper protocol's.
+
+Two options of the training grid the paper leaves open (departures or readings, stated here):
+
+* **IID clients** (``iid_fractions``). §IV-B's training partition gives every client 2–4 classes,
+  i.e. no IID client (``iid_fraction`` 0), yet §V-C says CAFA's gain "accumulates more when there
+  are more non-IID clients", which implies settings with some IID clients; the paper gives no
+  share. The paper profile runs 0 (§IV-B as written) and 0.5 (Table III's share);
+  :func:`by_iid_fraction` splits the records into one Tables IV–V per setting and
+  :func:`noniid_verdicts` computes §V-C's claim across them.
+* **VGG-19** (``arch='vgg19'``, :mod:`fedlib.models`: configuration E with BatchNorm, a
+  Linear(512, C) classifier). Randomly initialised: no pretrained weights can be fetched
+  offline, and the paper does not say whether its VGG19 was pretrained. The default
+  (``arch`` None) is the data set's workbook model (FMNIST: ``fmnist_cnn``).
 """
 from __future__ import annotations
 
@@ -54,6 +67,7 @@ from .. import partition as P
 from ..experiment import grid_specs
 from ..methods import DISPLAY_NAMES
 from ..methods.cafa import class_distribution, cbcc, mean_silhouette_curve, select_k
+from ..models import ARCHITECTURES
 from ..paths import ROOT
 from ..validation import check_choice, check_int, check_number, check_seed, fail
 
@@ -63,7 +77,8 @@ __all__ = ["PAPER_TABLE2", "PAPER_TABLE3", "PAPER_TABLE4", "PAPER_TABLE5", "PAPE
            "with_paper", "silhouette_frame",
            "pca_frame", "fig_silhouette", "fig_pca", "training_specs", "history_frame", "window_table",
            "best_table", "ordering_holds", "fig_curves", "table_markdown", "AUTHORS_FL", "OFFICIAL_TEST", "POOLED_SPLIT",
-           "run_label", "is_paper_protocol", "verdicts", "GRID_PARAMS", "notebook_grid"]
+           "run_label", "is_paper_protocol", "verdicts", "GRID_PARAMS", "notebook_grid", "by_iid_fraction",
+           "gain_by_iid_fraction", "noniid_verdicts"]
 
 # CAFA Table II (25 % IID clients) and Table III (50 %): (n_IID, n_non-IID) -> k, Acc, Precision,
 # Recall, F1, as printed in the paper.
@@ -292,30 +307,58 @@ def fig_pca(df: pd.DataFrame, title: str):
     return fig
 
 
-def training_specs(dataset: str, n_train, iid_fraction: float, n_clients: int, seeds, methods,
-                   hyper: dict | None, fl: dict, val_fraction: float, n_global_test: int | None = None):
+def training_specs(dataset: str, n_train, iid_fractions, n_clients: int, seeds, methods,
+                   hyper: dict | None, fl: dict, val_fraction: float, n_global_test: int | None = None,
+                   arch: str | None = None):
     """The RunSpecs of Tables IV–V: every method on the same CAFA partitions with a validation
     split (the paper's 20 %, for every method so that all train on the same data), scored on the
     data set's official test set every round (``global_test=True``; ``n_global_test``: its
-    stratified subset, None = all of it)."""
+    stratified subset, None = all of it).
+
+    ``iid_fractions``: the training partitions' IID shares (:func:`fedlib.partition.iid_fraction_classes`
+    levels), a list (one setting per entry) or one number (one setting); each setting runs every
+    method and seed. ``arch``: the model (a key of :data:`fedlib.models.ARCHITECTURES`, e.g.
+    ``'vgg19'``, the paper's VGG-19 with BatchNorm, randomly initialised: no pretrained weights
+    offline); None = the data set's workbook model (:data:`fedlib.models.ARCH_FOR_DATASET`).
+    ``arch=None`` and ``n_global_test=None`` leave the RunSpecs (and their record keys) as they
+    were before these options existed."""
     check_number(val_fraction, "val_fraction", 0, 1, low_open=True, high_open=True)
-    specs = grid_specs([dataset], {"iid_fraction_classes": [iid_fraction]}, [n_clients], seeds, methods,
+    if arch is not None:
+        check_choice(arch, "arch", tuple(ARCHITECTURES))
+    levels = list(iid_fractions) if isinstance(iid_fractions, (list, tuple)) else [iid_fractions]
+    if not levels:
+        fail("iid_fractions", "a non-empty list of IID shares in [0, 1], e.g. [0.0, 0.5]", iid_fractions)
+    for f in levels:
+        check_number(f, "iid_fractions entries", 0, 1)
+    specs = grid_specs([dataset], {"iid_fraction_classes": levels}, [n_clients], seeds, methods,
                        hyper=hyper, fl=fl, n_train=n_train)
-    return [dataclasses.replace(s, val_fraction=float(val_fraction), global_test=True, n_global_test=n_global_test)
+    return [dataclasses.replace(s, val_fraction=float(val_fraction), global_test=True, n_global_test=n_global_test,
+                                arch=arch)
             for s in specs]
 
 
-GRID_PARAMS = ("dataset", "n_train", "iid_fraction", "n_clients", "seeds", "methods", "hyper", "fl", "val_fraction")
+GRID_PARAMS = ("dataset", "n_train", "iid_fractions", "n_clients", "seeds", "methods", "hyper", "fl", "val_fraction",
+               "n_global_test", "arch")
 """The parameters of notebook 08 (``params/*/08_cafa.yaml``) that its training grid depends on:
 :func:`notebook_grid`'s keywords."""
 
 
-def notebook_grid(*, dataset: str, n_train, iid_fraction: float, n_clients: int, seeds, methods, hyper, fl: dict,
-                  val_fraction: float) -> dict[str, list]:
+def notebook_grid(*, dataset: str, n_train, iid_fractions, n_clients: int, seeds, methods, hyper, fl: dict,
+                  val_fraction: float, n_global_test: int | None, arch: str | None) -> dict[str, list]:
     """Notebook 08's training grid from its parameters (:data:`GRID_PARAMS`), by table:
-    ``'table4'`` — Tables IV–V and Fig. 6 (:func:`training_specs`)."""
-    return {"table4": training_specs(dataset, n_train, iid_fraction, n_clients, seeds, methods, hyper, fl,
-                                     val_fraction)}
+    ``'table4'`` — Tables IV–V and Fig. 6 (:func:`training_specs`), every IID share of
+    ``iid_fractions``."""
+    return {"table4": training_specs(dataset, n_train, iid_fractions, n_clients, seeds, methods, hyper, fl,
+                                     val_fraction, n_global_test=n_global_test, arch=arch)}
+
+
+def by_iid_fraction(records) -> dict[float, list]:
+    """The records split by their training partition's IID share (the spec's level), in
+    ascending order: one Tables IV–V per setting (:func:`history_frame` refuses a mix)."""
+    out: dict[float, list] = {}
+    for r in records:
+        out.setdefault(float(r["spec"]["level"]), []).append(r)
+    return dict(sorted(out.items()))
 
 
 def history_frame(records) -> pd.DataFrame:
@@ -323,13 +366,17 @@ def history_frame(records) -> pd.DataFrame:
     number — the global model on the official test set (:data:`OFFICIAL_TEST`, history
     ``global_test_accuracy``) — and ``pooled_split_accuracy``, the same model on the clients'
     pooled test splits (:data:`POOLED_SPLIT`, history ``global_accuracy``), after that round
-    (1-based). Records without the official-test accuracy (not made by :func:`training_specs`)
-    are refused."""
+    (1-based). Records without the official-test accuracy (not made by :func:`training_specs`),
+    or of several IID shares (:func:`by_iid_fraction` splits them), are refused."""
     ok = [r for r in records if r["status"] == "ok"]
     lacking = [r["key"] for r in ok if any("global_test_accuracy" not in h for h in r["history"])]
     if lacking:
         fail("records", "runs of training_specs (global_test=True), whose every round holds the official-test "
                         "accuracy (global_test_accuracy); rerun them", f"{len(lacking)} without it, e.g. {lacking[0]}")
+    shares = sorted({float(r["spec"]["level"]) for r in ok if "level" in r["spec"]})
+    if len(shares) > 1:
+        fail("records", "runs of one IID share (split them with by_iid_fraction: one table per setting)",
+             f"IID shares {shares}")
     rows = [{"method": r["spec"]["method"], "seed": r["spec"]["seed"], "round": h["round"],
              "accuracy": h["global_test_accuracy"], "pooled_split_accuracy": h["global_accuracy"]}
             for r in ok for h in r["history"]]
@@ -356,7 +403,7 @@ def run_label(records) -> str:
     """What protocol the ok records ran, from their effective ``fl`` and specs (never typed):
     "paper protocol (150 rounds, 3 seeds)" when :func:`is_paper_protocol`, else e.g.
     "smoke grid (6 rounds, 1 seed; not the paper protocol: adam lr 0.001, q = 0.5, E = 1, batch 32,
-    4000 training samples)"."""
+    4000 training samples, a stratified 1000 of the official test set)"."""
     ok = [r for r in records if r["status"] == "ok"]
     if not ok:
         fail("records", "at least one run record with status 'ok'", f"{len(list(records))} records")
@@ -370,6 +417,9 @@ def run_label(records) -> str:
     how = "; ".join(f"{o} lr {lr:g}, q = {q:g}, E = {e}, batch {b}" for o, lr, q, e, b in fls)
     n_train = sorted({r["spec"].get("n_train") for r in ok}, key=lambda v: (v is None, v))
     data = ", ".join("all training samples" if v is None else f"{v} training samples" for v in n_train)
+    subsets = sorted({r["spec"].get("n_global_test") for r in ok} - {None})
+    if subsets:
+        data += f", a stratified {'/'.join(map(str, subsets))} of the official test set"
     return f"smoke grid ({r_txt}; not the paper protocol: {how}, {data})"
 
 
@@ -385,6 +435,40 @@ def verdicts(records, windows_df: pd.DataFrame, best_df: pd.DataFrame) -> list[s
             lines.append(f"{src} CAFA best - {DISPLAY_NAMES.get(m, m)} best ({OFFICIAL_TEST}): "
                          f"{100 * b.loc[m, 'cafa_improvement']:+.2f} pp "
                          f"(paper: {PAPER_TABLE5['cafa'] - PAPER_TABLE5[m]:+.2f} pp)")
+    return lines
+
+
+def gain_by_iid_fraction(records) -> pd.DataFrame:
+    """CAFA's best-accuracy gain (official test set, mean over seeds) over each other method, per
+    IID share of the training partition: columns iid_fraction, n_noniid (the non-IID clients
+    of K, :func:`true_iid_mask`), method, gain. §V-C's claim — "the improvement accumulates more
+    when there are more non-IID clients" — reads as the gain falling as the IID share grows."""
+    rows = []
+    for f, recs in by_iid_fraction([r for r in records if r["status"] == "ok"]).items():
+        best = best_table(history_frame(recs)).set_index("method")
+        k = int(recs[0]["spec"]["n_clients"])
+        for m in best.index:
+            if m != "cafa" and "cafa" in best.index:
+                rows.append({"iid_fraction": f, "n_noniid": int(k - true_iid_mask(k, f).sum()), "method": m,
+                             "gain": float(best.loc[m, "cafa_improvement"])})
+    return pd.DataFrame(rows, columns=["iid_fraction", "n_noniid", "method", "gain"])
+
+
+def noniid_verdicts(records) -> list[str]:
+    """§V-C's claim computed from ``records`` of at least two IID shares (else no line): per
+    method, CAFA's gain (:func:`gain_by_iid_fraction`) at each share and whether it grows with
+    the number of non-IID clients (strictly, share by share); each line prefixed with
+    ``from <run_label(records)>:``."""
+    gains = gain_by_iid_fraction(records)
+    if gains.iid_fraction.nunique() < 2:
+        return []
+    src = f"from {run_label(records)}:"
+    lines = []
+    for m, g in gains.groupby("method", sort=False):
+        g = g.sort_values("n_noniid")
+        steps = ", ".join(f"{n} non-IID of K: {100 * v:+.2f} pp" for n, v in zip(g.n_noniid, g.gain))
+        lines.append(f"{src} §V-C, CAFA best - {DISPLAY_NAMES.get(m, m)} best grows with the number of non-IID "
+                     f"clients ({steps}): {bool(np.all(np.diff(g.gain.to_numpy()) > 0))}")
     return lines
 
 
