@@ -20,6 +20,7 @@ pytestmark = pytest.mark.cross_cpu  # trains or evaluates: numbers from the CPU'
 
 FAST = {"rounds": 2, "local_epochs": 1}
 METRIC_KEYS = {"global_accuracy", "local_accuracy", "correct", "n_test", "ad", "sdad", "ad_cl", "sdad_cl", "cp",
+               "param_average_accuracy", "cpu_seconds",
                "history", "info", "val_accuracy", "global_test_accuracy", "wpsi"}
 
 

@@ -167,3 +167,49 @@ def test_the_papers_other_columns_are_selectable(frame):
     assert S.PAPER_MAIN["svhn"][0.3]["cfl"] == (19.58, 39.01)  # Table 6, FedCFL on SVHN
     with pytest.raises(ValueError, match=r"dataset must be one of the paper's data sets .* got 'mnist'"):
         S.main_table(frame, dataset="mnist")
+
+
+def test_clip_variants_fedamp_rows_and_the_parameter_average_column():
+    specs = S.ablation_specs(0.1, 20, [0], FL, components=[], global_weights=[], alpha_clips=["paper"])
+    assert [S.variant_of(s.to_dict()) for s in specs] == ["clip=paper"] and specs[0].hyper == {"alpha_clip": "paper"}
+    amp = S.training_specs([0.1], 20, [0], FL, methods=["fedamp"], fedamp_variants=[{"attention": "paper"}])
+    assert [s.hyper.get("attention") for s in amp] == [None, "paper"]
+    assert S.method_label(amp[1].to_dict()).startswith("fedamp (Huang et al.")
+    with pytest.raises(ValueError, match="fedamp_variants"):
+        S.training_specs([0.1], 20, [0], FL, methods=["fedamp"], fedamp_variants=["paper"])
+    recs = [record("fedamp", 0.1, [0.9, 0.7], 0.3), record("fedamp", 0.1, [0.5, 0.7], 0.2, hyper={"attention": "paper"}),
+            record("fedprism", 0.1, [0.9, 0.9], 0.8), record("fedprism", 0.1, [0.7, 0.9], 0.6,
+                                                             hyper={"alpha_clip": "paper"})]
+    recs[0]["param_average_accuracy"] = 0.625
+    df = S.accuracy_frame(recs)
+    t = S.main_table(df, ["fedamp"]).set_index("Method")
+    assert t.index.tolist() == ["FedAMP", "FedAMP (Huang et al.'s attention A′(x) = e^(−x/σ)/σ)"]
+    assert t.loc["FedAMP", "α=0.1 Glob, param. avg"] == "62.50 (n = 1)"
+    assert t.iloc[1]["α=0.1 Glob, param. avg"] == "—"  # a record without the field: not invented
+    t9 = S.ablation_table(df, 0.1, 9).set_index("Configuration")
+    assert t9.loc["Full FedPrism, α clipped by [0, 1] (Alg. 2, line 30)", "Loc"] == "80.00 (n = 1)"
+
+
+def test_alpha_gamma_table_summarises_the_trace_by_clip_and_round():
+    def fp(clip, seed, trace):
+        hyper = {} if clip == "simplex" else {"alpha_clip": clip}
+        return {"spec": {"method": "fedprism", "seed": seed, "hyper": hyper}, "status": "ok",
+                "info": {"alpha_trace": trace}}
+
+    def t(rnd, a, g, cap):
+        return {"round": rnd, "alpha_mean": a, "alpha_min": a, "alpha_max": a, "gamma_mean": g, "gamma_min": g,
+                "gamma_max": g, "at_cap": cap}
+
+    recs = [fp("simplex", 0, [t(1, 0.9, 0.0, 1.0), t(2, 0.9, 0.0, 1.0), t(3, 0.8, 0.1, 0.5)]),
+            fp("simplex", 1, [t(2, 0.7, 0.2, 0.0), t(3, 0.7, 0.2, 0.0)]),
+            fp("paper", 0, [t(2, 0.95, -0.05, 0.0), t(3, 0.96, -0.06, 0.0)]),
+            {"spec": {"method": "fedavg", "seed": 0, "hyper": {}}, "status": "ok", "info": {}}]
+    out = S.alpha_gamma_table(recs, every=2)
+    assert out["round"].tolist() == [2, 3, 2, 3]  # every 2 rounds and the last; paper's clip sorts first
+    simplex = out[out["α clip"].str.startswith("[0, 1 − β]")].set_index("round")
+    assert simplex.loc[2, "α mean"] == pytest.approx(0.8) and simplex.loc[2, "seeds"] == 2
+    assert simplex.loc[3, "share at cap"] == pytest.approx(0.25) and simplex.loc[3, "γ min"] == pytest.approx(0.1)
+    paper = out[out["α clip"].str.startswith("[0, 1] ")].set_index("round")
+    assert paper.loc[3, "γ min"] == pytest.approx(-0.06) and paper.loc[3, "α max"] == pytest.approx(0.96)
+    with pytest.raises(ValueError, match="every"):
+        S.alpha_gamma_table(recs, every=0)

@@ -42,11 +42,12 @@ import pandas as pd
 from .. import partition as P
 from ..experiment import RunSpec, grid_specs
 from ..methods import DISPLAY_NAMES, cfl
+from ..paths import ROOT
 from .tables import mean_sd, frame_markdown as table_markdown
 from ..validation import check_choice, check_int, check_number, fail
 
 __all__ = ["PARTITION", "PARTITIONS", "PAPER_MAIN", "PAPER_TABLE9", "PAPER_TABLE10", "PAPER_TABLE11", "NOT_RUN_HERE", "METHODS",
-           "CFL_PAPER", "FEDAMP_ATTENTIONS", "local_epochs_total", "training_specs", "ablation_specs", "GRID_PARAMS", "notebook_grid", "accuracy_frame", "variant_of",
+           "CFL_PAPER", "FEDAMP_ATTENTIONS", "CLIP_NAMES", "PAPER_RECORDS", "alpha_gamma_table", "private_part_lines", "local_epochs_total", "training_specs", "ablation_specs", "GRID_PARAMS", "notebook_grid", "accuracy_frame", "variant_of",
            "method_label",
            "main_table", "ablation_table", "weight_sweep_table", "observations", "training_labels", "partition_preview",
            "fig_partition", "table_markdown"]
@@ -95,6 +96,9 @@ PAPER_TABLE10 = {0.0: (39.54, 43.07), 0.2: (40.09, 93.48), 0.5: (40.49, 95.38), 
                  1.0: (39.10, 95.25)}
 PAPER_TABLE11 = {0.1: (27.46, 95.19), 0.3: (34.95, 95.29), 0.5: (41.83, 95.20), 0.7: (63.62, 95.44),
                  0.9: (84.83, 95.55)}
+PAPER_RECORDS = {table: ROOT / "benchmarks" / "records" / "fedprism" / table for table in ("table1", "table9")}
+"""The committed paper-protocol records (``benchmarks/paper_grid.py``), read by notebook 09 and the
+reproduction report without retraining."""
 NOT_RUN_HERE = {"svhn": "SVHN", "cifar10": "CIFAR-10", "cifar100": "CIFAR-100"}
 # FedPrism states no CFL thresholds (and has no public code): its CFL row is read at Clust-PSI-PFL's
 # Table II (the cfl module's defaults), labelled as such; other thresholds are rows of their own.
@@ -102,6 +106,7 @@ CFL_PAPER = {"eps1": 1e-5, "eps2": 0.1, "gamma": 0.5}
 CFL_PAPER_SOURCE = "Clust-PSI-PFL's Table II; FedPrism states none"
 PARTITION = "dirichlet_client"  # §4.2: p_i ~ Dir(α·1) per client (fedlib.partition.dirichlet_client)
 PARTITIONS = tuple(p for p, spec in P.PROTOCOLS.items() if spec.level_name == "alpha")  # protocols whose level is α
+CLIP_NAMES = {"simplex": "[0, 1 − β] (the workbook's default: γ ≥ 0)", "paper": "[0, 1] (Alg. 2, line 30)"}
 COMPONENT_NAMES = {"full": "Full FedPrism", "global": "Pure Global", "cluster": "Pure Cluster",
                    "global_cluster": "Global + Cluster (no private)", "private": "Pure Private"}
 
@@ -153,14 +158,16 @@ def training_specs(alphas, n_clients: int, seeds, fl: dict, *, hyper: dict | Non
 
 def ablation_specs(alpha: float, n_clients: int, seeds, fl: dict, *, components, global_weights,
                    hyper: dict | None = None, n_train=None, arch: str = "lenet5", dataset: str = "fmnist",
-                   n_global_test: int | None = None, partition: str = PARTITION):
+                   n_global_test: int | None = None, partition: str = PARTITION, alpha_clips=()):
     """Tables 9 and 11: FedPrism with each ablated ``components`` and each initial global weight
     α in ``global_weights`` (β fixed), at Dirichlet ``alpha`` under the ``partition`` protocol
-    (default :data:`PARTITION`). Table 10 needs no runs: every FedPrism record holds its
-    fixed-expert-weight sweep."""
+    (default :data:`PARTITION`); and the full FedPrism under each clip of α in ``alpha_clips``
+    other than the default (``'paper'``: Alg. 2's [0, 1], which lets γ = 1 − α − β go negative).
+    Table 10 needs no runs: every FedPrism record holds its fixed-expert-weight sweep."""
     partition = _check_partition(partition)
     base = dict((hyper or {}).get("fedprism", {}))
-    variants = [{**base, "components": c} for c in components] + [{**base, "alpha": float(a)} for a in global_weights]
+    variants = ([{**base, "components": c} for c in components] + [{**base, "alpha": float(a)} for a in global_weights]
+                + [{**base, "alpha_clip": c} for c in alpha_clips])
     specs = []
     for v in variants:
         specs += grid_specs([dataset], {partition: [alpha]}, [n_clients], list(seeds), ["fedprism"],
@@ -169,19 +176,21 @@ def ablation_specs(alpha: float, n_clients: int, seeds, fl: dict, *, components,
 
 
 GRID_PARAMS = ("dataset", "n_train", "n_global_test", "alphas", "partition", "n_clients", "seeds", "methods", "fl",
-               "hyper", "cfl_variants", "fedamp_variants", "ablation_alpha", "components", "global_weights")
+               "hyper", "cfl_variants", "fedamp_variants", "ablation_alpha", "components", "global_weights",
+               "alpha_clips")
 """The parameters of notebook 09 (``params/*/09_fedprism.yaml``) that its grid depends on:
 :func:`notebook_grid`'s keywords."""
 
 
 def notebook_grid(*, dataset: str, n_train, n_global_test, alphas, partition: str, n_clients: int, seeds, methods,
                   fl: dict, hyper: dict, cfl_variants, ablation_alpha: float, components,
-                  global_weights, fedamp_variants=()) -> dict[str, list[RunSpec]]:
+                  global_weights, fedamp_variants=(), alpha_clips=()) -> dict[str, list[RunSpec]]:
     """Notebook 09's grid from its parameters (:data:`GRID_PARAMS`), by table:
 
     * ``'table1'`` — Tables 1, 6, 7 (one α each): :func:`training_specs`, ``methods`` ×
       ``alphas`` × ``seeds`` and the ``cfl_variants`` and ``fedamp_variants`` rows;
-    * ``'table9'`` — Table 9's ``components`` ablations at ``ablation_alpha``;
+    * ``'table9'`` — Table 9's ``components`` ablations at ``ablation_alpha``, and the full
+      FedPrism under each of ``alpha_clips`` (the α/γ trace under Alg. 2's own clip);
     * ``'table11'`` — Table 11's initial global weights ``global_weights`` at ``ablation_alpha``
       (:func:`ablation_specs`).
 
@@ -192,7 +201,7 @@ def notebook_grid(*, dataset: str, n_train, n_global_test, alphas, partition: st
         "table1": training_specs(alphas, n_clients, seeds, fl, methods=methods, cfl_variants=cfl_variants,
                                  fedamp_variants=fedamp_variants, **common),
         "table9": ablation_specs(ablation_alpha, n_clients, seeds, fl, components=components, global_weights=[],
-                                 **common),
+                                 alpha_clips=alpha_clips, **common),
         "table11": ablation_specs(ablation_alpha, n_clients, seeds, fl, components=[],
                                   global_weights=global_weights, **common),
     }
@@ -200,10 +209,13 @@ def notebook_grid(*, dataset: str, n_train, n_global_test, alphas, partition: st
 
 # ----------------------------------------------------------------------------- records → frames
 def variant_of(spec: dict) -> str:
-    """A FedPrism record's ablation: 'full', a component name, or 'alpha=<a>'."""
+    """A FedPrism record's ablation: 'full', a component name, 'alpha=<a>', or 'clip=<rule>'
+    (the full FedPrism under another clip of α)."""
     h = spec.get("hyper", {})
     if h.get("components", "full") != "full":
         return h["components"]
+    if h.get("alpha_clip", "simplex") != "simplex":
+        return f"clip={h['alpha_clip']}"
     if "alpha" in h and float(h["alpha"]) != 0.9:
         return f"alpha={float(h['alpha']):g}"
     return "full"
@@ -264,6 +276,53 @@ def accuracy_frame(records) -> pd.DataFrame:
     return df
 
 
+def alpha_gamma_table(records, every: int = 10) -> pd.DataFrame:
+    """α and γ = 1 − α − β of FedPrism's full runs over the rounds (``info['alpha_trace']``),
+    every ``every`` rounds and the last: one row per (clip of α, round), over the clients and
+    the seeds: mean α, the largest α, mean γ, the smallest γ, and the share of clients whose α
+    sits at its cap (1 − β under the default clip, where γ = 0 and the private part P_i has no
+    weight in the backbone)."""
+    check_int(every, "every", 1)
+    rows = []
+    for r in records:
+        s = r["spec"]
+        if r["status"] != "ok" or s["method"] != "fedprism" or variant_of(s) not in ("full", "clip=paper"):
+            continue
+        clip = s.get("hyper", {}).get("alpha_clip", "simplex")
+        trace = r.get("info", {}).get("alpha_trace") or []
+        last = max((t["round"] for t in trace), default=0)
+        rows += [{"clip": clip, "seed": s["seed"], **t} for t in trace if t["round"] % every == 0 or t["round"] == last]
+    if not rows:
+        return pd.DataFrame(columns=["α clip", "round", "seeds", "α mean", "α max", "γ mean", "γ min", "share at cap"])
+    df = pd.DataFrame(rows)
+    out = df.groupby(["clip", "round"]).agg(seeds=("seed", "nunique"), a_mean=("alpha_mean", "mean"),
+                                            a_max=("alpha_max", "max"), g_mean=("gamma_mean", "mean"),
+                                            g_min=("gamma_min", "min"), cap=("at_cap", "mean")).reset_index()
+    out["clip"] = out["clip"].map(lambda c: CLIP_NAMES.get(c, c))
+    out.columns = ["α clip", "round", "seeds", "α mean", "α max", "γ mean", "γ min", "share at cap"]
+    out = out.round({"α mean": 4, "α max": 4, "γ mean": 4, "γ min": 4, "share at cap": 2})
+    return out.apply(lambda c: c + 0.0 if c.dtype.kind == "f" else c)  # no "-0.0" after rounding
+
+
+def private_part_lines(records) -> list[str]:
+    """Whether FedPrism's private part P_i enters the backbone, computed from the records: per
+    clip of α, the largest mean γ = 1 − α − β and the smallest γ over the rounds (traces of the
+    full runs), then the full FedPrism beside Table 9's run without P (global + cluster)."""
+    t = alpha_gamma_table(records, every=1)
+    lines = []
+    for clip, g in t.groupby("α clip", sort=False):
+        lines.append(f"α clipped to {clip}: P_i's weight γ = 1 − α − β averages at most {g['γ mean'].max():.4f} "
+                     f"over the clients in any round (smallest γ of any client {g['γ min'].min():.4f}; "
+                     f"{int(g['round'].max())} rounds, {int(g.seeds.max())} seed(s))")
+    df = accuracy_frame(records)
+    ok = df[(df.method == "fedprism") & (df.status == "ok")]
+    full, no_p = ok[ok.variant == "full"], ok[ok.variant == "global_cluster"]
+    if len(full) and len(no_p):
+        lines.append(f"Full FedPrism vs without P (global + cluster): Loc {_cell(full['local'])} vs "
+                     f"{_cell(no_p['local'])}, Glob {_cell(full['global'])} vs {_cell(no_p['global'])}")
+    return lines
+
+
 def _cell(values) -> str:
     return mean_sd(values)
 
@@ -302,10 +361,12 @@ def ablation_table(df: pd.DataFrame, alpha: float, table: int) -> pd.DataFrame:
     fp = df[(df.method == "fedprism") & (np.isclose(df.level, alpha)) & (df.status == "ok")]
     rows = []
     if table == 9:
-        for c in ["full", "global", "cluster", "global_cluster", "private"]:
+        clips = sorted(v for v in set(fp.variant) if v.startswith("clip="))
+        for c in ["full", "global", "cluster", "global_cluster", "private", *clips]:
             g = fp[fp.variant == c]
             paper = PAPER_TABLE9.get(c, (np.nan, np.nan))
-            rows.append({"Configuration": COMPONENT_NAMES[c], "Glob": _cell(g["global"]), "Glob (paper)": paper[0],
+            name = COMPONENT_NAMES.get(c) or f"Full FedPrism, α clipped by {CLIP_NAMES[c.split('=', 1)[1]]}"
+            rows.append({"Configuration": name, "Glob": _cell(g["global"]), "Glob (paper)": paper[0],
                          "Loc": _cell(g["local"]), "Loc (paper)": paper[1]})
     elif table == 11:
         for a, paper in PAPER_TABLE11.items():

@@ -29,16 +29,20 @@ from .. import partition as P
 from ..evaluation import cluster_recovery
 from ..experiment import RunSpec, grid_specs
 from ..methods import DISPLAY_NAMES, cfl
+from ..paths import ROOT
 from .tables import mean_sd, frame_markdown as table_markdown
 from ..validation import check_choice, check_int, fail
 
-__all__ = ["METHODS", "SETTINGS", "PAPER_TABLE1", "RECOVERY_METHODS", "NOT_RUN_HERE", "CFL_PAPER", "local_epochs_total",
+__all__ = ["PAPER_RECORDS", "METHODS", "SETTINGS", "PAPER_TABLE1", "RECOVERY_METHODS", "NOT_RUN_HERE", "CFL_PAPER", "local_epochs_total",
            "training_specs", "GRID_PARAMS", "notebook_grid", "method_label", "accuracy_frame", "table1", "recovery_table", "rounds_frame",
            "fig_rounds", "influence_frame", "fig_influence", "observations", "table_markdown"]
 
 METHODS = ["oracle", "local", "fedavg", "fedfomo", "fedproto", "fesem", "cfl", "pfedlia"]  # Table I's rows
 SETTINGS = {"pathological_clusters": "Pathological", "noisy_clusters": "Noisy"}
 RECOVERY_METHODS = ["pfedlia", "pfedlia (p2p)", "fesem", "cfl", "clust_psi_pfl"]
+PAPER_RECORDS = ROOT / "benchmarks" / "records" / "pfedlia" / "table1"
+"""The committed paper-protocol records of Table I (``benchmarks/paper_grid.py pfedlia-table1``),
+read by notebook 10 and the reproduction report without retraining."""
 NOT_RUN_HERE = {"cifar10": "CIFAR-10", "cifar100": "CIFAR-100 (superclasses)"}
 # CFL's thresholds in the paper's runs: FL-bench's defaults (src/server/cfl.py: eps_1 0.4, eps_2 1.6,
 # no γ check; clustering from round 20, the warm-up, which params/paper/10_pfedlia.yaml sets).

@@ -223,7 +223,9 @@ def _cafa_cells() -> list[Cell]:
     # the authors' protocol (cafa_study.AUTHORS_FL, params/paper/08_cafa.yaml), scored per round on the
     # official test set (history global_test_accuracy: window_mean / best_round), the whole test set;
     # the paper's windows count rounds from 0, the records' history from 1
-    authors = dict(global_test=True, n_global_test=None, **{f"fl.{k}": v for k, v in AUTHORS_FL.items()})
+    # IID share 0 (the training partition of §IV-B), the data set's own model (not VGG-19)
+    authors = dict(global_test=True, n_global_test=None, level=0.0, arch=None,
+                   **{f"fl.{k}": v for k, v in AUTHORS_FL.items()})
     for m, values in PAPER_TABLE4.items():
         for (lo, hi), v in zip(PAPER_WINDOWS, values):
             out.append(Cell("cafa", "Table IV", m, f"rounds {lo}–{hi}", v,
@@ -240,8 +242,9 @@ def _cafa_cells() -> list[Cell]:
 _FEDPRISM_CAUSES = {
     **{m: {"Glob": ("metric_definition", "the paper's 10.00 % is a one-class predictor; public code by "
                                          "one of its authors scores a clustered method's global model as "
-                                         "the parameter average of its cluster models (the row read so "
-                                         "beside this one)")}
+                                         "the parameter average of its cluster models: the 'parameter "
+                                         "average' row beside this one computes that reading, and says "
+                                         "whether it explains the paper's number")}
        for m in ("fedclust", "cfl", "fedamp")},
 }
 _PARAM_AVERAGE = ("ifca", "fedclust", "cfl", "fedamp")

@@ -17,7 +17,7 @@ import pandas as pd
 from ..methods import DISPLAY_NAMES
 from ..strict_json import restore
 
-__all__ = ["mean_sd", "records_frame", "for_reproduction", "table3", "table4", "beside_paper", "seed_summary", "to_markdown", "frame_markdown", "setting_name", "SETTING_KEYS"]
+__all__ = ["mean_sd", "records_frame", "for_reproduction", "table3", "table4", "beside_paper", "seed_summary", "to_markdown", "frame_markdown", "setting_name", "SETTING_KEYS", "provenance"]
 
 SETTING_KEYS = ["dataset", "protocol", "level", "n_clients"]
 _KEYS = SETTING_KEYS + ["method"]
@@ -227,3 +227,22 @@ def frame_markdown(t: pd.DataFrame) -> str:
     body = ["| " + " | ".join(("—" if np.isnan(v) else f"{v:.2f}") if isinstance(v, float) else str(v)
                               for v in row) + " |" for row in t.itertuples(index=False)]
     return "\n".join([head, sep, *body])
+
+
+def provenance(records) -> pd.DataFrame:
+    """Where and how long a set of records ran: one row per machine (its GPU, else its CPU model),
+    with the number of runs, their wall time (record ``seconds``: mean and total, in minutes of
+    the run's own clock, other runs sharing the machine included) and, where recorded, the CPU
+    time of the run's process (``cpu_seconds``, every thread summed)."""
+    rows = []
+    for r in records:
+        host = r.get("host", {})
+        rows.append({"machine": host.get("gpu") or host.get("cpu", "unknown"),
+                     "torch": r.get("versions", {}).get("torch", "unknown"),
+                     "seconds": r.get("seconds", np.nan), "cpu_seconds": r.get("cpu_seconds", np.nan)})
+    df = pd.DataFrame(rows, columns=["machine", "torch", "seconds", "cpu_seconds"])
+    out = df.groupby(["machine", "torch"], sort=True).agg(
+        runs=("seconds", "size"), wall_min_mean=("seconds", lambda s: s.mean() / 60),
+        wall_min_total=("seconds", lambda s: s.sum() / 60),
+        cpu_min_total=("cpu_seconds", lambda s: s.sum(min_count=1) / 60)).reset_index()
+    return out.round(1)
