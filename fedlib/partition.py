@@ -15,6 +15,9 @@ classes_per_client   each client holds exactly n classes (CAFA, FL-bench ``-c``)
 pathological_clusters pFedLIA: clusters own disjoint label sets
 noisy_clusters       pFedLIA noisy variant: some clients get extra labels from outside
 iid_fraction_classes CAFA Tables II–III: a share of IID clients, the others 2–4 classes
+iid_fraction_classes_1_2
+                     the same with non-IID clients of 1–2 classes (the authors' code's count;
+                     disjoint clients, so trainable, unlike ``cafa_authors``)
 cafa_authors         CAFA Tables II–III as the authors' code drew them: equal sizes, IID
                      clients, non-IID clients with 1–2 classes and Dirichlet(0.5) shares
                      (CBCC only: its clients may share samples, see its docstring)
@@ -44,6 +47,7 @@ __all__ = [
     "noisy_clusters",
     "iid_fraction_classes",
     "cafa_authors",
+    "iid_fraction_classes_1_2",
     "cluster_of_client",
     "planted_clusters",
     "CLUSTERED_PROTOCOLS",
@@ -542,6 +546,15 @@ def iid_fraction_classes(labels, n_clients: int, iid_fraction: float, seed: int,
     return out
 
 
+def iid_fraction_classes_1_2(labels, n_clients: int, iid_fraction: float, seed: int) -> list[np.ndarray]:
+    """CAFA's IID share with non-IID clients of 1–2 classes, as a training partition:
+    :func:`iid_fraction_classes` with ``classes=(1, 2)`` — the class count of the authors' code
+    (:func:`cafa_authors`, whose clients may share samples and so cannot be trained on), the
+    rest of the paper text's rule (IID clients ``0 … n_IID−1``, random sizes, disjoint clients).
+    """
+    return iid_fraction_classes(labels, n_clients, iid_fraction, seed, classes=(1, 2))
+
+
 def cafa_authors(labels, n_iid: int, n_noniid: int, seed: int, *, max_classes: int = 2,
                  skew: float = 0.5) -> list[np.ndarray]:
     """CAFA Tables II–III's partition as the authors' code drew it (their ``cluster_vis.py``
@@ -639,6 +652,7 @@ PROTOCOLS = {
     "pathological_clusters": _Protocol(pathological_clusters, "n_clusters"),
     "noisy_clusters": _Protocol(noisy_clusters, "n_clusters"),
     "iid_fraction_classes": _Protocol(iid_fraction_classes, "iid_fraction"),
+    "iid_fraction_classes_1_2": _Protocol(iid_fraction_classes_1_2, "iid_fraction"),
 }
 
 
