@@ -11,6 +11,7 @@ resumes where it stopped), and validates every spec before any training starts.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -40,7 +41,7 @@ __all__ = ["RunSpec", "run", "run_grid", "grid_specs", "load_records", "record_p
 
 RECORD_VERSION = 1
 _LATER_FIELDS = {"val_fraction": 0.0, "global_test": False, "n_global_test": None,  # added in interface v2
-                 "reproduction": "paper_text"}  # added with fedlib.reproduction; defaults keep old keys
+                 "reproduction": "paper_text", "pool_test": False}  # added with fedlib.reproduction; defaults keep old keys
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,11 @@ class RunSpec:
     reproduction : 'paper_text' (Table II as written, the default) or 'paper_code' (what the
         authors' code ran for this method: :mod:`fedlib.reproduction`; its settings override
         ``hyper`` and ``fl`` for the fields they name)
+    pool_test : pool the data set's official test set into the training pool before the
+        partition (FL-bench's generator, which pFedLIA's runs used: FMNIST's 60,000 + 10,000
+        images partitioned together, each client then split by ``test_fraction``, 0.25 there);
+        no official test set is left, so ``global_test`` must be False. ``n_train`` subsets the
+        pooled set.
 
     Fields added after the first release enter the record key only when they differ from
     their defaults, so records computed before they existed are still found.
@@ -90,6 +96,7 @@ class RunSpec:
     global_test: bool = False
     n_global_test: int | None = None
     reproduction: str = "paper_text"
+    pool_test: bool = False
 
     def effective(self) -> tuple[dict, dict, Settings]:
         """(hyper, fl, settings): the spec's hyperparameters and training settings with its
@@ -133,6 +140,10 @@ class RunSpec:
                  self.test_fraction + self.val_fraction)
         check_choice(self.global_test, "global_test", (False, True))
         check_int(self.n_global_test, "n_global_test", 1, optional=True)
+        check_choice(self.pool_test, "pool_test", (False, True))
+        if self.pool_test and self.global_test:
+            fail("global_test", "False when pool_test=True (the official test set is then part of the "
+                                "training pool)", self.global_test)
         if self.n_global_test is not None and not self.global_test:
             fail("n_global_test", "None unless global_test=True (it subsets the official test set)",
                  self.n_global_test)
@@ -180,10 +191,16 @@ class RunSpec:
 
 # ----------------------------------------------------------------------------- data
 @lru_cache(maxsize=4)
-def _load(dataset: str, n_train: int | None, n_test: int | None = None):
+def _load(dataset: str, n_train: int | None, n_test: int | None = None, pool_test: bool = False):
     from .datasets import load, subsample
 
     ds = load(dataset)
+    if pool_test:  # FL-bench: the official train and test sets in one pool, nothing held out
+        if ds.x_test is None:
+            fail("pool_test", f"False for dataset {dataset!r} (it has no official test set to pool)", True)
+        ds = dataclasses.replace(ds, x_train=np.concatenate([ds.x_train, ds.x_test]),
+                                 y_train=np.concatenate([ds.y_train, ds.y_test]), x_test=None, y_test=None,
+                                 source=f"{ds.source}; official train and test sets pooled (FL-bench)")
     if n_train is not None and n_train < len(ds.y_train):
         ds = subsample(ds, n_train, None, seed=0)
     if n_test is not None and ds.y_test is not None and n_test < len(ds.y_test):
@@ -204,7 +221,7 @@ def build_federation(spec: RunSpec, device="auto"):
     clients' test splits are all empty.
     """
     spec.validate()
-    ds = _load(spec.dataset, spec.n_train, spec.n_global_test)
+    ds = _load(spec.dataset, spec.n_train, spec.n_global_test, spec.pool_test)
     y = ds.y_train
     parts = P.partition(y, spec.protocol, int(spec.n_clients), spec.level, int(spec.seed),
                         **({"dataset_name": spec.dataset} if spec.protocol == "dirichlet" else {}))

@@ -12,6 +12,14 @@ split. The paper's model is a pretrained ResNet-18 (not obtainable offline): our
 workbook's FMNIST CNN from random initialisation (``arch='resnet18'`` is available, from
 random initialisation too).
 
+Data split (``data_split``, :data:`DATA_SPLITS`): ``'workbook'`` (the default) partitions the
+official training set and splits each client 60/20/20 as above, the official test set unused;
+``'fl_bench'`` is how FL-bench, the paper's code base, generates FMNIST: the official training and
+test sets pooled (70,000 images, ``RunSpec.pool_test``) before the partition, each client then split
+25 % test (FL-bench's 75/25, the paper's "3:1"); the validation share pFedLIA and FedFomo need is
+taken from the remaining 75 % (20 % of the client's data, for every method alike, so that all
+still train on the same data: 55 % train). Labelled rows of their own.
+
 CFL: the paper ran it through FL-bench, whose defaults are ε1 = 0.4, ε2 = 1.6, no γ check
 (:data:`CFL_PAPER`; the row "CFL"). Other thresholds (``cfl_variants`` of
 :func:`training_specs`, e.g. ``eps1='auto'``) are rows of their own, named by their thresholds
@@ -33,13 +41,15 @@ from ..paths import ROOT
 from .tables import mean_sd, frame_markdown as table_markdown
 from ..validation import check_choice, check_int, fail
 
-__all__ = ["PAPER_RECORDS", "METHODS", "SETTINGS", "PAPER_TABLE1", "RECOVERY_METHODS", "NOT_RUN_HERE", "CFL_PAPER", "local_epochs_total",
+__all__ = ["PAPER_RECORDS", "DATA_SPLITS", "METHODS", "SETTINGS", "PAPER_TABLE1", "RECOVERY_METHODS", "NOT_RUN_HERE", "CFL_PAPER", "local_epochs_total",
            "training_specs", "GRID_PARAMS", "notebook_grid", "method_label", "accuracy_frame", "table1", "recovery_table", "rounds_frame",
            "fig_rounds", "influence_frame", "fig_influence", "observations", "table_markdown"]
 
 METHODS = ["oracle", "local", "fedavg", "fedfomo", "fedproto", "fesem", "cfl", "pfedlia"]  # Table I's rows
 SETTINGS = {"pathological_clusters": "Pathological", "noisy_clusters": "Noisy"}
 RECOVERY_METHODS = ["pfedlia", "pfedlia (p2p)", "fesem", "cfl", "clust_psi_pfl"]
+DATA_SPLITS = ("workbook", "fl_bench")
+"""Where the clients' data and test splits come from (module docstring)."""
 PAPER_RECORDS = ROOT / "benchmarks" / "records" / "pfedlia" / "table1"
 """The committed paper-protocol records of Table I (``benchmarks/paper_grid.py pfedlia-table1``),
 read by notebook 10 and the reproduction report without retraining."""
@@ -77,14 +87,16 @@ def local_epochs_total(fl: dict) -> int:
 def training_specs(settings, n_clients: int, seeds, fl: dict, *, n_clusters: int = 5, hyper: dict | None = None,
                    n_train=None, methods=None, p2p: bool = True, recovery_extra=("clust_psi_pfl",),
                    arch: str | None = None, dataset: str = "fmnist", val_fraction: float = 0.2,
-                   cfl_variants=()) -> list[RunSpec]:
+                   cfl_variants=(), data_split: str = "workbook") -> list[RunSpec]:
     """Table I on one data set: ``methods`` (default :data:`METHODS`) × ``settings`` (partition
     protocols, :data:`SETTINGS`) × ``seeds``, with ``n_clusters`` planted clusters; the Oracle
     only where it is defined (pathological); pFedLIA's peer-to-peer variant too when ``p2p``;
     ``recovery_extra`` methods for the cluster-recovery table only; one more CFL run per dict of
     ``cfl_variants`` (its hyperparameters over ``hyper['cfl']``, e.g. ``{'eps1': 'auto'}``) when
     CFL is among ``methods``. Every run splits its clients 60/20/20 (train/validation/test: the
-    paper's 3:1) so every method trains on the same data."""
+    paper's 3:1) so every method trains on the same data; ``data_split='fl_bench'`` pools the
+    official test set into the partition and tests on 25 % of each client (module docstring)."""
+    check_choice(data_split, "data_split", DATA_SPLITS)
     for s in settings:
         check_choice(s, "settings", tuple(SETTINGS))
     check_int(n_clusters, "n_clusters", 1)
@@ -107,22 +119,23 @@ def training_specs(settings, n_clients: int, seeds, fl: dict, *, n_clusters: int
             specs += grid_specs([dataset], {setting: [n_clusters]}, [n_clients], list(seeds), ["pfedlia"],
                                 hyper={"pfedlia": {**hyper.get("pfedlia", {}), "clustering": "p2p"}}, fl=fl,
                                 n_train=n_train)
-    return [dataclasses.replace(s, val_fraction=val_fraction, arch=arch) for s in specs]
+    split = {"test_fraction": 0.25, "pool_test": True} if data_split == "fl_bench" else {}
+    return [dataclasses.replace(s, val_fraction=val_fraction, arch=arch, **split) for s in specs]
 
 
 GRID_PARAMS = ("dataset", "n_train", "settings", "n_clusters", "n_clients", "seeds", "methods", "fl", "hyper",
-               "cfl_variants", "arch")
+               "cfl_variants", "arch", "data_split")
 """The parameters of notebook 10 (``params/*/10_pfedlia.yaml``) that its grid depends on:
 :func:`notebook_grid`'s keywords."""
 
 
 def notebook_grid(*, dataset: str, n_train, settings, n_clusters: int, n_clients: int, seeds, methods, fl: dict,
-                  hyper: dict, cfl_variants, arch) -> dict[str, list[RunSpec]]:
+                  hyper: dict, cfl_variants, arch, data_split="workbook") -> dict[str, list[RunSpec]]:
     """Notebook 10's grid from its parameters (:data:`GRID_PARAMS`), by table: ``'table1'`` —
     Table I's runs and the cluster-recovery table's (:func:`training_specs`)."""
     return {"table1": training_specs(settings, n_clients, seeds, fl, n_clusters=n_clusters, hyper=hyper,
                                      n_train=n_train, methods=methods, arch=arch, dataset=dataset,
-                                     cfl_variants=cfl_variants)}
+                                     cfl_variants=cfl_variants, data_split=data_split)}
 
 
 # ----------------------------------------------------------------------------- records → frames
