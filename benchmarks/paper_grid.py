@@ -20,6 +20,7 @@ Tables::
     fedprism-table9    FedPrism Table 9: the components ablations (FedPrism at the ablation α)
     fedprism-table11   FedPrism Table 11: the initial global weights (FedPrism at the ablation α)
     pfedlia-table1     pFedLIA Table I and the cluster-recovery table: methods × settings × seeds
+    cross-paper        notebook 11: every method on every seed paper's partition × seeds (--settings: protocols)
 
 Usage::
 
@@ -29,10 +30,12 @@ Usage::
     python benchmarks/paper_grid.py cafa-table4 --out benchmarks/records/cafa/training --seeds 0 1 2 --iid-fractions 0.0
     python benchmarks/paper_grid.py pfedlia-table1 --out benchmarks/records/pfedlia/table1 --seeds 0 \\
         --settings pathological_clusters
+    python benchmarks/paper_grid.py cross-paper --out benchmarks/records/cross_paper --workers 2 \\
+        --settings similarity noisy_clusters
 
 Filters (each optional, each value must be in the table's grid, else the command fails before
 any work): ``--seeds``, ``--methods`` (the method names of the specs: ``cfl`` selects every CFL
-row, ``fedamp`` both attentions), ``--alphas`` (FedPrism's Dirichlet α), ``--settings`` (pFedLIA's partitions),
+row, ``fedamp`` both attentions), ``--alphas`` (FedPrism's Dirichlet α), ``--settings`` (pFedLIA's partitions; cross-paper's partition protocols),
 ``--iid-fractions`` (CAFA's training partitions' IID shares). ``--list``
 prints the filtered runs and exits. ``--workers N`` computes N runs at once, in N processes
 (each on ``max(1, cores // N)`` torch threads) sharing the folder.
@@ -61,9 +64,11 @@ TABLES = {
     "fedprism-table9": ("09_fedprism", "table9"),
     "fedprism-table11": ("09_fedprism", "table11"),
     "pfedlia-table1": ("10_pfedlia", "table1"),
+    "cross-paper": ("11_cross_paper", "cross"),
 }
 _FILTERS = {"08_cafa": ("seeds", "methods", "iid_fractions"), "09_fedprism": ("seeds", "methods", "alphas"),
-            "10_pfedlia": ("seeds", "methods", "settings")}
+            "10_pfedlia": ("seeds", "methods", "settings"),
+            "11_cross_paper": ("seeds", "methods", "settings")}
 
 
 def notebook_of(table: str) -> str:
@@ -74,9 +79,10 @@ def notebook_of(table: str) -> str:
 
 
 def _study(notebook: str):
-    from fedlib.analysis import cafa_study, fedprism_study, pfedlia_study
+    from fedlib.analysis import cafa_study, cross_paper, fedprism_study, pfedlia_study
 
-    return {"08_cafa": cafa_study, "09_fedprism": fedprism_study, "10_pfedlia": pfedlia_study}[notebook]
+    return {"08_cafa": cafa_study, "09_fedprism": fedprism_study, "10_pfedlia": pfedlia_study,
+            "11_cross_paper": cross_paper}[notebook]
 
 
 def load_params(notebook: str, path=None) -> dict:
@@ -214,7 +220,7 @@ def main(argv=None) -> dict | None:
     ap.add_argument("--seeds", nargs="+", type=int)
     ap.add_argument("--methods", nargs="+")
     ap.add_argument("--alphas", nargs="+", type=float, help="FedPrism's Dirichlet α")
-    ap.add_argument("--settings", nargs="+", help="pFedLIA's partitions")
+    ap.add_argument("--settings", nargs="+", help="pFedLIA's partitions (cross-paper: the partition protocols)")
     ap.add_argument("--iid-fractions", nargs="+", type=float, help="CAFA's training partitions' IID shares")
     ap.add_argument("--device", help="auto, cpu, cuda, cuda:N (default: the params file's)")
     ap.add_argument("--workers", type=int, default=1, help="runs computed at once, one process each")

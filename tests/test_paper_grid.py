@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedlib.analysis import cafa_study, fedprism_study, pfedlia_study
+from fedlib.analysis import cafa_study, cross_paper, fedprism_study, pfedlia_study
 from fedlib.experiment import load_records
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,7 +26,7 @@ def _script():
 
 
 @pytest.mark.parametrize("study, name", [(cafa_study, "08_cafa"), (fedprism_study, "09_fedprism"),
-                                         (pfedlia_study, "10_pfedlia")])
+                                         (pfedlia_study, "10_pfedlia"), (cross_paper, "11_cross_paper")])
 def test_grid_params_are_the_notebook_params_and_the_grid_functions_keywords(study, name):
     keywords = [p.name for p in inspect.signature(study.notebook_grid).parameters.values()
                 if p.kind is inspect.Parameter.KEYWORD_ONLY]
@@ -112,6 +112,20 @@ def test_filters_keep_what_they_name():
     q = yaml.safe_load(SMOKE10.read_text())
     lia = pg.select("pfedlia-table1", q, settings=["noisy_clusters"], methods=["pfedlia"])
     assert len(lia) == 2 and {s.protocol for s in lia} == {"noisy_clusters"}  # centralised and p2p
+
+
+def test_cross_paper_table_is_notebook_11s_grid_filtered_by_protocol():
+    """cross-paper is notebook 11's grid; --settings keeps the partition protocols it names
+    (both Similarity levels for 'similarity'); the Oracle is only on the pathological partition."""
+    p = yaml.safe_load((ROOT / "params" / "smoke" / "11_cross_paper.yaml").read_text())
+    pg = _script()
+    expected = cross_paper.notebook_grid(**{k: p[k] for k in cross_paper.GRID_PARAMS})["cross"]
+    assert pg.select("cross-paper", p) == expected
+    sim = pg.select("cross-paper", p, settings=["similarity"], methods=["fedavg"])
+    assert sorted(s.level for s in sim) == [0.0, 1.0] and {s.method for s in sim} == {"fedavg"}
+    assert {s.protocol for s in pg.select("cross-paper", p, methods=["oracle"])} == {"pathological_clusters"}
+    with pytest.raises(ValueError, match=r"--settings must be one of .*got 'shards'"):
+        pg.select("cross-paper", p, settings=["shards"])
 
 
 @pytest.mark.parametrize("table, kwargs, match", [

@@ -1,0 +1,417 @@
+"""What notebook 11 shows: every registered method on every seed paper's own partition rule,
+on one training protocol, ranked with the statistics of Demšar (2006) — a table no seed paper
+has (each compares its method with its own baselines, on its own partitions, with its own
+optimiser and its own meaning of "accuracy").
+
+**Partitions** (:data:`PARTITIONS`; FMNIST, K clients), each seed paper's own rule:
+
+* Clust-PSI-PFL: Dirichlet α = 0.3 (``dirichlet``), Similarity S = 0 and S = 1 (``similarity``);
+* pFedLIA: pathological and noisy clusters, 5 planted clusters (``pathological_clusters``,
+  ``noisy_clusters``: the only protocols that plant groups, :data:`fedlib.partition.CLUSTERED_PROTOCOLS`);
+* FedPrism: a class mix per client, p_i ~ Dir(0.1) (``dirichlet_client``);
+* CAFA: 25 % IID clients (Tables II–III's smaller share), the others 1–2 classes
+  (``iid_fraction_classes_1_2``: the class count of the authors' code, on disjoint clients).
+
+**Methods**: every method of :data:`fedlib.methods.METHODS` on every partition, except where a
+method refuses the partition (its ``PROTOCOLS``: the Oracle, FedAvg per planted cluster, is
+defined on the pathological partition only — pFedLIA's Table I shows "–" for noisy); CL (one
+model on the pooled data) is the ceiling. CL and the Oracle are references: they are shown, but
+not ranked (one is not federated, the other reads the truth).
+
+**One training protocol** for every method (``fl``): Clust-PSI-PFL's Table II (Adam, lr 10⁻³,
+batch 32, E local epochs, a share q of the clients per round), rounds and E scaled to the
+budget the params state. Every method keeps its paper defaults except its schedule constants
+(warm-up and re-clustering rounds), which the params scale with the rounds. Every client's data
+is split into train / validation / test (``val_fraction``, ``test_fraction`` 0.2) for every
+method, so that all train on the same data and the methods that select on validation data
+(PSI-PFL, CAFA, FedFomo, pFedLIA) have it.
+
+**Per run** (:func:`runs_frame`): the **weighted local accuracy** Σ_k CC_k / Σ_k n_k (record
+field ``global_accuracy``; Clust-PSI-PFL calls it "global accuracy"), the worst 10 % clients'
+mean local accuracy and the ECDF of the clients' local accuracies A_k, the **official-test
+accuracy** (each client's model on the data set's official test set, ``global_test_accuracy``),
+AD from CL (mean |A_k − CL's weighted local accuracy| of the same partition and seed,
+:func:`fedlib.analysis.tables.records_frame`), the ARI of the method's grouping against the
+planted clusters (where planted and where the method groups clients, :data:`GROUPING_METHODS`),
+and the run's wall time (``seconds``, on one CPU thread: CPU time).
+
+**Ranking** (:func:`ranking`): ``autorank`` (Herbold 2020) on a block design — one block per
+partition (the weighted local accuracy averaged over seeds), one column per ranked method —
+with ``force_mode='nonparametric'``: mean ranks, the Friedman test, the Nemenyi critical
+difference and the CD diagram (Demšar 2006). autorank needs ≥ 5 blocks.
+
+**Which method when** (:func:`which_method_when`): per partition, autorank on the clients as
+blocks (each client's local accuracy under every method: the same clients, test splits and
+seeds for all, so the comparison is paired), Friedman with the Nemenyi post-hoc at α = 0.05:
+the best method (lowest mean rank) and those whose mean rank is within the critical distance
+of it ("not significantly worse").
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from .. import partition as P
+from ..evaluation import cluster_recovery
+from ..experiment import RunSpec, grid_specs
+from ..methods import DISPLAY_NAMES, METHODS, get_method
+from ..validation import check_choice, check_int, check_number, fail
+from .tables import frame_markdown as table_markdown, records_frame
+
+__all__ = ["Partition", "PARTITIONS", "REFERENCES", "GROUPING_METHODS", "WORST_SHARE", "ALPHA", "allowed",
+           "training_specs", "GRID_PARAMS", "notebook_grid", "present_records", "partition_of", "runs_frame", "status_table",
+           "score_table", "METRICS", "cell_table", "ranking", "fig_cd", "fig_heatmap", "ecdf_frame", "fig_ecdf", "which_method_when",
+           "table_markdown"]
+
+
+@dataclass(frozen=True)
+class Partition:
+    """One seed paper's partition rule: a protocol of :data:`fedlib.partition.PROTOCOLS` at a level."""
+    protocol: str
+    level: float
+    paper: str
+    label: str
+
+
+PARTITIONS = {
+    "dirichlet_0.3": Partition("dirichlet", 0.3, "Clust-PSI-PFL", "Dirichlet α = 0.3"),
+    "similarity_0": Partition("similarity", 0.0, "Clust-PSI-PFL", "Similarity S = 0"),
+    "similarity_1": Partition("similarity", 1.0, "Clust-PSI-PFL", "Similarity S = 1"),
+    "pathological": Partition("pathological_clusters", 5, "pFedLIA", "pathological, 5 clusters"),
+    "noisy": Partition("noisy_clusters", 5, "pFedLIA", "noisy, 5 clusters"),
+    "client_dirichlet_0.1": Partition("dirichlet_client", 0.1, "FedPrism", "per-client Dir(0.1)"),
+    "cafa_iid_0.25": Partition("iid_fraction_classes_1_2", 0.25, "CAFA", "25 % IID, others 1–2 classes"),
+}
+"""The partitions by name (the notebook's ``partitions`` parameter); level: α, S, the number of
+planted clusters, or the IID share (the protocol's ``level_name``)."""
+
+REFERENCES = ("cl", "oracle")  # shown beside the ranked methods, never ranked
+GROUPING_METHODS = ("clust_psi_pfl", "cfl", "ifca", "fedclust", "fedprism", "fesem", "pfedlia", "oracle")
+"""The methods whose record holds a grouping of the clients (``info['cluster_of_client']`` or
+``info['assignment']``) scored by ARI: FedAMP's "grouping" is every client alone, the one-model
+methods and Local-only group nothing."""
+WORST_SHARE = 0.10  # the worst 10 % clients
+ALPHA = 0.05  # the family-wise significance level of the Friedman / Nemenyi tests
+
+
+def allowed(method: str, protocol: str) -> bool:
+    """Whether ``method`` runs on ``protocol`` (its ``PROTOCOLS``, e.g. the Oracle: pathological only)."""
+    protocols = getattr(get_method(method), "PROTOCOLS", None)
+    return protocols is None or protocol in protocols
+
+
+# ----------------------------------------------------------------------------- the grid
+def training_specs(partitions, n_clients: int, seeds, methods, fl: dict, *, hyper: dict | None = None,
+                   n_train=None, dataset: str = "fmnist", val_fraction: float = 0.1,
+                   n_global_test: int | None = None) -> list[RunSpec]:
+    """``methods`` × ``partitions`` (names of :data:`PARTITIONS`) × ``seeds``, each method only
+    where it is :func:`allowed`; every run with the same validation share (so all train on the
+    same data) and scored on the official test set (``n_global_test``: its stratified subset,
+    None = all of it)."""
+    if not isinstance(partitions, (list, tuple)) or not partitions:
+        fail("partitions", f"a non-empty list of names from {list(PARTITIONS)}", partitions)
+    for name in partitions:
+        check_choice(name, "partitions", tuple(PARTITIONS))
+    if not isinstance(methods, (list, tuple)) or not methods:
+        fail("methods", f"a non-empty list of methods from {list(METHODS)}", methods)
+    for m in methods:
+        check_choice(m, "methods", METHODS)
+    check_int(n_clients, "n_clients", 1)
+    check_number(val_fraction, "val_fraction", 0, 1, low_open=True, high_open=True)
+    specs = []
+    for name in partitions:
+        part = PARTITIONS[name]
+        ms = [m for m in methods if allowed(m, part.protocol)]
+        specs += grid_specs([dataset], {part.protocol: [part.level]}, [n_clients], list(seeds), ms, hyper=hyper,
+                            fl=fl, n_train=n_train)
+    return [dataclasses.replace(s, val_fraction=float(val_fraction), global_test=True, n_global_test=n_global_test)
+            for s in specs]
+
+
+GRID_PARAMS = ("dataset", "n_train", "n_global_test", "partitions", "n_clients", "seeds", "methods", "fl", "hyper",
+               "val_fraction")
+"""The parameters of notebook 11 (``params/*/11_cross_paper.yaml``) that its grid depends on:
+:func:`notebook_grid`'s keywords."""
+
+
+def notebook_grid(*, dataset: str, n_train, n_global_test, partitions, n_clients: int, seeds, methods, fl: dict,
+                  hyper: dict, val_fraction: float) -> dict[str, list[RunSpec]]:
+    """Notebook 11's grid from its parameters (:data:`GRID_PARAMS`), by table: ``'cross'`` —
+    every method on every partition (:func:`training_specs`)."""
+    return {"cross": training_specs(partitions, n_clients, seeds, methods, fl, hyper=hyper, n_train=n_train,
+                                    dataset=dataset, val_fraction=val_fraction, n_global_test=n_global_test)}
+
+
+def present_records(specs, folder) -> tuple[list[dict], list[RunSpec]]:
+    """The finished records of ``specs`` in ``folder`` (the committed paper-grid records: read,
+    never trained) and the specs that have none there yet, in the order of ``specs``."""
+    import json
+    from pathlib import Path
+
+    from ..experiment import FINISHED, record_path
+
+    found, missing = [], []
+    for s in specs:
+        path = record_path(Path(folder), s)
+        rec = json.loads(path.read_text()) if path.is_file() else None
+        (found.append(rec) if rec is not None and rec.get("status") in FINISHED else missing.append(s))
+    return found, missing
+
+
+# ----------------------------------------------------------------------------- records → frames
+def partition_of(protocol: str, level: float) -> str:
+    """The name in :data:`PARTITIONS` of a (protocol, level); ValueError for another one."""
+    for name, p in PARTITIONS.items():
+        if p.protocol == protocol and float(p.level) == float(level):
+            return name
+    fail("protocol, level", f"one of the partitions {[(p.protocol, p.level) for p in PARTITIONS.values()]}",
+         (protocol, level))
+
+
+def _worst(acc, share: float = WORST_SHARE) -> float:
+    """Mean local accuracy of the worst ⌈share·K⌉ clients with a test split."""
+    a = np.sort(np.asarray(acc, float)[~np.isnan(np.asarray(acc, float))])
+    return float(a[:max(1, int(np.ceil(share * a.size)))].mean()) if a.size else np.nan
+
+
+def runs_frame(records) -> pd.DataFrame:
+    """One row per run: ``partition`` (:data:`PARTITIONS` name), ``method``, ``seed``, ``status``,
+    ``error`` (why a run failed or was infeasible), and, for a finished run, in %:
+    ``weighted_local`` (the weighted local accuracy, record field ``global_accuracy``),
+    ``worst10`` (mean of the worst 10 % clients), ``official_test`` (``global_test_accuracy``),
+    ``ad_cl`` (AD from CL, same partition and seed), ``ari`` (NaN without planted clusters or a
+    grouping), ``seconds`` and ``local_accuracy`` (per client, fractions)."""
+    records = list(records)
+    base = records_frame(records)
+    rows = []
+    for r, (_, b) in zip(records, base.iterrows()):
+        s = r["spec"]
+        row = {"partition": partition_of(s["protocol"], s["level"]), "method": s["method"], "seed": s["seed"],
+               "status": r["status"], "error": r.get("error", ""), "seconds": r.get("seconds", np.nan),
+               "weighted_local": np.nan, "worst10": np.nan, "official_test": np.nan, "ad_cl": np.nan,
+               "ari": np.nan, "local_accuracy": None}
+        if r["status"] == "ok":
+            acc = np.asarray(r["local_accuracy"], float)
+            row.update(weighted_local=100 * r["global_accuracy"], worst10=100 * _worst(acc),
+                       official_test=100 * r.get("global_test_accuracy", np.nan), ad_cl=100 * b["ad_cl"],
+                       local_accuracy=acc)
+            truth = P.planted_clusters(s["protocol"], int(s["n_clients"]), s["level"])
+            info = r.get("info", {})
+            grouping = info.get("cluster_of_client", info.get("assignment"))
+            if truth is not None and grouping is not None and s["method"] in GROUPING_METHODS:
+                row["ari"] = cluster_recovery(np.asarray(grouping, np.int64), truth)
+        rows.append(row)
+    return pd.DataFrame(rows, columns=["partition", "method", "seed", "status", "error", "seconds", "weighted_local",
+                                       "worst10", "official_test", "ad_cl", "ari", "local_accuracy"])
+
+
+def _order(df: pd.DataFrame, column: str, names) -> list:
+    return [n for n in names if n in set(df[column])]
+
+
+def status_table(df: pd.DataFrame) -> pd.DataFrame:
+    """The runs that did not finish: partition, method, seed, status and the reason."""
+    bad = df[df.status != "ok"]
+    return bad[["partition", "method", "seed", "status", "error"]].reset_index(drop=True)
+
+
+def score_table(df: pd.DataFrame, value: str = "weighted_local") -> pd.DataFrame:
+    """Methods × partitions of ``value`` (a column of :func:`runs_frame`), mean over the seeds
+    that finished; NaN where a method did not run (the Oracle without planted clusters) or where
+    a seed failed or was infeasible (never a number from the surviving seeds)."""
+    methods, parts = _order(df, "method", METHODS), _order(df, "partition", PARTITIONS)
+    out = pd.DataFrame(np.nan, index=pd.Index(methods, name="method"), columns=parts)
+    for (m, p), g in df.groupby(["method", "partition"]):
+        if (g.status == "ok").all():
+            out.loc[m, p] = g[value].mean()
+    return out
+
+
+METRICS = {
+    "weighted_local": "weighted local accuracy (%): Σ_k CC_k / Σ_k n_k over the clients' own test splits "
+                      "(Clust-PSI-PFL's \"global accuracy\"; record field global_accuracy)",
+    "worst10": "worst 10 % clients (%): the mean local accuracy A_k = CC_k / n_k of the ⌈0.1·K⌉ worst clients",
+    "official_test": "official-test accuracy (%): each client's model on the data set's official test set, mean "
+                     "over clients (FedPrism's \"global accuracy\"; record field global_test_accuracy)",
+    "ad_cl": "AD from CL (%): mean over clients of |A_k − CL's weighted local accuracy| (same partition and seed)",
+    "ari": "ARI: adjusted Rand index of the method's final grouping against the planted clusters (1 = recovered)",
+    "seconds": "seconds: the run's wall time on one CPU thread (CPU time), data loading and evaluation included",
+}
+"""The per-run quantities of :func:`runs_frame` that :func:`cell_table` renders, with their definitions."""
+
+
+def cell_table(df: pd.DataFrame, value: str) -> pd.DataFrame:
+    """Methods × partitions of ``value`` (a key of :data:`METRICS`) as the notebook prints it:
+    "mean ± std (n = seeds)" (:func:`fedlib.analysis.tables.mean_sd`); a cell with a failed or
+    infeasible run shows that status (never a number from the surviving seeds), a method not
+    run on a partition "not run", a number that does not exist (ARI without planted clusters
+    or without a grouping) "—"."""
+    from .tables import mean_sd
+
+    check_choice(value, "value", tuple(METRICS))
+    methods, parts = _order(df, "method", METHODS), _order(df, "partition", PARTITIONS)
+    rows = []
+    for m in methods:
+        row = {"Method": _display(m)}
+        for p in parts:
+            g = df[(df.method == m) & (df.partition == p)]
+            bad = sorted(set(g.status) - {"ok"})
+            row[PARTITIONS[p].label] = ("not run" if g.empty else "/".join(bad) if bad else mean_sd(g[value]))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def ranking(scores: pd.DataFrame, *, alpha: float = ALPHA, exclude=REFERENCES):
+    """autorank on ``scores`` (methods × partitions, higher is better, e.g. :func:`score_table`):
+    blocks are the partitions, populations the methods; the methods in ``exclude`` and those
+    without a score on every partition are left out (returned). ``force_mode='nonparametric'``:
+    Friedman's test and the Nemenyi post-hoc (Demšar 2006).
+
+    Returns
+    -------
+    (autorank RankResult, list of the methods left out). ``result.rankdf.meanrank``: the mean
+    rank (1 = best) of each method; ``result.pvalue``: Friedman's p; ``result.cd``: the
+    critical distance.
+    """
+    data = scores.drop(index=[m for m in exclude if m in scores.index]).T  # rows: partitions (blocks)
+    left_out = [m for m in data.columns if data[m].isna().any()]
+    data = data.drop(columns=left_out)
+    if data.shape[0] < 5 or data.shape[1] < 3:
+        fail("scores", "≥ 5 partitions (blocks: autorank's minimum) and ≥ 3 methods scored on all of them",
+             f"{data.shape[0]} partitions × {data.shape[1]} methods")
+    return _autorank(data, alpha), left_out
+
+
+def _autorank(data: pd.DataFrame, alpha: float):
+    """autorank's Friedman / Nemenyi analysis of ``data`` (rows: blocks, columns: populations,
+    higher is better), its notice about the forced mode kept off the notebook's output."""
+    import contextlib
+    import io
+    import warnings
+
+    from autorank import autorank
+
+    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+        # its effect sizes (not used here) divide by a spread that is 0 for constant columns
+        warnings.simplefilter("ignore", RuntimeWarning)
+        warnings.filterwarnings("ignore", message=".*range zero.*", category=UserWarning)  # Shapiro on a constant column
+        return autorank(data, alpha=alpha, order="descending", force_mode="nonparametric")
+
+
+def _display(m: str) -> str:
+    return DISPLAY_NAMES.get(m, m)
+
+
+def fig_cd(result):
+    """The critical-difference diagram of ``result`` (:func:`ranking`), drawn by autorank."""
+    from autorank import plot_stats
+
+    renamed = result._replace(rankdf=result.rankdf.rename(index=_display))
+    ax = plot_stats(renamed, allow_insignificant=True, width=9)
+    return ax.get_figure()
+
+
+def fig_heatmap(scores: pd.DataFrame, title: str = "weighted local accuracy (%)"):
+    """Methods × partitions of ``scores`` (:func:`score_table`) as a heat map; blank: not run
+    (or not finished)."""
+    fig, ax = plt.subplots(figsize=(1.3 * scores.shape[1] + 3, 0.32 * scores.shape[0] + 1.5))
+    im = ax.imshow(scores.to_numpy(float), cmap="viridis", aspect="auto")
+    ax.set_xticks(range(scores.shape[1]), [PARTITIONS[p].label for p in scores.columns], rotation=30, ha="right",
+                  fontsize=8)
+    ax.set_yticks(range(scores.shape[0]), [_display(m) for m in scores.index], fontsize=8)
+    for i, j in zip(*np.where(~np.isnan(scores.to_numpy(float)))):
+        v = scores.iat[i, j]
+        ax.text(j, i, f"{v:.1f}", ha="center", va="center", fontsize=6,
+                color="white" if v < np.nanmean(scores.to_numpy(float)) else "black")
+    fig.colorbar(im, ax=ax, label=title)
+    ax.set_title(title)
+    fig.tight_layout()
+    return fig
+
+
+def ecdf_frame(df: pd.DataFrame, partition: str) -> pd.DataFrame:
+    """The clients' local accuracies (%, every finished seed pooled) of every method on
+    ``partition``, one row per (method, client, seed), sorted, with the ECDF value ``F``."""
+    rows = []
+    for m in _order(df, "method", METHODS):
+        g = df[(df.partition == partition) & (df.method == m) & (df.status == "ok")]
+        acc = np.sort(np.concatenate([a[~np.isnan(a)] for a in g.local_accuracy])) if len(g) else np.array([])
+        rows += [{"method": m, "accuracy": 100 * a, "F": (i + 1) / acc.size} for i, a in enumerate(acc)]
+    return pd.DataFrame(rows, columns=["method", "accuracy", "F"])
+
+
+def fig_ecdf(frames: dict, highlight=("cl", "fedavg", "clust_psi_pfl", "pfedlia", "fedprism", "cafa")):
+    """One panel per partition of ``frames`` ({partition: :func:`ecdf_frame`}); the
+    ``highlight`` methods coloured, the others grey."""
+    cols = min(4, len(frames))
+    rows = -(-len(frames) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 2.9 * rows), squeeze=False, sharey=True)
+    cmap = plt.get_cmap("tab10")
+    for ax in axes.flat[len(frames):]:
+        ax.set_visible(False)
+    for ax, (name, f) in zip(axes.flat, frames.items()):
+        for m in _order(f, "method", METHODS):
+            d = f[f.method == m]
+            if m in highlight:
+                ax.step(d.accuracy, d.F, where="post", lw=1.6, color=cmap(highlight.index(m)), label=_display(m))
+            else:
+                ax.step(d.accuracy, d.F, where="post", lw=0.6, color="0.75")
+        ax.set_title(PARTITIONS[name].label, fontsize=9)
+        ax.set_xlabel("client's local accuracy (%)")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("share of clients ≤ x")
+    axes.flat[0].legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    return fig
+
+
+def _client_blocks(df: pd.DataFrame, partition: str, methods) -> pd.DataFrame:
+    """Rows (seed, client) with a test split, columns the methods: each client's local accuracy."""
+    cols = {}
+    for m in methods:
+        g = df[(df.partition == partition) & (df.method == m)].sort_values("seed")
+        cols[m] = np.concatenate(list(g.local_accuracy))
+    data = pd.DataFrame(cols)
+    return data.dropna().reset_index(drop=True)
+
+
+def which_method_when(df: pd.DataFrame, *, alpha: float = ALPHA, exclude=REFERENCES) -> pd.DataFrame:
+    """Per partition: the best method and those not significantly worse.
+
+    Blocks are the clients (every seed's clients with a test split; each method's local accuracy
+    of the client: the same clients and test splits for all methods, so paired); populations the
+    methods that finished every seed of the partition, less ``exclude``. autorank with
+    ``force_mode='nonparametric'``: Friedman's test, then the Nemenyi post-hoc: a method is not
+    significantly worse than the best (lowest mean rank) when its mean rank is within the
+    critical distance CD of the best's.
+
+    Returns
+    -------
+    DataFrame, one row per partition: ``partition``, ``best`` (missing where fewer than 3
+    methods or 5 clients leave nothing to test), ``not_worse`` (list, best first by
+    mean rank), ``friedman_p``, ``cd``, ``n_blocks``, ``n_methods``, ``left_out`` (methods not
+    finished on every seed).
+    """
+    rows = []
+    for p in _order(df, "partition", PARTITIONS):
+        here = df[df.partition == p]
+        candidates = [m for m in _order(here, "method", METHODS) if m not in exclude]
+        left_out = [m for m in candidates if not (here[here.method == m].status == "ok").all()]
+        methods = [m for m in candidates if m not in left_out]
+        data = _client_blocks(here, p, methods)
+        if len(methods) < 3 or len(data) < 5:
+            rows.append({"partition": p, "best": None, "not_worse": [], "friedman_p": np.nan, "cd": np.nan,
+                         "n_blocks": len(data), "n_methods": len(methods), "left_out": left_out})
+            continue
+        res = _autorank(data, alpha)
+        ranks = res.rankdf.meanrank.sort_values()
+        best = ranks.index[0]
+        close = [m for m in ranks.index if ranks[m] - ranks[best] <= res.cd]
+        rows.append({"partition": p, "best": best, "not_worse": close, "friedman_p": res.pvalue, "cd": res.cd,
+                     "n_blocks": len(data), "n_methods": len(methods), "left_out": left_out})
+    return pd.DataFrame(rows, columns=["partition", "best", "not_worse", "friedman_p", "cd", "n_blocks",
+                                       "n_methods", "left_out"])
