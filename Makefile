@@ -78,9 +78,12 @@ workbook: setup data
 
 executed-notebooks: $(EXECUTED_NOTEBOOKS)
 
-# Notebook 06 reads the grid notebook 05 trains; the report and notebook 11 (paper profile) read the committed records.
+# Notebook 06 reads the grid notebook 05 trains; the report, notebooks 09 and 10 and notebook 11 (paper profile)
+# read the committed records.
 $(EXECUTED)/06_tables_and_ecdfs.ipynb: $(EXECUTED)/05_training.ipynb
 $(EXECUTED)/00_report.ipynb: $(RECORDS)
+$(EXECUTED)/09_fedprism.ipynb: $(RECORDS)
+$(EXECUTED)/10_pfedlia.ipynb: $(RECORDS)
 $(EXECUTED)/11_cross_paper.ipynb: $(RECORDS)
 
 # A notebook's executed copy appears only when papermill succeeded (a failed run's copy is left in
