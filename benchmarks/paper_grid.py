@@ -1,7 +1,7 @@
 """Run a filtered part of a notebook's paper-protocol grid into a records folder.
 
-A paper grid (notebook 08's CAFA training, notebook 09's FedPrism tables, notebook 10's pFedLIA
-Table I) takes hours to days;
+A paper grid (notebook 07's PSI-PFL comparison, notebook 08's CAFA training, notebook 09's FedPrism
+tables, notebook 10's pFedLIA Table I) takes hours to days;
 this runs any part of it, in the background or on another machine, and resumes: runs already
 recorded in the folder are skipped (:func:`fedlib.experiment.run_grid`), so the same command
 can be repeated, split by seed or method, or run by several processes or machines on one
@@ -9,12 +9,13 @@ shared folder (each run is claimed before it is computed, :mod:`fedlib.claims`).
 
 The protocol is defined once, in the notebook's paper parameters (``params/paper/09_fedprism.yaml``,
 ``params/paper/10_pfedlia.yaml``; ``--params`` reads another file of the same notebook), and the
-runs are built by the notebook's own function (``cafa_study.notebook_grid``,
+runs are built by the notebook's own function (``psi_pfl_study.notebook_grid``, ``cafa_study.notebook_grid``,
 ``fedprism_study.notebook_grid``, ``pfedlia_study.notebook_grid``), so they are the notebook's
 runs, record for record.
 
 Tables::
 
+    psi-pfl            PSI-PFL Figs. 5-7 and §4.3: psi_pfl and the baselines × data sets × Dirichlet α × K × seeds
     cafa-table4        CAFA Tables IV–V and Fig. 6: FedAvg, FedProx, CAFA × IID shares × seeds (authors' protocol)
     fedprism-table1    FedPrism Tables 1, 6, 7: methods × Dirichlet α × seeds, CFL's extra thresholds
     fedprism-table9    FedPrism Table 9: the components ablations (FedPrism at the ablation α)
@@ -24,6 +25,8 @@ Tables::
 
 Usage::
 
+    python benchmarks/paper_grid.py psi-pfl --out benchmarks/records/psi_pfl/comparison --datasets adult \\
+        --n-clients 100 --alphas 0.05 --seeds 0
     python benchmarks/paper_grid.py fedprism-table1 --out benchmarks/records/fedprism/table1 --seeds 0 \\
         --methods fedprism fedavg local --alphas 0.1 [--device cuda] [--workers N]
     python benchmarks/paper_grid.py fedprism-table9 --out benchmarks/records/fedprism/table9 --seeds 0
@@ -35,7 +38,7 @@ Usage::
 
 Filters (each optional, each value must be in the table's grid, else the command fails before
 any work): ``--seeds``, ``--methods`` (the method names of the specs: ``cfl`` selects every CFL
-row, ``fedamp`` both attentions), ``--alphas`` (FedPrism's Dirichlet α), ``--settings`` (pFedLIA's partitions; cross-paper's partition protocols),
+row, ``fedamp`` both attentions), ``--alphas`` (FedPrism's and PSI-PFL's Dirichlet α), ``--datasets`` and ``--n-clients`` (PSI-PFL's), ``--settings`` (pFedLIA's partitions; cross-paper's partition protocols),
 ``--iid-fractions`` (CAFA's training partitions' IID shares). ``--list``
 prints the filtered runs and exits. ``--workers N`` computes N runs at once, in N processes
 (each on ``max(1, cores // N)`` torch threads) sharing the folder.
@@ -59,6 +62,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # table -> (notebook, the study module's grid part)
 TABLES = {
+    "psi-pfl": ("07_psi_pfl", "comparison"),
     "cafa-table4": ("08_cafa", "table4"),
     "fedprism-table1": ("09_fedprism", "table1"),
     "fedprism-table9": ("09_fedprism", "table9"),
@@ -66,7 +70,8 @@ TABLES = {
     "pfedlia-table1": ("10_pfedlia", "table1"),
     "cross-paper": ("11_cross_paper", "cross"),
 }
-_FILTERS = {"08_cafa": ("seeds", "methods", "iid_fractions"), "09_fedprism": ("seeds", "methods", "alphas"),
+_FILTERS = {"07_psi_pfl": ("seeds", "methods", "alphas", "datasets", "n_clients"),
+            "08_cafa": ("seeds", "methods", "iid_fractions"), "09_fedprism": ("seeds", "methods", "alphas"),
             "10_pfedlia": ("seeds", "methods", "settings"),
             "11_cross_paper": ("seeds", "methods", "settings")}
 
@@ -79,9 +84,9 @@ def notebook_of(table: str) -> str:
 
 
 def _study(notebook: str):
-    from fedlib.analysis import cafa_study, cross_paper, fedprism_study, pfedlia_study
+    from fedlib.analysis import cafa_study, cross_paper, fedprism_study, pfedlia_study, psi_pfl_study
 
-    return {"08_cafa": cafa_study, "09_fedprism": fedprism_study, "10_pfedlia": pfedlia_study,
+    return {"07_psi_pfl": psi_pfl_study, "08_cafa": cafa_study, "09_fedprism": fedprism_study, "10_pfedlia": pfedlia_study,
             "11_cross_paper": cross_paper}[notebook]
 
 
@@ -106,11 +111,12 @@ def _flag(name: str) -> str:
 
 def _value(spec, name: str):
     return {"seeds": spec.seed, "methods": spec.method, "alphas": float(spec.level),
-            "settings": spec.protocol, "iid_fractions": float(spec.level)}[name]
+            "settings": spec.protocol, "iid_fractions": float(spec.level),
+            "datasets": spec.dataset, "n_clients": spec.n_clients}[name]
 
 
 def select(table: str, params: dict, *, seeds=None, methods=None, alphas=None, settings=None,
-           iid_fractions=None) -> list:
+           iid_fractions=None, datasets=None, n_clients=None) -> list:
     """The RunSpecs of ``table`` built from ``params`` by the notebook's grid function, kept where
     each given filter holds (None: no filter). A filter value that is not in the table's grid,
     or a filter the table does not have, raises ValueError before any work."""
@@ -120,7 +126,7 @@ def select(table: str, params: dict, *, seeds=None, methods=None, alphas=None, s
     study = _study(notebook)
     specs = study.notebook_grid(**{k: params[k] for k in study.GRID_PARAMS})[part]
     given = {"seeds": seeds, "methods": methods, "alphas": alphas, "settings": settings,
-             "iid_fractions": iid_fractions}
+             "iid_fractions": iid_fractions, "datasets": datasets, "n_clients": n_clients}
     for name, values in given.items():
         if values is None:
             continue
@@ -171,7 +177,8 @@ def _compute_star(args):
 
 
 def run_table(table: str, out, *, params=None, seeds=None, methods=None, alphas=None, settings=None,
-              iid_fractions=None, device: str | None = None, workers: int = 1, echo=print) -> dict:
+              iid_fractions=None, datasets=None, n_clients=None, device: str | None = None, workers: int = 1,
+              echo=print) -> dict:
     """Run the filtered part of ``table`` into ``out``; print (``echo``) a line per finished run.
 
     Returns
@@ -186,7 +193,7 @@ def run_table(table: str, out, *, params=None, seeds=None, methods=None, alphas=
     check_int(workers, "--workers", 1)
     p = load_params(notebook_of(table), params)
     specs = select(table, p, seeds=seeds, methods=methods, alphas=alphas, settings=settings,
-                   iid_fractions=iid_fractions)
+                   iid_fractions=iid_fractions, datasets=datasets, n_clients=n_clients)
     for s in specs:  # every check before any work
         s.validate()
     device = device or p.get("device", "auto")
@@ -219,9 +226,11 @@ def main(argv=None) -> dict | None:
     ap.add_argument("--params", help="the notebook's params file (default: params/paper/<notebook>.yaml)")
     ap.add_argument("--seeds", nargs="+", type=int)
     ap.add_argument("--methods", nargs="+")
-    ap.add_argument("--alphas", nargs="+", type=float, help="FedPrism's Dirichlet α")
+    ap.add_argument("--alphas", nargs="+", type=float, help="FedPrism's and PSI-PFL's Dirichlet α")
     ap.add_argument("--settings", nargs="+", help="pFedLIA's partitions (cross-paper: the partition protocols)")
     ap.add_argument("--iid-fractions", nargs="+", type=float, help="CAFA's training partitions' IID shares")
+    ap.add_argument("--datasets", nargs="+", help="PSI-PFL's data sets")
+    ap.add_argument("--n-clients", nargs="+", type=int, help="PSI-PFL's numbers of clients K")
     ap.add_argument("--device", help="auto, cpu, cuda, cuda:N (default: the params file's)")
     ap.add_argument("--workers", type=int, default=1, help="runs computed at once, one process each")
     ap.add_argument("--list", action="store_true", help="print the filtered runs and exit")
@@ -229,12 +238,14 @@ def main(argv=None) -> dict | None:
     try:
         if a.list:
             specs = select(a.table, load_params(notebook_of(a.table), a.params), seeds=a.seeds, methods=a.methods,
-                           alphas=a.alphas, settings=a.settings, iid_fractions=a.iid_fractions)
+                           alphas=a.alphas, settings=a.settings, iid_fractions=a.iid_fractions,
+                           datasets=a.datasets, n_clients=a.n_clients)
             for s in specs:
                 print(describe(s))
             return None
         return run_table(a.table, a.out, params=a.params, seeds=a.seeds, methods=a.methods, alphas=a.alphas,
-                         settings=a.settings, iid_fractions=a.iid_fractions, device=a.device, workers=a.workers)
+                         settings=a.settings, iid_fractions=a.iid_fractions, datasets=a.datasets,
+                         n_clients=a.n_clients, device=a.device, workers=a.workers)
     except ValueError as e:
         ap.exit(2, f"{ap.prog}: error: {e}\n")
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedlib.analysis import cafa_study, cross_paper, fedprism_study, pfedlia_study
+from fedlib.analysis import cafa_study, cross_paper, fedprism_study, pfedlia_study, psi_pfl_study
 from fedlib.experiment import load_records
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,7 +25,7 @@ def _script():
     return module
 
 
-@pytest.mark.parametrize("study, name", [(cafa_study, "08_cafa"), (fedprism_study, "09_fedprism"),
+@pytest.mark.parametrize("study, name", [(psi_pfl_study, "07_psi_pfl"), (cafa_study, "08_cafa"), (fedprism_study, "09_fedprism"),
                                          (pfedlia_study, "10_pfedlia"), (cross_paper, "11_cross_paper")])
 def test_grid_params_are_the_notebook_params_and_the_grid_functions_keywords(study, name):
     keywords = [p.name for p in inspect.signature(study.notebook_grid).parameters.values()
@@ -81,6 +81,35 @@ def test_cafa_table_is_notebook_08s_training_grid(profile):
         pg.select("fedprism-table1", yaml.safe_load(SMOKE09.read_text()), iid_fractions=[0.0])
 
 
+@pytest.mark.parametrize("profile", ["smoke", "paper"])
+def test_psi_pfl_table_is_notebook_07s_grid(profile):
+    """psi-pfl is the grid notebook 07 builds (psi_pfl and the baselines, both readings where the
+    profile asks), spec for spec; --datasets and --n-clients keep what they name, alone or with
+    --alphas/--seeds/--methods."""
+    p = yaml.safe_load((ROOT / "params" / profile / "07_psi_pfl.yaml").read_text())
+    pg = _script()
+    expected = psi_pfl_study.grid_specs(p["datasets"], p["alphas"], p["n_clients"], p["seeds"], p["baselines"],
+                                        hyper=p["hyper"], fl=p["fl"], n_train=p["n_train"],
+                                        val_fraction=p["val_fraction"], reproductions=p["reproductions"])
+    assert pg.select("psi-pfl", p) == expected
+    assert {s.method for s in expected} == {*p["baselines"], "psi_pfl"}
+    k = max(p["n_clients"])
+    part = pg.select("psi-pfl", p, datasets=["adult"], n_clients=[k], alphas=[min(p["alphas"])], seeds=[0])
+    assert part == [s for s in expected if s.dataset == "adult" and s.n_clients == k
+                    and s.level == min(p["alphas"]) and s.seed == 0]
+    assert len(part) == len(expected) // (len(p["datasets"]) * len(p["n_clients"]) * len(p["alphas"])
+                                          * len(p["seeds"]))
+    assert {s.method for s in pg.select("psi-pfl", p, methods=["cl", "psi_pfl"], datasets=["fmnist"])} == {
+        "cl", "psi_pfl"}
+    with pytest.raises(ValueError, match=r"--n-clients must be one of \[.*\] .*got 7"):
+        pg.select("psi-pfl", p, n_clients=[7])
+    with pytest.raises(ValueError, match=r"--datasets must be one of \['adult', 'fmnist'\] .*got 'mnist'"):
+        pg.select("psi-pfl", p, datasets=["mnist"])
+    with pytest.raises(ValueError, match="--datasets must be left out for cafa-table4"):
+        pg.select("cafa-table4", yaml.safe_load((ROOT / "params" / profile / "08_cafa.yaml").read_text()),
+                  datasets=["fmnist"])
+
+
 def test_cafa_paper_profile_keeps_the_specs_of_its_first_records():
     """The paper profile's IID share 0 runs are the RunSpecs (and record keys) the grid made
     before the IID-share, model and official-test-subset options existed: the records made
@@ -129,7 +158,7 @@ def test_cross_paper_table_is_notebook_11s_grid_filtered_by_protocol():
 
 
 @pytest.mark.parametrize("table, kwargs, match", [
-    ("fedprism-table2", {}, r"table must be one of \['cafa-table4', 'fedprism-table1', .*\], got 'fedprism-table2'"),
+    ("fedprism-table2", {}, r"table must be one of \['psi-pfl', 'cafa-table4', 'fedprism-table1', .*\], got 'fedprism-table2'"),
     ("fedprism-table9", dict(methods=["fedavg"]),
      r"--methods must be one of \['fedprism'\] \(the methods of fedprism-table9's grid\), got 'fedavg'"),
     ("fedprism-table1", dict(seeds=[0, 7]), r"--seeds must be one of \[0\] .*got 7"),

@@ -38,7 +38,8 @@ from .tables import SETTING_KEYS
 from .training_plots import REFERENCES, _method_legend, _method_order, ecdf_panel
 
 __all__ = ["PAPER_VARIANT", "VARIANTS", "LOW_PERCENTILES", "PAPER_EQ3", "PAPER_MOST_HETEROGENEOUS",
-           "grid_specs", "candidates_frame", "fig5_thresholds", "paper_variant_records", "with_finite_cp",
+           "grid_specs", "GRID_PARAMS", "notebook_grid", "candidates_frame", "fig5_thresholds",
+           "paper_variant_records", "with_finite_cp",
            "fairness_table", "fig7_ecdfs", "observations", "paper_comparison", "threshold_ties",
            "threshold_tie_lines"]
 
@@ -82,6 +83,21 @@ def grid_specs(datasets, alphas, n_clients, seeds, baselines, *, hyper=None, fl=
                                   hyper=hyper, fl=fl, n_train=n_train, val_fraction=val_fraction,
                                   reproductions=reproductions)
     return [s for s in specs if not (s.method == METHOD and s.reproduction == "paper_code")]
+
+
+GRID_PARAMS = ("datasets", "alphas", "n_clients", "seeds", "baselines", "hyper", "fl", "n_train", "val_fraction",
+               "reproductions")
+"""The parameters of notebook 07 (``params/*/07_psi_pfl.yaml``) that its grid depends on:
+:func:`notebook_grid`'s keywords."""
+
+
+def notebook_grid(*, datasets, alphas, n_clients, seeds, baselines, hyper, fl: dict, n_train, val_fraction: float,
+                  reproductions) -> dict[str, list]:
+    """Notebook 07's grid from its parameters (:data:`GRID_PARAMS`), by table: ``'comparison'`` —
+    Fig. 5 (``psi_pfl``'s candidate thresholds), Figs. 6–7 and §4.3's comparison with the
+    baselines (:func:`grid_specs`)."""
+    return {"comparison": grid_specs(datasets, alphas, n_clients, seeds, baselines, hyper=hyper, fl=fl,
+                                     n_train=n_train, val_fraction=val_fraction, reproductions=reproductions)}
 
 
 def candidates_frame(records) -> pd.DataFrame:
