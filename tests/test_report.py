@@ -179,3 +179,100 @@ def test_two_records_of_one_seed_answering_one_reading_are_refused(tmp_path):
     _write(tmp_path, T3, [_record("fedavg", "similarity", 1.0, 0, 0.86), _record("fedavg", "similarity", 1.0, 0, 0.80)])
     with pytest.raises(ValueError, match=r"two records of seed 0"):
         report.frame(tmp_path)
+
+
+# ----------------------------------------------------------------------------- PSI-PFL §4.3 (EQ3)
+PSI = "psi_pfl/comparison"
+
+
+def _psi_record(method, seed, correct, n=(10, 10, 10), *, candidates=None, reproduction=None, level=None,
+                status="ok"):
+    """A run of notebook 07's grid at the paper's most heterogeneous setting, as run_grid writes it
+    (strict JSON: the single run's AD/SDAD against CL are null)."""
+    from fedlib.analysis import psi_pfl_study
+    from fedlib.evaluation import summarise_clients
+    from fedlib.strict_json import dumps_strict
+
+    spec = {"dataset": "adult", "protocol": "dirichlet", "n_clients": 100, "seed": seed, "method": method,
+            **{k: v for k, v in psi_pfl_study.PAPER_MOST_HETEROGENEOUS.items() if k != "n_clients"}, "hyper": {}}
+    if reproduction:
+        spec["reproduction"] = reproduction
+    if level is not None:
+        spec["level"] = level
+    if status != "ok":
+        return {"spec": spec, "status": status, "error": "Dirichlet partition infeasible"}
+    r = {"spec": spec, "status": "ok", "correct": list(correct), "n_test": list(n), "wpsi": 1.0, "info": {}}
+    if candidates is not None:
+        chosen = int(np.argmax([c["val_accuracy"] for c in candidates]))
+        r["info"] = {"candidates": candidates, "selected_on": "val", "chosen": chosen}
+        r["correct"] = candidates[chosen]["test_correct"]
+    r.update(summarise_clients(r["correct"], r["n_test"]))
+    return json.loads(dumps_strict(r))
+
+
+def _psi_cand(p, val, test_correct, n=(10, 10, 10)):
+    return {"percentile": float(p), "threshold": p / 100, "n_selected": 1, "val_accuracy": val,
+            "test_correct": list(test_correct), "test_accuracy": sum(test_correct) / sum(n)}
+
+
+def _psi_row(df, row, metric, reading):
+    d = df[(df.paper == "psi_pfl") & (df.row == row) & df.column.str.startswith(metric + ",") & (df.reading == reading)]
+    assert len(d) == 1, (row, metric, reading)
+    return d.iloc[0]
+
+
+def test_psi_pfl_ad_reads_the_papers_test_selected_variant_against_the_cl_run_of_its_seed(tmp_path):
+    from fedlib.analysis import psi_pfl_study
+
+    # ζ at p10 is best on validation (ours), p50 best on test (the paper's variant)
+    cands = [_psi_cand(10, 0.9, (6, 7, 8)), _psi_cand(50, 0.5, (9, 9, 6))]
+    _write(tmp_path, PSI, [_psi_record("cl", 0, (8, 8, 8)), _psi_record("cl", 1, (9, 9, 9)),
+                           _psi_record("psi_pfl", 0, (0, 0, 0), candidates=cands),
+                           _psi_record("haccs", 0, (5, 8, 8)), _psi_record("haccs", 1, (5, 8, 8))])
+    df = report.frame(tmp_path)
+    variant = _psi_row(df, "psi_pfl", "AD", "paper's variant (ζ chosen on test)")
+    ours = _psi_row(df, "psi_pfl", "AD", "ours (ζ chosen on validation)")
+    # by hand, CL = 0.8: the variant's clients 0.9, 0.9, 0.6 -> |d| = 0.1, 0.1, 0.2; ours 0.6, 0.7, 0.8
+    assert variant["values"] == pytest.approx([100 * 0.4 / 3]) and ours["values"] == pytest.approx([100 * 0.3 / 3])
+    sdad = _psi_row(df, "psi_pfl", "SDAD", "paper's variant (ζ chosen on test)")
+    assert sdad["values"] == pytest.approx([100 * np.std([0.1, 0.1, 0.2])])
+    assert variant.paper_value == pytest.approx(100 * psi_pfl_study.PAPER_EQ3[(psi_pfl_study.PAPER_VARIANT, "ad_cl")])
+    # each seed against its own CL run: seed 0 CL 0.8 (0.3, 0, 0), seed 1 CL 0.9 (0.4, 0.1, 0.1)
+    haccs = _psi_row(df, "haccs", "AD", "paper_text")
+    assert haccs["values"] == pytest.approx([10.0, 20.0]) and haccs.n == 2
+
+
+def test_psi_pfl_ad_without_the_cl_run_of_its_seed_is_not_a_number(tmp_path):
+    _write(tmp_path, PSI, [_psi_record("cl", 1, (8, 8, 8)), _psi_record("haccs", 0, (5, 8, 8))])
+    row = _psi_row(report.frame(tmp_path), "haccs", "AD", "paper_text")
+    assert row.verdict == "not run" and row.n == 0 and np.isnan(row["mean"])
+    assert "no CL run of seed 0" in row.why
+
+
+def test_psi_pfl_cp_leaves_the_clients_at_zero_out(tmp_path):
+    from fedlib.analysis import psi_pfl_study
+
+    _write(tmp_path, PSI, [_psi_record("fedyogi", 0, (0, 4, 8)), _psi_record("fedyogi", 1, (5, 5, 5))])
+    row = _psi_row(report.frame(tmp_path), "fedyogi", "CP", "paper protocol")
+    # seed 0: the records' CP is inf (a client at 0); over the others (8 - 4) / 4 = 1; seed 1: 0
+    assert row.metric == "cp_nonzero" and row["values"] == pytest.approx([1.0, 0.0])
+    assert row.paper_value == psi_pfl_study.PAPER_EQ3[("fedyogi", "cp")]
+
+
+def test_an_unknown_derivation_is_refused(tmp_path):
+    rd = report_cells.Reading("x", PSI, (), "ad_cl", derive="no_such_transform")
+    with pytest.raises(ValueError, match="derive must be one of"):
+        report.row_values(rd, tmp_path)
+
+
+def test_psi_pfl_rows_at_the_most_heterogeneous_alpha_that_ran_pass_over_an_infeasible_one(tmp_path):
+    recs = [_psi_record(m, 0, None, status="infeasible") for m in ("cl", "fedyogi")]
+    recs += [_psi_record("cl", 0, (8, 8, 8), level=0.7), _psi_record("fedyogi", 0, (8, 4, 8), level=0.7),
+             _psi_record("fedyogi", 0, (8, 8, 8), level=50.0)]
+    _write(tmp_path, PSI, recs)
+    df = report.frame(tmp_path)
+    at_paper = _psi_row(df, "fedyogi", "CP", "paper protocol")
+    assert at_paper.verdict == "not run" and "infeasible" in at_paper.why
+    ran = _psi_row(df, "fedyogi", "CP", "paper protocol, most heterogeneous α run here")
+    assert ran["values"] == pytest.approx([1.0])  # α = 0.7, not 50: (8 - 4) / 4
+    assert ran.verdict == "differs" and ran.reason == "stand_in_dataset" and "smallest α" in ran.why

@@ -34,10 +34,12 @@ from ..methods import DISPLAY_NAMES
 from ..paths import ROOT
 from ..strict_json import restore
 from ..validation import fail
-from .tables import mean_sd
+from ..evaluation import client_parity
+from .tables import mean_sd, records_frame
 from .report_cells import HEADLINES, METRICS, PAPERS, REASONS, cells
+from .psi_pfl_study import paper_variant_records
 
-__all__ = ["RECORDS", "VERDICTS", "record_value", "matches", "row_values", "frame", "scoreboard",
+__all__ = ["RECORDS", "VERDICTS", "DERIVATIONS", "record_value", "cl_distance", "matches", "row_values", "frame", "scoreboard",
            "format_ours", "paper_section", "findings_markdown", "readme_block", "write", "check", "main"]
 
 RECORDS = ROOT / "benchmarks" / "records"
@@ -65,6 +67,20 @@ def _load(directory: str) -> tuple:
     return tuple(out)
 
 
+DERIVATIONS = {"psi_pfl_paper_variant": paper_variant_records}
+"""Transforms a :class:`report_cells.Reading` may name (``derive``): name -> function of a
+folder's records returning the records the reading matches. ``psi_pfl_paper_variant``: the
+run PSI-PFL's paper reports (ζ chosen on the test set) for every validation-selected
+``psi_pfl`` record (:func:`fedlib.analysis.psi_pfl_study.paper_variant_records`)."""
+
+
+@lru_cache(maxsize=None)
+def _derived(directory: str, derive: str) -> tuple:
+    if derive not in DERIVATIONS:
+        fail("derive", f"one of {sorted(DERIVATIONS)}", derive)
+    return tuple(DERIVATIONS[derive](list(_load(directory))))
+
+
 def _field(spec: dict, path: str):
     v = spec
     for part in path.split("."):
@@ -81,7 +97,7 @@ def matches(spec: dict, match: tuple) -> bool:
     """Whether a record's ``spec`` has every (field, value) of ``match``; dotted fields reach into
     nested dicts (``hyper.eta``); value None requires the field absent (``reproduction``:
     absent or ``"paper_text"``); ``level="most_heterogeneous"`` matches any level (the caller
-    keeps the smallest)."""
+    keeps the smallest that ran)."""
     for key, want in match:
         got = _field(spec, key)
         if key == "level" and want == "most_heterogeneous":
@@ -95,12 +111,32 @@ def matches(spec: dict, match: tuple) -> bool:
     return True
 
 
-def record_value(record: dict, metric: str, window: tuple | None = None) -> float:
+def cl_distance(record: dict, records, metric: str) -> float:
+    """AD or SDAD (``metric``: ``ad_cl``/``sdad_cl``) of ``record`` against the CL run of the same
+    setting and seed among ``records``, as a fraction, by the workbook's tables' rule
+    (:func:`fedlib.analysis.tables.records_frame`); NaN where ``records`` hold no such CL run
+    (a single run has no CL accuracy: its own ``ad_cl`` is null)."""
+    s = record["spec"]
+    keys = ("dataset", "protocol", "level", "n_clients", "seed")
+    cl = [r for r in records if r.get("spec", {}).get("method") == "cl" and r.get("status") == "ok"
+          and all(r["spec"].get(k) == s.get(k) for k in keys)]
+    if not cl:
+        return np.nan
+    df = records_frame([record, *cl])
+    return float(df[metric].iloc[0])
+
+
+def record_value(record: dict, metric: str, window: tuple | None = None, records=()) -> float:
     """One record's value of ``metric`` (:data:`report_cells.METRICS`), in the report's unit (%
-    for accuracies and distances; NaN where the record lacks it)."""
+    for accuracies and distances; NaN where the record lacks it). ``records``: its folder's
+    records, where AD/SDAD against CL find the CL run (:func:`cl_distance`)."""
     if metric not in METRICS:
         fail("metric", f"one of {sorted(METRICS)}", metric)
     pct = 100.0
+    if metric == "cp_nonzero":
+        return client_parity(np.asarray(record["local_accuracy"], float), zero="exclude")
+    if metric in ("ad_cl", "sdad_cl") and (record.get(metric) is None or np.isnan(float(record[metric]))):
+        return pct * cl_distance(record, records, metric)  # a single run's own is null/NaN
     if metric == "mean_local_accuracy":
         return pct * float(np.nanmean(np.asarray(record["local_accuracy"], float)))
     if metric in ("window_mean", "best_round"):
@@ -124,9 +160,12 @@ def record_value(record: dict, metric: str, window: tuple | None = None) -> floa
 def row_values(reading, root: Path = RECORDS) -> tuple[list[float], list[str]]:
     """(our values, one per seed in seed order; statuses of the matching records that are not
     ``ok``) for one reading."""
-    recs = [r for r in _load(str(Path(root) / reading.records)) if matches(r.get("spec", {}), reading.match)]
-    if any(k == "level" and v == "most_heterogeneous" for k, v in reading.match) and recs:
-        lowest = min(float(r["spec"]["level"]) for r in recs)
+    folder = _load(str(Path(root) / reading.records))
+    pool = _derived(str(Path(root) / reading.records), reading.derive) if reading.derive else folder
+    recs = [r for r in pool if matches(r.get("spec", {}), reading.match)]
+    ran = [r for r in recs if r.get("status") == "ok"]
+    if any(k == "level" and v == "most_heterogeneous" for k, v in reading.match) and ran:
+        lowest = min(float(r["spec"]["level"]) for r in ran)  # an infeasible smaller level is passed over
         recs = [r for r in recs if float(r["spec"]["level"]) == lowest]
     by_seed, other = {}, []
     for r in recs:
@@ -139,7 +178,9 @@ def row_values(reading, root: Path = RECORDS) -> tuple[list[float], list[str]]:
                             f"seed {seed} match {dict(reading.match)} (pin the field that tells them apart, "
                             "e.g. the variant's hyperparameter, in fedlib/analysis/report_cells.py)",
                  reading.name)
-        by_seed[seed] = record_value(r, reading.metric, reading.window)
+        by_seed[seed] = record_value(r, reading.metric, reading.window, folder)
+        if reading.metric in ("ad_cl", "sdad_cl") and np.isnan(by_seed[seed]):
+            other.append(f"ok, but no CL run of seed {seed} (AD/SDAD against CL need it)")
     values = [by_seed[s] for s in sorted(by_seed) if np.isfinite(by_seed[s])]
     return values, other
 
@@ -156,6 +197,7 @@ def frame(root: Path | str = RECORDS) -> pd.DataFrame:
     spread, values (ours, per seed), n, mean, sd, delta, verdict, reason (key or ""), why (the
     cause's note or why it did not run), id (the row's anchor in docs/findings.md)."""
     _load.cache_clear()
+    _derived.cache_clear()
     rows = []
     for c in cells():
         for rd in c.readings:
