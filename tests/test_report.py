@@ -276,3 +276,4 @@ def test_psi_pfl_rows_at_the_most_heterogeneous_alpha_that_ran_pass_over_an_infe
     ran = _psi_row(df, "fedyogi", "CP", "paper protocol, most heterogeneous α run here")
     assert ran["values"] == pytest.approx([1.0])  # α = 0.7, not 50: (8 - 4) / 4
     assert ran.verdict == "differs" and ran.reason == "stand_in_dataset" and "smallest α" in ran.why
+    assert ran.why.endswith("read at α=0.7")

@@ -35,7 +35,7 @@ from ..paths import ROOT
 from ..strict_json import restore
 from ..validation import fail
 from ..evaluation import client_parity
-from .tables import mean_sd, records_frame
+from .tables import mean_sd, records_frame, setting_name
 from .report_cells import HEADLINES, METRICS, PAPERS, REASONS, cells
 from .psi_pfl_study import paper_variant_records
 
@@ -157,16 +157,27 @@ def record_value(record: dict, metric: str, window: tuple | None = None, records
     return scale * float(v)
 
 
-def row_values(reading, root: Path = RECORDS) -> tuple[list[float], list[str]]:
-    """(our values, one per seed in seed order; statuses of the matching records that are not
-    ``ok``) for one reading."""
+def _matched(reading, root: Path) -> tuple[tuple, list]:
+    """(the folder's records, the records answering ``reading``; for ``level="most_heterogeneous"``
+    those of the smallest level that ran)."""
     folder = _load(str(Path(root) / reading.records))
     pool = _derived(str(Path(root) / reading.records), reading.derive) if reading.derive else folder
     recs = [r for r in pool if matches(r.get("spec", {}), reading.match)]
     ran = [r for r in recs if r.get("status") == "ok"]
-    if any(k == "level" and v == "most_heterogeneous" for k, v in reading.match) and ran:
+    if _most_heterogeneous(reading) and ran:
         lowest = min(float(r["spec"]["level"]) for r in ran)  # an infeasible smaller level is passed over
         recs = [r for r in recs if float(r["spec"]["level"]) == lowest]
+    return folder, recs
+
+
+def _most_heterogeneous(reading) -> bool:
+    return any(k == "level" and v == "most_heterogeneous" for k, v in reading.match)
+
+
+def row_values(reading, root: Path = RECORDS) -> tuple[list[float], list[str]]:
+    """(our values, one per seed in seed order; statuses of the matching records that are not
+    ``ok``) for one reading."""
+    folder, recs = _matched(reading, root)
     by_seed, other = {}, []
     for r in recs:
         if r.get("status") != "ok":
@@ -220,6 +231,9 @@ def frame(root: Path | str = RECORDS) -> pd.DataFrame:
                 verdict = "differs"
                 cause = c.cause(rd.name)
                 reason, why = cause if cause else ("", "no cause identified")
+            if n and _most_heterogeneous(rd):  # say which level answered it
+                r0 = _matched(rd, Path(root))[1][0]["spec"]
+                why = (f"{why}; " if why else "") + f"read at {setting_name(r0['protocol'], float(r0['level']))}"
             rows.append(dict(paper=c.paper, table=c.table, row=c.row, column=c.column, reading=rd.name,
                              metric=rd.metric, unit=c.unit, paper_value=c.value, spread=c.spread,
                              tolerance=c.tolerance, values=values, n=n, mean=mean, sd=sd, delta=delta,
