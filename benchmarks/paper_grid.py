@@ -152,6 +152,8 @@ def describe(spec) -> str:
         row = pfedlia_study.method_label(d)
     else:
         row = fedprism_study.method_label(d)
+    if getattr(spec, "reproduction", "paper_text") != "paper_text":  # e.g. PSI-PFL's baselines as their code ran them
+        row += f" ({spec.reproduction})"
     return f"{spec.dataset} {spec.protocol}={spec.level:g} K={spec.n_clients} {row} seed={spec.seed}"
 
 

@@ -93,6 +93,9 @@ def test_psi_pfl_table_is_notebook_07s_grid(profile):
                                         val_fraction=p["val_fraction"], reproductions=p["reproductions"])
     assert pg.select("psi-pfl", p) == expected
     assert {s.method for s in expected} == {*p["baselines"], "psi_pfl"}
+    code = [s for s in expected if s.reproduction == "paper_code"]  # the paper profile's PoC/HACCS/FedCLS/FedProx
+    assert all(pg.describe(s).endswith(f" {s.method} (paper_code) seed={s.seed}") for s in code)
+    assert ("paper_code" in p["reproductions"]) == bool(code)
     k = max(p["n_clients"])
     part = pg.select("psi-pfl", p, datasets=["adult"], n_clients=[k], alphas=[min(p["alphas"])], seeds=[0])
     assert part == [s for s in expected if s.dataset == "adult" and s.n_clients == k

@@ -10,7 +10,8 @@ of local accuracy, one panel per (dataset, α); ``observations`` computes whethe
 ``paper_comparison`` puts §4.3's quoted values (:data:`PAPER_EQ3`) beside ours at the paper's
 most heterogeneous setting; ``threshold_ties`` shows whether reading the text's "PSI below ζ"
 as < instead of the code's ≤ changes a selection. ``grid_specs`` builds notebook 07's runs,
-with the ``paper_code`` reading (:mod:`fedlib.reproduction`) of the baselines when asked.
+with the ``paper_code`` reading (:mod:`fedlib.reproduction`) of the baselines when asked
+(``notebook_grid``: the same from the notebook's parameters, for ``benchmarks/paper_grid.py psi-pfl``).
 Nothing is retrained.
 
 Which variant each Observation speaks about. §4.2 chooses the threshold by the global accuracy
