@@ -223,8 +223,11 @@ def build_federation(spec: RunSpec, device="auto"):
     spec.validate()
     ds = _load(spec.dataset, spec.n_train, spec.n_global_test, spec.pool_test)
     y = ds.y_train
-    parts = P.partition(y, spec.protocol, int(spec.n_clients), spec.level, int(spec.seed),
-                        **({"dataset_name": spec.dataset} if spec.protocol == "dirichlet" else {}))
+    proto = P.PROTOCOLS[spec.protocol]
+    extra = {"dataset_name": spec.dataset} if spec.protocol == "dirichlet" else {}
+    if proto.needs_features:  # a protocol drawn by the inputs (attribute_skew: a named column)
+        extra.update(features=ds.x_train, feature_names=ds.feature_names)
+    parts = P.partition(y, spec.protocol, int(spec.n_clients), spec.level, int(spec.seed), **extra)
     train, val, test = P.train_val_test_split(parts, int(spec.seed), spec.test_fraction, spec.val_fraction)
     _raise_if_no_test_samples(parts, test, spec)
     glob = {}
@@ -233,7 +236,11 @@ def build_federation(spec: RunSpec, device="auto"):
             raise ValueError(f"global_test=True but dataset {spec.dataset!r} has no official test set; "
                              "use global_test=False")
         glob = {"x_global": ds.x_test, "y_global": ds.y_test}
-    fed = Federation.from_arrays(ds.x_train, y, train, test, device, n_classes=ds.n_classes, val_parts=val,
+    x = ds.x_train
+    if proto.transform is not None:  # covariate skew: each client's inputs under its group's transform
+        x = P.transform_inputs(x, parts, P.transform_group_of_client(spec.protocol, int(spec.n_clients), spec.level),
+                               proto.transform, int(spec.seed))
+    fed = Federation.from_arrays(x, y, train, test, device, n_classes=ds.n_classes, val_parts=val,
                                  **glob)
     return fed, P.label_counts(y, train, ds.n_classes), ds
 

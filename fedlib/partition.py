@@ -22,6 +22,18 @@ cafa_authors         CAFA Tables II–III as the authors' code drew them: equal 
                      clients, non-IID clients with 1–2 classes and Dirichlet(0.5) shares
                      (CBCC only: its clients may share samples, see its docstring)
 
+Beyond label skew (issue 44; the PSI papers' future work: Clust-PSI-PFL §V, PSI-PFL §5). Every
+one plants groups (:func:`planted_clusters`):
+quantity_skew        size tiers (log-normal sizes), labels balanced (pooled mix per client)
+small_clients        a share of clients with 5–20 samples, the rest regular; labels IID
+attribute_skew       clients drawn by quantile bins of a real attribute (adult: age), labels
+                     as they fall (``needs_features``: build_federation passes the inputs)
+rotated_groups       identical label histograms, groups see inputs turned by 0/90/180/270°
+brightness_groups    the same with brightness scaled, noise_groups with Gaussian noise
+joint_label_rotation label groups (disjoint label sets) × rotation groups
+The input transforms (:func:`transform_inputs`) are applied by
+:func:`fedlib.experiment.build_federation`; the official test set stays untransformed.
+
 Helpers: :func:`partition` (dispatch by protocol name), :func:`train_test_split`
 (per-client seeded 80/20 split), :func:`train_val_test_split` (the same split with a
 validation share carved out of the train part), :func:`label_counts` (the K×C matrix the
@@ -33,7 +45,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .validation import check_int, check_number, check_seed, fail
+from .validation import check_choice, check_int, check_number, check_seed, fail
 
 __all__ = [
     "InfeasiblePartitionError",
@@ -48,6 +60,18 @@ __all__ = [
     "iid_fraction_classes",
     "cafa_authors",
     "iid_fraction_classes_1_2",
+    "quantity_skew",
+    "small_clients",
+    "attribute_skew",
+    "attribute_bins",
+    "ADULT_ATTRIBUTE",
+    "covariate_groups",
+    "joint_label_covariate",
+    "transform_inputs",
+    "transform_group_of_client",
+    "tier_of_client",
+    "TRANSFORMS",
+    "PROTOCOL_ISSUE_44",
     "cluster_of_client",
     "planted_clusters",
     "CLUSTERED_PROTOCOLS",
@@ -426,9 +450,16 @@ def cluster_of_client(n_clients: int, n_clusters: int) -> np.ndarray:
 CLUSTERED_PROTOCOLS = ("pathological_clusters", "noisy_clusters")
 
 
-def planted_clusters(protocol: str, n_clients: int, level) -> np.ndarray | None:
+def planted_clusters(protocol: str, n_clients: int, level, **kwargs) -> np.ndarray | None:
     """The true cluster (K,) of every client under ``protocol`` at ``level``, or None for the
-    protocols that plant no clusters (only pFedLIA's pathological and noisy ones do)."""
+    protocols that plant no clusters. pFedLIA's pathological and noisy ones plant clusters, and so
+    does every issue-44 protocol (:data:`PROTOCOL_ISSUE_44`: size tiers, small vs regular clients,
+    attribute groups, transform groups); ``kwargs`` are the protocol's own options where they
+    change the groups (``n_tiers``, ``n_groups``, ``n_label_groups``; defaults as the protocol's)."""
+    spec = PROTOCOLS.get(protocol) if isinstance(protocol, str) else None
+    if spec is not None and spec.planted is not None:
+        check_int(n_clients, "n_clients", 1)
+        return spec.planted(int(n_clients), _check_level(level, protocol, spec.level_name), **kwargs)
     if protocol not in CLUSTERED_PROTOCOLS:
         return None
     return cluster_of_client(n_clients, _check_level(level, protocol, "n_clusters"))
@@ -636,11 +667,419 @@ def _raise_if_empty(parts, protocol: str) -> None:
         )
 
 
+# ----------------------------------------------------------------------------- beyond label skew (issue 44)
+# Partitions whose clients differ in size, in a real attribute or in their inputs rather than (only)
+# in labels. Every one plants groups: client i's group is a function of (i, K, level) alone
+# (:func:`planted_clusters`), so the truth needs no record of the draw.
+def _largest_remainder(total: int, weights: np.ndarray) -> np.ndarray:
+    """Integers ≥ 0 summing to ``total``, proportional to ``weights`` (Hamilton's rule), (K,)."""
+    exact = weights / weights.sum() * total
+    out = np.floor(exact).astype(np.int64)
+    short = int(total - out.sum())
+    if short:
+        out[np.argsort(-(exact - out), kind="stable")[:short]] += 1
+    return out
+
+
+def _stratified_split(y: np.ndarray, sizes: np.ndarray, rng) -> list[np.ndarray]:
+    """Split samples among clients of (target) ``sizes`` (K,) so that every client's label mix is
+    the pooled one up to rounding: each class c is cut among the clients ∝ sizes (largest
+    remainder) from its shuffled indices. Client i gets Σ_c of its shares ≈ sizes[i]."""
+    k = sizes.size
+    parts: list[list[np.ndarray]] = [[] for _ in range(k)]
+    for c in np.unique(y):
+        idx = rng.permutation(np.flatnonzero(y == c))
+        take = _largest_remainder(idx.size, sizes.astype(np.float64))
+        for i, chunk in enumerate(np.split(idx, np.cumsum(take)[:-1])):
+            parts[i].append(chunk)
+    return [np.sort(np.concatenate(p)).astype(np.int64) for p in parts]
+
+
+def _check_min_size(parts, protocol: str, minimum: int, fix: str) -> None:
+    small = [i for i, p in enumerate(parts) if p.size < minimum]
+    if small:
+        raise InfeasiblePartitionError(
+            f"{protocol}: clients {small[:10]} hold fewer than {minimum} samples "
+            f"(smallest {min(p.size for p in parts)}); {fix}")
+
+
+def quantity_skew(labels, n_clients: int, sigma: float, seed: int, *, n_tiers: int = 3,
+                  tier_ratio: float = 4.0, min_samples: int = 2) -> list[np.ndarray]:
+    """Quantity skew with balanced labels: clients differ in size only.
+
+    * **Tiers (the planted groups).** Client i is in size tier g(i) = i mod ``n_tiers``
+      (:func:`tier_of_client`); tier g's median size is ∝ ``tier_ratio``^(−g), so tier 0 holds
+      the largest clients and each next tier clients ``tier_ratio`` times smaller.
+    * **Sizes.** log n_i = −g(i)·ln(tier_ratio) + σ·z_i, z_i ~ N(0, 1) (log-normal within a
+      tier), normalised so that the sizes sum to N (largest remainder: every sample is used).
+      ``sigma`` (the level) is the within-tier spread: σ = 0 gives exact tiers, σ ≳ ln(tier_ratio)
+      makes neighbouring tiers overlap.
+    * **Labels.** Every client's label mix is the pooled one up to rounding (each class is cut
+      among the clients ∝ their sizes, :func:`_stratified_split`): label PSI sees only the
+      rounding noise of the small clients.
+
+    Parameters
+    ----------
+    labels : int array (N,)
+    n_clients : K ≥ n_tiers
+    sigma : float ≥ 0, the level
+    seed : int ≥ 0
+    n_tiers : int ≥ 1, default 3
+    tier_ratio : float ≥ 1, default 4 (ratio of neighbouring tiers' median sizes)
+    min_samples : int ≥ 1, default 2 (a client below it: InfeasiblePartitionError)
+
+    Returns
+    -------
+    list of K sorted int64 arrays, disjoint, covering all N samples.
+    """
+    y = _check_labels(labels)
+    sigma = check_number(sigma, "sigma", 0)
+    n_tiers = check_int(n_tiers, "n_tiers", 1)
+    tier_ratio = check_number(tier_ratio, "tier_ratio", 1)
+    min_samples = check_int(min_samples, "min_samples", 1)
+    k = _check_n_clients(n_clients, y.size, minimum_per_client=min_samples)
+    if k < n_tiers:
+        fail("n_clients", f"≥ n_tiers = {n_tiers} (every size tier needs a client)", k)
+    rng = np.random.default_rng(_check_seed(seed))
+    tier = tier_of_client(k, n_tiers)
+    log_size = -tier * np.log(tier_ratio) + sigma * rng.standard_normal(k)
+    weights = np.exp(log_size - log_size.max())
+    parts = _stratified_split(y, weights, rng)
+    _check_min_size(parts, "quantity_skew", min_samples,
+                    "lower sigma or tier_ratio, or use fewer clients")
+    return parts
+
+
+def tier_of_client(n_clients: int, n_groups: int) -> np.ndarray:
+    """The planted group of client i in the issue-44 protocols: i mod ``n_groups``, (K,) int64
+    (as :func:`cluster_of_client`)."""
+    check_int(n_clients, "n_clients", 1)
+    return cluster_of_client(n_clients, check_int(n_groups, "n_groups", 1))
+
+
+ADULT_ATTRIBUTE = "age"
+"""The adult attribute :func:`attribute_skew` draws clients by, by default (module docstring of
+that function says why)."""
+
+
+def attribute_bins(values, n_bins: int) -> np.ndarray:
+    """Bin of every sample, (N,) int64 in 0..n_bins−1: the ``n_bins`` quantile bins of the pooled
+    values (edges at the j/n_bins quantiles; a value equal to an edge goes to the lower bin).
+
+    Raises the workbook's ValueError when ties leave fewer than ``n_bins`` non-empty bins (a
+    binary one-hot column, say): use fewer bins or another attribute.
+    """
+    v = np.asarray(values, dtype=np.float64)
+    if v.ndim != 1 or v.size == 0 or not np.all(np.isfinite(v)):
+        fail("values", "a non-empty 1-D array of finite attribute values", values)
+    n_bins = check_int(n_bins, "n_bins", 1)
+    edges = np.quantile(v, np.arange(1, n_bins) / n_bins)
+    bins = np.searchsorted(edges, v, side="left").astype(np.int64)
+    found = np.unique(bins).size
+    if found < n_bins:
+        fail("n_bins", f"at most the {found} non-empty quantile bins the attribute's ties allow "
+             "(or choose an attribute with more distinct values)", n_bins)
+    return bins
+
+
+def attribute_skew(labels, n_clients: int, purity: float, seed: int, *, features=None, feature_names=None,
+                   attribute: str = ADULT_ATTRIBUTE, n_groups: int = 4) -> list[np.ndarray]:
+    """Attribute skew on a real feature: clients drawn by the bins of one attribute, labels left
+    as they fall.
+
+    * **Bins.** The attribute's values (column ``attribute`` of ``features``, by name) are cut
+      into ``n_groups`` quantile bins of the pooled values (:func:`attribute_bins`).
+    * **Groups (planted).** Client i is in group g(i) = i mod ``n_groups``: its bin mix is
+      m_i = purity·e_{g(i)} + (1 − purity)·π, π the pooled bin pmf. ``purity`` (the level) 0 gives
+      clients whose attribute is distributed as the pool's (IID), 1 clients that hold only their
+      own bin.
+    * **Sizes.** Every client holds the same n = ⌊min_b |bin b| / Σ_i m_{i,b}⌋ samples (the most
+      that every bin can serve), client i ⌊n·m_{i,b}⌋ of bin b (largest remainder to n), drawn
+      uniformly without replacement from the bin; samples no client takes are dropped.
+    * **Labels** are whatever the drawn people have: on adult, age bins carry income skew
+      (older people earn > 50K more often), which is the realistic case — label PSI sees a
+      shadow of the attribute skew, attribute PSI the skew itself.
+
+    Why ``age`` on adult: it is a numeric attribute with 73 distinct values, so its quartile bins
+    are nearly equal (education_num has 16 values and coarse ties; the categoricals are one-hot
+    columns that quantile bins cannot split); it is a natural axis along which real data holders
+    differ (an employer's, a pension fund's or a university's records), and it is not the label.
+
+    Parameters
+    ----------
+    labels : int array (N,)
+    n_clients : K ≥ n_groups
+    purity : float in [0, 1], the level
+    seed : int ≥ 0
+    features : float array (N, F), the inputs (:func:`partition` passes them: the protocol
+        ``needs_features``)
+    feature_names : sequence of F str, the names of the columns
+    attribute : str, default 'age' — one of ``feature_names``
+    n_groups : int ≥ 1, default 4 (quartiles)
+
+    Returns
+    -------
+    list of K sorted int64 arrays, disjoint, of equal size.
+    """
+    y = _check_labels(labels)
+    purity = check_number(purity, "purity", 0, 1)
+    n_groups = check_int(n_groups, "n_groups", 1)
+    if features is None or feature_names is None:
+        fail("features", "the data set's (N, F) inputs with their feature_names (a tabular data set: "
+             "attribute_skew draws clients by a named column)", features)
+    x = np.asarray(features)
+    names = list(feature_names)
+    if x.ndim != 2 or x.shape[0] != y.size or x.shape[1] != len(names):
+        fail("features", f"an (N={y.size}, F={len(names)}) matrix matching labels and feature_names",
+             getattr(x, "shape", x))
+    if attribute not in names:
+        fail("attribute", f"one of the feature names, e.g. {names[:5]}", attribute)
+    k = _check_n_clients(n_clients, y.size)
+    if k < n_groups:
+        fail("n_clients", f"≥ n_groups = {n_groups} (every group needs a client)", k)
+    rng = np.random.default_rng(_check_seed(seed))
+    bins = attribute_bins(x[:, names.index(attribute)], n_groups)
+    bin_size = np.bincount(bins, minlength=n_groups)
+    pooled = bin_size / bin_size.sum()
+    group = tier_of_client(k, n_groups)
+    mix = purity * np.eye(n_groups)[group] + (1 - purity) * pooled  # (K, B)
+    n = int(np.floor((bin_size / mix.sum(axis=0)).min()))
+    if n < 1:
+        raise InfeasiblePartitionError(f"attribute_skew: K={k} clients leave no sample per client; "
+                                       "use fewer clients")
+    counts = np.stack([_largest_remainder(n, m) for m in mix])  # (K, B), row sums n
+    over = counts.sum(axis=0) > bin_size
+    for b in np.flatnonzero(over):  # rounding up may overdraw a bin by < K: take from the largest
+        while counts[:, b].sum() > bin_size[b]:
+            counts[np.argmax(counts[:, b]), b] -= 1
+    parts: list[list[np.ndarray]] = [[] for _ in range(k)]
+    for b in range(n_groups):
+        idx = rng.permutation(np.flatnonzero(bins == b))
+        for i, chunk in enumerate(np.split(idx[:counts[:, b].sum()], np.cumsum(counts[:, b])[:-1])):
+            parts[i].append(chunk)
+    return [np.sort(np.concatenate(p)).astype(np.int64) for p in parts]
+
+
+TRANSFORMS = ("rot90", "brightness", "noise")
+"""Input transforms of :func:`transform_inputs` (the rotated-MNIST family)."""
+
+
+def _balanced_equal(y: np.ndarray, k: int, rng) -> list[np.ndarray]:
+    """K clients with identical label histograms: ⌊n_c/K⌋ samples of every class c each (the
+    remainders dropped)."""
+    parts: list[list[np.ndarray]] = [[] for _ in range(k)]
+    for c in np.unique(y):
+        idx = rng.permutation(np.flatnonzero(y == c))
+        m = idx.size // k
+        for i in range(k):
+            parts[i].append(idx[i * m:(i + 1) * m])
+    return [np.sort(np.concatenate(p)).astype(np.int64) for p in parts]
+
+
+def covariate_groups(labels, n_clients: int, n_groups: int, seed: int) -> list[np.ndarray]:
+    """Covariate (input) skew with identical labels: the index part of the rotated-FMNIST family.
+
+    Every client holds ⌊n_c/K⌋ samples of every class c (identical label histograms; the
+    remainders dropped). Client i is in group g(i) = i mod ``n_groups`` (the level); the group
+    decides its input transform, applied by :func:`transform_inputs` where the federation's data
+    are built (:func:`fedlib.experiment.build_federation`): the protocols ``rotated_groups``
+    (quarter turns), ``brightness_groups`` and ``noise_groups`` differ only in that transform.
+    Label PSI cannot separate the groups (the label histograms are equal, before the per-client
+    80/20 split); only the inputs differ.
+
+    Returns
+    -------
+    list of K sorted int64 arrays of equal size, disjoint.
+    """
+    y = _check_labels(labels)
+    n_groups = check_int(n_groups, "n_groups", 1, 4)
+    k = _check_n_clients(n_clients, y.size)
+    if k < n_groups:
+        fail("n_clients", f"≥ n_groups = {n_groups} (every group needs a client)", k)
+    rng = np.random.default_rng(_check_seed(seed))
+    parts = _balanced_equal(y, k, rng)
+    _raise_if_empty(parts, "covariate_groups")
+    return parts
+
+
+def joint_label_covariate(labels, n_clients: int, n_groups: int, seed: int, *,
+                          n_label_groups: int = 2) -> list[np.ndarray]:
+    """Joint label–attribute skew: ``n_label_groups`` disjoint label sets × ``n_groups`` input
+    transforms.
+
+    Client i has label group a(i) = i mod L (L = ``n_label_groups``; the classes cut into L
+    contiguous sets, :func:`_cluster_label_sets`) and transform group r(i) = (i // L) mod R
+    (R = ``n_groups``, the level); its planted group is a(i) + L·r(i), L·R groups in all
+    (:func:`planted_clusters`). Each class's samples are split evenly among the clients of its
+    label group. Label PSI sees the L label groups only (half the structure when L = R = 2);
+    the transform (:func:`transform_inputs`, by r(i)) is applied in
+    :func:`fedlib.experiment.build_federation`.
+
+    Returns
+    -------
+    list of K sorted int64 arrays, disjoint.
+    """
+    y = _check_labels(labels)
+    n_classes = int(y.max()) + 1
+    n_groups = check_int(n_groups, "n_groups", 1, 4)
+    n_label_groups = check_int(n_label_groups, "n_label_groups", 1, n_classes)
+    k = _check_n_clients(n_clients, y.size)
+    if k < n_groups * n_label_groups:
+        fail("n_clients", f"≥ n_groups·n_label_groups = {n_groups * n_label_groups} (every planted "
+             "group needs a client)", k)
+    rng = np.random.default_rng(_check_seed(seed))
+    label_group = np.arange(k) % n_label_groups
+    holders = {int(c): [] for c in range(n_classes)}
+    for a, cls in enumerate(_cluster_label_sets(n_classes, n_label_groups)):
+        for c in cls:
+            holders[int(c)] = np.flatnonzero(label_group == a).tolist()
+    parts = _split_labels_among(y, holders, k, rng)
+    _raise_if_empty(parts, "joint_label_covariate")
+    return parts
+
+
+def transform_group_of_client(protocol: str, n_clients: int, level, **kwargs) -> np.ndarray | None:
+    """Transform group (K,) of every client under a protocol with an input transform, else None:
+    i mod n_groups for the covariate protocols, (i // n_label_groups) mod n_groups for the joint one."""
+    spec = PROTOCOLS.get(protocol) if isinstance(protocol, str) else None
+    if spec is None or spec.transform is None:
+        return None
+    n_groups = _check_level(level, protocol, spec.level_name)
+    check_int(n_clients, "n_clients", 1)
+    if protocol == "joint_label_rotation":
+        n_label = check_int(kwargs.get("n_label_groups", 2), "n_label_groups", 1)
+        return (np.arange(n_clients, dtype=np.int64) // n_label) % n_groups
+    return tier_of_client(n_clients, n_groups)
+
+
+BRIGHTNESS_STEP = 0.25
+"""``brightness``: group g's inputs are scaled by 1 − BRIGHTNESS_STEP·g (1, 0.75, 0.5, 0.25)."""
+NOISE_STEP = 0.1
+"""``noise``: group g's inputs get N(0, (NOISE_STEP·g)²) noise per pixel, clipped to [0, 1]."""
+
+
+def transform_inputs(x, parts, group_of_client, kind: str, seed: int = 0) -> np.ndarray:
+    """Every client's inputs under its group's transform (covariate skew), a new array.
+
+    Parameters
+    ----------
+    x : float array (N, C, H, W), images in [0, 1]
+    parts : K disjoint index arrays into x (the partition; samples in no client are unchanged)
+    group_of_client : int array (K,), values 0..3 (:func:`transform_group_of_client`)
+    kind : 'rot90' — group g's images turned by g quarter turns counter-clockwise in the (H, W)
+        plane (``np.rot90``: an exact permutation of pixels, no interpolation; H = W needed);
+        'brightness' — scaled by 1 − 0.25·g; 'noise' — plus Gaussian noise of s.d. 0.1·g, clipped
+        to [0, 1], drawn per client from ``default_rng([seed, i])``. Group 0 is always unchanged.
+    seed : int ≥ 0 (used by 'noise' only)
+
+    Returns
+    -------
+    float32 array (N, C, H, W): row j of client i is transform_{g(i)}(x[j]).
+    """
+    check_choice(kind, "kind", TRANSFORMS)
+    seed = _check_seed(seed)
+    a = np.asarray(x)
+    if a.ndim != 4 or not np.issubdtype(a.dtype, np.floating):
+        fail("x", "a float (N, C, H, W) image array (covariate transforms act on images)", getattr(a, "shape", a))
+    if kind == "rot90" and a.shape[2] != a.shape[3]:
+        fail("kind", f"not 'rot90' for non-square images {a.shape[2]}×{a.shape[3]}", kind)
+    parts = _check_parts(parts)
+    g = np.asarray(group_of_client)
+    if g.shape != (len(parts),) or g.dtype.kind not in "iu" or (g.size and (g.min() < 0 or g.max() > 3)):
+        fail("group_of_client", f"an int array of {len(parts)} groups in 0..3 (one per client)", group_of_client)
+    out = a.astype(np.float32, copy=True)
+    for i, (idx, grp) in enumerate(zip(parts, g)):
+        grp = int(grp)
+        if grp == 0 or idx.size == 0:
+            continue
+        if kind == "rot90":
+            out[idx] = np.rot90(a[idx], k=grp, axes=(2, 3))
+        elif kind == "brightness":
+            out[idx] = a[idx] * (1.0 - BRIGHTNESS_STEP * grp)
+        else:
+            noise = np.random.default_rng([seed, i]).normal(0.0, NOISE_STEP * grp, size=a[idx].shape)
+            out[idx] = np.clip(a[idx] + noise, 0.0, 1.0)
+    return out
+
+
+def small_clients(labels, n_clients: int, small_share: float, seed: int, *, small_size=(5, 20)) -> list[np.ndarray]:
+    """Very small clients: a share of the clients holds 5–20 samples, the others the rest.
+
+    Clients ``0 … n_small−1`` are the small ones, n_small = ⌊small_share·K + ½⌋ (the planted
+    groups: 1 = small, 0 = regular, :func:`planted_clusters`); small client i draws its size
+    uniformly from ``small_size`` = (low, high) inclusive; the regular clients share the remaining
+    samples equally (remainder dropped). Every client's samples are a uniform random draw without
+    replacement (labels IID, with the sampling noise a 5-sample client has).
+
+    Parameters
+    ----------
+    labels : int array (N,)
+    n_clients : K ≥ 1
+    small_share : float in [0, 1), the level (at least one regular client)
+    seed : int ≥ 0
+    small_size : (low, high), 1 ≤ low ≤ high, default (5, 20)
+
+    Returns
+    -------
+    list of K sorted int64 arrays, disjoint.
+    """
+    y = _check_labels(labels)
+    share = check_number(small_share, "small_share", 0, 1, high_open=True)
+    if isinstance(small_size, (str, bytes)) or not hasattr(small_size, "__len__") or len(small_size) != 2:
+        fail("small_size", "a pair (low, high) of sample counts", small_size)
+    low = check_int(small_size[0], "small_size[0]", 1)
+    high = check_int(small_size[1], "small_size[1]", low)
+    k = _check_n_clients(n_clients, y.size)
+    n_small = int(np.floor(share * k + 0.5))
+    if n_small >= k:
+        fail("small_share", f"a share leaving at least one regular client of K={k} (rounds to {n_small} small)",
+             small_share)
+    rng = np.random.default_rng(_check_seed(seed))
+    sizes = rng.integers(low, high + 1, size=n_small)
+    rest = y.size - int(sizes.sum())
+    regular = rest // (k - n_small) if rest > 0 else 0
+    if regular < high:
+        raise InfeasiblePartitionError(
+            f"small_clients: the {k - n_small} regular clients would hold {regular} samples each, not more "
+            f"than a small one ({high}); use fewer clients or a larger dataset")
+    order = rng.permutation(y.size)
+    cuts = np.cumsum(np.concatenate([sizes, np.full(k - n_small, regular)]))
+    return [np.sort(order[a:b]).astype(np.int64) for a, b in zip(np.concatenate([[0], cuts[:-1]]), cuts)]
+
+
 # ----------------------------------------------------------------------------- dispatch
 @dataclass(frozen=True)
 class _Protocol:
+    """A registered protocol: its function, the name of its level and, for the issue-44
+    protocols, what :func:`fedlib.experiment.build_federation` must do besides the labels.
+
+    ``needs_features``: the function also takes ``features=`` (N, F) and ``feature_names=``
+    (:func:`partition` passes them through). ``transform``: the input transform of
+    :func:`transform_inputs` applied to every client by its :func:`transform_group_of_client`
+    (None: inputs unchanged). ``planted``: ``planted(n_clients, level, **kwargs)`` → the (K,)
+    planted group of every client (None: the protocol plants none, unless it is one of
+    :data:`CLUSTERED_PROTOCOLS`).
+    """
+
     func: object
     level_name: str
+    needs_features: bool = False
+    transform: str | None = None
+    planted: object = None
+
+
+def _planted_mod(kwarg: str, default: int):
+    return lambda k, level, **kw: tier_of_client(k, check_int(kw.get(kwarg, default), kwarg, 1))
+
+
+def _planted_small(k, level, **kw):
+    share = check_number(level, "small_share", 0, 1, high_open=True)
+    return (np.arange(k) < int(np.floor(share * k + 0.5))).astype(np.int64)
+
+
+def _planted_joint(k, level, **kw):
+    n_label = check_int(kw.get("n_label_groups", 2), "n_label_groups", 1)
+    return np.arange(k, dtype=np.int64) % n_label + n_label * ((np.arange(k, dtype=np.int64) // n_label) % int(level))
 
 
 PROTOCOLS = {
@@ -653,12 +1092,36 @@ PROTOCOLS = {
     "noisy_clusters": _Protocol(noisy_clusters, "n_clusters"),
     "iid_fraction_classes": _Protocol(iid_fraction_classes, "iid_fraction"),
     "iid_fraction_classes_1_2": _Protocol(iid_fraction_classes_1_2, "iid_fraction"),
+    # issue 44: beyond label skew (every one plants groups)
+    "quantity_skew": _Protocol(quantity_skew, "sigma", planted=_planted_mod("n_tiers", 3)),
+    "small_clients": _Protocol(small_clients, "small_share", planted=_planted_small),
+    "attribute_skew": _Protocol(attribute_skew, "purity", needs_features=True,
+                                planted=_planted_mod("n_groups", 4)),
+    "rotated_groups": _Protocol(covariate_groups, "n_groups", transform="rot90",
+                                planted=lambda k, level, **kw: tier_of_client(k, int(level))),
+    "brightness_groups": _Protocol(covariate_groups, "n_groups", transform="brightness",
+                                   planted=lambda k, level, **kw: tier_of_client(k, int(level))),
+    "noise_groups": _Protocol(covariate_groups, "n_groups", transform="noise",
+                              planted=lambda k, level, **kw: tier_of_client(k, int(level))),
+    "joint_label_rotation": _Protocol(joint_label_covariate, "n_groups", transform="rot90",
+                                      planted=_planted_joint),
 }
+"""Protocol name → :class:`_Protocol`. The level of each: dirichlet/dirichlet_client α;
+similarity S; shards shards per client; classes_per_client classes per client; the clustered
+protocols their number of clusters; iid_fraction_classes(_1_2) the IID share; quantity_skew σ,
+the log-normal spread of sizes within a size tier; small_clients the share of 5–20-sample
+clients; attribute_skew the purity of a client's attribute bin; rotated/brightness/noise_groups
+and joint_label_rotation the number of transform groups (1–4)."""
+
+PROTOCOL_ISSUE_44 = ("quantity_skew", "small_clients", "attribute_skew", "rotated_groups",
+                     "brightness_groups", "noise_groups", "joint_label_rotation")
+"""The protocols beyond label skew (issue 44)."""
 
 
 def partition(labels, protocol: str, n_clients: int, level, seed: int, **kwargs) -> list[np.ndarray]:
     """Dispatch by protocol name; ``level`` is the protocol's one parameter
-    (α, S, shards per client, classes per client, or number of clusters)."""
+    (α, S, shards per client, classes per client, number of clusters, …: :data:`PROTOCOLS`).
+    A protocol that ``needs_features`` takes ``features=`` and ``feature_names=`` in ``kwargs``."""
     if not isinstance(protocol, str) or protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol {protocol!r}; choose one of {sorted(PROTOCOLS)}")
     spec = PROTOCOLS[protocol]
@@ -668,7 +1131,7 @@ def partition(labels, protocol: str, n_clients: int, level, seed: int, **kwargs)
     return spec.func(labels, n_clients, level, seed, **kwargs)
 
 
-_INTEGER_LEVELS = ("shards_per_client", "n_classes_per_client", "n_clusters")
+_INTEGER_LEVELS = ("shards_per_client", "n_classes_per_client", "n_clusters", "n_groups")
 
 
 def _check_level(level, protocol: str, level_name: str):
