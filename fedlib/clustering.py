@@ -22,12 +22,13 @@ from dataclasses import dataclass, field
 import numpy as np
 from sklearn.cluster import KMeans
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.metrics import silhouette_score
+from sklearn.metrics import silhouette_samples, silhouette_score
 
-from .noniid import EPS, psi, psi_per_class
-from .validation import check_choice, check_int, check_seed, fail
+from .noniid import EPS, attribute_psi, psi, psi_per_class, psi_per_feature
+from .validation import check_choice, check_int, check_number, check_seed, fail
 
-__all__ = ["psi_features", "standardise", "ClusterSelection", "select_n_clusters", "kmeans_labels"]
+__all__ = ["psi_features", "attribute_features", "with_size_feature", "small_client_weights", "standardise",
+           "ClusterSelection", "select_n_clusters", "kmeans_labels"]
 
 TIE_TOL = 1e-9
 """Silhouettes within this of the maximum count as tied (float noise); the smallest j wins."""
@@ -36,6 +37,43 @@ TIE_TOL = 1e-9
 def psi_features(counts, eps: float = EPS) -> np.ndarray:
     """Client descriptors [PSI_i, PSI_{i,1}, …, PSI_{i,C}], shape (K, C+1)."""
     return np.column_stack([psi(counts, eps), psi_per_class(counts, eps)])
+
+
+def attribute_features(counts, eps: float = EPS) -> np.ndarray:
+    """Client descriptors from attribute (or joint label–attribute) histograms, shape (K, F+1):
+    [APSI_i, PSI_{i,1}, …, PSI_{i,F}] (:func:`fedlib.noniid.attribute_psi`,
+    :func:`fedlib.noniid.psi_per_feature`) — the attribute analogue of :func:`psi_features`, the
+    features in place of the classes. ``counts``: (K, F, B)."""
+    return np.column_stack([attribute_psi(counts, eps), psi_per_feature(counts, eps)])
+
+
+def with_size_feature(features, sizes) -> np.ndarray:
+    """``features`` (K, F) with ln n_i appended as one more column, (K, F+1) (Clust-PSI-PFL §V:
+    "append n_i as an auxiliary clustering feature"; the logarithm because client sizes span orders
+    of magnitude, and Algorithm 1 standardises every column afterwards). ``sizes``: (K,) > 0."""
+    x = _as_matrix(features, "features")
+    n = _check_sizes(sizes, x.shape[0])
+    return np.column_stack([x, np.log(n)])
+
+
+def small_client_weights(sizes, reference=None) -> np.ndarray:
+    """Clustering weights that down-weight small clients, shape (K,): w_i = min(1, n_i / n_ref),
+    n_ref = ``reference`` or the median client size (Clust-PSI-PFL §V: "down-weight such clients
+    during clustering"). A client at or above n_ref weighs 1; a 5-sample client among 500-sample
+    ones weighs 0.01. ``sizes``: (K,) > 0."""
+    n = _check_sizes(sizes, None)
+    ref = float(np.median(n)) if reference is None else check_number(reference, "reference", 0, low_open=True)
+    return np.minimum(1.0, n / ref)
+
+
+def _check_sizes(sizes, k) -> np.ndarray:
+    try:
+        n = np.asarray(sizes, dtype=np.float64)
+    except (TypeError, ValueError):
+        fail("sizes", "a (K,) array of client sample counts > 0", sizes)
+    if n.ndim != 1 or n.size == 0 or (k is not None and n.size != k) or not np.all(np.isfinite(n)) or np.any(n <= 0):
+        fail("sizes", f"a ({'K' if k is None else k},) array of client sample counts > 0", sizes)
+    return n
 
 
 def _as_matrix(x, name: str) -> np.ndarray:
@@ -92,23 +130,37 @@ class ClusterSelection:
     cluster_sizes: tuple = field(default=())
 
 
-def kmeans_labels(x: np.ndarray, n_clusters: int, seed: int, n_init="auto") -> np.ndarray:
+def kmeans_labels(x: np.ndarray, n_clusters: int, seed: int, n_init="auto", sample_weight=None) -> np.ndarray:
     """k-means++ K-means labels, shape (K,), relabelled in order of first appearance.
 
-    ``x``: (K, F); ``n_clusters`` in 1..K; ``seed`` ≥ 0; ``n_init``: 'auto' or an int ≥ 1.
+    ``x``: (K, F); ``n_clusters`` in 1..K; ``seed`` ≥ 0; ``n_init``: 'auto' or an int ≥ 1;
+    ``sample_weight``: optional (K,) weights > 0 of the clients in the centroids
+    (:func:`small_client_weights`).
     """
     x = _as_matrix(x, "x")
     check_int(n_clusters, "n_clusters", 1, x.shape[0])
     check_seed(seed)
     _check_n_init(n_init)
+    w = None if sample_weight is None else _check_weights(sample_weight, x.shape[0])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)  # duplicate points: fewer distinct clusters
-        raw = KMeans(n_clusters=n_clusters, init="k-means++", n_init=n_init, random_state=seed).fit_predict(x)
+        raw = KMeans(n_clusters=n_clusters, init="k-means++", n_init=n_init,
+                     random_state=seed).fit_predict(x, sample_weight=w)
     _, first = np.unique(raw, return_index=True)
     order = np.argsort(first)
     remap = np.empty(raw.max() + 1, dtype=np.int64)
     remap[np.unique(raw)[order]] = np.arange(order.size)
     return remap[raw]
+
+
+def _check_weights(weights, k: int) -> np.ndarray:
+    try:
+        w = np.asarray(weights, dtype=np.float64)
+    except (TypeError, ValueError):
+        fail("sample_weight", f"None or a ({k},) array of client weights > 0", weights)
+    if w.shape != (k,) or not np.all(np.isfinite(w)) or np.any(w <= 0):
+        fail("sample_weight", f"None or a ({k},) array of client weights > 0", weights)
+    return w
 
 
 def _check_candidates(candidates) -> np.ndarray:
@@ -128,6 +180,7 @@ def select_n_clusters(
     seed: int = 42,
     n_init="auto",
     standardize: bool = True,
+    sample_weight=None,
 ) -> ClusterSelection:
     """Algorithm 1: choose τ by the mean silhouette of K-means clusterings.
 
@@ -143,6 +196,9 @@ def select_n_clusters(
         K-means restarts ('auto' = one k-means++ init, as the authors ran).
     standardize : bool, default True
         Standardise the features first (step 4 of Algorithm 1).
+    sample_weight : array (K,) of weights > 0, optional
+        Down-weights clients (:func:`small_client_weights`): K-means centroids are weighted means
+        and s(j) the weighted mean of the clients' silhouettes. None: Algorithm 1 as printed.
 
     Returns
     -------
@@ -152,6 +208,7 @@ def select_n_clusters(
     check_seed(seed)
     _check_n_init(n_init)
     check_choice(standardize, "standardize", (True, False))
+    w = None if sample_weight is None else _check_weights(sample_weight, x.shape[0])
     if not np.all(np.isfinite(x)):
         raise ValueError("features contain NaN/inf: compute PSI with eps > 0 (the default)")
     k = x.shape[0]
@@ -169,10 +226,11 @@ def select_n_clusters(
     sil = np.full(cand.size, np.nan)
     labels_by_j = {}
     for i, j in enumerate(cand):
-        lab = kmeans_labels(x, int(j), seed, n_init)
+        lab = kmeans_labels(x, int(j), seed, n_init, w)
         n_lab = np.unique(lab).size
         if 2 <= n_lab <= k - 1:
-            sil[i] = silhouette_score(x, lab, metric="euclidean")
+            sil[i] = (silhouette_score(x, lab, metric="euclidean") if w is None
+                      else float(np.average(silhouette_samples(x, lab, metric="euclidean"), weights=w)))
             labels_by_j[int(j)] = lab
     if np.all(np.isnan(sil)):
         return ClusterSelection(1, np.zeros(k, np.int64), cand, sil, True,

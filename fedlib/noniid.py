@@ -21,12 +21,23 @@ p_1..p_K, unweighted by client size, not against the global distribution):
         corrected: the class positions 0..C-1 are the support and the proportions the
         weights; each pairwise distance is divided by C−1 so it lies in [0, 1].
         Both: mean over pairs i<j, then square root, clipped at 1.
+
+Beyond label skew (issue 44; Clust-PSI-PFL §V's "discretized attributes, marginals, or joint
+label–attribute bins"), over a (K, F, B) array of per-client, per-feature bin counts:
+    quantile_bins(values, B) -> (N, F)     bins of each feature's pooled marginal (quantiles)
+    image_summaries(x)       -> (N, 6)     images: mean, s.d., four quadrant means (the features)
+    attribute_counts(bins, parts, B) -> (K, F, B);  joint_counts(...) -> (K, F, C·B)
+    psi_per_feature(counts)  -> (K, F)     PSI_{i,f}: Eq. 1 over the bins of feature f
+    attribute_psi(counts)    -> (K,)       mean_f PSI_{i,f}
+    wapsi(counts)            -> float      Σ_i n_i APSI_i / Σ_i n_i (as WPSI)
+Departure: the papers define no attribute PSI; the bins, the image summaries and the mean over
+features are this workbook's choices (see the functions).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .validation import check_choice, check_number
+from .validation import check_choice, check_int, check_number, fail
 
 __all__ = [
     "EPS",
@@ -38,6 +49,14 @@ __all__ = [
     "earth_movers",
     "federation_metrics",
     "METRIC_NAMES",
+    "IMAGE_SUMMARIES",
+    "image_summaries",
+    "quantile_bins",
+    "attribute_counts",
+    "joint_counts",
+    "psi_per_feature",
+    "attribute_psi",
+    "wapsi",
 ]
 
 EPS = 1e-6
@@ -198,3 +217,142 @@ def federation_metrics(counts) -> dict[str, float]:
         "emd": earth_movers(a, "faithful"),
         "emd_corrected": earth_movers(a, "corrected"),
     }
+
+
+# ----------------------------------------------------------------------------- beyond label skew (issue 44)
+# Clust-PSI-PFL §V: "the PSI machinery can be extended to discretized attributes, marginals, or joint
+# label–attribute bins". PSI over any histogram is Eq. 2 with the histogram's cells in place of the
+# classes; these functions build the histograms and aggregate the per-feature PSI per client as PSI_i
+# aggregates classes.
+IMAGE_SUMMARIES = ("mean", "std", "q_top_left", "q_top_right", "q_bottom_left", "q_bottom_right")
+"""The summary statistics of :func:`image_summaries`, in column order."""
+
+
+def image_summaries(x) -> np.ndarray:
+    """A few summary statistics per image, shape (N, 6): the mean intensity, the standard deviation
+    of the intensities, and the mean intensity of each fixed quadrant (top-left, top-right,
+    bottom-left, bottom-right; rows [:H//2] / [H//2:], columns [:W//2] / [W//2:]).
+
+    The choice: the mean sees brightness, the s.d. additive noise, and the quadrants rotation —
+    a quarter turn permutes the quadrants, so an upright and a turned client differ in which
+    quadrant carries the ink although their mean and s.d. are equal. Channels are averaged first.
+
+    Parameters
+    ----------
+    x : float array (N, C, H, W) or (N, H, W), H, W ≥ 2
+    """
+    try:
+        a = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError):
+        fail("x", "a numeric (N, C, H, W) or (N, H, W) image array", x)
+    if a.ndim == 3:
+        a = a[:, None]
+    if a.ndim != 4 or a.shape[0] < 1 or a.shape[2] < 2 or a.shape[3] < 2:
+        fail("x", "an (N, C, H, W) or (N, H, W) image array with N ≥ 1 and H, W ≥ 2 (its shape is shown)", a.shape)
+    g = a.mean(axis=1)  # (N, H, W)
+    h, w = g.shape[1] // 2, g.shape[2] // 2
+    quads = [g[:, :h, :w], g[:, :h, w:], g[:, h:, :w], g[:, h:, w:]]
+    flat = g.reshape(g.shape[0], -1)
+    return np.column_stack([flat.mean(1), flat.std(1)] + [q.reshape(q.shape[0], -1).mean(1) for q in quads])
+
+
+def quantile_bins(values, n_bins: int = 10) -> np.ndarray:
+    """Bin of every row and column, shape (N, F) int64 in 0..n_bins−1: the quantile bins of the
+    *pooled* marginal of each column (inner edges at its j/n_bins quantiles, duplicates merged;
+    a value equal to an edge goes to the lower bin). A column with ties (a one-hot column) gets
+    fewer non-empty bins. ``values``: (N, F) or (N,)."""
+    try:
+        v = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        fail("values", "a finite numeric (N, F) or (N,) array", values)
+    if v.ndim == 1:
+        v = v[:, None]
+    if v.ndim != 2 or v.shape[0] < 1 or not np.all(np.isfinite(v)):
+        fail("values", "a finite numeric (N, F) or (N,) array with N ≥ 1", values)
+    n_bins = check_int(n_bins, "n_bins", 1)
+    out = np.empty(v.shape, dtype=np.int64)
+    for f in range(v.shape[1]):
+        edges = np.unique(np.quantile(v[:, f], np.arange(1, n_bins) / n_bins))
+        out[:, f] = np.searchsorted(edges, v[:, f], side="left")
+    return out
+
+
+def _check_parts_into(parts, n: int) -> list[np.ndarray]:
+    if isinstance(parts, (str, bytes, dict)) or not hasattr(parts, "__len__") or len(parts) == 0:
+        fail("parts", "a non-empty sequence of K index arrays (one per client)", parts)
+    out = []
+    for i, p in enumerate(parts):
+        a = np.asarray(p)
+        if a.ndim != 1 or a.size == 0 or a.dtype.kind not in "iu" or a.min() < 0 or a.max() >= n:
+            fail(f"parts[{i}]", f"a non-empty 1-D array of indices in 0..{n - 1}", p)
+        out.append(a.astype(np.int64))
+    return out
+
+
+def attribute_counts(bins, parts, n_bins: int) -> np.ndarray:
+    """Per-client, per-feature bin counts, shape (K, F, B): entry (i, f, b) counts client i's
+    samples whose feature f falls in bin b. ``bins``: (N, F) from :func:`quantile_bins` (bins of
+    the pooled marginal); ``parts``: K index arrays into its rows; B = ``n_bins``."""
+    n_bins = check_int(n_bins, "n_bins", 1)
+    b = _check_bins(bins, n_bins)
+    parts = _check_parts_into(parts, b.shape[0])
+    out = np.zeros((len(parts), b.shape[1], n_bins), dtype=np.int64)
+    for i, p in enumerate(parts):
+        for f in range(b.shape[1]):
+            out[i, f] = np.bincount(b[p, f], minlength=n_bins)
+    return out
+
+
+def joint_counts(labels, bins, parts, n_classes: int, n_bins: int) -> np.ndarray:
+    """Per-client joint label–attribute counts, shape (K, F, C·B): entry (i, f, c·B + b) counts
+    client i's samples of class c whose feature f falls in bin b. ``labels``: (N,) ints 0..C−1;
+    ``bins``: (N, F) as in :func:`attribute_counts`."""
+    n_classes = check_int(n_classes, "n_classes", 1)
+    n_bins = check_int(n_bins, "n_bins", 1)
+    b = _check_bins(bins, n_bins)
+    y = np.asarray(labels)
+    if y.ndim != 1 or y.dtype.kind not in "iu" or y.size != b.shape[0] or (y.size and (y.min() < 0 or y.max() >= n_classes)):
+        fail("labels", f"(N={b.shape[0]},) integer class ids in 0..n_classes−1 = {n_classes - 1}", labels)
+    return attribute_counts(y[:, None] * n_bins + b, parts, n_classes * n_bins)
+
+
+def _check_bins(bins, n_bins: int) -> np.ndarray:
+    b = np.asarray(bins)
+    if b.ndim != 2 or b.dtype.kind not in "iu" or (b.size and (b.min() < 0 or b.max() >= n_bins)):
+        fail("bins", f"an (N, F) integer array of bin ids in 0..n_bins−1 = {n_bins - 1} (fedlib.noniid.quantile_bins)",
+             bins)
+    return b
+
+
+def _check_counts3(counts) -> np.ndarray:
+    a = np.asarray(counts)
+    if a.ndim != 3 or 0 in a.shape:
+        fail("counts", "a (K clients × F features × B bins) array of bin counts (fedlib.noniid.attribute_counts "
+             "or joint_counts)", counts)
+    for f in range(a.shape[1]):  # every feature's (K, B) slice is a valid histogram (noisy ones need not
+        _check_counts(a[:, f, :])  # sum to the same n_i across features)
+    return a.astype(np.float64)
+
+
+def psi_per_feature(counts, eps: float = EPS) -> np.ndarray:
+    """Attribute PSI per feature, shape (K, F): PSI_{i,f} = Σ_b (obs − exp)·ln(obs / exp), obs =
+    client i's pmf over the bins of feature f + ε, exp = the pooled pmf over those bins + ε — Eq. 1
+    with bins in place of classes (:func:`psi` of the (K, B) slice). ``counts``: (K, F, B)."""
+    a = _check_counts3(counts)
+    return np.column_stack([psi(a[:, f, :], eps) for f in range(a.shape[1])])
+
+
+def attribute_psi(counts, eps: float = EPS) -> np.ndarray:
+    """Client-level attribute PSI, shape (K,): the mean over features of :func:`psi_per_feature`
+    (a mean, not a sum, so that data sets with many features stay on the scale of label PSI;
+    PSI_i sums its classes because they partition one variable, the features do not)."""
+    return psi_per_feature(counts, eps).mean(axis=1)
+
+
+def wapsi(counts, eps: float = EPS) -> float:
+    """Sample-size weighted attribute PSI of the federation, as :func:`wpsi`: Σ_i n_i APSI_i / Σ_i n_i,
+    n_i the client's sample count (the sum of its first feature's bins). ``counts``: (K, F, B)
+    (attribute or joint counts)."""
+    a = _check_counts3(counts)
+    n = a[:, 0, :].sum(axis=1)
+    return float(np.dot(n, attribute_psi(a, eps)) / n.sum())

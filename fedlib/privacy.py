@@ -23,6 +23,15 @@ count is an integer, and with little noise (ε ≳ 3: |Lap(1/ε)| < 0.5 with pro
 1 − e^{−ε/2}) rounding returns most counts exactly, above all the zero counts on which PSI's
 1e-6 smoothing is most sensitive (notebook 04 measures both).
 
+Attribute and joint label–attribute histograms (issue 44, :func:`server_attribute_histograms`): a
+client sends F histograms, one per feature (attribute bins, or label × attribute-bin cells), each
+counting all its examples; adding or removing one example changes one count in each, so the
+(F, B) collection has L1 sensitivity F and Laplace noise of scale F/ε on every count is ε-DP
+(equivalently ε/F per feature, by composition). The client's size n_i, which the size feature
+and the down-weighting use, is then read off the noisy histograms (post-processing: free). The
+bin edges (the pooled quantiles) are treated as public, agreed before training; computed from
+the pooled data, as the workbook's simulation does, they are not covered by ε.
+
 Every client draws from its own generator, ``numpy.random.default_rng([seed, client_id])``,
 so a client's noise depends only on (seed, its id, ε): fedlib's methods and the Flower
 strategies (:mod:`fedlib.flower`), where each client adds its own noise, send the same noisy
@@ -35,7 +44,7 @@ import numpy as np
 from .validation import check_choice, check_int, check_number, check_seed, fail
 
 __all__ = ["laplace_counts", "noisy_label_counts", "postprocess_counts", "server_histograms", "SENSITIVITY",
-           "POSTPROCESS"]
+           "POSTPROCESS", "server_attribute_histograms"]
 
 POSTPROCESS = ("clip", "round")
 """The server's post-processing of the received histograms (module docstring)."""
@@ -120,3 +129,30 @@ def server_histograms(counts, epsilon: float | None, seed: int, postprocess: str
     if epsilon is None:
         return counts
     return postprocess_counts(noisy_label_counts(counts, epsilon, seed), postprocess)
+
+
+def server_attribute_histograms(counts, epsilon: float | None, seed: int, postprocess: str = "clip") -> np.ndarray:
+    """What the server computes attribute PSI from, shape (K, F, B): the exact ``counts`` when
+    ``epsilon`` is None (as float64), else every client's (F, B) histograms with Laplace noise of scale
+    F/ε on each count (sensitivity F, module docstring) — :func:`laplace_counts` of the flattened row
+    at ε/F, client i from ``default_rng([seed, i])`` — then ``postprocess`` per feature
+    (:func:`postprocess_counts`). ``counts``: (K, F, B) from :func:`fedlib.noniid.attribute_counts`
+    or :func:`fedlib.noniid.joint_counts`."""
+    try:
+        a = np.asarray(counts, dtype=np.float64)
+    except (TypeError, ValueError):
+        fail("counts", "a (K, F, B) array of non-negative bin counts", counts)
+    if a.ndim != 3 or a.size == 0 or not np.all(np.isfinite(a)) or np.any(a < 0):
+        fail("counts", "a non-empty (K clients × F features × B bins) array of finite non-negative counts", counts)
+    check_seed(seed)
+    check_choice(postprocess, "postprocess", POSTPROCESS)
+    if epsilon is None:
+        return a
+    eps = check_number(epsilon, "epsilon", 0, low_open=True)
+    k, f, b = a.shape
+    noisy = np.stack([laplace_counts(row.ravel(), eps / f, seed, i) for i, row in enumerate(a)]).reshape(k, f, b)
+    for j in range(f):  # a feature whose noisy histogram clipped to all zeros: uniform (PSI needs a non-empty row)
+        empty = noisy[:, j, :].sum(axis=1) == 0
+        noisy[empty, j, :] = 1.0 / b
+        noisy[:, j, :] = postprocess_counts(noisy[:, j, :], postprocess)
+    return noisy

@@ -31,6 +31,29 @@ received; 'round': rounded to integers, :func:`fedlib.privacy.postprocess_counts
 then records ``dp_epsilon`` (and ``dp_postprocess``) and only what was derived from the noisy
 histograms. ``dp_epsilon=None`` (the default) adds no noise: results are identical,
 bit for bit, to a run without the option.
+
+Beyond label skew (issue 44; Clust-PSI-PFL §V's extensions, options of the clustering step, τ by
+the silhouette as before). What the server learns, per option:
+
+* ``features='label'`` (default, the paper): client i's label histogram (C counts).
+* ``features='attribute'``: client i's attribute histograms — for each feature f (tabular: every
+  input column; images: the six summaries of :func:`fedlib.noniid.image_summaries`) the counts of
+  its train samples in each of ``n_bins`` quantile bins of the pooled marginal (F·B counts); no
+  label histogram. Descriptors [APSI_i, PSI_{i,1..F}] (:func:`fedlib.clustering.attribute_features`).
+* ``features='joint'``: per feature, the counts in each (class, bin) cell (F·C·B counts) — which
+  also reveal the label histogram and the attribute histograms (their margins).
+* ``size_feature=True``: ln n_i appended to the descriptors; n_i is read off the histograms sent
+  (nothing more is sent, but the server now uses the client's size).
+* ``downweight_small=True``: K-means and the silhouette weigh client i by min(1, n_i / median n)
+  (:func:`fedlib.clustering.small_client_weights`); again n_i from the histograms.
+
+``dp_epsilon`` applies to every option: Laplace noise on whatever histogram is sent, of scale 1/ε for
+the label histogram and F/ε for the F attribute or joint histograms (sensitivity F:
+:func:`fedlib.privacy.server_attribute_histograms`), so each client's message is ε-DP; n_i from the
+noisy histograms is post-processing. The quantile bin edges are treated as public (module
+docstring of :mod:`fedlib.privacy`). The attribute histograms need the clients' inputs, so
+:func:`run` computes them from ``ctx.fed`` (:func:`attribute_histograms`); fedlib.flower's strategy
+supports ``features='label'`` only.
 """
 from __future__ import annotations
 
@@ -38,12 +61,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..clustering import kmeans_labels, psi_features, select_n_clusters, standardise
-from ..privacy import POSTPROCESS, server_histograms
-from ..validation import check_choice, check_int, check_number, check_seed
+from ..clustering import (attribute_features, kmeans_labels, psi_features, select_n_clusters, small_client_weights,
+                          standardise, with_size_feature)
+from ..noniid import attribute_counts, image_summaries, joint_counts, quantile_bins
+from ..privacy import POSTPROCESS, server_attribute_histograms, server_histograms
+from ..validation import check_choice, check_int, check_number, check_seed, fail
 from .base import Context, Outcome, federated_averaging
 
 NAME = "clust_psi_pfl"
+FEATURES = ("label", "attribute", "joint")
+"""What the clustering step computes PSI over (module docstring: what the server learns)."""
 STREAMS_AVERAGE = True  # all its training goes through federated_averaging (FLConfig.stream_average)
 
 
@@ -56,6 +83,10 @@ class Hyper:
     dp_epsilon: float | None = None  # None: exact label counts; ε > 0: ε-DP Laplace noise on them (fedlib.privacy)
     dp_seed: int = 0                # the noise seed (client i draws from default_rng([dp_seed, i]))
     dp_postprocess: str = "clip"    # the server's post-processing of noisy counts: "clip" (as received) or "round"
+    features: str = "label"         # PSI over "label" histograms (the paper), "attribute" or "joint" label–attribute bins
+    n_bins: int = 10                # quantile bins per attribute ("attribute", "joint")
+    size_feature: bool = False      # append ln n_i to the descriptors
+    downweight_small: bool = False  # weigh client i by min(1, n_i / median n) in K-means and the silhouette
 
     def __post_init__(self):
         check_int(self.tau, "tau", 1, optional=True)
@@ -64,12 +95,41 @@ class Hyper:
         check_choice(self.dp_postprocess, "dp_postprocess", POSTPROCESS)
         check_choice(self.nonpositive_silhouette, "nonpositive_silhouette", ("argmax", "fedavg"))
         check_seed(self.kmeans_seed, "kmeans_seed")
+        check_choice(self.features, "features", FEATURES)
+        check_int(self.n_bins, "n_bins", 2)
+        check_choice(self.size_feature, "size_feature", (False, True))
+        check_choice(self.downweight_small, "downweight_small", (False, True))
         if self.n_init != "auto":
             check_int(self.n_init, "n_init", 1)
 
 
-def cluster_clients(counts_train, hp: Hyper) -> tuple[np.ndarray, dict]:
-    """Cluster assignment (K,) and a JSON-able info dict from train-split label counts.
+def attribute_histograms(x, y, parts, kind: str, n_bins: int, n_classes: int) -> np.ndarray:
+    """The histograms each client sends under ``features=kind``, shape (K, F, B) ('attribute') or
+    (K, F, C·B) ('joint'), from its train inputs.
+
+    ``x``: (N, …) inputs — images (N, C, H, W) are summarised by
+    :func:`fedlib.noniid.image_summaries` (F = 6), tabular rows (N, F) used as they are; ``y``:
+    (N,) labels; ``parts``: K non-empty train index arrays; the quantile bins are those of the
+    pooled train samples (:func:`fedlib.noniid.quantile_bins`).
+    """
+    check_choice(kind, "kind", FEATURES[1:])
+    a = np.asarray(x)
+    if a.ndim == 4:
+        a = image_summaries(a)
+    elif a.ndim != 2 or not np.issubdtype(a.dtype, np.floating):
+        fail("x", "float images (N, C, H, W) or tabular rows (N, F) (attribute PSI does not bin token ids)",
+             getattr(a, "shape", a))
+    rows = np.concatenate([np.asarray(p, dtype=np.int64) for p in parts])
+    local = np.split(np.arange(rows.size), np.cumsum([len(p) for p in parts])[:-1])
+    bins = quantile_bins(a[rows], n_bins)
+    if kind == "attribute":
+        return attribute_counts(bins, local, n_bins)
+    return joint_counts(np.asarray(y)[rows], bins, local, n_classes, n_bins)
+
+
+def cluster_clients(counts_train, hp: Hyper, histograms=None) -> tuple[np.ndarray, dict]:
+    """Cluster assignment (K,) and a JSON-able info dict from train-split label counts (or, with
+    ``hp.features`` 'attribute' / 'joint', from ``histograms`` (K, F, B), :func:`attribute_histograms`).
 
     ``counts_train`` (K, C) are the clients' true counts; with ``hp.dp_epsilon`` set, the PSI
     features and Algorithm 1 use :func:`fedlib.privacy.server_histograms` (counts_train,
@@ -77,19 +137,34 @@ def cluster_clients(counts_train, hp: Hyper) -> tuple[np.ndarray, dict]:
     and ``info['dp_epsilon']`` says so (with ``info['dp_postprocess']`` when it is not 'clip').
     (A caller whose counts are noisy already, e.g. fedlib.flower, passes ``dp_epsilon=None``.)
     """
-    counts_train = server_histograms(counts_train, hp.dp_epsilon, hp.dp_seed, hp.dp_postprocess)
     dp = {} if hp.dp_epsilon is None else {"dp_epsilon": float(hp.dp_epsilon)}
     if hp.dp_epsilon is not None and hp.dp_postprocess != "clip":
         dp["dp_postprocess"] = hp.dp_postprocess
-    feats = psi_features(counts_train)
+    if hp.features == "label":
+        counts_train = server_histograms(counts_train, hp.dp_epsilon, hp.dp_seed, hp.dp_postprocess)
+        feats = psi_features(counts_train)
+        sizes = np.asarray(counts_train, dtype=np.float64).sum(axis=1)
+    else:
+        if histograms is None:
+            fail("histograms", f"the clients' (K, F, B) {hp.features} histograms (attribute_histograms) for "
+                 f"features={hp.features!r}", None)
+        hist = server_attribute_histograms(histograms, hp.dp_epsilon, hp.dp_seed, hp.dp_postprocess)
+        feats = attribute_features(hist)
+        sizes = hist.sum(axis=2).mean(axis=1)  # n_i, averaged over the features (they differ under noise)
+        dp["features"] = hp.features
+    if hp.size_feature:
+        feats = with_size_feature(feats, np.maximum(sizes, 1e-12))
+    weights = small_client_weights(np.maximum(sizes, 1e-12)) if hp.downweight_small else None
+    if hp.size_feature or hp.downweight_small:
+        dp.update({"size_feature": hp.size_feature, "downweight_small": hp.downweight_small})
     if hp.tau is not None:
         k = len(feats)
         if not 1 <= hp.tau <= k:
             raise ValueError(f"tau must be in 1..K={k}, got {hp.tau}")
         labels = (np.zeros(k, np.int64) if hp.tau == 1
-                  else kmeans_labels(standardise(feats), hp.tau, hp.kmeans_seed, hp.n_init))
+                  else kmeans_labels(standardise(feats), hp.tau, hp.kmeans_seed, hp.n_init, weights))
         return labels, {"tau": int(labels.max() + 1), "tau_fixed": True, **dp}
-    sel = select_n_clusters(feats, seed=hp.kmeans_seed, n_init=hp.n_init)
+    sel = select_n_clusters(feats, seed=hp.kmeans_seed, n_init=hp.n_init, sample_weight=weights)
     info = {**dp,
         "tau": sel.tau,
         "silhouette_candidates": sel.candidates.tolist(),
@@ -108,7 +183,12 @@ def cluster_clients(counts_train, hp: Hyper) -> tuple[np.ndarray, dict]:
 
 
 def run(ctx: Context, hp: Hyper) -> Outcome:
-    labels, info = cluster_clients(ctx.counts_train, hp)
+    histograms = None
+    if hp.features != "label":  # each client bins its own train inputs (the server receives the counts only)
+        fed = ctx.fed
+        histograms = attribute_histograms(fed.x.cpu().numpy(), fed.y.cpu().numpy(), fed.train_parts, hp.features,
+                                          hp.n_bins, fed.n_classes)
+    labels, info = cluster_clients(ctx.counts_train, hp, histograms)
     groups = [np.flatnonzero(labels == c) for c in range(int(labels.max()) + 1)]
     out = federated_averaging(ctx, groups)
     out.info.update(info)
