@@ -48,11 +48,13 @@ def test_fedprism_tables_are_notebook_09s_grid():
                                              cfl_variants=p["cfl_variants"], fedamp_variants=p["fedamp_variants"], **common)
     assert tables[0] == expected
     assert {s.protocol for s in expected} == {"dirichlet_client"}
-    ablations = fedprism_study.ablation_specs(p["ablation_alpha"], p["n_clients"], p["seeds"], p["fl"],
-                                              components=p["components"], global_weights=p["global_weights"],
-                                              **common)
-    assert tables[1] + tables[2] == ablations
-    assert [fedprism_study.variant_of(s.to_dict()) for s in tables[1]] == p["components"]
+    args = (p["ablation_alpha"], p["n_clients"], p["seeds"], p["fl"])
+    assert tables[1] == fedprism_study.ablation_specs(*args, components=p["components"], global_weights=[],
+                                                      alpha_clips=p["alpha_clips"], **common)
+    assert tables[2] == fedprism_study.ablation_specs(*args, components=[], global_weights=p["global_weights"],
+                                                      **common)
+    assert [fedprism_study.variant_of(s.to_dict()) for s in tables[1]] == (
+        p["components"] + [f"clip={c}" for c in p["alpha_clips"]])
 
 
 @pytest.mark.parametrize("profile", ["smoke", "paper"])

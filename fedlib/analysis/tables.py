@@ -220,11 +220,11 @@ def to_markdown(table: pd.DataFrame, value: str = "mean", spread: str = "std") -
     return "\n\n".join(blocks)
 
 
-def frame_markdown(t: pd.DataFrame) -> str:
-    """A small frame as a Markdown table (floats with two decimals, NaN as "—")."""
+def frame_markdown(t: pd.DataFrame, digits: int = 2) -> str:
+    """A small frame as a Markdown table (floats with ``digits`` decimals, NaN as "—")."""
     head = "| " + " | ".join(map(str, t.columns)) + " |"
     sep = "|" + "---|" * len(t.columns)
-    body = ["| " + " | ".join(("—" if np.isnan(v) else f"{v:.2f}") if isinstance(v, float) else str(v)
+    body = ["| " + " | ".join(("—" if np.isnan(v) else f"{v:.{digits}f}") if isinstance(v, float) else str(v)
                               for v in row) + " |" for row in t.itertuples(index=False)]
     return "\n".join([head, sep, *body])
 
