@@ -152,6 +152,20 @@ def test_attribute_histograms_get_laplace_noise_of_scale_f_over_epsilon():
     assert info["dp_epsilon"] == 1.0
 
 
+def test_standardize_false_lets_the_size_column_recover_quantity_tiers():
+    # 10 classes of uneven sizes: the small tier's label histograms carry rounding noise in every class
+    # column; standardised, those columns weigh as much as ln n_i and hide the tiers
+    y = np.random.default_rng(0).integers(0, 10, 3000)
+    parts = P.quantity_skew(y, 15, 0.2, 0)
+    truth = P.planted_clusters("quantity_skew", 15, 0.2)
+    counts = P.label_counts(y, parts)
+    raw, info = cluster_clients(counts, Hyper(size_feature=True, standardize=False))
+    assert cluster_recovery(raw, truth) == 1.0 and info["standardize"] is False
+    assert cluster_recovery(cluster_clients(counts, Hyper(size_feature=True))[0], truth) < 0.5
+    with pytest.raises(ValueError, match="^standardize must be"):
+        Hyper(standardize="no")
+
+
 def test_hyper_options_are_validated_by_name():
     for bad, name in ((dict(features="pixels"), "features"), (dict(n_bins=1), "n_bins"),
                       (dict(size_feature="yes"), "size_feature"), (dict(downweight_small=1), "downweight_small")):
@@ -159,3 +173,32 @@ def test_hyper_options_are_validated_by_name():
             Hyper(**bad)
     with pytest.raises(ValueError, match="^histograms must be"):
         cluster_clients(np.ones((3, 2)), Hyper(features="attribute"))
+
+
+@pytest.mark.cross_cpu  # run() trains one round after clustering (the assignment does not depend on it)
+def test_run_computes_the_histograms_from_the_federations_train_inputs():
+    import sys
+    import os
+    sys.path.insert(0, os.path.dirname(__file__))
+    from fl_fixtures import digits
+    from fedlib.engine import Federation
+    from fedlib.methods import FLConfig
+    from fedlib.methods.base import Context
+    from fedlib.methods.clust_psi_pfl import run
+    from fedlib.models import build_model
+
+    x, y = digits()
+    parts = P.covariate_groups(y, 8, 4, 0)
+    truth = P.planted_clusters("rotated_groups", 8, 4)
+    x = P.transform_inputs(x.reshape(-1, 1, 8, 8), parts, P.transform_group_of_client("rotated_groups", 8, 4), "rot90")
+    train, test = P.train_test_split(parts, 0)
+    fed = Federation.from_arrays(x, y, train, test, "cpu", n_classes=10)
+    ctx = Context(fed=fed, model=build_model("logistic", 10, fed.input_shape), cfg=FLConfig(rounds=1, local_epochs=1),
+                  seed=0, counts_train=P.label_counts(y, train, 10), true_clusters=truth)
+    out = run(ctx, Hyper(features="joint", standardize=False))
+    assert out.info["features"] == "joint"
+    # run() bins the federation's train inputs exactly as attribute_histograms does
+    direct, _ = cluster_clients(ctx.counts_train, Hyper(features="joint", standardize=False),
+                                attribute_histograms(x, y, train, "joint", 10, 10))
+    np.testing.assert_array_equal(out.info["assignment"], direct)
+    assert out.info["tau"] > 1

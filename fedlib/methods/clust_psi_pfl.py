@@ -46,6 +46,11 @@ the silhouette as before). What the server learns, per option:
   (nothing more is sent, but the server now uses the client's size).
 * ``downweight_small=True``: K-means and the silhouette weigh client i by min(1, n_i / median n)
   (:func:`fedlib.clustering.small_client_weights`); again n_i from the histograms.
+* ``standardize=False`` (any features; nothing more is learnt): K-means on the descriptors as they
+  are, skipping Algorithm 1's step 4. Standardising gives every descriptor column unit variance,
+  so columns that carry only sampling noise (classes all clients share, the mean-intensity and s.d.
+  summaries under rotation, the ln n_i column beside 10 noise columns) weigh as much as the
+  informative ones; unstandardised, PSI's own scale keeps the large divergences in front.
 
 ``dp_epsilon`` applies to every option: Laplace noise on whatever histogram is sent, of scale 1/ε for
 the label histogram and F/ε for the F attribute or joint histograms (sensitivity F:
@@ -87,6 +92,7 @@ class Hyper:
     n_bins: int = 10                # quantile bins per attribute ("attribute", "joint")
     size_feature: bool = False      # append ln n_i to the descriptors
     downweight_small: bool = False  # weigh client i by min(1, n_i / median n) in K-means and the silhouette
+    standardize: bool = True        # Algorithm 1's step 4; False: K-means on the descriptors as they are
 
     def __post_init__(self):
         check_int(self.tau, "tau", 1, optional=True)
@@ -99,6 +105,7 @@ class Hyper:
         check_int(self.n_bins, "n_bins", 2)
         check_choice(self.size_feature, "size_feature", (False, True))
         check_choice(self.downweight_small, "downweight_small", (False, True))
+        check_choice(self.standardize, "standardize", (False, True))
         if self.n_init != "auto":
             check_int(self.n_init, "n_init", 1)
 
@@ -157,14 +164,18 @@ def cluster_clients(counts_train, hp: Hyper, histograms=None) -> tuple[np.ndarra
     weights = small_client_weights(np.maximum(sizes, 1e-12)) if hp.downweight_small else None
     if hp.size_feature or hp.downweight_small:
         dp.update({"size_feature": hp.size_feature, "downweight_small": hp.downweight_small})
+    if not hp.standardize:
+        dp["standardize"] = False
     if hp.tau is not None:
         k = len(feats)
         if not 1 <= hp.tau <= k:
             raise ValueError(f"tau must be in 1..K={k}, got {hp.tau}")
         labels = (np.zeros(k, np.int64) if hp.tau == 1
-                  else kmeans_labels(standardise(feats), hp.tau, hp.kmeans_seed, hp.n_init, weights))
+                  else kmeans_labels(standardise(feats) if hp.standardize else feats, hp.tau, hp.kmeans_seed,
+                                     hp.n_init, weights))
         return labels, {"tau": int(labels.max() + 1), "tau_fixed": True, **dp}
-    sel = select_n_clusters(feats, seed=hp.kmeans_seed, n_init=hp.n_init, sample_weight=weights)
+    sel = select_n_clusters(feats, seed=hp.kmeans_seed, n_init=hp.n_init, standardize=hp.standardize,
+                            sample_weight=weights)
     info = {**dp,
         "tau": sel.tau,
         "silhouette_candidates": sel.candidates.tolist(),
