@@ -123,6 +123,8 @@ class RunSpec:
         if self.protocol == "similarity" and not 0 <= float(self.level) <= 1:
             raise ValueError(f"S (level) must be in [0, 1] for the Similarity protocol, got {self.level}")
         check_int(self.n_clients, "n_clients", 1)
+        if P.PROTOCOLS[self.protocol].planted is not None:  # issue-44 protocols: the level's range, before any data
+            P.planted_clusters(self.protocol, int(self.n_clients), self.level)
         check_seed(self.seed)
         check_int(self.n_train, "n_train", 1, optional=True)
         if self.n_train is not None and int(self.n_train) < int(self.n_clients):

@@ -1068,8 +1068,17 @@ class _Protocol:
     planted: object = None
 
 
-def _planted_mod(kwarg: str, default: int):
-    return lambda k, level, **kw: tier_of_client(k, check_int(kw.get(kwarg, default), kwarg, 1))
+def _planted_mod(kwarg: str, default: int, level_name: str, high=None):
+    """i mod the protocol's group count (a keyword option); the level's range checked on the way
+    (RunSpec.validate calls this before any data is loaded)."""
+    def planted(k, level, **kw):
+        check_number(level, level_name, 0, high)
+        return tier_of_client(k, check_int(kw.get(kwarg, default), kwarg, 1))
+    return planted
+
+
+def _planted_groups(k, level, **kw):
+    return tier_of_client(k, check_int(level, "n_groups", 1, 4))
 
 
 def _planted_small(k, level, **kw):
@@ -1078,6 +1087,7 @@ def _planted_small(k, level, **kw):
 
 
 def _planted_joint(k, level, **kw):
+    check_int(level, "n_groups", 1, 4)
     n_label = check_int(kw.get("n_label_groups", 2), "n_label_groups", 1)
     return np.arange(k, dtype=np.int64) % n_label + n_label * ((np.arange(k, dtype=np.int64) // n_label) % int(level))
 
@@ -1093,16 +1103,16 @@ PROTOCOLS = {
     "iid_fraction_classes": _Protocol(iid_fraction_classes, "iid_fraction"),
     "iid_fraction_classes_1_2": _Protocol(iid_fraction_classes_1_2, "iid_fraction"),
     # issue 44: beyond label skew (every one plants groups)
-    "quantity_skew": _Protocol(quantity_skew, "sigma", planted=_planted_mod("n_tiers", 3)),
+    "quantity_skew": _Protocol(quantity_skew, "sigma", planted=_planted_mod("n_tiers", 3, "sigma")),
     "small_clients": _Protocol(small_clients, "small_share", planted=_planted_small),
     "attribute_skew": _Protocol(attribute_skew, "purity", needs_features=True,
-                                planted=_planted_mod("n_groups", 4)),
+                                planted=_planted_mod("n_groups", 4, "purity", 1)),
     "rotated_groups": _Protocol(covariate_groups, "n_groups", transform="rot90",
-                                planted=lambda k, level, **kw: tier_of_client(k, int(level))),
+                                planted=_planted_groups),
     "brightness_groups": _Protocol(covariate_groups, "n_groups", transform="brightness",
-                                   planted=lambda k, level, **kw: tier_of_client(k, int(level))),
+                                   planted=_planted_groups),
     "noise_groups": _Protocol(covariate_groups, "n_groups", transform="noise",
-                              planted=lambda k, level, **kw: tier_of_client(k, int(level))),
+                              planted=_planted_groups),
     "joint_label_rotation": _Protocol(joint_label_covariate, "n_groups", transform="rot90",
                                       planted=_planted_joint),
 }

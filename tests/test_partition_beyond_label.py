@@ -192,3 +192,12 @@ def test_rotated_fmnist_through_build_federation_turns_each_group():
     for i in range(8):
         idx = fed.train_parts[i]
         np.testing.assert_array_equal(fed.x[idx].numpy(), np.rot90(x0[idx], k=i % 4, axes=(2, 3)))
+
+
+@pytest.mark.parametrize("protocol, level, name", [
+    ("quantity_skew", -0.5, "sigma"), ("attribute_skew", 1.5, "purity"), ("small_clients", 1.0, "small_share"),
+    ("rotated_groups", 5, "n_groups"), ("joint_label_rotation", 0, "level"),
+])
+def test_runspec_refuses_an_out_of_range_level_before_loading_data(protocol, level, name):
+    with pytest.raises(ValueError, match=f"^{name} must be"):
+        RunSpec(dataset="adult", protocol=protocol, level=level, n_clients=8, seed=0, method="fedavg").validate()
