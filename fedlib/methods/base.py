@@ -241,7 +241,8 @@ class Context:
         protocols: client i → i mod n_clusters); a clear error where the partition has none."""
         if self.true_clusters is None:
             fail("true_clusters", "the partition's planted cluster of every client (only the "
-                 "'pathological_clusters' and 'noisy_clusters' protocols plant clusters)", None)
+                 "'pathological_clusters' and 'noisy_clusters' protocols and issue 44's beyond-label-skew protocols, "
+                 "fedlib.partition.PROTOCOL_ISSUE_44, plant clusters)", None)
         return np.asarray(self.true_clusters, dtype=np.int64)
 
     @property
