@@ -277,3 +277,28 @@ def test_psi_pfl_rows_at_the_most_heterogeneous_alpha_that_ran_pass_over_an_infe
     assert ran["values"] == pytest.approx([1.0])  # α = 0.7, not 50: (8 - 4) / 4
     assert ran.verdict == "differs" and ran.reason == "stand_in_dataset" and "smallest α" in ran.why
     assert ran.why.endswith("read at α=0.7")
+
+
+def test_cross_paper_section_counts_the_committed_runs_and_invents_no_number(tmp_path):
+    import json
+
+    import yaml
+
+    from fedlib.analysis import cross_paper as X
+    from fedlib.experiment import record_path
+
+    lines = report.cross_paper_markdown(tmp_path)
+    p = yaml.safe_load(report.CROSS_PAPER_PARAMS.read_text())
+    specs = X.notebook_grid(**{k: p[k] for k in X.GRID_PARAMS})["cross"]
+    assert f"0 of {len(specs)} runs recorded." in " ".join(lines)
+    assert "paper_grid.py cross-paper" in lines[-1]
+    (tmp_path / "cross_paper").mkdir()
+    s = specs[0]
+    record_path(tmp_path / "cross_paper", s).write_text(json.dumps(
+        {"key": s.key(), "spec": s.to_dict(), "status": "infeasible", "error": "too few samples"}))
+    lines = report.cross_paper_markdown(tmp_path)
+    assert f"1 of {len(specs)} runs recorded." in " ".join(lines)
+    table = lines[-1]
+    assert table.startswith("| method |") and X.partition_of(s.protocol, s.level) in table.splitlines()[0]
+    row = [ln for ln in table.splitlines() if ln.startswith(f"| {s.method} |")][0]
+    assert set(row.strip("| ").split(" | ")[1:]) == {"—"}  # an infeasible run is no number
