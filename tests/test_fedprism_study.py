@@ -213,3 +213,15 @@ def test_alpha_gamma_table_summarises_the_trace_by_clip_and_round():
     assert paper.loc[3, "γ min"] == pytest.approx(-0.06) and paper.loc[3, "α max"] == pytest.approx(0.96)
     with pytest.raises(ValueError, match="every"):
         S.alpha_gamma_table(recs, every=0)
+
+
+def test_private_part_lines_compare_full_and_no_p_at_the_ablation_alpha_only():
+    recs = [record("fedprism", 0.1, [0.9, 0.9], 0.8), record("fedprism", 0.5, [0.1, 0.1], 0.1),
+            record("fedprism", 0.1, [0.7, 0.9], 0.6, hyper={"components": "global_cluster"})]
+    for r in recs:
+        r["info"]["alpha_trace"] = [{"round": 1, "alpha_mean": 0.9, "alpha_min": 0.9, "alpha_max": 0.9,
+                                     "gamma_mean": 0.0, "gamma_min": 0.0, "gamma_max": 0.0, "at_cap": 1.0}]
+    lines = S.private_part_lines(recs)
+    assert lines[-1] == ("α_Dir = 0.1: full FedPrism vs without P (global + cluster): Loc 90.00 (n = 1) vs "
+                         "80.00 (n = 1), Glob 80.00 (n = 1) vs 60.00 (n = 1)")  # α_Dir = 0.5's full run left out
+    assert lines[0].startswith("α clipped to [0, 1 − β]") and "averages at most 0.0000" in lines[0]

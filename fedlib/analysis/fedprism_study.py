@@ -316,10 +316,13 @@ def private_part_lines(records) -> list[str]:
                      f"{int(g['round'].max())} rounds, {int(g.seeds.max())} seed(s))")
     df = accuracy_frame(records)
     ok = df[(df.method == "fedprism") & (df.status == "ok")]
-    full, no_p = ok[ok.variant == "full"], ok[ok.variant == "global_cluster"]
-    if len(full) and len(no_p):
-        lines.append(f"Full FedPrism vs without P (global + cluster): Loc {_cell(full['local'])} vs "
-                     f"{_cell(no_p['local'])}, Glob {_cell(full['global'])} vs {_cell(no_p['global'])}")
+    for level in sorted(set(ok.level[ok.variant == "global_cluster"])):  # Table 9's α: the same partitions
+        at = ok[np.isclose(ok.level, level)]
+        full, no_p = at[at.variant == "full"], at[at.variant == "global_cluster"]
+        if len(full):
+            lines.append(f"α_Dir = {level:g}: full FedPrism vs without P (global + cluster): Loc "
+                         f"{_cell(full['local'])} vs {_cell(no_p['local'])}, Glob {_cell(full['global'])} vs "
+                         f"{_cell(no_p['global'])}")
     return lines
 
 
