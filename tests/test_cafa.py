@@ -509,7 +509,7 @@ def test_the_report_reads_cafa_training_records_of_the_authors_protocol(tmp_path
     from fedlib.analysis.report_cells import cells
 
     official, pooled = [0.5] * 29 + [0.9] + [0.6] * 120, [0.99] * 150
-    rec = _record("cafa", 0, official, pooled, fl=S.AUTHORS_FL)
+    rec = _record("cafa", 0, official, pooled, fl=S.AUTHORS_FL, level=0.0)  # IID share 0, as the grid
     rec["spec"]["fl"] = dict(S.AUTHORS_FL)
     (tmp_path / "cafa" / "training").mkdir(parents=True)
     (tmp_path / "cafa" / "training" / "r.json").write_text(json.dumps(rec))

@@ -36,7 +36,7 @@ def running_task_pids() -> list[int]:
 
 def comparable(record: dict) -> dict:
     """A record without what legitimately differs between two executions (time, versions, host)."""
-    return {k: v for k, v in record.items() if k not in ("seconds", "versions", "host")}
+    return {k: v for k, v in record.items() if k not in ("seconds", "cpu_seconds", "versions", "host")}
 
 
 @pytest.mark.slow

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 import time
 import warnings
 
@@ -11,7 +12,7 @@ from .client import make_client_app
 from .setup import check_spec, initial_state, spec_context
 from .strategies import STRATEGIES, _Strategy
 
-__all__ = ["simulate", "backend_config"]
+__all__ = ["simulate", "backend_config", "retry_ray_startup", "startup_timed_out"]
 
 
 def backend_config(num_cpus: int = 2, client_cpus: int = 1) -> dict:
@@ -76,12 +77,50 @@ def simulate(strategies, spec, *, num_cpus: int = 2, client_dp_seed: int | None 
 
     t0 = time.perf_counter()
     client_app = client_app if client_app is not None else make_client_app(spec, dp_seed=client_dp_seed)
-    _run_quietly(simulation, app, client_app, n_clients, num_cpus, verbose)
+
+    def attempt():
+        results.clear()
+        _run_quietly(simulation, app, client_app, n_clients, num_cpus, verbose)
+
+    retry_ray_startup(attempt)
     if len(results) != len(todo):
         raise RuntimeError(f"the Flower simulation finished {len(results)} of {len(todo)} strategies")
     for r in results:
         r["wall_seconds"] = time.perf_counter() - t0
     return results[0] if single else results
+
+
+def startup_timed_out(exc: BaseException) -> bool:
+    """Whether ``exc`` or an exception it was raised from (``__cause__``/``__context__``) is Ray's
+    local node missing its fixed 30 s registration window (:data:`fedlib.ray_grid.STARTUP_TIMEOUT`):
+    Flower's simulation wraps it in two RuntimeErrors."""
+    from ..ray_grid import STARTUP_TIMEOUT
+
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if STARTUP_TIMEOUT in str(exc):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def retry_ray_startup(fn, attempts: int | None = None):
+    """``fn()``, called again (up to ``attempts``, default :data:`fedlib.ray_grid.START_ATTEMPTS`
+    times in all) when it fails because the local Ray node did not start in time on a busy
+    machine (:func:`startup_timed_out`), as :func:`fedlib.ray_grid.ray_session` does for grids;
+    any other error, or the last attempt's, is raised."""
+    from ..ray_grid import START_ATTEMPTS
+
+    attempts = START_ATTEMPTS if attempts is None else attempts
+    for i in range(1, attempts + 1):
+        try:
+            return fn()
+        except Exception as e:  # noqa: BLE001 - re-raised unless it is Ray's start-up timeout
+            if i == attempts or not startup_timed_out(e):
+                raise
+            print(f"fedlib.flower: the local Ray node did not register within Ray's 30 s (attempt {i} of "
+                  f"{attempts}; a busy machine); starting the simulation again", file=sys.stderr)
 
 
 def _run_quietly(simulation, server_app, client_app, n_clients: int, num_cpus: int, verbose: bool) -> None:
