@@ -16,7 +16,7 @@ NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
 # and only those whose notebook, parameters, fedlib or records changed since their last run.
 EXECUTED := build/executed/$(PROFILE)
 # The longest notebooks first, so that the two lanes finish together; then the others in order.
-LONGEST_FIRST := $(filter $(patsubst notebooks/%.ipynb,%,$(NOTEBOOKS)),05_training 10_pfedlia 09_fedprism 11_cross_paper 04_cluster_selection 07_psi_pfl 08_cafa)
+LONGEST_FIRST := $(filter $(patsubst notebooks/%.ipynb,%,$(NOTEBOOKS)),05_training 10_pfedlia 09_fedprism 11_cross_paper 12_beyond_label_skew 04_cluster_selection 07_psi_pfl 08_cafa)
 EXECUTED_NOTEBOOKS := $(patsubst %,$(EXECUTED)/%.ipynb,$(LONGEST_FIRST)) \
   $(filter-out $(patsubst %,$(EXECUTED)/%.ipynb,$(LONGEST_FIRST)),$(patsubst notebooks/%,$(EXECUTED)/%,$(NOTEBOOKS)))
 FEDLIB_SOURCES := $(shell find fedlib -name '*.py') pyproject.toml
@@ -78,13 +78,14 @@ workbook: setup data
 
 executed-notebooks: $(EXECUTED_NOTEBOOKS)
 
-# Notebook 06 reads the grid notebook 05 trains; the report, notebooks 09 and 10 and notebook 11 (paper profile)
+# Notebook 06 reads the grid notebook 05 trains; the report, notebooks 09 and 10 and notebooks 11 and 12 (paper profile)
 # read the committed records.
 $(EXECUTED)/06_tables_and_ecdfs.ipynb: $(EXECUTED)/05_training.ipynb
 $(EXECUTED)/00_report.ipynb: $(RECORDS)
 $(EXECUTED)/09_fedprism.ipynb: $(RECORDS)
 $(EXECUTED)/10_pfedlia.ipynb: $(RECORDS)
 $(EXECUTED)/11_cross_paper.ipynb: $(RECORDS)
+$(EXECUTED)/12_beyond_label_skew.ipynb: $(RECORDS)
 
 # A notebook's executed copy appears only when papermill succeeded (a failed run's copy is left in
 # $(EXECUTED)/failed/ to read), so a later `make workbook` re-runs exactly the failed ones.

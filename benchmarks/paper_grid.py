@@ -22,6 +22,7 @@ Tables::
     fedprism-table11   FedPrism Table 11: the initial global weights (FedPrism at the ablation α)
     pfedlia-table1     pFedLIA Table I and the cluster-recovery table: methods × settings × seeds
     cross-paper        notebook 11: every method on every seed paper's partition × seeds (--settings: protocols)
+    beyond-label       notebook 12: the variants × the partitions beyond label skew × seeds (--settings: protocols)
 
 Usage::
 
@@ -35,10 +36,12 @@ Usage::
         --settings pathological_clusters
     python benchmarks/paper_grid.py cross-paper --out benchmarks/records/cross_paper --workers 2 \\
         --settings similarity noisy_clusters
+    python benchmarks/paper_grid.py beyond-label --out benchmarks/records/beyond_label --seeds 0 \\
+        --settings rotated_groups
 
 Filters (each optional, each value must be in the table's grid, else the command fails before
 any work): ``--seeds``, ``--methods`` (the method names of the specs: ``cfl`` selects every CFL
-row, ``fedamp`` both attentions), ``--alphas`` (FedPrism's and PSI-PFL's Dirichlet α), ``--datasets`` and ``--n-clients`` (PSI-PFL's), ``--settings`` (pFedLIA's partitions; cross-paper's partition protocols),
+row, ``fedamp`` both attentions), ``--alphas`` (FedPrism's and PSI-PFL's Dirichlet α), ``--datasets`` and ``--n-clients`` (PSI-PFL's), ``--settings`` (pFedLIA's partitions; cross-paper's and beyond-label's partition protocols),
 ``--iid-fractions`` (CAFA's training partitions' IID shares). ``--list``
 prints the filtered runs and exits. ``--workers N`` computes N runs at once, in N processes
 (each on ``max(1, cores // N)`` torch threads) sharing the folder.
@@ -69,11 +72,13 @@ TABLES = {
     "fedprism-table11": ("09_fedprism", "table11"),
     "pfedlia-table1": ("10_pfedlia", "table1"),
     "cross-paper": ("11_cross_paper", "cross"),
+    "beyond-label": ("12_beyond_label_skew", "study"),
 }
 _FILTERS = {"07_psi_pfl": ("seeds", "methods", "alphas", "datasets", "n_clients"),
             "08_cafa": ("seeds", "methods", "iid_fractions"), "09_fedprism": ("seeds", "methods", "alphas"),
             "10_pfedlia": ("seeds", "methods", "settings"),
-            "11_cross_paper": ("seeds", "methods", "settings")}
+            "11_cross_paper": ("seeds", "methods", "settings"),
+            "12_beyond_label_skew": ("seeds", "methods", "settings", "datasets")}
 
 
 def notebook_of(table: str) -> str:
@@ -84,10 +89,10 @@ def notebook_of(table: str) -> str:
 
 
 def _study(notebook: str):
-    from fedlib.analysis import cafa_study, cross_paper, fedprism_study, pfedlia_study, psi_pfl_study
+    from fedlib.analysis import beyond_label, cafa_study, cross_paper, fedprism_study, pfedlia_study, psi_pfl_study
 
     return {"07_psi_pfl": psi_pfl_study, "08_cafa": cafa_study, "09_fedprism": fedprism_study, "10_pfedlia": pfedlia_study,
-            "11_cross_paper": cross_paper}[notebook]
+            "11_cross_paper": cross_paper, "12_beyond_label_skew": beyond_label}[notebook]
 
 
 def load_params(notebook: str, path=None) -> dict:
@@ -143,10 +148,13 @@ def select(table: str, params: dict, *, seeds=None, methods=None, alphas=None, s
 
 def describe(spec) -> str:
     """One run as the progress lines name it: setting, row (the study's label) and seed."""
-    from fedlib.analysis import fedprism_study, pfedlia_study
+    from fedlib.analysis import beyond_label, fedprism_study, pfedlia_study
+    from fedlib.partition import PROTOCOL_ISSUE_44
 
     d = spec.to_dict()
-    if spec.method == "fedprism":
+    if spec.protocol in PROTOCOL_ISSUE_44:
+        row = beyond_label.variant_of(d)
+    elif spec.method == "fedprism":
         row = f"fedprism ({fedprism_study.variant_of(d)})"
     elif spec.protocol in pfedlia_study.SETTINGS:
         row = pfedlia_study.method_label(d)

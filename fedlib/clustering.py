@@ -24,10 +24,10 @@ from sklearn.cluster import KMeans
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import silhouette_samples, silhouette_score
 
-from .noniid import EPS, attribute_psi, psi, psi_per_class, psi_per_feature
+from .noniid import EPS, attribute_psi, psi, psi_per_bin, psi_per_class, psi_per_feature
 from .validation import check_choice, check_int, check_number, check_seed, fail
 
-__all__ = ["psi_features", "attribute_features", "with_size_feature", "small_client_weights", "standardise",
+__all__ = ["psi_features", "ATTRIBUTE_TERMS", "attribute_features", "with_size_feature", "small_client_weights", "standardise",
            "ClusterSelection", "select_n_clusters", "kmeans_labels"]
 
 TIE_TOL = 1e-9
@@ -39,12 +39,24 @@ def psi_features(counts, eps: float = EPS) -> np.ndarray:
     return np.column_stack([psi(counts, eps), psi_per_class(counts, eps)])
 
 
-def attribute_features(counts, eps: float = EPS) -> np.ndarray:
-    """Client descriptors from attribute (or joint label–attribute) histograms, shape (K, F+1):
-    [APSI_i, PSI_{i,1}, …, PSI_{i,F}] (:func:`fedlib.noniid.attribute_psi`,
-    :func:`fedlib.noniid.psi_per_feature`) — the attribute analogue of :func:`psi_features`, the
-    features in place of the classes. ``counts``: (K, F, B)."""
-    return np.column_stack([attribute_psi(counts, eps), psi_per_feature(counts, eps)])
+ATTRIBUTE_TERMS = ("feature", "bin")
+"""The descriptor columns of :func:`attribute_features` after APSI_i."""
+
+
+def attribute_features(counts, eps: float = EPS, terms: str = "feature") -> np.ndarray:
+    """Client descriptors from attribute (or joint label–attribute) histograms ``counts`` (K, F, B).
+
+    * ``terms='feature'``: shape (K, F+1), [APSI_i, PSI_{i,1}, …, PSI_{i,F}]
+      (:func:`fedlib.noniid.attribute_psi`, :func:`fedlib.noniid.psi_per_feature`) — the features in
+      place of the classes. A feature's PSI is a magnitude: clients skewed towards different bins
+      of the same feature (young vs old) get the same value.
+    * ``terms='bin'``: shape (K, F·B+1), [APSI_i, PSI_{i,f,b} …] (:func:`fedlib.noniid.psi_per_bin`) —
+      the bins in place of the classes, as label PSI's per-class terms keep which classes a client
+      over-holds.
+    """
+    check_choice(terms, "terms", ATTRIBUTE_TERMS)
+    cols = psi_per_feature(counts, eps) if terms == "feature" else psi_per_bin(counts, eps)
+    return np.column_stack([attribute_psi(counts, eps), cols])
 
 
 def with_size_feature(features, sizes) -> np.ndarray:

@@ -36,7 +36,7 @@ from .noniid import wpsi
 from .reproduction import REPRODUCTIONS, Settings, reported_accuracy, runs_differently, settings_for
 from .validation import check_choice, check_int, check_number, check_seed, fail
 
-__all__ = ["RunSpec", "run", "run_grid", "grid_specs", "load_records", "record_path", "build_federation",
+__all__ = ["RunSpec", "run", "run_grid", "grid_specs", "load_records", "record_path", "present_records", "build_federation",
            "build_context", "write_manifest", "load_grid"]
 
 RECORD_VERSION = 1
@@ -706,6 +706,17 @@ def write_manifest(results_dir, specs, name: str = "manifest.json") -> Path:
     path = Path(results_dir) / name
     _write_atomic(path, {"keys": [s.key() for s in specs]})  # a unique temporary per writer
     return path
+
+
+def present_records(specs, folder) -> tuple[list[dict], list[RunSpec]]:
+    """The finished records of ``specs`` in ``folder`` (the committed paper-grid records: read,
+    never trained) and the specs that have none there yet, in the order of ``specs``."""
+    found, missing = [], []
+    for s in specs:
+        path = record_path(Path(folder), s)
+        rec = json.loads(path.read_text()) if path.is_file() else None
+        (found.append(rec) if rec is not None and rec.get("status") in FINISHED else missing.append(s))
+    return found, missing
 
 
 def load_grid(results_dir, name: str = "manifest.json") -> list[dict]:

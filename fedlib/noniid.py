@@ -50,7 +50,7 @@ __all__ = [
     "federation_metrics",
     "METRIC_NAMES",
     "IMAGE_SUMMARIES",
-    "image_summaries",
+    "image_summaries", "psi_per_bin",
     "quantile_bins",
     "attribute_counts",
     "joint_counts",
@@ -340,6 +340,16 @@ def psi_per_feature(counts, eps: float = EPS) -> np.ndarray:
     with bins in place of classes (:func:`psi` of the (K, B) slice). ``counts``: (K, F, B)."""
     a = _check_counts3(counts)
     return np.column_stack([psi(a[:, f, :], eps) for f in range(a.shape[1])])
+
+
+def psi_per_bin(counts, eps: float = EPS) -> np.ndarray:
+    """Attribute PSI terms per (feature, bin), shape (K, F·B), feature-major: entry (i, f·B + b) is
+    (obs − exp)·ln(obs / exp) of bin b of feature f — :func:`psi_per_class` of each feature's (K, B)
+    slice, bins in place of classes. Unlike :func:`psi_per_feature` (their sum per feature) these
+    keep *which* bins a client over-holds, so clients skewed towards different bins of one feature
+    (young vs old) differ. ``counts``: (K, F, B)."""
+    a = _check_counts3(counts)
+    return np.column_stack([psi_per_class(a[:, f, :], eps) for f in range(a.shape[1])])
 
 
 def attribute_psi(counts, eps: float = EPS) -> np.ndarray:

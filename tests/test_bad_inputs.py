@@ -147,6 +147,7 @@ BASE = {
     N.joint_counts: dict(labels=np.array([0, 1]), bins=np.array([[0], [1]]), parts=[np.array([0]), np.array([1])],
                          n_classes=2, n_bins=2),
     N.psi_per_feature: dict(counts=HIST3),
+    N.psi_per_bin: dict(counts=HIST3),
     N.attribute_psi: dict(counts=HIST3),
     N.wapsi: dict(counts=HIST3),
     C.attribute_features: dict(counts=HIST3),
@@ -261,9 +262,11 @@ CASES = [
     (N.attribute_counts, dict(n_bins=1), "bins", "array([[0],"),
     (N.joint_counts, dict(labels=np.array([0, 2])), "labels", "array([0, 2])"),
     (N.psi_per_feature, dict(counts=[[1, 2]]), "counts"),
+    (N.psi_per_bin, dict(counts=[[1, 2]]), "counts"),
     (N.attribute_psi, dict(eps="1e-6"), "eps"),
     (N.wapsi, dict(counts=[1, 2]), "counts"),
     (C.attribute_features, dict(counts=[[1]]), "counts"),
+    (C.attribute_features, dict(terms="cells"), "terms", "'cells'"),
     (C.with_size_feature, dict(sizes=[1, 2]), "sizes"),
     (C.small_client_weights, dict(reference=0), "reference"),
     (Pv.server_attribute_histograms, dict(epsilon=0.0), "epsilon"),
@@ -436,7 +439,7 @@ EXEMPT = {
     "gather",
     # paths and files only: nothing but a folder or a spec to pass, and the spec is validated
     # by RunSpec.validate (covered above) wherever a run starts
-    "record_path", "load_records", "write_manifest", "load_grid",
+    "record_path", "load_records", "write_manifest", "load_grid", "present_records",
     # build_federation(spec): loads the data set (seconds), then partitions through
     # fedlib.partition.partition (covered above); run() validates the spec before calling it;
     # build_context(spec) is build_federation plus the model of the (validated) spec

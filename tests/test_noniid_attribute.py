@@ -202,3 +202,31 @@ def test_run_computes_the_histograms_from_the_federations_train_inputs():
                                 attribute_histograms(x, y, train, "joint", 10, 10))
     np.testing.assert_array_equal(out.info["assignment"], direct)
     assert out.info["tau"] > 1
+
+
+def test_per_bin_terms_keep_which_bins_a_client_over_holds():
+    from fedlib.noniid import psi_per_bin, psi_per_class, psi_per_feature
+    # one feature, 4 bins; client 0 holds the low bins, client 1 the high ones, client 2 the pool's mix
+    hist = np.array([[[40, 40, 10, 10]], [[10, 10, 40, 40]], [[25, 25, 25, 25]]], dtype=float)
+    per_feature = psi_per_feature(hist)
+    assert per_feature[0, 0] == pytest.approx(per_feature[1, 0])  # equally far from the pool: one magnitude
+    terms = psi_per_bin(hist)
+    assert terms.shape == (3, 4)
+    np.testing.assert_allclose(terms, psi_per_class(hist[:, 0, :]))  # label PSI's per-class terms, bins for classes
+    np.testing.assert_allclose(terms.sum(axis=1), per_feature[:, 0])
+    assert not np.allclose(terms[0], terms[1])  # the per-bin terms tell the two apart
+    feats = attribute_features(hist, terms="bin")
+    assert feats.shape == (3, 5) and np.allclose(feats[:, 1:], terms)
+    assert attribute_features(hist).shape == (3, 2)
+    # two planted groups on opposite sides of one feature: per feature one cluster, per bin both
+    groups = np.repeat(hist[:2], 4, axis=0) + 0.2 * (np.arange(8) % 2)[:, None, None]  # 8 clients, small jitter
+    truth = np.repeat([0, 1], 4)
+    lab, info = cluster_clients(np.ones((8, 2)), Hyper(features="attribute", attribute_terms="bin", tau=2,
+                                                       standardize=False), groups)
+    assert cluster_recovery(lab, truth) == 1.0 and info["attribute_terms"] == "bin"
+    lab, _ = cluster_clients(np.ones((8, 2)), Hyper(features="attribute", tau=2, standardize=False), groups)
+    assert cluster_recovery(lab, truth) < 0.5  # per feature the two sides look alike
+    with pytest.raises(ValueError, match="^attribute_terms must be"):
+        Hyper(attribute_terms="cell")
+    with pytest.raises(ValueError, match="^terms must be"):
+        attribute_features(hist, terms="cells")

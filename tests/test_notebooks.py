@@ -11,7 +11,7 @@ NOTEBOOKS = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb
 
 
 def test_the_numbered_notebooks_exist():
-    assert [n[:2] for n in NOTEBOOKS] == ["00", "01", "02", "03", "04", "05", "06", "07", "08", "09", "10", "11"]
+    assert [n[:2] for n in NOTEBOOKS] == ["00", "01", "02", "03", "04", "05", "06", "07", "08", "09", "10", "11", "12"]
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedlib.analysis import cafa_study, cross_paper, fedprism_study, pfedlia_study, psi_pfl_study
+from fedlib.analysis import beyond_label, cafa_study, cross_paper, fedprism_study, pfedlia_study, psi_pfl_study
 from fedlib.experiment import load_records
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,7 +26,8 @@ def _script():
 
 
 @pytest.mark.parametrize("study, name", [(psi_pfl_study, "07_psi_pfl"), (cafa_study, "08_cafa"), (fedprism_study, "09_fedprism"),
-                                         (pfedlia_study, "10_pfedlia"), (cross_paper, "11_cross_paper")])
+                                         (pfedlia_study, "10_pfedlia"), (cross_paper, "11_cross_paper"),
+                                         (beyond_label, "12_beyond_label_skew")])
 def test_grid_params_are_the_notebook_params_and_the_grid_functions_keywords(study, name):
     keywords = [p.name for p in inspect.signature(study.notebook_grid).parameters.values()
                 if p.kind is inspect.Parameter.KEYWORD_ONLY]
@@ -160,6 +161,21 @@ def test_cross_paper_table_is_notebook_11s_grid_filtered_by_protocol():
     assert {s.protocol for s in pg.select("cross-paper", p, methods=["oracle"])} == {"pathological_clusters"}
     with pytest.raises(ValueError, match=r"--settings must be one of .*got 'shards'"):
         pg.select("cross-paper", p, settings=["shards"])
+
+
+def test_beyond_label_table_is_notebook_12s_grid_filtered_by_protocol_and_dataset():
+    """beyond-label is notebook 12's grid; --settings keeps a partition protocol (every small-client
+    share for 'small_clients'), --datasets adult keeps the age partition only, and progress lines
+    name the study's variant."""
+    p = yaml.safe_load((ROOT / "params" / "smoke" / "12_beyond_label_skew.yaml").read_text())
+    pg = _script()
+    expected = beyond_label.notebook_grid(**{k: p[k] for k in beyond_label.GRID_PARAMS})["study"]
+    assert pg.select("beyond-label", p) == expected
+    small = pg.select("beyond-label", p, settings=["small_clients"], methods=["fedavg"])
+    assert sorted(s.level for s in small) == sorted(p["small_shares"]) and {s.method for s in small} == {"fedavg"}
+    assert {s.protocol for s in pg.select("beyond-label", p, datasets=["adult"])} == {"attribute_skew"}
+    rot = pg.select("beyond-label", p, settings=["rotated_groups"], methods=["clust_psi_pfl"])
+    assert [pg.describe(s).split()[3] for s in rot] == [v for v in p["variants"] if v.startswith("psi_")]
 
 
 @pytest.mark.parametrize("table, kwargs, match", [

@@ -302,3 +302,30 @@ def test_cross_paper_section_counts_the_committed_runs_and_invents_no_number(tmp
     assert table.startswith("| method |") and X.partition_of(s.protocol, s.level) in table.splitlines()[0]
     row = [ln for ln in table.splitlines() if ln.startswith(f"| {s.method} |")][0]
     assert set(row.strip("| ").split(" | ")[1:]) == {"—"}  # an infeasible run is no number
+
+
+def test_beyond_label_section_counts_the_committed_runs_and_reads_the_answer_from_them(tmp_path):
+    import json
+
+    import numpy as np
+    import yaml
+
+    from fedlib import partition as P
+    from fedlib.analysis import beyond_label as B
+    from fedlib.experiment import record_path
+
+    lines = report.beyond_label_markdown(tmp_path)
+    p = yaml.safe_load(report.BEYOND_LABEL_PARAMS.read_text())
+    specs = B.notebook_grid(**{k: p[k] for k in B.GRID_PARAMS})["study"]
+    assert f"0 of {len(specs)} runs recorded." in " ".join(lines) and "paper_grid.py beyond-label" in lines[-1]
+    (tmp_path / "beyond_label").mkdir()
+    rot = {B.variant_of(s.to_dict()): s for s in specs if s.protocol == "rotated_groups" and s.seed == 0}
+    truth = P.planted_clusters("rotated_groups", 100, 4)
+    for s, grouping in ((rot["psi_label"], np.zeros(100, int)), (rot["psi_joint"], truth)):
+        record_path(tmp_path / "beyond_label", s).write_text(json.dumps(
+            {"key": s.key(), "spec": s.to_dict(), "status": "ok", "local_accuracy": [0.5] * 100,
+             "global_accuracy": 0.5, "info": {"assignment": grouping.tolist()}}))
+    lines = report.beyond_label_markdown(tmp_path)
+    assert f"2 of {len(specs)} runs recorded." in " ".join(lines)
+    row = [ln for ln in lines[-1].splitlines() if B.PARTITIONS["rotated"].label in ln][0]
+    assert "| 0.00 | cannot separate | joint label–attribute PSI | 1.00 | recovers |" in row

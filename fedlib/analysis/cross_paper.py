@@ -57,7 +57,7 @@ import pandas as pd
 
 from .. import partition as P
 from ..evaluation import cluster_recovery
-from ..experiment import RunSpec, grid_specs
+from ..experiment import RunSpec, grid_specs, present_records
 from ..methods import DISPLAY_NAMES, METHODS, get_method
 from ..validation import check_choice, check_int, check_number, fail
 from .tables import frame_markdown as table_markdown, records_frame
@@ -144,22 +144,6 @@ def notebook_grid(*, dataset: str, n_train, n_global_test, partitions, n_clients
     every method on every partition (:func:`training_specs`)."""
     return {"cross": training_specs(partitions, n_clients, seeds, methods, fl, hyper=hyper, n_train=n_train,
                                     dataset=dataset, val_fraction=val_fraction, n_global_test=n_global_test)}
-
-
-def present_records(specs, folder) -> tuple[list[dict], list[RunSpec]]:
-    """The finished records of ``specs`` in ``folder`` (the committed paper-grid records: read,
-    never trained) and the specs that have none there yet, in the order of ``specs``."""
-    import json
-    from pathlib import Path
-
-    from ..experiment import FINISHED, record_path
-
-    found, missing = [], []
-    for s in specs:
-        path = record_path(Path(folder), s)
-        rec = json.loads(path.read_text()) if path.is_file() else None
-        (found.append(rec) if rec is not None and rec.get("status") in FINISHED else missing.append(s))
-    return found, missing
 
 
 # ----------------------------------------------------------------------------- records → frames

@@ -34,6 +34,7 @@ import pandas as pd
 import seaborn as sns
 
 from ..evaluation import client_parity, summarise_clients
+from ..experiment import present_records
 from ..methods.psi_pfl import rule_changes
 from .tables import SETTING_KEYS
 from .training_plots import REFERENCES, _method_legend, _method_order, ecdf_panel
@@ -42,7 +43,7 @@ __all__ = ["PAPER_VARIANT", "VARIANTS", "LOW_PERCENTILES", "PAPER_EQ3", "PAPER_M
            "grid_specs", "GRID_PARAMS", "notebook_grid", "candidates_frame", "fig5_thresholds",
            "paper_variant_records", "with_finite_cp",
            "fairness_table", "fig7_ecdfs", "observations", "paper_comparison", "threshold_ties",
-           "threshold_tie_lines"]
+           "threshold_tie_lines", "present_records"]
 
 METHOD = "psi_pfl"
 PAPER_VARIANT = "PSI-PFL (ζ chosen on test, the paper's)"

@@ -40,7 +40,7 @@ from .report_cells import HEADLINES, METRICS, PAPERS, REASONS, cells
 from .psi_pfl_study import paper_variant_records
 
 __all__ = ["RECORDS", "VERDICTS", "DERIVATIONS", "record_value", "cl_distance", "matches", "row_values", "frame", "scoreboard",
-           "format_ours", "paper_section", "cross_paper_markdown", "findings_markdown", "readme_block", "write", "check", "main"]
+           "format_ours", "paper_section", "cross_paper_markdown", "beyond_label_markdown", "findings_markdown", "readme_block", "write", "check", "main"]
 
 RECORDS = ROOT / "benchmarks" / "records"
 """The committed paper-protocol records (present in a project checkout)."""
@@ -298,6 +298,7 @@ def _scoreboard_md(sb: pd.DataFrame) -> list[str]:
 
 
 CROSS_PAPER_PARAMS = ROOT / "params" / "paper" / "11_cross_paper.yaml"
+BEYOND_LABEL_PARAMS = ROOT / "params" / "paper" / "12_beyond_label_skew.yaml"
 """Notebook 11's paper profile: the cross-paper grid the report's last section reads."""
 
 
@@ -325,6 +326,35 @@ def cross_paper_markdown(root: Path | str = RECORDS, params: Path = CROSS_PAPER_
     return out + [frame_markdown(X.score_table(X.runs_frame(found)).reset_index())]
 
 
+def beyond_label_markdown(root: Path | str = RECORDS, params: Path = BEYOND_LABEL_PARAMS) -> list[str]:
+    """The section after the cross-paper table: notebook 12's answer (:func:`fedlib.analysis.beyond_label.answer`,
+    label-only PSI's ARI and the best extension's, per partition) from the records committed in
+    ``root/beyond_label`` for the grid of ``params``, with how many of its runs are recorded. The label
+    histograms' spread needs the data, so it is left to the notebook."""
+    import yaml
+
+    from . import beyond_label as B
+
+    p = yaml.safe_load(Path(params).read_text())
+    specs = B.notebook_grid(**{k: p[k] for k in B.GRID_PARAMS})["study"]
+    found, missing = B.present_records(specs, Path(root) / "beyond_label")
+    out = ["## PSI beyond label skew (notebook 12)", "",
+           "Does label-only PSI fail where labels are balanced, and which extension recovers the groups? ARI of the",
+           "clients' grouping against the planted groups (mean over seeds; ≤ 0.1: cannot separate, ≥ 0.9: recovers),",
+           f"from the records in `benchmarks/records/beyond_label/` (`params/paper/12_beyond_label_skew.yaml`): "
+           f"{len(found)} of {len(specs)} runs recorded.", ""]
+    ans = B.answer(B.runs_frame(found), {}) if found else None
+    if ans is None or ans.empty:
+        return out + ["No label-only run of this grid is recorded yet: `python benchmarks/paper_grid.py beyond-label "
+                      "--out benchmarks/records/beyond_label` computes it, resumably."]
+    t = pd.DataFrame({"partition": ans.label, "label-only PSI, ARI": ans.label_only_ari.round(2),
+                      "label-only": ans.label_only,
+                      "best extension": [B.VARIANTS[v].label.split(", ", 1)[1] if isinstance(v, str) else "none run"
+                                         for v in ans.best_extension],
+                      "its ARI": ans.best_extension_ari.round(2), "extension": ans.extension})
+    return out + [frame_markdown(t)]
+
+
 def findings_markdown(df: pd.DataFrame, root: Path | str = RECORDS) -> str:
     """docs/findings.md: the scoreboard, the vocabularies, then every row, per paper and table."""
     out = ["# Findings: what reproduces, and why not where it doesn't", "",
@@ -345,6 +375,7 @@ def findings_markdown(df: pd.DataFrame, root: Path | str = RECORDS) -> str:
     for p in PAPERS:
         out += ["", *paper_section(df, p)]
     out += ["", *cross_paper_markdown(root)]
+    out += ["", *beyond_label_markdown(root)]
     return "\n".join(out) + "\n"
 
 

@@ -39,7 +39,9 @@ the silhouette as before). What the server learns, per option:
 * ``features='attribute'``: client i's attribute histograms — for each feature f (tabular: every
   input column; images: the six summaries of :func:`fedlib.noniid.image_summaries`) the counts of
   its train samples in each of ``n_bins`` quantile bins of the pooled marginal (F·B counts); no
-  label histogram. Descriptors [APSI_i, PSI_{i,1..F}] (:func:`fedlib.clustering.attribute_features`).
+  label histogram. Descriptors [APSI_i, PSI_{i,1..F}] (:func:`fedlib.clustering.attribute_features`),
+  or with ``attribute_terms='bin'`` the per-(feature, bin) terms [APSI_i, PSI_{i,f,b} …] in place of
+  the per-feature sums — what the server learns is the same histograms either way.
 * ``features='joint'``: per feature, the counts in each (class, bin) cell (F·C·B counts) — which
   also reveal the label histogram and the attribute histograms (their margins).
 * ``size_feature=True``: ln n_i appended to the descriptors; n_i is read off the histograms sent
@@ -66,8 +68,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..clustering import (attribute_features, kmeans_labels, psi_features, select_n_clusters, small_client_weights,
-                          standardise, with_size_feature)
+from ..clustering import (ATTRIBUTE_TERMS, attribute_features, kmeans_labels, psi_features, select_n_clusters,
+                          small_client_weights, standardise, with_size_feature)
 from ..noniid import attribute_counts, image_summaries, joint_counts, quantile_bins
 from ..privacy import POSTPROCESS, server_attribute_histograms, server_histograms
 from ..validation import check_choice, check_int, check_number, check_seed, fail
@@ -93,6 +95,7 @@ class Hyper:
     size_feature: bool = False      # append ln n_i to the descriptors
     downweight_small: bool = False  # weigh client i by min(1, n_i / median n) in K-means and the silhouette
     standardize: bool = True        # Algorithm 1's step 4; False: K-means on the descriptors as they are
+    attribute_terms: str = "feature"  # "attribute"/"joint" descriptors: PSI per feature, or per (feature, bin)
 
     def __post_init__(self):
         check_int(self.tau, "tau", 1, optional=True)
@@ -106,6 +109,7 @@ class Hyper:
         check_choice(self.size_feature, "size_feature", (False, True))
         check_choice(self.downweight_small, "downweight_small", (False, True))
         check_choice(self.standardize, "standardize", (False, True))
+        check_choice(self.attribute_terms, "attribute_terms", ATTRIBUTE_TERMS)
         if self.n_init != "auto":
             check_int(self.n_init, "n_init", 1)
 
@@ -156,9 +160,11 @@ def cluster_clients(counts_train, hp: Hyper, histograms=None) -> tuple[np.ndarra
             fail("histograms", f"the clients' (K, F, B) {hp.features} histograms (attribute_histograms) for "
                  f"features={hp.features!r}", None)
         hist = server_attribute_histograms(histograms, hp.dp_epsilon, hp.dp_seed, hp.dp_postprocess)
-        feats = attribute_features(hist)
+        feats = attribute_features(hist, terms=hp.attribute_terms)
         sizes = hist.sum(axis=2).mean(axis=1)  # n_i, averaged over the features (they differ under noise)
         dp["features"] = hp.features
+        if hp.attribute_terms != "feature":
+            dp["attribute_terms"] = hp.attribute_terms
     if hp.size_feature:
         feats = with_size_feature(feats, np.maximum(sizes, 1e-12))
     weights = small_client_weights(np.maximum(sizes, 1e-12)) if hp.downweight_small else None
