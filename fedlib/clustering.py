@@ -50,9 +50,9 @@ def attribute_features(counts, eps: float = EPS, terms: str = "feature") -> np.n
       (:func:`fedlib.noniid.attribute_psi`, :func:`fedlib.noniid.psi_per_feature`) — the features in
       place of the classes. A feature's PSI is a magnitude: clients skewed towards different bins
       of the same feature (young vs old) get the same value.
-    * ``terms='bin'``: shape (K, F·B+1), [APSI_i, PSI_{i,f,b} …] (:func:`fedlib.noniid.psi_per_bin`) —
-      the bins in place of the classes, as label PSI's per-class terms keep which classes a client
-      over-holds.
+    * ``terms='bin'``: shape (K, F·B+1), [APSI_i, ±PSI_{i,f,b} …] (:func:`fedlib.noniid.psi_per_bin`) —
+      every bin's PSI term, signed by whether the client over- or under-holds the bin, so that
+      clients skewed towards different bins of one feature differ.
     """
     check_choice(terms, "terms", ATTRIBUTE_TERMS)
     cols = psi_per_feature(counts, eps) if terms == "feature" else psi_per_bin(counts, eps)

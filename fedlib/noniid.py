@@ -343,13 +343,20 @@ def psi_per_feature(counts, eps: float = EPS) -> np.ndarray:
 
 
 def psi_per_bin(counts, eps: float = EPS) -> np.ndarray:
-    """Attribute PSI terms per (feature, bin), shape (K, F·B), feature-major: entry (i, f·B + b) is
-    (obs − exp)·ln(obs / exp) of bin b of feature f — :func:`psi_per_class` of each feature's (K, B)
-    slice, bins in place of classes. Unlike :func:`psi_per_feature` (their sum per feature) these
-    keep *which* bins a client over-holds, so clients skewed towards different bins of one feature
-    (young vs old) differ. ``counts``: (K, F, B)."""
+    """Signed attribute PSI terms per (feature, bin), shape (K, F·B), feature-major: entry
+    (i, f·B + b) is sign(obs − exp)·(obs − exp)·ln(obs / exp) for bin b of feature f — the term of
+    :func:`psi_per_class` (each feature's (K, B) slice, bins in place of classes) with the sign of
+    the deviation. Its absolute values sum to the feature's PSI (:func:`psi_per_feature`); the sign
+    says whether the client over-holds (+) or under-holds (−) the bin. PSI's terms alone are ≥ 0
+    both ways, so a client that over-holds the young and one that over-holds the old get near-equal
+    terms; the sign tells them apart. ``counts``: (K, F, B)."""
     a = _check_counts3(counts)
-    return np.column_stack([psi_per_class(a[:, f, :], eps) for f in range(a.shape[1])])
+    cols = []
+    for f in range(a.shape[1]):
+        obs = _client_pmfs(a[:, f, :])
+        exp = a[:, f, :].sum(axis=0) / a[:, f, :].sum()
+        cols.append(np.sign(obs - exp) * psi_per_class(a[:, f, :], eps))
+    return np.column_stack(cols)
 
 
 def attribute_psi(counts, eps: float = EPS) -> np.ndarray:

@@ -225,3 +225,13 @@ def test_private_part_lines_compare_full_and_no_p_at_the_ablation_alpha_only():
     assert lines[-1] == ("α_Dir = 0.1: full FedPrism vs without P (global + cluster): Loc 90.00 (n = 1) vs "
                          "80.00 (n = 1), Glob 80.00 (n = 1) vs 60.00 (n = 1)")  # α_Dir = 0.5's full run left out
     assert lines[0].startswith("α clipped to [0, 1 − β]") and "averages at most 0.0000" in lines[0]
+    assert "0.0000 in the last" in lines[0]
+    # under Alg. 2's own clip: the last round's mean γ, and the run beside the one without P
+    clip = record("fedprism", 0.1, [0.95, 0.95], 0.7, hyper={"alpha_clip": "paper"})
+    clip["info"]["alpha_trace"] = [{"round": r, "alpha_mean": a, "alpha_min": a, "alpha_max": a, "gamma_mean": 0.9 - a,
+                                    "gamma_min": 0.9 - a, "gamma_max": 0.9 - a, "at_cap": 0.0}
+                                   for r, a in ((1, 0.9), (2, 0.93))]
+    lines = S.private_part_lines(recs + [clip])
+    assert lines[0].startswith("α clipped to [0, 1] (Alg. 2") and "-0.0300 in the last" in lines[0]
+    assert lines[-1] == ("α_Dir = 0.1: full FedPrism, α clipped to [0, 1] (Alg. 2, line 30), vs without P (global + "
+                         "cluster): Loc 95.00 (n = 1) vs 80.00 (n = 1), Glob 70.00 (n = 1) vs 60.00 (n = 1)")

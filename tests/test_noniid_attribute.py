@@ -212,9 +212,12 @@ def test_per_bin_terms_keep_which_bins_a_client_over_holds():
     assert per_feature[0, 0] == pytest.approx(per_feature[1, 0])  # equally far from the pool: one magnitude
     terms = psi_per_bin(hist)
     assert terms.shape == (3, 4)
-    np.testing.assert_allclose(terms, psi_per_class(hist[:, 0, :]))  # label PSI's per-class terms, bins for classes
-    np.testing.assert_allclose(terms.sum(axis=1), per_feature[:, 0])
-    assert not np.allclose(terms[0], terms[1])  # the per-bin terms tell the two apart
+    # label PSI's per-class terms, bins for classes, signed by over- (+) or under-holding (−)
+    np.testing.assert_allclose(np.abs(terms), psi_per_class(hist[:, 0, :]))
+    np.testing.assert_allclose(np.abs(terms).sum(axis=1), per_feature[:, 0])
+    assert np.all(np.sign(terms[0]) == [1, 1, -1, -1]) and np.all(np.sign(terms[1]) == [-1, -1, 1, 1])
+    np.testing.assert_allclose(terms[2], 0, atol=1e-9)  # the pool's own mix
+    assert not np.allclose(terms[0], terms[1])  # the signed terms tell the two apart
     feats = attribute_features(hist, terms="bin")
     assert feats.shape == (3, 5) and np.allclose(feats[:, 1:], terms)
     assert attribute_features(hist).shape == (3, 2)

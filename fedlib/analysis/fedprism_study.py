@@ -311,18 +311,22 @@ def private_part_lines(records) -> list[str]:
     t = alpha_gamma_table(records, every=1)
     lines = []
     for clip, g in t.groupby("α clip", sort=False):
+        last = g[g["round"] == g["round"].max()]
         lines.append(f"α clipped to {clip}: P_i's weight γ = 1 − α − β averages at most {g['γ mean'].max():.4f} "
-                     f"over the clients in any round (smallest γ of any client {g['γ min'].min():.4f}; "
-                     f"{int(g['round'].max())} rounds, {int(g.seeds.max())} seed(s))")
+                     f"over the clients in any round, {last['γ mean'].iloc[0]:.4f} in the last (smallest γ of any "
+                     f"client {g['γ min'].min():.4f}; {int(g['round'].max())} rounds, {int(g.seeds.max())} seed(s))")
     df = accuracy_frame(records)
     ok = df[(df.method == "fedprism") & (df.status == "ok")]
     for level in sorted(set(ok.level[ok.variant == "global_cluster"])):  # Table 9's α: the same partitions
         at = ok[np.isclose(ok.level, level)]
-        full, no_p = at[at.variant == "full"], at[at.variant == "global_cluster"]
-        if len(full):
-            lines.append(f"α_Dir = {level:g}: full FedPrism vs without P (global + cluster): Loc "
-                         f"{_cell(full['local'])} vs {_cell(no_p['local'])}, Glob {_cell(full['global'])} vs "
-                         f"{_cell(no_p['global'])}")
+        no_p = at[at.variant == "global_cluster"]
+        for variant in ("full", "clip=paper"):
+            full = at[at.variant == variant]
+            if len(full):
+                name = "full FedPrism" + ("" if variant == "full" else f", α clipped to {CLIP_NAMES['paper']},")
+                lines.append(f"α_Dir = {level:g}: {name} vs without P (global + cluster): Loc "
+                             f"{_cell(full['local'])} vs {_cell(no_p['local'])}, Glob {_cell(full['global'])} vs "
+                             f"{_cell(no_p['global'])}")
     return lines
 
 

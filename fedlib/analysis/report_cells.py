@@ -327,6 +327,9 @@ def _fedprism_cells() -> list[Cell]:
                 if label == "Glob" and m in _PARAM_AVERAGE:  # the authors' reading, beside ours
                     readings += tuple(Reading(f"{r.name}, parameter average", r.records, r.match,
                                               "param_average_accuracy") for r in readings)
+                if m == "fedprism":  # Alg. 2's own clip of α to [0, 1] (line 30): γ = 1 − α − β can go negative
+                    readings += (Reading("paper protocol, Alg. 2's [0, 1] clip of α", "fedprism/table9",
+                                         _m(**base, **{"hyper.alpha_clip": "paper"}), metric),)
                 out.append(Cell("fedprism", "Table 1", m, f"{_DATASETS[ds]}, α = 0.1, {label}", v, readings,
                                 causes=causes, unavailable=None if ds == "fmnist" else "no_offline_data"))
     gamma = ("paper_inconsistent", "α₀ = 0.9, β = 0.1 and γ = 1 − α − β leave the private part's weight "

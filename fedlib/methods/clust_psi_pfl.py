@@ -40,8 +40,9 @@ the silhouette as before). What the server learns, per option:
   input column; images: the six summaries of :func:`fedlib.noniid.image_summaries`) the counts of
   its train samples in each of ``n_bins`` quantile bins of the pooled marginal (F·B counts); no
   label histogram. Descriptors [APSI_i, PSI_{i,1..F}] (:func:`fedlib.clustering.attribute_features`),
-  or with ``attribute_terms='bin'`` the per-(feature, bin) terms [APSI_i, PSI_{i,f,b} …] in place of
-  the per-feature sums — what the server learns is the same histograms either way.
+  or with ``attribute_terms='bin'`` the signed per-(feature, bin) terms [APSI_i, ±PSI_{i,f,b} …]
+  (:func:`fedlib.noniid.psi_per_bin`) in place of the per-feature sums — what the server learns is
+  the same histograms either way.
 * ``features='joint'``: per feature, the counts in each (class, bin) cell (F·C·B counts) — which
   also reveal the label histogram and the attribute histograms (their margins).
 * ``size_feature=True``: ln n_i appended to the descriptors; n_i is read off the histograms sent
