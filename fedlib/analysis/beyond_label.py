@@ -52,11 +52,9 @@ import pandas as pd
 
 from .. import partition as P
 from ..evaluation import cluster_recovery
-from ..experiment import RunSpec
-from ..methods import DISPLAY_NAMES
+from ..experiment import RunSpec, present_records
 from ..noniid import IMAGE_SUMMARIES, psi
 from ..validation import check_choice, check_int, check_number, fail
-from ..experiment import present_records
 from .cross_paper import _worst
 from .tables import frame_markdown as table_markdown, mean_sd
 
