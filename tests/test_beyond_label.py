@@ -110,6 +110,7 @@ def test_answer_verdicts_follow_the_ari_thresholds_and_pick_the_best_extension()
     ans = B.answer(B.runs_frame(recs), {"rotated": {"mean_label_psi": 0.0}})
     rot = ans.set_index("partition").loc["rotated"]
     assert rot.label_only == "cannot separate" and rot.best_extension == "psi_joint" and rot.extension == "recovers"
+    assert rot.extensions_run == 2
     assert rot.mean_label_psi == 0.0
     qty = ans.set_index("partition").loc["quantity"]
     assert qty.label_only == "recovers" and qty.extension == "cannot separate" and np.isnan(qty.mean_label_psi)

@@ -328,4 +328,4 @@ def test_beyond_label_section_counts_the_committed_runs_and_reads_the_answer_fro
     lines = report.beyond_label_markdown(tmp_path)
     assert f"2 of {len(specs)} runs recorded." in " ".join(lines)
     row = [ln for ln in lines[-1].splitlines() if B.PARTITIONS["rotated"].label in ln][0]
-    assert "| 0.00 | cannot separate | joint label–attribute PSI | 1.00 | recovers |" in row
+    assert "| 0.00 | cannot separate | joint label–attribute PSI | 1.00 | recovers | 1 of 5 |" in row

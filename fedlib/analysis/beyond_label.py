@@ -322,7 +322,8 @@ def answer(df: pd.DataFrame, spreads: dict) -> pd.DataFrame:
     """The study's question, per partition: the label histograms' spread (``spreads``: partition →
     :func:`label_spread`), label-only PSI's ARI (mean over seeds), the best extension and its ARI,
     and the verdict — label-only "cannot separate" (ARI ≤ :data:`CHANCE`), "partly" or "recovers"
-    (≥ :data:`RECOVERED`); the extension likewise. Only finished runs count; a partition without
+    (≥ :data:`RECOVERED`); the extension likewise, with how many of :data:`EXTENSIONS` have a finished
+    run there (``extensions_run``: the best is the best of those). Only finished runs count; a partition without
     the label-only run is left out."""
     ok = df[df.status == "ok"]
     mean_ari = ok.groupby(["partition", "variant"]).ari.mean()
@@ -343,9 +344,9 @@ def answer(df: pd.DataFrame, spreads: dict) -> pd.DataFrame:
                      "mean_label_psi": spread.get("mean_label_psi", np.nan),
                      "label_only_ari": label_ari, "label_only": verdict(label_ari),
                      "best_extension": best, "best_extension_ari": ext.get(best, np.nan),
-                     "extension": verdict(ext.get(best, np.nan))})
+                     "extension": verdict(ext.get(best, np.nan)), "extensions_run": len(ext)})
     return pd.DataFrame(rows, columns=["partition", "label", "mean_label_psi", "label_only_ari", "label_only",
-                                       "best_extension", "best_extension_ari", "extension"])
+                                       "best_extension", "best_extension_ari", "extension", "extensions_run"])
 
 
 def small_curve(df: pd.DataFrame) -> pd.DataFrame:

@@ -351,7 +351,8 @@ def beyond_label_markdown(root: Path | str = RECORDS, params: Path = BEYOND_LABE
                       "label-only": ans.label_only,
                       "best extension": [B.VARIANTS[v].label.split(", ", 1)[1] if isinstance(v, str) else "none run"
                                          for v in ans.best_extension],
-                      "its ARI": ans.best_extension_ari.round(2), "extension": ans.extension})
+                      "its ARI": ans.best_extension_ari.round(2), "extension": ans.extension,
+                      "extensions run": [f"{n} of {len(B.EXTENSIONS)}" for n in ans.extensions_run]})
     return out + [frame_markdown(t)]
 
 
