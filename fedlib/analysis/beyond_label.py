@@ -60,28 +60,28 @@ from .tables import frame_markdown as table_markdown, mean_sd
 
 __all__ = ["Partition", "PARTITIONS", "Variant", "VARIANTS", "EXTENSIONS", "NEEDS_K", "CHANCE", "RECOVERED",
            "partition_named", "small_name", "training_specs", "GRID_PARAMS", "notebook_grid", "present_records",
-           "variant_of", "runs_frame", "METRICS", "cell_table", "label_spread", "answer", "small_curve", "small_gap",
+           "extension_label", "variant_of", "runs_frame", "METRICS", "cell_table", "label_spread", "answer",
+           "small_curve", "small_gap",
            "fig_small_curve", "fig_ari", "n_bins_of", "dataset_shapes", "reveals_table", "partition_of_spec", "table_markdown"]
 
 
 @dataclass(frozen=True)
 class Partition:
     """One partition of the study: ``protocol`` of :data:`fedlib.partition.PROTOCOLS` at ``level``
-    on ``dataset``; ``skew`` names what differs between its planted groups."""
+    on ``dataset``."""
     dataset: str
     protocol: str
     level: float
-    skew: str
     label: str
 
 
 PARTITIONS = {
-    "quantity": Partition("fmnist", "quantity_skew", 0.5, "quantity", "quantity skew, 3 size tiers (σ = 0.5)"),
-    "age": Partition("adult", "attribute_skew", 0.8, "attribute", "adult by age bins (purity 0.8)"),
-    "rotated": Partition("fmnist", "rotated_groups", 4, "covariate", "rotated 0/90/180/270°"),
-    "brightness": Partition("fmnist", "brightness_groups", 4, "covariate", "brightness ×1/.75/.5/.25"),
-    "noise": Partition("fmnist", "noise_groups", 4, "covariate", "Gaussian noise s.d. 0/.1/.2/.3"),
-    "joint": Partition("fmnist", "joint_label_rotation", 2, "joint", "2 label groups × 2 rotations"),
+    "quantity": Partition("fmnist", "quantity_skew", 0.5, "quantity skew, 3 size tiers (σ = 0.5)"),
+    "age": Partition("adult", "attribute_skew", 0.8, "adult by age bins (purity 0.8)"),
+    "rotated": Partition("fmnist", "rotated_groups", 4, "rotated 0/90/180/270°"),
+    "brightness": Partition("fmnist", "brightness_groups", 4, "brightness ×1/.75/.5/.25"),
+    "noise": Partition("fmnist", "noise_groups", 4, "Gaussian noise s.d. 0/.1/.2/.3"),
+    "joint": Partition("fmnist", "joint_label_rotation", 2, "2 label groups × 2 rotations"),
 }
 """The fixed partitions by name (the notebook's ``partitions``); the small-client partitions are
 named by :func:`small_name` from the notebook's ``small_shares``."""
@@ -102,8 +102,7 @@ def partition_named(name: str) -> Partition:
         except ValueError:
             share = None
         if share is not None and 0 < share < 1:
-            return Partition("fmnist", "small_clients", share, "small",
-                             f"{100 * share:g} % small clients (5–20 samples)")
+            return Partition("fmnist", "small_clients", share, f"{100 * share:g} % small clients (5–20 samples)")
     return PARTITIONS[check_choice(name, "partitions", tuple(PARTITIONS) + ("small_<share in (0, 1)>",))]
 
 
@@ -136,6 +135,11 @@ VARIANTS = {
     "pfedlia": Variant("pfedlia", {}, "pFedLIA", None),
 }
 """The study's rows by name (the notebook's ``variants``)."""
+
+def extension_label(variant: str) -> str:
+    """The label of an extension without the method's name (``'psi_joint'`` → ``'joint label–attribute PSI'``)."""
+    return VARIANTS[variant].label.split(", ", 1)[1]
+
 
 EXTENSIONS = ("psi_size", "psi_downweight", "psi_attribute", "psi_attribute_bins", "psi_joint")
 """The variants that extend label PSI (Clust-PSI-PFL §V)."""

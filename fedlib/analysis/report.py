@@ -349,7 +349,7 @@ def beyond_label_markdown(root: Path | str = RECORDS, params: Path = BEYOND_LABE
                       "--out benchmarks/records/beyond_label` computes it, resumably."]
     t = pd.DataFrame({"partition": ans.label, "label-only PSI, ARI": ans.label_only_ari.round(2),
                       "label-only": ans.label_only,
-                      "best extension": [B.VARIANTS[v].label.split(", ", 1)[1] if isinstance(v, str) else "none run"
+                      "best extension": [B.extension_label(v) if isinstance(v, str) else "none run"
                                          for v in ans.best_extension],
                       "its ARI": ans.best_extension_ari.round(2), "extension": ans.extension,
                       "extensions run": [f"{n} of {len(B.EXTENSIONS)}" for n in ans.extensions_run]})
