@@ -328,8 +328,10 @@ def run(spec: RunSpec, device="auto") -> dict:
     ``"failed"``: training diverged (a :class:`~fedlib.engine.errors.DivergenceError` — some
     weights or losses became NaN/±inf, in local training, a server update or the final
     models). A failed record has ``error`` (naming the method, the clients or server models,
-    the round and the likely cause, e.g. the lr), ``divergence`` (those facts as fields) and
-    no metrics at all, so that it can never enter a table as a number.
+    the round and the likely cause, e.g. the lr), ``divergence`` (those facts as fields),
+    ``history_before_divergence`` (the evaluations of the rounds completed before it, as
+    ``history`` would have held them: what a run of hours learnt is kept) and no metrics at
+    all, so that it can never enter a table as a number.
     """
     from .engine.errors import DivergenceError
     from .methods.base import check_finite_models
@@ -353,6 +355,7 @@ def run(spec: RunSpec, device="auto") -> dict:
         err = err.with_context(method=spec.method)
         return {**base, "status": "failed", "error": str(err),
                 "divergence": {k: v for k, v in err.fields().items() if k != "hint"},
+                "history_before_divergence": ctx.history,
                 "dataset_source": ds.source, "paper_name": ds.paper_name, "fl": asdict(cfg),
                 "device": str(fed.device), "seconds": time.perf_counter() - t0}
     correct, n = ctx.evaluate(outcome.models, outcome.assignment, predictor=outcome.predictor)

@@ -110,6 +110,26 @@ def test_final_models_are_checked_for_methods_with_their_own_loop(monkeypatch):
     assert rec["error"].startswith("cfl diverged: server model [0] became non-finite (weights) in the final models")
 
 
+def test_a_failed_record_keeps_the_rounds_before_the_divergence(monkeypatch):
+    """A 150-round run that diverges in round 101 keeps its first 100 evaluations, under a key
+    no table reads as a result."""
+    from fedlib.methods import fedavg
+
+    real = fedavg.run
+
+    def late(ctx, hp):  # trains its rounds, then diverges in the round after them
+        real(ctx, hp)
+        raise DivergenceError([1], round_idx=len(ctx.history), lr=ctx.cfg.lr, optimizer=ctx.cfg.optimizer)
+
+    monkeypatch.setattr(fedavg, "run", late)
+    rec = X.run(spec("fedavg"))
+    assert rec["status"] == "failed" and not METRIC_KEYS & set(rec)
+    before = rec["history_before_divergence"]
+    assert [h["round"] for h in before] == [1, 2] and rec["divergence"]["round_idx"] == 2
+    assert all(0 <= h["global_accuracy"] <= 1 for h in before)
+    assert X.run(spec(lr=1e38))["history_before_divergence"] == []  # diverged in round 1
+
+
 # ----------------------------------------------------------------------------- engine level
 @pytest.fixture(scope="module")
 def fed():
