@@ -451,6 +451,30 @@ def test_history_frame_reports_the_official_test_accuracy_and_keeps_the_pooled_s
         S.history_frame([old])
 
 
+def test_run_status_and_the_diverged_curves_keep_failed_runs_out_of_the_tables():
+    specs = S.training_specs("fmnist", 500, [0.0], 20, [0, 1], ["fedavg", "cafa"], {}, {"rounds": 3}, 0.2)
+    ok = {**_record("fedavg", 0, [0.2, 0.4, 0.5], [0.3, 0.4, 0.5], level=0.0), "key": specs[0].key()}
+    failed = {"key": specs[1].key(), "status": "failed", "error": "cafa diverged in round 3: client [9] ...",
+              "spec": {"method": "cafa", "seed": 0, "level": 0.0},
+              "divergence": {"round_idx": 2, "clients": [9], "lr": 0.1, "optimizer": "sgd"},
+              "history_before_divergence": [{"round": 1, "global_test_accuracy": 0.3, "global_accuracy": 0.2},
+                                            {"round": 2, "global_test_accuracy": 0.6, "global_accuracy": 0.5}]}
+    st = S.run_status(specs, [ok, failed])
+    assert st[["method", "seed", "status"]].values.tolist() == [["fedavg", 0, "ok"], ["cafa", 0, "failed"],
+                                                                 ["fedavg", 1, "not run yet"], ["cafa", 1, "not run yet"]]
+    assert st.diverged_round.iloc[1] == 3 and np.isnan(st.diverged_round.iloc[0])
+    assert st.rounds_before.tolist() == [0, 2, 0, 0] and st.detail.iloc[1].startswith("cafa diverged in round 3")
+    assert S.diverged_round(ok) is None and S.diverged_round(failed) == 3
+    hist = S.history_frame([ok, failed])  # the failed run gives no row of Tables IV-V
+    assert set(hist.method) == {"fedavg"}
+    div = S.diverged_history_frame([ok, failed])
+    assert div["round"].tolist() == [1, 2] and div.accuracy.tolist() == [0.3, 0.6]
+    assert set(div.diverged_round) == {3} and set(div.method) == {"cafa"}
+    fig = S.fig_curves(hist, "t", div)
+    labels = fig.axes[0].get_legend_handles_labels()[1]
+    assert labels == ["FedAvg", "CAFA, seed 0: diverged in round 3"]
+
+
 def test_runs_with_global_test_log_the_official_test_accuracy_every_round():
     from fedlib.experiment import run
     spec = S.training_specs("fmnist", 400, 0.0, 4, [0], ["fedavg"], {}, {"rounds": 2, "local_epochs": 1}, 0.2,

@@ -79,6 +79,15 @@ def test_failed_records_do_not_count_as_results(tmp_path):
     assert row.verdict == "not run" and "failed" in row.why
 
 
+def test_a_diverged_record_says_where_it_broke(tmp_path):
+    rec = _record("fedavg", "similarity", 1.0, 2, None, status="failed")
+    rec["divergence"] = {"round_idx": 52, "optimizer": "sgd", "lr": 0.1, "clients": [0, 4]}
+    _write(tmp_path, T3, [rec])
+    row = _row(report.frame(tmp_path), "fedavg", "FMNIST, S = 1", "both readings")
+    assert row.verdict == "not run" and row.n == 0
+    assert row.why == "records: failed (FedAvg seed 2: diverged in round 53, sgd lr 0.1)"
+
+
 def test_unavailable_cells_never_read_records_and_the_scoreboard_counts_rows(tmp_path):
     df = report.frame(tmp_path)  # no records at all
     assert set(df.verdict) == {"not run"}

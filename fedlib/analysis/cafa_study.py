@@ -41,6 +41,12 @@ SGD at lr 0.1, 6 of 20 clients per round, E = 5, batch 32; the paper gives neith
 :func:`run_label` names the protocol a set of records ran, and :func:`verdicts` prefixes every
 computed claim with it, so a smoke grid's verdict is not read as the paper protocol's.
 
+A run that diverges (non-finite weights or loss; at the authors' lr 0.1 the FMNIST stand-in's
+small CNN, which has no BatchNorm unlike the authors' VGG-19, can) is a failed record without a
+number: :func:`run_status` says which runs of a grid ran, failed (and in which round) or are not
+run yet, and :func:`diverged_history_frame` draws a diverged run's curve until it broke (the
+record's ``history_before_divergence``), never a Tables IV–V cell.
+
 Two options of the training grid the paper leaves open (departures or readings, stated here):
 
 * **IID clients** (``iid_fractions``). §IV-B's training partition gives every client 2–4 classes,
@@ -78,7 +84,7 @@ __all__ = ["PAPER_TABLE2", "PAPER_TABLE3", "PAPER_TABLE4", "PAPER_TABLE5", "PAPE
            "pca_frame", "fig_silhouette", "fig_pca", "training_specs", "history_frame", "window_table",
            "best_table", "ordering_holds", "fig_curves", "table_markdown", "AUTHORS_FL", "OFFICIAL_TEST", "POOLED_SPLIT",
            "run_label", "is_paper_protocol", "verdicts", "GRID_PARAMS", "notebook_grid", "by_iid_fraction",
-           "gain_by_iid_fraction", "noniid_verdicts"]
+           "gain_by_iid_fraction", "noniid_verdicts", "diverged_round", "run_status", "diverged_history_frame"]
 
 # CAFA Table II (25 % IID clients) and Table III (50 %): (n_IID, n_non-IID) -> k, Acc, Precision,
 # Recall, F1, as printed in the paper.
@@ -380,7 +386,47 @@ def history_frame(records) -> pd.DataFrame:
     rows = [{"method": r["spec"]["method"], "seed": r["spec"]["seed"], "round": h["round"],
              "accuracy": h["global_test_accuracy"], "pooled_split_accuracy": h["global_accuracy"]}
             for r in ok for h in r["history"]]
+    return pd.DataFrame(rows, columns=["method", "seed", "round", "accuracy", "pooled_split_accuracy"])
+
+
+def diverged_round(record) -> int | None:
+    """The 1-based round in which a failed (diverged) record's training became non-finite, as its
+    message says it; None for any other record or one that does not know its round."""
+    div = record.get("divergence") or {}
+    idx = div.get("round_idx") if record.get("status") == "failed" else None
+    return None if idx is None else int(idx) + 1
+
+
+def run_status(specs, records) -> pd.DataFrame:
+    """Where each run of ``specs`` stands in ``records``: one row per spec, in the specs' order,
+    columns iid_fraction, method, seed, status (``ok``, ``failed``, ``infeasible`` or ``not run
+    yet``), diverged_round (1-based, failed runs only; else NaN), rounds_before (the evaluations a
+    failed record kept, ``history_before_divergence``) and detail (a failed or infeasible
+    record's ``error``)."""
+    by_key = {r["key"]: r for r in records}
+    rows = []
+    for s in specs:
+        r = by_key.get(s.key())
+        status = "not run yet" if r is None else r["status"]
+        rnd = None if r is None else diverged_round(r)
+        rows.append({"iid_fraction": float(s.level), "method": s.method, "seed": s.seed, "status": status,
+                     "diverged_round": np.nan if rnd is None else rnd,
+                     "rounds_before": len(r.get("history_before_divergence") or []) if r is not None else 0,
+                     "detail": "" if r is None or status == "ok" else str(r.get("error", ""))})
     return pd.DataFrame(rows)
+
+
+def diverged_history_frame(records) -> pd.DataFrame:
+    """:func:`history_frame`'s rows for the failed (diverged) records that kept the evaluations
+    of their rounds before the divergence (``history_before_divergence``), with the column
+    ``diverged_round``: a curve that ends where the run broke, never a Tables IV–V number."""
+    rows = [{"method": r["spec"]["method"], "seed": r["spec"]["seed"], "round": h["round"],
+             "accuracy": h["global_test_accuracy"], "pooled_split_accuracy": h["global_accuracy"],
+             "diverged_round": diverged_round(r)}
+            for r in records if r["status"] == "failed"
+            for h in r.get("history_before_divergence") or [] if "global_test_accuracy" in h]
+    return pd.DataFrame(rows, columns=["method", "seed", "round", "accuracy", "pooled_split_accuracy",
+                                       "diverged_round"])
 
 
 def is_paper_protocol(records) -> bool:
@@ -530,12 +576,18 @@ def table_markdown(windows_df: pd.DataFrame, best_df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def fig_curves(hist: pd.DataFrame, title: str):
-    """Fig. 6: official-test accuracy per round, mean over seeds, one line per method."""
+def fig_curves(hist: pd.DataFrame, title: str, diverged: pd.DataFrame | None = None):
+    """Fig. 6: official-test accuracy per round, mean over seeds, one line per method; with
+    ``diverged`` (:func:`diverged_history_frame`) also each diverged run's curve until its
+    divergence, dashed and ending in a cross, one per (method, seed)."""
     fig, ax = plt.subplots(figsize=(6, 3.5))
     for m, g in hist.groupby("method", sort=False):
         mean = g.groupby("round").accuracy.mean()
         ax.plot(mean.index, mean.values, label=DISPLAY_NAMES.get(m, m))
+    for (m, seed), g in ([] if diverged is None else diverged.groupby(["method", "seed"], sort=False)):
+        line, = ax.plot(g["round"], g.accuracy, ls="--", lw=1,
+                        label=f"{DISPLAY_NAMES.get(m, m)}, seed {seed}: diverged in round {int(g.diverged_round.iloc[0])}")
+        ax.plot(g["round"].iloc[-1], g.accuracy.iloc[-1], "x", color=line.get_color())
     ax.set(xlabel="round", ylabel=OFFICIAL_TEST, title=title)
     ax.legend()
     fig.tight_layout()

@@ -174,6 +174,18 @@ def _most_heterogeneous(reading) -> bool:
     return any(k == "level" and v == "most_heterogeneous" for k, v in reading.match)
 
 
+def _not_ok(record) -> str:
+    """A record that gives no value, as the report says it: its status, and for a diverged run
+    the method, the seed, the round and the client optimiser, e.g. "failed (FedAvg seed 0:
+    diverged in round 53, sgd lr 0.1)"."""
+    div = record.get("divergence") if record.get("status") == "failed" else None
+    if not div or div.get("round_idx") is None:
+        return str(record.get("status"))
+    how = f", {div['optimizer']} lr {div['lr']:g}" if div.get("optimizer") and div.get("lr") is not None else ""
+    method = DISPLAY_NAMES.get(record["spec"].get("method"), record["spec"].get("method"))
+    return f"failed ({method} seed {record['spec'].get('seed', 0)}: diverged in round {int(div['round_idx']) + 1}{how})"
+
+
 def row_values(reading, root: Path = RECORDS) -> tuple[list[float], list[str]]:
     """(our values, one per seed in seed order; statuses of the matching records that are not
     ``ok``) for one reading."""
@@ -181,7 +193,7 @@ def row_values(reading, root: Path = RECORDS) -> tuple[list[float], list[str]]:
     by_seed, other = {}, []
     for r in recs:
         if r.get("status") != "ok":
-            other.append(str(r.get("status")))
+            other.append(_not_ok(r))
             continue
         seed = r["spec"].get("seed", 0)
         if seed in by_seed:
