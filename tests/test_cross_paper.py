@@ -174,6 +174,29 @@ def test_ranking_leaves_out_a_method_without_a_score_everywhere_and_needs_five_p
         cp.ranking(scores.iloc[:, :4])
 
 
+def test_unrankable_says_why_while_the_records_are_coming_in():
+    scores = _scores()
+    assert cp.unrankable(scores) is None
+    assert cp.unrankable(scores.iloc[:, :4]) == ("4 partition(s) with a score and 5 method(s) scored on all of them; "
+                                                 "the ranking needs ≥ 5 partitions and ≥ 3 methods scored on all")
+    half = scores.copy()
+    half.iloc[:3, -1] = np.nan  # the last partition half done: three of the five ranked methods lack it
+    assert cp.unrankable(half).startswith("6 partition(s) with a score and 2 method(s)")
+    with pytest.raises(ValueError, match="scores must be ≥ 5 partitions"):
+        cp.ranking(half)
+
+
+def test_cell_table_takes_the_grids_partitions_and_ari_only_where_clusters_are_planted():
+    recs = [_record("pathological", "fedavg", 0, [0.5, 0.7])]
+    t = cp.cell_table(cp.runs_frame(recs), "weighted_local", ["similarity_0", "pathological"])
+    assert list(t.columns) == ["Method", cp.PARTITIONS["similarity_0"].label, cp.PARTITIONS["pathological"].label]
+    assert t.iloc[0, 1] == "not run" and t.iloc[0, 2] == "60.00 (n = 1)"
+    assert cp.planted_partitions(["dirichlet_0.3", "similarity_0", "pathological", "noisy"], 100) == [
+        "pathological", "noisy"]
+    with pytest.raises(ValueError, match="partitions entries must be one of"):
+        cp.cell_table(cp.runs_frame(recs), "ari", ["pathological_clusters"])
+
+
 def test_which_method_when_names_the_best_and_those_within_the_critical_distance():
     rng = np.random.default_rng(0)
     k = 30

@@ -228,16 +228,24 @@ METRICS = {
 """The per-run quantities of :func:`runs_frame` that :func:`cell_table` renders, with their definitions."""
 
 
-def cell_table(df: pd.DataFrame, value: str) -> pd.DataFrame:
+def cell_table(df: pd.DataFrame, value: str, partitions=None) -> pd.DataFrame:
     """Methods × partitions of ``value`` (a key of :data:`METRICS`) as the notebook prints it:
     "mean ± std (n = seeds)" (:func:`fedlib.analysis.tables.mean_sd`); a cell with a failed or
     infeasible run shows that status (never a number from the surviving seeds), a method not
     run on a partition "not run", a number that does not exist (ARI without planted clusters
-    or without a grouping) "—"."""
+    or without a grouping) "—". ``partitions``: the columns, in that order (keys of
+    :data:`PARTITIONS`; a partition without any record yet is a column of "not run"); None:
+    the partitions of ``df``."""
     from .tables import mean_sd
 
     check_choice(value, "value", tuple(METRICS))
-    methods, parts = _order(df, "method", METHODS), _order(df, "partition", PARTITIONS)
+    methods = _order(df, "method", METHODS)
+    if partitions is None:
+        parts = _order(df, "partition", PARTITIONS)
+    else:
+        parts = list(partitions)
+        for p in parts:
+            check_choice(p, "partitions entries", tuple(PARTITIONS))
     rows = []
     for m in methods:
         row = {"Method": _display(m)}
@@ -247,6 +255,29 @@ def cell_table(df: pd.DataFrame, value: str) -> pd.DataFrame:
             row[PARTITIONS[p].label] = ("not run" if g.empty else "/".join(bad) if bad else mean_sd(g[value]))
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def planted_partitions(partitions, n_clients: int) -> list[str]:
+    """The partitions of ``partitions`` (keys of :data:`PARTITIONS`) that plant clusters at K =
+    ``n_clients``: the columns an ARI can exist in."""
+    return [p for p in partitions
+            if P.planted_clusters(PARTITIONS[p].protocol, n_clients, PARTITIONS[p].level) is not None]
+
+
+MIN_BLOCKS, MIN_METHODS = 5, 3
+"""What :func:`ranking` needs: partitions (blocks; autorank's minimum) and methods scored on all of them."""
+
+
+def unrankable(scores: pd.DataFrame, exclude=REFERENCES) -> str | None:
+    """Why :func:`ranking` cannot rank ``scores`` yet (e.g. while a grid's records are coming in),
+    or None when it can: it needs ≥ :data:`MIN_BLOCKS` partitions and ≥ :data:`MIN_METHODS`
+    methods (``exclude`` aside) scored on all of them."""
+    data = scores.drop(index=[m for m in exclude if m in scores.index]).T
+    full = data.dropna(axis=1, how="any")
+    if data.shape[0] < MIN_BLOCKS or full.shape[1] < MIN_METHODS:
+        return (f"{data.shape[0]} partition(s) with a score and {full.shape[1]} method(s) scored on all of them; "
+                f"the ranking needs ≥ {MIN_BLOCKS} partitions and ≥ {MIN_METHODS} methods scored on all")
+    return None
 
 
 def ranking(scores: pd.DataFrame, *, alpha: float = ALPHA, exclude=REFERENCES):
@@ -264,7 +295,7 @@ def ranking(scores: pd.DataFrame, *, alpha: float = ALPHA, exclude=REFERENCES):
     data = scores.drop(index=[m for m in exclude if m in scores.index]).T  # rows: partitions (blocks)
     left_out = [m for m in data.columns if data[m].isna().any()]
     data = data.drop(columns=left_out)
-    if data.shape[0] < 5 or data.shape[1] < 3:
+    if data.shape[0] < MIN_BLOCKS or data.shape[1] < MIN_METHODS:
         fail("scores", "≥ 5 partitions (blocks: autorank's minimum) and ≥ 3 methods scored on all of them",
              f"{data.shape[0]} partitions × {data.shape[1]} methods")
     return _autorank(data, alpha), left_out
