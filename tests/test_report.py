@@ -308,9 +308,27 @@ def test_cross_paper_section_counts_the_committed_runs_and_invents_no_number(tmp
     lines = report.cross_paper_markdown(tmp_path)
     assert f"1 of {len(specs)} runs recorded." in " ".join(lines)
     table = lines[-1]
-    assert table.startswith("| method |") and X.partition_of(s.protocol, s.level) in table.splitlines()[0]
-    row = [ln for ln in table.splitlines() if ln.startswith(f"| {s.method} |")][0]
+    header = table.splitlines()[0].strip("| ").split(" | ")
+    assert header == ["method"] + [X.PARTITIONS[q].label for q in p["partitions"]]  # every partition of the grid
+    row = [ln for ln in table.splitlines() if ln.startswith(f"| {X._display(s.method)} |")][0]
     assert set(row.strip("| ").split(" | ")[1:]) == {"—"}  # an infeasible run is no number
+    assert any(ln.startswith("Not ranked yet: 0 partition(s) with a score") for ln in lines)
+    # five partitions, three ranked methods scored on all of them: ranked by autorank, CL a reference
+    accs = {"fedavg": 0.5, "ifca": 0.6, "pfedlia": 0.7, "cl": 0.9}
+    for q in p["partitions"][:5]:
+        for m, a in accs.items():
+            spec = next(x for x in specs if x.method == m and X.partition_of(x.protocol, x.level) == q)
+            k = spec.n_clients
+            record_path(tmp_path / "cross_paper", spec).write_text(json.dumps(
+                {"key": spec.key(), "spec": spec.to_dict(), "status": "ok", "global_accuracy": a, "ad": 0.0,
+                 "sdad": 0.0, "cp": 0.0, "wpsi": 0.0, "local_accuracy": [a] * k, "global_test_accuracy": a,
+                 "info": {}, "seconds": 1.0}))
+    lines = report.cross_paper_markdown(tmp_path)
+    ranked = [ln for ln in lines if ln.startswith("Mean rank over the partitions")]
+    assert ranked and "Friedman p = " in ranked[0] and "CL and the Oracle are references" in ranked[0]
+    rows = {ln.strip("| ").split(" | ")[0]: ln.strip("| ").split(" | ") for ln in lines[-1].splitlines()[2:]}
+    assert lines[-1].splitlines()[0].endswith("| mean rank |")
+    assert [rows[X._display(m)][-1] for m in ("pfedlia", "ifca", "fedavg", "cl")] == ["1.00", "2.00", "3.00", "—"]
 
 
 def test_beyond_label_section_counts_the_committed_runs_and_reads_the_answer_from_them(tmp_path):

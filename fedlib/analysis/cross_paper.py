@@ -272,7 +272,7 @@ def unrankable(scores: pd.DataFrame, exclude=REFERENCES) -> str | None:
     """Why :func:`ranking` cannot rank ``scores`` yet (e.g. while a grid's records are coming in),
     or None when it can: it needs ≥ :data:`MIN_BLOCKS` partitions and ≥ :data:`MIN_METHODS`
     methods (``exclude`` aside) scored on all of them."""
-    data = scores.drop(index=[m for m in exclude if m in scores.index]).T
+    data = scores.drop(index=[m for m in exclude if m in scores.index]).T.dropna(axis=0, how="all")
     full = data.dropna(axis=1, how="any")
     if data.shape[0] < MIN_BLOCKS or full.shape[1] < MIN_METHODS:
         return (f"{data.shape[0]} partition(s) with a score and {full.shape[1]} method(s) scored on all of them; "
@@ -292,7 +292,8 @@ def ranking(scores: pd.DataFrame, *, alpha: float = ALPHA, exclude=REFERENCES):
     rank (1 = best) of each method; ``result.pvalue``: Friedman's p; ``result.cd``: the
     critical distance.
     """
-    data = scores.drop(index=[m for m in exclude if m in scores.index]).T  # rows: partitions (blocks)
+    # rows: partitions (blocks); a partition without any score yet is no block
+    data = scores.drop(index=[m for m in exclude if m in scores.index]).T.dropna(axis=0, how="all")
     left_out = [m for m in data.columns if data[m].isna().any()]
     data = data.drop(columns=left_out)
     if data.shape[0] < MIN_BLOCKS or data.shape[1] < MIN_METHODS:

@@ -335,7 +335,19 @@ def cross_paper_markdown(root: Path | str = RECORDS, params: Path = CROSS_PAPER_
     if not found:
         return out + ["No run of this grid is recorded yet: `python benchmarks/paper_grid.py cross-paper "
                       "--out benchmarks/records/cross_paper` computes it, resumably."]
-    return out + [frame_markdown(X.score_table(X.runs_frame(found)).reset_index())]
+    scores = X.score_table(X.runs_frame(found))
+    table = scores.reindex(columns=p["partitions"]).rename(index=X._display, columns=lambda c: X.PARTITIONS[c].label)
+    why = X.unrankable(scores)
+    if why is None:  # autorank's Friedman / Nemenyi over the partitions (cross_paper.ranking)
+        result, left_out = X.ranking(scores)
+        table["mean rank"] = result.rankdf.meanrank.rename(index=X._display)
+        out += [f"Mean rank over the partitions (1 = best; Friedman p = {result.pvalue:.3g}, Nemenyi critical "
+                f"distance {result.cd:.2f} ranks at α = {X.ALPHA}): the last column; CL and the Oracle are references, "
+                "not ranked" + (f", nor are the methods without a score on every partition ({len(left_out)})"
+                                if left_out else "") + ".", ""]
+    else:
+        out += [f"Not ranked yet: {why}.", ""]
+    return out + [frame_markdown(table.reset_index(names="method"))]
 
 
 def beyond_label_markdown(root: Path | str = RECORDS, params: Path = BEYOND_LABEL_PARAMS) -> list[str]:
