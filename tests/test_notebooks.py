@@ -29,6 +29,23 @@ def test_notebook_defaults_equal_smoke_params(name):
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
+def test_papermill_reads_every_parameter_of_the_cell(name, caplog):
+    """`papermill --help-notebook` and papermill's parameter inspection parse the cell line by line
+    and skip, with a warning, a line holding two '=' (e.g. one inside its comment)."""
+    import nbformat
+    from papermill.translators import PythonTranslator
+
+    nb = json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text())
+    (cell,) = [c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", [])]
+    namespace: dict = {}
+    exec("".join(cell["source"]), namespace)
+    with caplog.at_level("WARNING", logger="papermill"):
+        parsed = PythonTranslator.inspect(nbformat.from_dict({**cell, "source": "".join(cell["source"])}))
+    assert not [r.message for r in caplog.records if "Unable to parse" in r.getMessage()]
+    assert [p.name for p in parsed] == [k for k in namespace if not k.startswith("__")]
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
 def test_committed_notebook_has_outputs_for_nbval(name):
     nb = json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text())
     code = [c for c in nb["cells"] if c["cell_type"] == "code"]
