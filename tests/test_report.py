@@ -154,6 +154,12 @@ def test_readme_block_links_to_rows_of_the_report():
         assert f'<a id="{anchor}"></a>' in page
 
 
+def test_the_cross_paper_table_is_the_reports_last_section(tmp_path):
+    page = report.findings_markdown(report.frame(tmp_path), tmp_path)
+    sections = re.findall(r"^## (.+)$", page, flags=re.M)
+    assert sections[-2:] == ["PSI beyond label skew (notebook 12)", "Cross-paper table (notebook 11)"]
+
+
 def test_missing_readme_markers_are_refused(tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text("no block here\n")

@@ -351,7 +351,7 @@ def cross_paper_markdown(root: Path | str = RECORDS, params: Path = CROSS_PAPER_
 
 
 def beyond_label_markdown(root: Path | str = RECORDS, params: Path = BEYOND_LABEL_PARAMS) -> list[str]:
-    """The section after the cross-paper table: notebook 12's answer (:func:`fedlib.analysis.beyond_label.answer`,
+    """The section before the cross-paper table (the report's last): notebook 12's answer (:func:`fedlib.analysis.beyond_label.answer`,
     label-only PSI's ARI and the best extension's, per partition) from the records committed in
     ``root/beyond_label`` for the grid of ``params``, with how many of its runs are recorded. The label
     histograms' spread needs the data, so it is left to the notebook."""
@@ -399,8 +399,8 @@ def findings_markdown(df: pd.DataFrame, root: Path | str = RECORDS) -> str:
     out += [f"| {k} | {v} |" for k, v in METRICS.items() if k in used]
     for p in PAPERS:
         out += ["", *paper_section(df, p)]
-    out += ["", *cross_paper_markdown(root)]
     out += ["", *beyond_label_markdown(root)]
+    out += ["", *cross_paper_markdown(root)]  # last: every method on every seed paper's partition
     return "\n".join(out) + "\n"
 
 
