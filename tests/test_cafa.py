@@ -500,6 +500,8 @@ def test_verdicts_name_the_protocol_the_records_ran():
     paper = [_record(m, s, [0.1] * 150, [0.1] * 150, fl=S.AUTHORS_FL) for m in ("fedavg", "cafa") for s in range(3)]
     assert S.is_paper_protocol(paper) and S.run_label(paper) == "paper protocol (150 rounds, 3 seeds)"
     assert not S.is_paper_protocol(paper[:-1])  # CAFA on 2 seeds only
+    assert S.run_label(paper[:-1]) == "paper protocol, fewer seeds than the paper grid's 3 (150 rounds, 2–3 seeds per method)"
+    assert S.run_label(paper[:1]) == "paper protocol, fewer seeds than the paper grid's 3 (150 rounds, 1 seed)"
     subset = [{**r, "spec": {**r["spec"], "n_global_test": 500}} for r in paper]
     assert not S.is_paper_protocol(subset)
     assert S.run_label(subset).endswith("all training samples, a stratified 500 of the official test set)")
