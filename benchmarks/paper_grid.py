@@ -44,7 +44,9 @@ any work): ``--seeds``, ``--methods`` (the method names of the specs: ``cfl`` se
 row, ``fedamp`` both attentions), ``--alphas`` (FedPrism's and PSI-PFL's Dirichlet α), ``--datasets`` and ``--n-clients`` (PSI-PFL's), ``--settings`` (pFedLIA's partitions; cross-paper's and beyond-label's partition protocols),
 ``--iid-fractions`` (CAFA's training partitions' IID shares). ``--list``
 prints the filtered runs and exits. ``--workers N`` computes N runs at once, in N processes
-(each on ``max(1, cores // N)`` torch threads) sharing the folder.
+(each on ``max(1, cores // N)`` torch threads) sharing the folder. Several commands (or machines)
+sharing one folder split the runs: a run another live process has claimed is taken last, when
+its record is then read (or waited for), so no process queues behind another's run.
 
 Prints one line before (the runs, how many are recorded already) and one per finished run::
 
@@ -186,6 +188,22 @@ def _compute_star(args):
     return args[0], _compute(*args)
 
 
+def _claimed_elsewhere(out: Path, spec) -> bool:
+    """Whether another live process has claimed ``spec``'s run in ``out`` (:mod:`fedlib.claims`)."""
+    from fedlib import claims
+    from fedlib.experiment import record_path
+
+    path = record_path(out, spec)
+    return claims.claim_path(path).exists() and not claims.is_stale(path)
+
+
+def _next_run(pending: list, out: Path):
+    """The first of ``pending`` that no other process is computing, else the first (whose record
+    run_grid then waits for): processes sharing a folder each compute a different run instead
+    of queueing behind one another's claims."""
+    return next((s for s in pending if not _claimed_elsewhere(out, s)), pending[0])
+
+
 def run_table(table: str, out, *, params=None, seeds=None, methods=None, alphas=None, settings=None,
               iid_fractions=None, datasets=None, n_clients=None, device: str | None = None, workers: int = 1,
               echo=print) -> dict:
@@ -214,15 +232,19 @@ def run_table(table: str, out, *, params=None, seeds=None, methods=None, alphas=
     echo(f"{table}: {len(specs)} runs, {len(specs) - len(todo)} already recorded in {out}, {len(todo)} to compute")
     computed = []
     if workers == 1 or len(todo) <= 1:
-        for s in todo:
+        pending = list(todo)
+        while pending:  # runs another process is computing go last
+            s = _next_run(pending, out)
+            pending.remove(s)
             record = _compute(s, str(out), device)
             computed.append(record)
             echo(_line(s, record))
     else:
         threads = max(1, (os.cpu_count() or 1) // workers)
         ctx = multiprocessing.get_context("spawn")
+        ordered = sorted(todo, key=lambda s: _claimed_elsewhere(out, s))  # stable: claimed elsewhere last
         with ctx.Pool(min(workers, len(todo)), initializer=_init_worker, initargs=(threads,)) as pool:
-            for s, record in pool.imap_unordered(_compute_star, [(s, str(out), device) for s in todo]):
+            for s, record in pool.imap_unordered(_compute_star, [(s, str(out), device) for s in ordered]):
                 computed.append(record)
                 echo(_line(s, record))
     return {"specs": specs, "recorded": len(specs) - len(todo), "computed": computed}

@@ -227,3 +227,31 @@ def test_runs_are_recorded_and_a_second_call_computes_nothing(tmp_path):
                           device="cpu", echo=lines.append)
     assert second["recorded"] == 1 and second["computed"] == []
     assert lines == [f"fedprism-table1: 1 runs, 1 already recorded in {out}, 0 to compute"]
+
+
+def test_a_run_another_process_is_computing_is_taken_last(tmp_path, monkeypatch):
+    """Two commands sharing a folder: the second skips ahead of the run the first has claimed
+    (a claim of a live process: this test's own pid) instead of waiting behind it."""
+    from fedlib import claims
+    from fedlib.experiment import record_path
+
+    pg = _script()
+    out = tmp_path / "t1"
+    out.mkdir()
+    specs = pg.select("fedprism-table1", pg.load_params("09_fedprism", str(SMOKE09)), seeds=[0],
+                      methods=["fedavg", "local"], alphas=[0.1])
+    assert len(specs) == 2
+    assert claims.try_claim(record_path(out, specs[0]))  # "another process" is computing the first
+    order = []
+
+    def fake(spec, out_, device):
+        order.append(spec.key())
+        if spec.key() == specs[0].key():  # by now its owner has finished it
+            claims.release(record_path(out, spec))
+        return {"status": "ok", "seconds": 0.0, "spec": spec.to_dict()}
+
+    monkeypatch.setattr(pg, "_compute", fake)
+    pg.run_table("fedprism-table1", out, params=str(SMOKE09), seeds=[0], methods=["fedavg", "local"],
+                 alphas=[0.1], device="cpu", echo=lambda _: None)
+    assert order == [specs[1].key(), specs[0].key()]
+    assert not pg._claimed_elsewhere(out, specs[0])  # released: nobody's
