@@ -197,6 +197,13 @@ def test_cell_table_takes_the_grids_partitions_and_ari_only_where_clusters_are_p
         cp.cell_table(cp.runs_frame(recs), "ari", ["pathological_clusters"])
 
 
+def test_complete_partitions_are_those_without_a_missing_run():
+    specs = cp.training_specs(["noisy", "pathological"], 10, [0], ["fedavg", "local"], {"rounds": 1})
+    assert cp.complete_partitions([]) == set(cp.PARTITIONS)
+    missing = [s for s in specs if cp.partition_of(s.protocol, s.level) == "noisy"][:1]
+    assert cp.complete_partitions(missing) == set(cp.PARTITIONS) - {"noisy"}
+
+
 def test_which_method_when_names_the_best_and_those_within_the_critical_distance():
     rng = np.random.default_rng(0)
     k = 30

@@ -318,20 +318,31 @@ def test_cross_paper_section_counts_the_committed_runs_and_invents_no_number(tmp
     assert header == ["method"] + [X.PARTITIONS[q].label for q in p["partitions"]]  # every partition of the grid
     row = [ln for ln in table.splitlines() if ln.startswith(f"| {X._display(s.method)} |")][0]
     assert set(row.strip("| ").split(" | ")[1:]) == {"—"}  # an infeasible run is no number
-    assert any(ln.startswith("Not ranked yet: 0 partition(s) with a score") for ln in lines)
-    # five partitions, three ranked methods scored on all of them: ranked by autorank, CL a reference
+    assert any(ln.startswith("Not ranked yet (over the partitions whose every run is recorded): 0 partition(s)")
+               for ln in lines)
+    # three methods and CL on five partitions: not ranked while those partitions' other runs are missing
     accs = {"fedavg": 0.5, "ifca": 0.6, "pfedlia": 0.7, "cl": 0.9}
-    for q in p["partitions"][:5]:
-        for m, a in accs.items():
-            spec = next(x for x in specs if x.method == m and X.partition_of(x.protocol, x.level) == q)
-            k = spec.n_clients
-            record_path(tmp_path / "cross_paper", spec).write_text(json.dumps(
-                {"key": spec.key(), "spec": spec.to_dict(), "status": "ok", "global_accuracy": a, "ad": 0.0,
-                 "sdad": 0.0, "cp": 0.0, "wpsi": 0.0, "local_accuracy": [a] * k, "global_test_accuracy": a,
-                 "info": {}, "seconds": 1.0}))
+    five = [x for x in specs if X.partition_of(x.protocol, x.level) in p["partitions"][:5]]
+    for spec in five:
+        a = accs.get(spec.method)
+        k = spec.n_clients
+        body = ({"status": "ok", "global_accuracy": a, "ad": 0.0, "sdad": 0.0, "cp": 0.0, "wpsi": 0.0,
+                 "local_accuracy": [a] * k, "global_test_accuracy": a, "info": {}, "seconds": 1.0}
+                if a is not None else {"status": "failed", "error": "diverged"})
+        if a is not None:
+            record_path(tmp_path / "cross_paper", spec).write_text(json.dumps({"key": spec.key(),
+                                                                               "spec": spec.to_dict(), **body}))
     lines = report.cross_paper_markdown(tmp_path)
-    ranked = [ln for ln in lines if ln.startswith("Mean rank over the partitions")]
+    assert not [ln for ln in lines if ln.startswith("Mean rank")]  # incomplete partitions are no blocks
+    # every other run of the five partitions recorded (failed: no score): ranked by autorank, CL a reference
+    for spec in five:
+        if spec.method not in accs:
+            record_path(tmp_path / "cross_paper", spec).write_text(json.dumps(
+                {"key": spec.key(), "spec": spec.to_dict(), "status": "failed", "error": "diverged"}))
+    lines = report.cross_paper_markdown(tmp_path)
+    ranked = [ln for ln in lines if ln.startswith("Mean rank over the 5 partitions whose every run is recorded")]
     assert ranked and "Friedman p = " in ranked[0] and "CL and the Oracle are references" in ranked[0]
+    assert "nor are the methods without a score on every one of them" in ranked[0]
     rows = {ln.strip("| ").split(" | ")[0]: ln.strip("| ").split(" | ") for ln in lines[-1].splitlines()[2:]}
     assert lines[-1].splitlines()[0].endswith("| mean rank |")
     assert [rows[X._display(m)][-1] for m in ("pfedlia", "ifca", "fedavg", "cl")] == ["1.00", "2.00", "3.00", "—"]

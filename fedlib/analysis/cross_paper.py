@@ -264,6 +264,13 @@ def planted_partitions(partitions, n_clients: int) -> list[str]:
             if P.planted_clusters(PARTITIONS[p].protocol, n_clients, PARTITIONS[p].level) is not None]
 
 
+def complete_partitions(missing) -> set:
+    """The partitions (keys of :data:`PARTITIONS`) of which no run of ``missing`` (the specs without
+    a record yet, :func:`fedlib.experiment.present_records`) remains: the ones a ranking may use
+    while the grid's records are coming in (its other partitions hold only the methods run so far)."""
+    return set(PARTITIONS) - {partition_of(s.protocol, s.level) for s in missing}
+
+
 MIN_BLOCKS, MIN_METHODS = 5, 3
 """What :func:`ranking` needs: partitions (blocks; autorank's minimum) and methods scored on all of them."""
 

@@ -337,16 +337,18 @@ def cross_paper_markdown(root: Path | str = RECORDS, params: Path = CROSS_PAPER_
                       "--out benchmarks/records/cross_paper` computes it, resumably."]
     scores = X.score_table(X.runs_frame(found))
     table = scores.reindex(columns=p["partitions"]).rename(index=X._display, columns=lambda c: X.PARTITIONS[c].label)
-    why = X.unrankable(scores)
-    if why is None:  # autorank's Friedman / Nemenyi over the partitions (cross_paper.ranking)
-        result, left_out = X.ranking(scores)
+    complete = [q for q in scores.columns if q in X.complete_partitions(missing)]  # every run recorded
+    why = X.unrankable(scores[complete])
+    if why is None:  # autorank's Friedman / Nemenyi over the complete partitions (cross_paper.ranking)
+        result, left_out = X.ranking(scores[complete])
         table["mean rank"] = result.rankdf.meanrank.rename(index=X._display)
-        out += [f"Mean rank over the partitions (1 = best; Friedman p = {result.pvalue:.3g}, Nemenyi critical "
-                f"distance {result.cd:.2f} ranks at α = {X.ALPHA}): the last column; CL and the Oracle are references, "
-                "not ranked" + (f", nor are the methods without a score on every partition ({len(left_out)})"
-                                if left_out else "") + ".", ""]
+        out += [f"Mean rank over the {len(complete)} partitions whose every run is recorded (1 = best; Friedman "
+                f"p = {result.pvalue:.3g}, Nemenyi critical distance {result.cd:.2f} ranks at α = {X.ALPHA}): the "
+                "last column; CL and the Oracle are references, not ranked"
+                + (f", nor are the methods without a score on every one of them ({len(left_out)})" if left_out else "")
+                + ".", ""]
     else:
-        out += [f"Not ranked yet: {why}.", ""]
+        out += [f"Not ranked yet (over the partitions whose every run is recorded): {why}.", ""]
     return out + [frame_markdown(table.reset_index(names="method"))]
 
 
