@@ -437,12 +437,12 @@ def _ran_paper_protocol(ok) -> bool:
                          and r["spec"].get("n_train") is None for r in ok)
 
 
-def _fewest_seeds(ok) -> int:
-    """The fewest seeds any method of ``ok`` ran."""
+def _seeds_per_method(ok) -> list[int]:
+    """How many seeds each method of ``ok`` ran."""
     seeds = {}
     for r in ok:
         seeds.setdefault(r["spec"]["method"], set()).add(r["spec"]["seed"])
-    return min(len(v) for v in seeds.values())
+    return [len(v) for v in seeds.values()]
 
 
 def is_paper_protocol(records) -> bool:
@@ -450,7 +450,7 @@ def is_paper_protocol(records) -> bool:
     effective ``fl``), the official test set whole, the full training set, at least
     :data:`PAPER_SEEDS` seeds per method."""
     ok = [r for r in records if r["status"] == "ok"]
-    return bool(ok) and _ran_paper_protocol(ok) and _fewest_seeds(ok) >= PAPER_SEEDS
+    return bool(ok) and _ran_paper_protocol(ok) and min(_seeds_per_method(ok)) >= PAPER_SEEDS
 
 
 def run_label(records) -> str:
@@ -463,10 +463,8 @@ def run_label(records) -> str:
     if not ok:
         fail("records", "at least one run record with status 'ok'", f"{len(list(records))} records")
     rounds = sorted({int(r["fl"]["rounds"]) for r in ok})
-    per_method = {}
-    for r in ok:
-        per_method.setdefault(r["spec"]["method"], set()).add(r["spec"]["seed"])
-    lo, hi = min(map(len, per_method.values())), max(map(len, per_method.values()))
+    counts = _seeds_per_method(ok)
+    lo, hi = min(counts), max(counts)
     seeds_txt = f"{hi} seed{'s' if hi != 1 else ''}" if lo == hi else f"{lo}–{hi} seeds per method"
     r_txt = f"{'/'.join(map(str, rounds))} round{'s' if rounds != [1] else ''}, {seeds_txt}"
     if is_paper_protocol(ok):
