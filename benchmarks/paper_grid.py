@@ -185,7 +185,24 @@ def _init_worker(threads: int) -> None:
 
 
 def _compute_star(args):
-    return args[0], _compute(*args)
+    """``(spec, record, elsewhere)``: ``elsewhere`` when another process sharing the folder had
+    recorded or claimed the run before this one reached it (run_grid then returned or waited for
+    that process's record instead of computing it)."""
+    from fedlib.experiment import record_path
+
+    spec, out, _ = args
+    elsewhere = record_path(Path(out), spec).exists() or _claimed_elsewhere(Path(out), spec)
+    return spec, _compute(*args), elsewhere
+
+
+def _collect(results, computed: list, echo) -> None:
+    """Echo a line per finished run; append the records this process computed to ``computed``."""
+    for spec, record, elsewhere in results:
+        if elsewhere:
+            echo(f"{describe(spec)}: {record['status']}, recorded by another process")
+        else:
+            computed.append(record)
+            echo(_line(spec, record))
 
 
 def _claimed_elsewhere(out: Path, spec) -> bool:
@@ -212,7 +229,8 @@ def run_table(table: str, out, *, params=None, seeds=None, methods=None, alphas=
     Returns
     -------
     dict: ``specs`` (the filtered runs), ``recorded`` (how many were recorded before),
-    ``computed`` (the records this call computed, in the order they finished).
+    ``computed`` (the records this call computed, in the order they finished; runs another process
+    sharing ``out`` recorded meanwhile are skipped and not among them).
     """
     from fedlib.engine import resolve_device
     from fedlib.experiment import record_path
@@ -233,20 +251,17 @@ def run_table(table: str, out, *, params=None, seeds=None, methods=None, alphas=
     computed = []
     if workers == 1 or len(todo) <= 1:
         pending = list(todo)
-        while pending:  # runs another process is computing go last
-            s = _next_run(pending, out)
+        while pending := [s for s in pending if not record_path(out, s).exists()]:  # another process may have recorded some
+            s = _next_run(pending, out)  # runs another process is computing go last
             pending.remove(s)
-            record = _compute(s, str(out), device)
-            computed.append(record)
-            echo(_line(s, record))
+            results = [_compute_star((s, str(out), device))]
+            _collect(results, computed, echo)
     else:
         threads = max(1, (os.cpu_count() or 1) // workers)
         ctx = multiprocessing.get_context("spawn")
         ordered = sorted(todo, key=lambda s: _claimed_elsewhere(out, s))  # stable: claimed elsewhere last
         with ctx.Pool(min(workers, len(todo)), initializer=_init_worker, initargs=(threads,)) as pool:
-            for s, record in pool.imap_unordered(_compute_star, [(s, str(out), device) for s in ordered]):
-                computed.append(record)
-                echo(_line(s, record))
+            _collect(pool.imap_unordered(_compute_star, [(s, str(out), device) for s in ordered]), computed, echo)
     return {"specs": specs, "recorded": len(specs) - len(todo), "computed": computed}
 
 

@@ -251,7 +251,36 @@ def test_a_run_another_process_is_computing_is_taken_last(tmp_path, monkeypatch)
         return {"status": "ok", "seconds": 0.0, "spec": spec.to_dict()}
 
     monkeypatch.setattr(pg, "_compute", fake)
-    pg.run_table("fedprism-table1", out, params=str(SMOKE09), seeds=[0], methods=["fedavg", "local"],
-                 alphas=[0.1], device="cpu", echo=lambda _: None)
+    lines = []
+    result = pg.run_table("fedprism-table1", out, params=str(SMOKE09), seeds=[0], methods=["fedavg", "local"],
+                          alphas=[0.1], device="cpu", echo=lines.append)
     assert order == [specs[1].key(), specs[0].key()]
     assert not pg._claimed_elsewhere(out, specs[0])  # released: nobody's
+    # the run the other process held is its record, not this command's: said so, and not counted
+    assert [r["spec"] for r in result["computed"]] == [specs[1].to_dict()]
+    assert lines[-1].endswith("ok, recorded by another process") and "in 0.0 s" in lines[-2]
+
+
+def test_a_run_another_process_recorded_meanwhile_is_skipped(tmp_path, monkeypatch):
+    """A run whose record another process wrote after this command listed its runs is neither
+    computed again nor echoed as computed here."""
+    from fedlib.experiment import record_path
+
+    pg = _script()
+    out = tmp_path / "t1"
+    out.mkdir()
+    specs = pg.select("fedprism-table1", pg.load_params("09_fedprism", str(SMOKE09)), seeds=[0],
+                      methods=["fedavg", "local"], alphas=[0.1])
+    order = []
+
+    def fake(spec, out_, device):
+        order.append(spec.key())
+        record_path(out, specs[1]).write_text("{}")  # meanwhile, the other process records the second run
+        return {"status": "ok", "seconds": 0.0, "spec": spec.to_dict()}
+
+    monkeypatch.setattr(pg, "_compute", fake)
+    lines = []
+    result = pg.run_table("fedprism-table1", out, params=str(SMOKE09), seeds=[0], methods=["fedavg", "local"],
+                          alphas=[0.1], device="cpu", echo=lines.append)
+    assert order == [specs[0].key()]
+    assert len(result["computed"]) == 1 and len(lines) == 2  # the header and the one run computed here
