@@ -305,14 +305,14 @@ def test_cross_paper_section_counts_the_committed_runs_and_invents_no_number(tmp
     lines = report.cross_paper_markdown(tmp_path)
     p = yaml.safe_load(report.CROSS_PAPER_PARAMS.read_text())
     specs = X.notebook_grid(**{k: p[k] for k in X.GRID_PARAMS})["cross"]
-    assert f"0 of {len(specs)} runs recorded." in " ".join(lines)
+    assert f"0 of {len(specs)} runs recorded (0.0 CPU-hours" in " ".join(lines)
     assert "paper_grid.py cross-paper" in lines[-1]
     (tmp_path / "cross_paper").mkdir()
     s = specs[0]
     record_path(tmp_path / "cross_paper", s).write_text(json.dumps(
         {"key": s.key(), "spec": s.to_dict(), "status": "infeasible", "error": "too few samples"}))
     lines = report.cross_paper_markdown(tmp_path)
-    assert f"1 of {len(specs)} runs recorded." in " ".join(lines)
+    assert f"1 of {len(specs)} runs recorded (0.0 CPU-hours" in " ".join(lines)  # an infeasible run: no CPU time
     table = lines[-1]
     header = table.splitlines()[0].strip("| ").split(" | ")
     assert header == ["method"] + [X.PARTITIONS[q].label for q in p["partitions"]]  # every partition of the grid
@@ -361,15 +361,15 @@ def test_beyond_label_section_counts_the_committed_runs_and_reads_the_answer_fro
     lines = report.beyond_label_markdown(tmp_path)
     p = yaml.safe_load(report.BEYOND_LABEL_PARAMS.read_text())
     specs = B.notebook_grid(**{k: p[k] for k in B.GRID_PARAMS})["study"]
-    assert f"0 of {len(specs)} runs recorded." in " ".join(lines) and "paper_grid.py beyond-label" in lines[-1]
+    assert f"0 of {len(specs)} runs recorded" in " ".join(lines) and "paper_grid.py beyond-label" in lines[-1]
     (tmp_path / "beyond_label").mkdir()
     rot = {B.variant_of(s.to_dict()): s for s in specs if s.protocol == "rotated_groups" and s.seed == 0}
     truth = P.planted_clusters("rotated_groups", 100, 4)
     for s, grouping in ((rot["psi_label"], np.zeros(100, int)), (rot["psi_joint"], truth)):
         record_path(tmp_path / "beyond_label", s).write_text(json.dumps(
             {"key": s.key(), "spec": s.to_dict(), "status": "ok", "local_accuracy": [0.5] * 100,
-             "global_accuracy": 0.5, "info": {"assignment": grouping.tolist()}}))
+             "global_accuracy": 0.5, "info": {"assignment": grouping.tolist()}, "cpu_seconds": 2700.0}))
     lines = report.beyond_label_markdown(tmp_path)
-    assert f"2 of {len(specs)} runs recorded." in " ".join(lines)
+    assert f"2 of {len(specs)} runs recorded (1.5 CPU-hours, the sum of their `cpu_seconds`)." in " ".join(lines)
     row = [ln for ln in lines[-1].splitlines() if B.PARTITIONS["rotated"].label in ln][0]
     assert "| 0.00 | cannot separate | joint label–attribute PSI | 1.00 | recovers | 1 of 5 |" in row

@@ -40,7 +40,7 @@ from .report_cells import HEADLINES, METRICS, PAPERS, REASONS, cells
 from .psi_pfl_study import paper_variant_records
 
 __all__ = ["RECORDS", "VERDICTS", "DERIVATIONS", "record_value", "cl_distance", "matches", "row_values", "frame", "scoreboard",
-           "format_ours", "paper_section", "cross_paper_markdown", "beyond_label_markdown", "findings_markdown", "readme_block", "write", "check", "main"]
+           "format_ours", "paper_section", "cpu_hours", "cross_paper_markdown", "beyond_label_markdown", "findings_markdown", "readme_block", "write", "check", "main"]
 
 RECORDS = ROOT / "benchmarks" / "records"
 """The committed paper-protocol records (present in a project checkout)."""
@@ -314,6 +314,12 @@ BEYOND_LABEL_PARAMS = ROOT / "params" / "paper" / "12_beyond_label_skew.yaml"
 """Notebook 11's paper profile: the cross-paper grid the report's last section reads."""
 
 
+def cpu_hours(records) -> float:
+    """The CPU time the finished ``records`` took, in hours: the sum of their ``cpu_seconds``
+    (each run's process CPU time, every thread summed; :func:`fedlib.experiment.run`)."""
+    return sum(float(r.get("cpu_seconds") or 0.0) for r in records) / 3600.0
+
+
 def cross_paper_markdown(root: Path | str = RECORDS, params: Path = CROSS_PAPER_PARAMS) -> list[str]:
     """The report's last section: notebook 11's cross-paper table (weighted local accuracy,
     methods × partitions; :mod:`fedlib.analysis.cross_paper`) from the records committed in
@@ -328,7 +334,8 @@ def cross_paper_markdown(root: Path | str = RECORDS, params: Path = CROSS_PAPER_
     found, missing = X.present_records(specs, Path(root) / "cross_paper")
     out = ["## Cross-paper table (notebook 11)", "",
            "Every method on every seed paper's partition, one training protocol (`params/paper/11_cross_paper.yaml`),",
-           f"from the records in `benchmarks/records/cross_paper/`: {len(found)} of {len(specs)} runs recorded.",
+           f"from the records in `benchmarks/records/cross_paper/`: {len(found)} of {len(specs)} runs recorded "
+           f"({cpu_hours(found):.1f} CPU-hours, the sum of their `cpu_seconds`).",
            "Weighted local accuracy (%): Σ correct / Σ test samples over the clients, each with its own model",
            "(Clust-PSI-PFL's \"global accuracy\"). Ranks, the Friedman test and the critical-difference diagram:",
            "notebook 11.", ""]
@@ -368,7 +375,7 @@ def beyond_label_markdown(root: Path | str = RECORDS, params: Path = BEYOND_LABE
            "Does label-only PSI fail where labels are balanced, and which extension recovers the groups? ARI of the",
            "clients' grouping against the planted groups (mean over seeds; ≤ 0.1: cannot separate, ≥ 0.9: recovers),",
            f"from the records in `benchmarks/records/beyond_label/` (`params/paper/12_beyond_label_skew.yaml`): "
-           f"{len(found)} of {len(specs)} runs recorded.", ""]
+           f"{len(found)} of {len(specs)} runs recorded ({cpu_hours(found):.1f} CPU-hours, the sum of their `cpu_seconds`).", ""]
     ans = B.answer(B.runs_frame(found), {}) if found else None
     if ans is None or ans.empty:
         return out + ["No label-only run of this grid is recorded yet: `python benchmarks/paper_grid.py beyond-label "
