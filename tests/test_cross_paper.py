@@ -123,6 +123,12 @@ def test_runs_frame_computes_worst_clients_ad_from_cl_and_ari():
     assert table.loc["pFedLIA", "pathological, 5 clusters"] == "1.00 (n = 1)"
     assert table.loc["FedAvg", "pathological, 5 clusters"] == "—"
     assert list(cp.status_table(cp.runs_frame(recs)).method) == ["fesem"]
+    # groups found: the grouping methods' distinct groups, planted or not; none for FedAvg
+    assert df.loc[("pathological", "pfedlia")].groups == 5 and df.loc[("dirichlet_0.3", "pfedlia")].groups == 5
+    assert df.loc[("pathological", "ifca")].groups == 1 and np.isnan(df.loc[("pathological", "fedavg")].groups)
+    groups = cp.cell_table(cp.runs_frame(recs), "groups").set_index("Method")
+    assert groups.loc["IFCA", "pathological, 5 clusters"] == "1.0 (n = 1)"
+    assert groups.loc["FedAvg", "pathological, 5 clusters"] == "—"
 
 
 def test_worst_share_takes_the_ceiling_of_a_tenth():

@@ -168,7 +168,8 @@ def runs_frame(records) -> pd.DataFrame:
     ``weighted_local`` (the weighted local accuracy, record field ``global_accuracy``),
     ``worst10`` (mean of the worst 10 % clients), ``official_test`` (``global_test_accuracy``),
     ``ad_cl`` (AD from CL, same partition and seed), ``ari`` (NaN without planted clusters or a
-    grouping), ``seconds`` and ``local_accuracy`` (per client, fractions)."""
+    grouping), ``groups`` (distinct groups in the final grouping of a :data:`GROUPING_METHODS`
+    method, else NaN), ``seconds`` and ``local_accuracy`` (per client, fractions)."""
     records = list(records)
     base = records_frame(records)
     rows = []
@@ -177,7 +178,7 @@ def runs_frame(records) -> pd.DataFrame:
         row = {"partition": partition_of(s["protocol"], s["level"]), "method": s["method"], "seed": s["seed"],
                "status": r["status"], "error": r.get("error", ""), "seconds": r.get("seconds", np.nan),
                "weighted_local": np.nan, "worst10": np.nan, "official_test": np.nan, "ad_cl": np.nan,
-               "ari": np.nan, "local_accuracy": None}
+               "ari": np.nan, "groups": np.nan, "local_accuracy": None}
         if r["status"] == "ok":
             acc = np.asarray(r["local_accuracy"], float)
             row.update(weighted_local=100 * r["global_accuracy"], worst10=100 * _worst(acc),
@@ -186,11 +187,13 @@ def runs_frame(records) -> pd.DataFrame:
             truth = P.planted_clusters(s["protocol"], int(s["n_clients"]), s["level"])
             info = r.get("info", {})
             grouping = info.get("cluster_of_client", info.get("assignment"))
-            if truth is not None and grouping is not None and s["method"] in GROUPING_METHODS:
-                row["ari"] = cluster_recovery(np.asarray(grouping, np.int64), truth)
+            if grouping is not None and s["method"] in GROUPING_METHODS:
+                row["groups"] = len(np.unique(np.asarray(grouping, np.int64)))
+                if truth is not None:
+                    row["ari"] = cluster_recovery(np.asarray(grouping, np.int64), truth)
         rows.append(row)
     return pd.DataFrame(rows, columns=["partition", "method", "seed", "status", "error", "seconds", "weighted_local",
-                                       "worst10", "official_test", "ad_cl", "ari", "local_accuracy"])
+                                       "worst10", "official_test", "ad_cl", "ari", "groups", "local_accuracy"])
 
 
 def _order(df: pd.DataFrame, column: str, names) -> list:
@@ -223,6 +226,8 @@ METRICS = {
                      "over clients (FedPrism's \"global accuracy\"; record field global_test_accuracy)",
     "ad_cl": "AD from CL (%): mean over clients of |A_k − CL's weighted local accuracy| (same partition and seed)",
     "ari": "ARI: adjusted Rand index of the method's final grouping against the planted clusters (1 = recovered)",
+    "groups": "groups found: distinct groups in the final grouping of a method that groups clients (1: one model "
+              "for all, as CFL when its split criterion is never met and it trains as FedAvg)",
     "seconds": "seconds: the run's wall time on one CPU thread (CPU time), data loading and evaluation included",
 }
 """The per-run quantities of :func:`runs_frame` that :func:`cell_table` renders, with their definitions."""
@@ -252,7 +257,8 @@ def cell_table(df: pd.DataFrame, value: str, partitions=None) -> pd.DataFrame:
         for p in parts:
             g = df[(df.method == m) & (df.partition == p)]
             bad = sorted(set(g.status) - {"ok"})
-            row[PARTITIONS[p].label] = ("not run" if g.empty else "/".join(bad) if bad else mean_sd(g[value]))
+            row[PARTITIONS[p].label] = ("not run" if g.empty else "/".join(bad) if bad
+                                        else mean_sd(g[value], digits=1 if value == "groups" else 2))
         rows.append(row)
     return pd.DataFrame(rows)
 
