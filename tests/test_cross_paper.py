@@ -93,7 +93,8 @@ def _record(partition, method, seed, acc, n=None, *, status="ok", grouping=None,
     correct = acc * n
     return {"spec": spec, "status": "ok", "global_accuracy": float(correct.sum() / n.sum()), "ad": 0.0, "sdad": 0.0,
             "cp": 0.0, "wpsi": 0.0, "local_accuracy": acc.tolist(), "global_test_accuracy": official,
-            "info": {} if grouping is None else {"cluster_of_client": list(grouping)}, "seconds": seconds}
+            "info": {} if grouping is None else {"cluster_of_client": list(grouping)}, "seconds": seconds,
+            "cpu_seconds": 2 * seconds}
 
 
 def test_runs_frame_computes_worst_clients_ad_from_cl_and_ari():
@@ -129,6 +130,10 @@ def test_runs_frame_computes_worst_clients_ad_from_cl_and_ari():
     groups = cp.cell_table(cp.runs_frame(recs), "groups").set_index("Method")
     assert groups.loc["IFCA", "pathological, 5 clusters"] == "1.0 (n = 1)"
     assert groups.loc["FedAvg", "pathological, 5 clusters"] == "—"
+    # CPU time is the record's cpu_seconds (every thread summed), not its wall time
+    assert df.loc[("pathological", "ifca")].cpu_seconds == 2.0 and df.loc[("pathological", "ifca")].seconds == 1.0
+    cpu = cp.cell_table(cp.runs_frame(recs), "cpu_seconds").set_index("Method")
+    assert cpu.loc["IFCA", "pathological, 5 clusters"] == "2.0 (n = 1)"
 
 
 def test_worst_share_takes_the_ceiling_of_a_tenth():

@@ -33,7 +33,7 @@ accuracy** (each client's model on the data set's official test set, ``global_te
 AD from CL (mean |A_k − CL's weighted local accuracy| of the same partition and seed,
 :func:`fedlib.analysis.tables.records_frame`), the ARI of the method's grouping against the
 planted clusters (where planted and where the method groups clients, :data:`GROUPING_METHODS`),
-and the run's wall time (``seconds``, on one CPU thread: CPU time).
+and the run's CPU time (``cpu_seconds``: the process CPU time, every thread summed).
 
 **Ranking** (:func:`ranking`): ``autorank`` (Herbold 2020) on a block design — one block per
 partition (the weighted local accuracy averaged over seeds), one column per ranked method —
@@ -64,7 +64,7 @@ from .tables import frame_markdown as table_markdown, records_frame
 
 __all__ = ["Partition", "PARTITIONS", "REFERENCES", "GROUPING_METHODS", "WORST_SHARE", "ALPHA", "allowed",
            "training_specs", "GRID_PARAMS", "notebook_grid", "present_records", "partition_of", "runs_frame", "status_table",
-           "score_table", "METRICS", "cell_table", "ranking", "fig_cd", "fig_heatmap", "ecdf_frame", "fig_ecdf", "which_method_when",
+           "score_table", "METRICS", "DIGITS", "cell_table", "ranking", "fig_cd", "fig_heatmap", "ecdf_frame", "fig_ecdf", "which_method_when",
            "table_markdown"]
 
 
@@ -169,7 +169,8 @@ def runs_frame(records) -> pd.DataFrame:
     ``worst10`` (mean of the worst 10 % clients), ``official_test`` (``global_test_accuracy``),
     ``ad_cl`` (AD from CL, same partition and seed), ``ari`` (NaN without planted clusters or a
     grouping), ``groups`` (distinct groups in the final grouping of a :data:`GROUPING_METHODS`
-    method, else NaN), ``seconds`` and ``local_accuracy`` (per client, fractions)."""
+    method, else NaN), ``seconds`` (wall time), ``cpu_seconds`` (CPU time) and ``local_accuracy``
+    (per client, fractions)."""
     records = list(records)
     base = records_frame(records)
     rows = []
@@ -177,6 +178,7 @@ def runs_frame(records) -> pd.DataFrame:
         s = r["spec"]
         row = {"partition": partition_of(s["protocol"], s["level"]), "method": s["method"], "seed": s["seed"],
                "status": r["status"], "error": r.get("error", ""), "seconds": r.get("seconds", np.nan),
+               "cpu_seconds": r.get("cpu_seconds", np.nan),
                "weighted_local": np.nan, "worst10": np.nan, "official_test": np.nan, "ad_cl": np.nan,
                "ari": np.nan, "groups": np.nan, "local_accuracy": None}
         if r["status"] == "ok":
@@ -192,7 +194,7 @@ def runs_frame(records) -> pd.DataFrame:
                 if truth is not None:
                     row["ari"] = cluster_recovery(np.asarray(grouping, np.int64), truth)
         rows.append(row)
-    return pd.DataFrame(rows, columns=["partition", "method", "seed", "status", "error", "seconds", "weighted_local",
+    return pd.DataFrame(rows, columns=["partition", "method", "seed", "status", "error", "seconds", "cpu_seconds", "weighted_local",
                                        "worst10", "official_test", "ad_cl", "ari", "groups", "local_accuracy"])
 
 
@@ -228,9 +230,11 @@ METRICS = {
     "ari": "ARI: adjusted Rand index of the method's final grouping against the planted clusters (1 = recovered)",
     "groups": "groups found: distinct groups in the final grouping of a method that groups clients (1: one model "
               "for all, as CFL when its split criterion is never met and it trains as FedAvg)",
-    "seconds": "seconds: the run's wall time on one CPU thread (CPU time), data loading and evaluation included",
+    "cpu_seconds": "CPU time (s): the run's process CPU time, every thread summed (record field cpu_seconds), data "
+                   "loading and evaluation included",
 }
 """The per-run quantities of :func:`runs_frame` that :func:`cell_table` renders, with their definitions."""
+DIGITS = {"groups": 1, "cpu_seconds": 1}  # decimals shown per quantity (else 2)
 
 
 def cell_table(df: pd.DataFrame, value: str, partitions=None) -> pd.DataFrame:
@@ -258,7 +262,7 @@ def cell_table(df: pd.DataFrame, value: str, partitions=None) -> pd.DataFrame:
             g = df[(df.method == m) & (df.partition == p)]
             bad = sorted(set(g.status) - {"ok"})
             row[PARTITIONS[p].label] = ("not run" if g.empty else "/".join(bad) if bad
-                                        else mean_sd(g[value], digits=1 if value == "groups" else 2))
+                                        else mean_sd(g[value], digits=DIGITS.get(value, 2)))
         rows.append(row)
     return pd.DataFrame(rows)
 
