@@ -344,7 +344,8 @@ def cross_paper_markdown(root: Path | str = RECORDS, params: Path = CROSS_PAPER_
                       "--out benchmarks/records/cross_paper` computes it, resumably."]
     scores = X.score_table(X.runs_frame(found))
     table = scores.reindex(columns=p["partitions"]).rename(index=X._display, columns=lambda c: X.PARTITIONS[c].label)
-    complete = [q for q in scores.columns if q in X.complete_partitions(missing)]  # every run recorded
+    done = set(X.complete_partitions(missing))
+    complete = [q for q in scores.columns if q in done]  # every run recorded
     why = X.unrankable(scores[complete])
     if why is None:  # autorank's Friedman / Nemenyi over the complete partitions (cross_paper.ranking)
         result, left_out = X.ranking(scores[complete])
