@@ -43,7 +43,8 @@ Filters (each optional, each value must be in the table's grid, else the command
 any work): ``--seeds``, ``--methods`` (the method names of the specs: ``cfl`` selects every CFL
 row, ``fedamp`` both attentions), ``--alphas`` (FedPrism's and PSI-PFL's Dirichlet α), ``--datasets`` and ``--n-clients`` (PSI-PFL's), ``--settings`` (pFedLIA's partitions; cross-paper's and beyond-label's partition protocols),
 ``--iid-fractions`` (CAFA's training partitions' IID shares). ``--list``
-prints the filtered runs and exits. ``--workers N`` computes N runs at once, in N processes
+prints the filtered runs, each with where it stands in ``--out`` (``recorded (ok)``, ``running`` in
+another process, ``to compute``), and exits. ``--workers N`` computes N runs at once, in N processes
 (each on ``max(1, cores // N)`` torch threads) sharing the folder. Several commands (or machines)
 sharing one folder split the runs: a run another live process has claimed is taken last, when
 its record is then read (or waited for), so no process queues behind another's run.
@@ -214,6 +215,19 @@ def _claimed_elsewhere(out: Path, spec) -> bool:
     return claims.claim_path(path).exists() and not claims.is_stale(path)
 
 
+def run_state(out: Path, spec) -> str:
+    """Where ``spec``'s run stands in the records folder ``out``: ``recorded (<status>)``,
+    ``running`` (claimed by a live process) or ``to compute``, as ``--list`` prints it."""
+    import json
+
+    from fedlib.experiment import record_path
+
+    path = record_path(Path(out), spec)
+    if path.exists():
+        return f"recorded ({json.loads(path.read_text()).get('status', '?')})"
+    return "running" if _claimed_elsewhere(Path(out), spec) else "to compute"
+
+
 def _next_run(pending: list, out: Path):
     """The first of ``pending`` that no other process is computing, else the first (whose record
     run_grid then waits for): processes sharing a folder each compute a different run instead
@@ -280,7 +294,7 @@ def main(argv=None) -> dict | None:
     ap.add_argument("--n-clients", nargs="+", type=int, help="PSI-PFL's numbers of clients K")
     ap.add_argument("--device", help="auto, cpu, cuda, cuda:N (default: the params file's)")
     ap.add_argument("--workers", type=int, default=1, help="runs computed at once, one process each")
-    ap.add_argument("--list", action="store_true", help="print the filtered runs and exit")
+    ap.add_argument("--list", action="store_true", help="print the filtered runs and where each stands in --out, and exit")
     a = ap.parse_args(argv)
     try:
         if a.list:
@@ -288,7 +302,7 @@ def main(argv=None) -> dict | None:
                            alphas=a.alphas, settings=a.settings, iid_fractions=a.iid_fractions,
                            datasets=a.datasets, n_clients=a.n_clients)
             for s in specs:
-                print(describe(s))
+                print(f"{describe(s)}: {run_state(Path(a.out), s)}")
             return None
         return run_table(a.table, a.out, params=a.params, seeds=a.seeds, methods=a.methods, alphas=a.alphas,
                          settings=a.settings, iid_fractions=a.iid_fractions, datasets=a.datasets,

@@ -284,3 +284,26 @@ def test_a_run_another_process_recorded_meanwhile_is_skipped(tmp_path, monkeypat
                           alphas=[0.1], device="cpu", echo=lines.append)
     assert order == [specs[0].key()]
     assert len(result["computed"]) == 1 and len(lines) == 2  # the header and the one run computed here
+
+
+def test_list_says_where_each_run_stands_in_the_folder(tmp_path, capsys):
+    """``--list`` names each filtered run with its state in ``--out``: recorded (and how it ended),
+    running in another live process, or still to compute; it computes nothing."""
+    from fedlib import claims
+    from fedlib.experiment import record_path
+
+    pg = _script()
+    out = tmp_path / "t1"
+    out.mkdir()
+    specs = pg.select("fedprism-table1", pg.load_params("09_fedprism", str(SMOKE09)), seeds=[0],
+                      methods=["fedavg", "local", "fedprism"], alphas=[0.1])[:3]
+    record_path(out, specs[0]).write_text(json.dumps({"spec": specs[0].to_dict(), "status": "failed"}))
+    assert claims.try_claim(record_path(out, specs[1]))  # a live process (this test) is computing it
+    pg.main(["fedprism-table1", "--out", str(out), "--params", str(SMOKE09), "--seeds", "0", "--alphas", "0.1",
+             "--methods", "fedavg", "local", "fedprism", "--list"])
+    lines = capsys.readouterr().out.splitlines()
+    states = {line.rsplit(": ", 1)[0]: line.rsplit(": ", 1)[1] for line in lines}
+    assert states[pg.describe(specs[0])] == "recorded (failed)"
+    assert states[pg.describe(specs[1])] == "running"
+    assert states[pg.describe(specs[2])] == "to compute"
+    assert sorted(p.name for p in out.glob("*.json")) == [record_path(out, specs[0]).name]  # nothing computed
