@@ -68,7 +68,7 @@ def _record(partition: str, variant: str, acc, grouping=None, seed=0, status="ok
     part = B.partition_named(partition)
     var = B.VARIANTS[variant]
     spec = RunSpec(part.dataset, part.protocol, float(part.level), len(acc), seed, var.method, hyper=dict(var.hyper))
-    rec = {"spec": spec.to_dict(), "status": status, "seconds": 1.0}
+    rec = {"spec": spec.to_dict(), "status": status, "seconds": 1.0, "cpu_seconds": 2.0}
     if status == "ok":
         rec.update(local_accuracy=list(acc), global_accuracy=float(np.mean(acc)),
                    info={} if grouping is None else {"assignment": list(grouping)})
@@ -96,6 +96,10 @@ def test_runs_frame_scores_groupings_against_the_planted_groups_and_the_small_cl
     table = B.cell_table(df, "ari", ["rotated"])
     cells = dict(zip(table.Variant, table[B.PARTITIONS["rotated"].label]))
     assert cells[B.VARIANTS["fedavg"].label] == "—" and cells[B.VARIANTS["cfl"].label] == "failed"
+    # the cost is the record's CPU time (cpu_seconds, every thread summed), not its wall time (seconds)
+    assert df.cpu_seconds.iloc[0] == 2.0 and df.seconds.iloc[0] == 1.0
+    cost = B.cell_table(df, "cpu_seconds", ["rotated"])
+    assert dict(zip(cost.Variant, cost[B.PARTITIONS["rotated"].label]))[B.VARIANTS["psi_joint"].label].startswith("2.0")
 
 
 def test_answer_verdicts_follow_the_ari_thresholds_and_pick_the_best_extension():

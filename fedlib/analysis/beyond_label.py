@@ -245,8 +245,8 @@ def partition_of_spec(spec: dict) -> str:
 
 
 def runs_frame(records) -> pd.DataFrame:
-    """One row per run: ``partition``, ``variant``, ``seed``, ``status``, ``error``, ``seconds``,
-    and for a finished run (in %): ``weighted_local`` (record field ``global_accuracy``),
+    """One row per run: ``partition``, ``variant``, ``seed``, ``status``, ``error``, ``seconds`` (wall
+    time), ``cpu_seconds`` (CPU time), and for a finished run (in %): ``weighted_local`` (record field ``global_accuracy``),
     ``worst10``, ``small`` (mean local accuracy of the planted small clients, ``small_*`` only),
     ``ari`` against the planted groups and ``groups`` found (grouping variants), and
     ``local_accuracy`` (per client, fractions)."""
@@ -254,7 +254,8 @@ def runs_frame(records) -> pd.DataFrame:
     for r in records:
         s = r["spec"]
         row = {"partition": partition_of_spec(s), "variant": variant_of(s), "seed": s["seed"], "status": r["status"],
-               "error": r.get("error", ""), "seconds": r.get("seconds", np.nan), "weighted_local": np.nan,
+               "error": r.get("error", ""), "seconds": r.get("seconds", np.nan),
+               "cpu_seconds": r.get("cpu_seconds", np.nan), "weighted_local": np.nan,
                "worst10": np.nan, "small": np.nan, "ari": np.nan, "groups": np.nan, "local_accuracy": None}
         if r["status"] == "ok":
             acc = np.asarray(r["local_accuracy"], float)
@@ -269,7 +270,7 @@ def runs_frame(records) -> pd.DataFrame:
                 row.update(ari=cluster_recovery(g, truth), groups=len(set(g[g >= 0].tolist())))
         rows.append(row)
     return pd.DataFrame(rows, columns=["partition", "variant", "seed", "status", "error", "seconds",
-                                       "weighted_local", "worst10", "small", "ari", "groups", "local_accuracy"])
+                                       "cpu_seconds", "weighted_local", "worst10", "small", "ari", "groups", "local_accuracy"])
 
 
 METRICS = {
@@ -279,10 +280,11 @@ METRICS = {
     "small": "small clients (%): the mean local accuracy A_k of the planted small clients (5–20 samples)",
     "ari": "ARI: adjusted Rand index of the final grouping against the planted groups (1 = recovered, ≈ 0 chance)",
     "groups": "groups found: the number of distinct groups in the final grouping",
-    "seconds": "seconds: the run's wall time on one CPU thread (CPU time), data loading and evaluation included",
+    "cpu_seconds": "CPU time (s): the run's process CPU time, every thread summed (record field cpu_seconds), data "
+                   "loading and evaluation included",
 }
 """The per-run quantities of :func:`runs_frame` that :func:`cell_table` renders, with their definitions."""
-DIGITS = {"groups": 1, "seconds": 1}  # decimals shown per quantity (else 2)
+DIGITS = {"groups": 1, "cpu_seconds": 1}  # decimals shown per quantity (else 2)
 
 
 def _order(df: pd.DataFrame, column: str, names) -> list:
