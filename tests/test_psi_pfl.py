@@ -1,5 +1,7 @@
 """PSI-PFL (PSI-PFL paper Section 3): the threshold rule by hand, the selection on validation
 (not test) by default, FedAvg as the everyone-selected special case, learning, clear errors."""
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -9,7 +11,7 @@ from fedlib.methods import get_method, make_hyper
 from fedlib.methods import psi_pfl
 from fedlib.noniid import psi
 
-from fl_fixtures import make_context
+from fl_fixtures import digits, make_context
 
 pytestmark = pytest.mark.cross_cpu  # trains or evaluates: numbers from the CPU's kernels (make test-other-cpu)
 
@@ -82,6 +84,7 @@ def test_three_clients_by_hand_select_the_homogeneous_ones():
     ({"percentiles": ["50"]}, "percentiles must be"),
     ({"select_on": "train"}, "select_on must be one of"),
     ({"threshold_rule": "below"}, "threshold_rule must be one of"),
+    ({"train_candidates": "parallel"}, "train_candidates must be one of"),
 ])
 def test_bad_hyperparameters_are_refused(values, match):
     with pytest.raises(ValueError, match=match):
@@ -123,6 +126,66 @@ def test_threshold_chosen_on_validation_by_default_and_every_candidate_recorded(
     assert len(ctx.history) == ctx.cfg.rounds  # the chosen candidate's history only
 
 
+@pytest.mark.parametrize("arch", ["logistic", "cnn"])
+def test_candidates_trained_together_are_the_candidates_trained_one_by_one(arch):
+    """Scheduling, not arithmetic: the same clients every round, the same per-round evaluations
+    and the same candidate accuracies; the weights agree to float rounding (a wider chunk of
+    clients per kernel)."""
+    x, y = digits()
+    x = x.reshape(-1, 1, 8, 8) if arch == "cnn" else x  # the conv stack's grouped kernel on the CPU
+    runs = {}
+    for mode in ("one_by_one", "together"):
+        ctx = make_context(protocol="dirichlet", level=0.3, rounds=3, val_fraction=0.2, arch=arch, x=x, y=y)
+        out = get_method("psi_pfl").run(ctx, make_hyper("psi_pfl", {"train_candidates": mode}))
+        runs[mode] = ctx, out
+    (a, one), (b, two) = runs["one_by_one"], runs["together"]
+    for c1, c2 in zip(one.info["candidates"], two.info["candidates"]):
+        assert c1["clients"] == c2["clients"]
+        np.testing.assert_allclose(c1["val_accuracy"], c2["val_accuracy"], atol=1e-3)
+        np.testing.assert_allclose(c1["test_accuracy"], c2["test_accuracy"], atol=1e-3)
+    assert one.info["chosen"] == two.info["chosen"] and one.info["selected"] == two.info["selected"]
+    assert [h["round"] for h in a.history] == [h["round"] for h in b.history]
+    np.testing.assert_allclose([h["global_accuracy"] for h in a.history],
+                               [h["global_accuracy"] for h in b.history], atol=1e-3)
+    for k in one.models:
+        torch.testing.assert_close(one.models[k], two.models[k], rtol=1e-4, atol=1e-5)
+
+
+def test_runs_together_give_each_run_its_own_clients_model_and_history():
+    """global_model_runs_together by hand: a run whose pool is every client is FedAvg exactly,
+    the other run never trains outside its pool, and each run logs its own evaluations."""
+    from fedlib.methods.base import global_model_rounds, global_model_runs_together
+
+    a = make_context(protocol="dirichlet", level=0.3, rounds=3)
+    fedavg = global_model_rounds(a)  # FedAvg's loop and its selection stream
+    b = make_context(protocol="dirichlet", level=0.3, rounds=3)
+    small = np.array([1, 4, 7])
+    (everyone, few), (h_all, h_few) = global_model_runs_together(
+        b, [np.arange(10), small], [b.rng("selection/group0"), b.rng("selection/group0")])
+    assert everyone.info["selected"] == fedavg.info["selected"]
+    for k in fedavg.models:  # logistic rows: the dense kernel's rows do not depend on their neighbours
+        torch.testing.assert_close(everyone.models[k], fedavg.models[k], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose([h["global_accuracy"] for h in h_all], [h["global_accuracy"] for h in a.history],
+                               atol=1e-9)
+    assert {k for r in few.info["selected"] for k in r} <= set(small.tolist())
+    assert len(h_few) == len(h_all) == 3 and h_few != h_all
+    assert not any(torch.equal(everyone.models[k], few.models[k]) for k in few.models)
+
+
+def test_auto_trains_together_only_off_the_cpu_and_without_kept_optimiser_states():
+    hp = make_hyper("psi_pfl")
+    assert hp.train_candidates == "auto"
+    assert not psi_pfl._together(hp, "cpu", False)
+    assert psi_pfl._together(hp, torch.device("meta"), False)  # any accelerator: not the CPU
+    assert not psi_pfl._together(hp, "cuda", True)
+    assert psi_pfl._together(make_hyper("psi_pfl", {"train_candidates": "together"}), "cpu", False)
+    assert not psi_pfl._together(make_hyper("psi_pfl", {"train_candidates": "one_by_one"}), "cuda", False)
+    ctx = make_context(rounds=1)
+    ctx.cfg = dataclasses.replace(ctx.cfg, keep_optimizer_state=True)
+    with pytest.raises(ValueError, match="keep_optimizer_state must be False for runs trained together"):
+        psi_pfl.run(ctx, make_hyper("psi_pfl", {"train_candidates": "together", "select_on": "test"}))
+
+
 def test_test_selection_is_the_papers_variant_and_takes_the_best_test_accuracy():
     ctx = make_context(protocol="dirichlet", level=0.3, rounds=3, val_fraction=0.2)
     out = get_method("psi_pfl").run(ctx, make_hyper("psi_pfl", {"select_on": "test"}))
@@ -161,3 +224,15 @@ def test_psi_pfl_learns_and_is_deterministic_per_seed():
         accs.append(correct)
         assert correct.sum() / n.sum() > 0.5  # chance is 0.1
     assert np.array_equal(accs[0], accs[1]) and not np.array_equal(accs[0], accs[2])
+
+
+def test_the_schedule_benchmark_times_both_schedules_and_checks_they_select_alike(capsys):
+    import pathlib
+    import sys
+
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
+    import psi_pfl_schedule
+
+    res = psi_pfl_schedule.main(["--clients", "10", "--samples", "800", "--rounds", "1", "--repeat", "1"])
+    assert res["same_selection"] and res["one_by_one"] > 0 and res["together"] > 0
+    assert "one_by_one/together=" in capsys.readouterr().out

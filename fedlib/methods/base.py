@@ -563,6 +563,70 @@ def global_model_rounds(ctx: Context, *, choose=None, server_step=None, state=No
     return Outcome(broadcast(model, 1), assignment, {"selected": selected})
 
 
+def global_model_runs_together(ctx: Context, pools, rngs) -> tuple[list[Outcome], list[list]]:
+    """C independent FedAvg runs, one per client pool, trained side by side.
+
+    Run c is :func:`global_model_rounds` with ``choose`` = a uniform sample of ``pools[c]``
+    from ``rngs[c]`` (:func:`sample_clients`), each from the seeded initial model. Pools may
+    overlap (PSI-PFL's candidates are nested): a client picked by two runs trains twice in
+    that round, once from each run's model, with the same per-(client, round) batch order.
+    Every round all runs' clients train in **one** engine call (on a GPU one chunk of C·m
+    rows instead of C calls of m rows), then each run's model becomes the sample-weighted
+    average of its own rows. The clients, their batch orders and each run's evaluations are
+    those of C separate :func:`global_model_rounds` calls; the weights agree up to the
+    rounding of kernels that see a wider batch of clients.
+
+    Needs ``cfg.keep_optimizer_state`` off (a client kept one optimiser state, not one per
+    run). With ``cfg.stream_average`` each run trains in its own call (no row per client is
+    held), as :func:`federated_averaging` does.
+
+    Parameters
+    ----------
+    pools : list of int arrays, each non-empty
+        The clients each run samples from.
+    rngs : list of numpy Generators, one per pool
+        Each run's selection stream.
+
+    Returns
+    -------
+    (outcomes, histories): per run an Outcome (models stacked (1, ...), assignment zeros
+    (K,), info["selected"] per round) and the evaluations :meth:`Context.log_round` logged
+    for it; ``ctx.history`` is left as the last run's.
+    """
+    if ctx.cfg.keep_optimizer_state:
+        fail("keep_optimizer_state", "False for runs trained together (a client would share one optimiser "
+                                     "state between the runs); train the runs one by one", True)
+    pools = [np.asarray(p, dtype=np.int64) for p in pools]
+    if len(pools) == 0 or len(rngs) != len(pools):
+        fail("rngs", f"one generator per pool ({len(pools)} pools, at least one)", len(rngs))
+    n_runs = len(pools)
+    models = broadcast(ctx.init_state(), n_runs)
+    assignment = np.zeros(ctx.n_clients, dtype=np.int64)
+    histories, selected = [[] for _ in pools], [[] for _ in pools]
+    spare = None  # the last round's trained rows, dead once averaged: the next round writes into them
+    for t in _window(ctx, 0, None):
+        picks = [sample_clients(rng, pool, ctx.cfg.fraction, ctx.cfg.min_clients) for rng, pool in zip(rngs, pools)]
+        clients = np.concatenate(picks)
+        owner = np.repeat(np.arange(n_runs), [len(p) for p in picks])
+        if ctx.cfg.stream_average:
+            new = _streamed_averages(ctx, models, clients, owner, t)
+        else:
+            res = ctx.train(take_rows(models, owner), clients, t, out=spare)
+            n = res.n_samples.to(torch.float64)
+            rows = [np.flatnonzero(owner == c) for c in range(n_runs)]
+            new = [weighted_average(take_rows(res.params, r), n[r]) for r in rows]
+            spare = res.params
+        models = {k: torch.stack([m[k] for m in new]) for k in new[0]}
+        check_finite_models(models, t, "after aggregation", ctx.cfg)
+        for c in range(n_runs):
+            selected[c].append(picks[c].tolist())
+            ctx.history = histories[c]
+            ctx.log_round(t, {k: v[c:c + 1] for k, v in models.items()}, assignment)
+    outcomes = [Outcome({k: v[c:c + 1].clone() for k, v in models.items()}, assignment.copy(),
+                        {"selected": selected[c]}) for c in range(n_runs)]
+    return outcomes, histories
+
+
 AGGREGATIONS = ("samples", "uniform")
 
 

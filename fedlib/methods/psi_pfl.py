@@ -32,6 +32,14 @@ either selection rule can be rebuilt from one record without retraining. Each ca
 independent FedAvg run from the same seeded initial model and the same client-sampling stream
 as FedAvg: a threshold that selects every client reproduces FedAvg exactly.
 
+Scheduling (``train_candidates``). On a GPU the five candidates train side by side: every round
+all their clients go through one engine call, each row from its candidate's model
+(:func:`~fedlib.methods.base.global_model_runs_together`): one wide call instead of five narrow
+ones (``benchmarks/psi_pfl_schedule.py --device cuda`` measures the gain). One by one, a PSI-PFL
+run costs about the GPU time of five FedAvg runs of the same protocol. The same clients, batch orders and
+evaluations either way; the weights agree up to kernel rounding. On the CPU (cost per client
+step either way) 'auto' keeps one by one, the schedule of the committed CPU records.
+
 What the server learns. Steps 1–2 need, from every client, only its label histogram (the
 counts of its train split, ``ctx.counts_train``): the PSI values, the thresholds and the
 selected clients are functions of these histograms alone (step 3 also sends the selected
@@ -49,18 +57,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 from ..evaluation import global_accuracy
 from ..noniid import psi
 from ..privacy import POSTPROCESS, server_histograms
 from ..validation import check_choice, check_number, check_seed, fail
-from .base import Context, Outcome, global_model_rounds, sample_clients
+from .base import Context, Outcome, global_model_rounds, global_model_runs_together, sample_clients
 
 NAME = "psi_pfl"
 STREAMS_AVERAGE = True  # all its training goes through global_model_rounds (FLConfig.stream_average)
 PERCENTILES = (10, 25, 50, 75, 90)  # Section 3, step 2
 GRID: dict = {}  # the threshold search is part of the method (every candidate is trained)
 THRESHOLD_RULES = ("le", "lt")  # PSI ≤ ζ (the authors' code) / PSI < ζ (the text's "below")
+TRAIN_CANDIDATES = ("auto", "together", "one_by_one")  # how the candidates' FedAvg runs are scheduled
 
 
 @dataclass(frozen=True)
@@ -71,7 +81,11 @@ class Hyper:
     ε-DP noisy counts, :mod:`fedlib.privacy`); dp_seed: the noise seed; dp_postprocess: what
     the server does with noisy counts ('clip': as received, 'round': rounded to integers);
     threshold_rule: 'le' (PSI ≤ ζ trains, the authors' code) or 'lt' (PSI < ζ, the text's
-    "below")."""
+    "below"); train_candidates: how the candidates' FedAvg runs are scheduled, not what they
+    compute — 'one_by_one', 'together' (every round all candidates' clients in one engine call,
+    :func:`~fedlib.methods.base.global_model_runs_together`), or 'auto' (together on a GPU,
+    where one wide call replaces five narrow ones; one by one on the CPU, whose cost is per
+    client step either way and whose committed records were computed so)."""
 
     percentiles: tuple = PERCENTILES
     select_on: str = "val"
@@ -79,6 +93,7 @@ class Hyper:
     dp_seed: int = 0
     dp_postprocess: str = "clip"
     threshold_rule: str = "le"
+    train_candidates: str = "auto"
 
     def __post_init__(self):
         p = self.percentiles
@@ -94,6 +109,7 @@ class Hyper:
         check_seed(self.dp_seed, "dp_seed")
         check_choice(self.dp_postprocess, "dp_postprocess", POSTPROCESS)
         check_choice(self.threshold_rule, "threshold_rule", THRESHOLD_RULES)
+        check_choice(self.train_candidates, "train_candidates", TRAIN_CANDIDATES)
 
 
 def candidate_thresholds(psi_values, percentiles=PERCENTILES) -> np.ndarray:
@@ -182,6 +198,31 @@ def needs_validation(hp: Hyper) -> bool:
     return hp.select_on == "val" and len(hp.percentiles) > 1
 
 
+def _together(hp: Hyper, device, keep_optimizer_state: bool) -> bool:
+    """Whether the candidates train side by side (``hp.train_candidates``; 'auto': off the CPU
+    (a GPU), unless the clients keep their optimiser states between rounds)."""
+    if hp.train_candidates == "auto":
+        return torch.device(device).type != "cpu" and not keep_optimizer_state
+    return hp.train_candidates == "together"
+
+
+def _train_candidates(ctx: Context, pools, together: bool) -> tuple[list[Outcome], list[list]]:
+    """Each candidate's FedAvg run on its pool, from the seeded initial model, sampling with a
+    fresh generator of FedAvg's stream (a pool of every client is FedAvg); its outcome and
+    its per-round evaluations."""
+    if together:
+        ctx.restart()
+        return global_model_runs_together(ctx, pools, [ctx.rng("selection/group0") for _ in pools])
+    outcomes, histories = [], []
+    for pool in pools:
+        ctx.restart()
+        rng = ctx.rng("selection/group0")  # FedAvg's stream: ζ selecting everyone is FedAvg
+        outcomes.append(global_model_rounds(ctx, choose=lambda t, w, pool=pool, rng=rng: sample_clients(
+            rng, pool, ctx.cfg.fraction, ctx.cfg.min_clients)))
+        histories.append(ctx.history)
+    return outcomes, histories
+
+
 def run(ctx: Context, hp: Hyper) -> Outcome:
     if needs_validation(hp) and int(ctx.fed.n_val.sum()) == 0:
         raise ValueError("psi_pfl selects its threshold on the validation split (select_on='val'), but the "
@@ -199,12 +240,9 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
         percentiles = [p for p, k in zip(percentiles, keep) if k]
         thresholds = [z for z, k in zip(thresholds, keep) if k]
     pools = [selected_clients(psi_values, z, hp.threshold_rule) for z in thresholds]  # checked before training
-    candidates, outcomes, histories = [], [], []
-    for p, z, pool in zip(percentiles, thresholds, pools):
-        ctx.restart()
-        rng = ctx.rng("selection/group0")  # FedAvg's stream: ζ selecting everyone is FedAvg
-        out = global_model_rounds(ctx, choose=lambda t, w, pool=pool, rng=rng: sample_clients(
-            rng, pool, ctx.cfg.fraction, ctx.cfg.min_clients))
+    outcomes, histories = _train_candidates(ctx, pools, _together(hp, ctx.fed.device, ctx.cfg.keep_optimizer_state))
+    candidates = []
+    for p, z, pool, out in zip(percentiles, thresholds, pools, outcomes):
         test_correct, n_test = ctx.evaluate(out.models, out.assignment)
         entry = {"percentile": float(p), "threshold": float(z), "n_selected": int(pool.size),
                  "clients": pool.tolist(), "test_accuracy": global_accuracy(test_correct, n_test),
@@ -213,8 +251,6 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
             val_correct, n_val = ctx.evaluate(out.models, out.assignment, "val")
             entry["val_accuracy"] = global_accuracy(val_correct, n_val)
         candidates.append(entry)
-        outcomes.append(out)
-        histories.append(ctx.history)
     chosen = 0 if len(candidates) == 1 else best_candidate([c[f"{hp.select_on}_accuracy"] for c in candidates])
     out = outcomes[chosen]
     ctx.history = histories[chosen]
