@@ -88,6 +88,15 @@ def test_a_diverged_record_says_where_it_broke(tmp_path):
     assert row.why == "records: failed (FedAvg seed 2: diverged in round 53, sgd lr 0.1)"
 
 
+def test_a_mean_over_the_seeds_that_ran_names_the_seeds_that_diverged(tmp_path):
+    bad = _record("fedavg", "similarity", 1.0, 0, None, status="failed")
+    bad["divergence"] = {"round_idx": 52, "optimizer": "sgd", "lr": 0.1, "clients": [3]}
+    _write(tmp_path, T3, [bad, _record("fedavg", "similarity", 1.0, 1, 0.86)])
+    row = _row(report.frame(tmp_path), "fedavg", "FMNIST, S = 1", "both readings")
+    assert row.n == 1 and row["mean"] == pytest.approx(86.0) and row.verdict == "reproduced"
+    assert row.why == "not in the mean (1 of 2 seeds): failed (FedAvg seed 0: diverged in round 53, sgd lr 0.1)"
+
+
 def test_unavailable_cells_never_read_records_and_the_scoreboard_counts_rows(tmp_path):
     df = report.frame(tmp_path)  # no records at all
     assert set(df.verdict) == {"not run"}

@@ -243,6 +243,9 @@ def frame(root: Path | str = RECORDS) -> pd.DataFrame:
                 verdict = "differs"
                 cause = c.cause(rd.name)
                 reason, why = cause if cause else ("", "no cause identified")
+            if n and other:  # seeds that ran but give no value: the mean is over the others
+                why = ((f"{why}; " if why else "")
+                       + f"not in the mean ({len(other)} of {n + len(other)} seeds): {', '.join(sorted(set(other)))}")
             if n and _most_heterogeneous(rd):  # say which level answered it
                 r0 = _matched(rd, Path(root))[1][0]["spec"]
                 why = (f"{why}; " if why else "") + f"read at {setting_name(r0['protocol'], float(r0['level']))}"
