@@ -39,6 +39,8 @@ def _scaled(factor: float, digits: int) -> Callable:
 
 
 def _percent(v) -> str:
+    if v and abs(v) < 0.0005:  # would print as 0.0 %: one significant digit instead
+        return f"{v * 100:.1g}%"
     return f"{v:.0%}" if abs(v) >= 0.095 else f"{v:.1%}"  # shares under 10 % keep a decimal
 
 
@@ -182,8 +184,7 @@ def _row_values(row: dict) -> dict:
     if "protocol" in row:
         out["setting"] = f"{row.get('dataset', '')} {row['protocol']}={row.get('level', 0):g}"
     if isinstance(row.get("gpu_kernels"), dict):
-        k = row["gpu_kernels"]
-        out["gpu_kernels"] = f"{'tf32' if k.get('tf32') else 'ieee'}, {'deterministic' if k.get('deterministic') else 'any'}"
+        out["gpu_kernels"] = _kernels_text(row["gpu_kernels"])
     return out
 
 
@@ -211,6 +212,39 @@ def _arguments(record: dict) -> str:
     return " ".join(shown)
 
 
+def _kernels_text(k: dict) -> str:
+    return f"{'tf32' if k.get('tf32') else 'ieee'}, {'deterministic' if k.get('deterministic') else 'any'}"
+
+
+def _gpu_kernels(record: dict) -> dict | None:
+    """How a GPU run's kernels computed: the setting its result rows name when they all name
+    the same one (``paper_run`` times its run inside ``gpu_kernels(...)`` and records the host
+    after leaving it, so the host's field holds the process's default), else the host's."""
+    named = [r["gpu_kernels"] for r in record.get("results") or [] if isinstance(r.get("gpu_kernels"), dict)]
+    if named and all(k == named[0] for k in named):
+        return named[0]
+    return (record.get("host") or {}).get("gpu_kernels")
+
+
+def gpu_summary(records: list[dict]) -> list[str]:
+    """One line per GPU the records measured: which benchmarks ran on it (their rows below are
+    labelled with the GPU's name), or the line saying there is no GPU record yet."""
+    gpus: dict[str, list[str]] = {}
+    for spec in BENCHMARKS:
+        for record in records:
+            gpu = machine(record)[1]
+            if gpu and record.get("benchmark") == spec.name and spec.name not in gpus.setdefault(gpu, []):
+                gpus[gpu].append(spec.name)
+    if not gpus:
+        return ["No GPU record yet: the GPU figures appear here once the benchmarks have run on a GPU "
+                "with `--record` (`bash benchmarks/cuda_checks.sh` writes them).", ""]
+    lines = []
+    for gpu in sorted(gpus):
+        names = ", ".join(f"`{n}`" for n in gpus[gpu])
+        lines += [f"On a GPU: **{gpu}** ran {names}; its runs are the rows labelled with its name below.", ""]
+    return lines
+
+
 def _run_header(record: dict) -> list[str]:
     host = record.get("host") or {}
     commit = (record.get("commit") or "")[:10] or "unknown"
@@ -219,9 +253,9 @@ def _run_header(record: dict) -> list[str]:
              record.get("timestamp", "?")]
     if record.get("load_average"):
         facts.append(f"load average {record['load_average'][0]:.1f} on {record.get('cores', '?')} cores at the end")
-    if host.get("gpu_kernels"):
-        k = host["gpu_kernels"]
-        facts.append(f"GPU kernels {'tf32' if k.get('tf32') else 'ieee'}, {'deterministic' if k.get('deterministic') else 'any'}")
+    kernels = _gpu_kernels(record)
+    if kernels:
+        facts.append(f"GPU kernels {_kernels_text(kernels)}")
     lines = [f"**{machine_label(record)}**: " + " · ".join(facts) + ".", ""]
     lines.append(f"Arguments: `{_arguments(record)}`." if _arguments(record) else "Arguments: the defaults.")
     for note in record.get("notes") or []:
@@ -259,10 +293,7 @@ def render(records: list[dict]) -> str:
     if unknown:
         raise ValueError(f"records of unknown benchmarks {unknown}: add them to benchmarks/report.py's BENCHMARKS "
                          f"(known: {sorted(known)})")
-    lines = []
-    if not any(machine(r)[1] for r in records):
-        lines += ["No GPU record yet: the GPU figures appear here once the benchmarks have run on a GPU "
-                  "with `--record` (`bash benchmarks/cuda_checks.sh` writes them).", ""]
+    lines = gpu_summary(records)
     for spec in BENCHMARKS:
         lines += render_benchmark(spec, [r for r in records if r.get("benchmark") == spec.name])
     return "\n".join(lines).rstrip("\n") + "\n"

@@ -114,3 +114,24 @@ def test_the_committed_performance_page_is_a_fresh_render_of_the_committed_recor
     page = report.PAGE.read_text()
     assert page == report.splice(page, report.render(report.load_records(report.RECORDS))), (
         "docs/performance.md is stale: run `python benchmarks/report.py`")
+
+
+def test_gpu_runs_are_named_at_the_top_and_the_header_states_the_kernels_the_rows_ran():
+    """A GPU's records get a line naming the GPU and its benchmarks; a paper run timed inside
+    ``gpu_kernels(tf32=True, ...)`` records the host after leaving it (the default policy in
+    ``host``), so the run's header states the rows' setting, not the host's."""
+    ieee = {"tf32": False, "deterministic": True}
+    run = _run("2026-01-02T00:00:00Z", "CPU A", 1.0, gpu="GPU G", benchmark="paper_run")
+    run["host"]["gpu_kernels"] = ieee
+    run["results"] = [{"dataset": "fmnist", "protocol": "similarity", "level": 0.0, "seconds": 13.75,
+                       "of_bound": 1.7e-5, "gpu_kernels": {"tf32": True, "deterministic": False}}]
+    plain = _run("2026-01-01T00:00:00Z", "CPU A", 7.0, gpu="GPU G")
+    plain["host"]["gpu_kernels"] = ieee
+    text = report.render([run, plain, _run("2026-01-01T00:00:00Z", "CPU B", 2.0)])
+    assert "On a GPU: **GPU G** ran `engine_vs_sequential`, `paper_run`" in text
+    assert "No GPU record yet" not in text
+    paper = text[text.index("### One paper-protocol run"):]
+    assert "GPU kernels tf32, any." in paper and "GPU kernels ieee" not in paper
+    assert "| 13.8 |" in paper and "| 0.002% |" in paper  # a share under 0.05 % keeps a significant digit
+    engine = text[text.index("### Engine vs. the per-client loop"):text.index("### The engine's two paths")]
+    assert "GPU kernels ieee, deterministic." in engine  # no row names a setting: the host's

@@ -180,6 +180,72 @@ def test_fmnist_debian_copy_is_checked_before_it_is_put_in_place(nothing_install
     assert list(fmnist.raw_dir(nothing_installed).iterdir()) == []
 
 
+# Several processes preparing one fresh data folder at once (a GPU machine's 16 workers did):
+# each gunzips / copies into a temporary of its own, verifies it and renames it into place.
+_PREPARE_AT_ONCE = r"""
+import sys, time
+from pathlib import Path
+from fedlib.datasets._core import copy_verified
+from fedlib.datasets.fmnist import _gunzip_verified
+gz, plain, out, sha, go, ready, times = sys.argv[1:8]
+Path(ready).touch()
+while not Path(go).exists():
+    time.sleep(0.001)
+for _ in range(int(times)):
+    _gunzip_verified(Path(gz), Path(out) / "train-images-idx3-ubyte", sha)
+    copy_verified(Path(plain), Path(out) / "LetterRecognition.rda", sha)
+"""
+
+
+def test_processes_preparing_one_folder_at_once_all_succeed(tmp_path):
+    import gzip
+    import os
+    import random
+    import subprocess
+    import time
+
+    payload = random.Random(0).randbytes(1 << 20)
+    sha = hashlib.sha256(payload).hexdigest()
+    src = tmp_path / "debian"
+    src.mkdir()
+    (src / "train-images-idx3-ubyte.gz").write_bytes(gzip.compress(payload, compresslevel=1))
+    (src / "LetterRecognition.rda").write_bytes(payload)
+    out, go = tmp_path / "raw", tmp_path / "go"
+    out.mkdir()
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")])}
+    n = 6
+    children = [subprocess.Popen([sys.executable, "-c", _PREPARE_AT_ONCE, str(src / "train-images-idx3-ubyte.gz"),
+                                  str(src / "LetterRecognition.rda"), str(out), sha, str(go),
+                                  str(tmp_path / f"ready{i}"), "15"],
+                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                for i in range(n)]
+    try:
+        deadline = time.monotonic() + 120
+        while not all((tmp_path / f"ready{i}").exists() for i in range(n)):  # every child has imported
+            assert time.monotonic() < deadline and all(c.poll() is None for c in children), "a child did not start"
+            time.sleep(0.01)
+        go.touch()  # then all of them at once
+        results = [(c.wait(timeout=120), c.stderr.read()) for c in children]
+    finally:
+        for c in children:
+            if c.poll() is None:
+                c.kill()
+    assert [rc for rc, _ in results] == [0] * n, "\n".join(err for _, err in results if err)
+    assert sorted(p.name for p in out.iterdir()) == ["LetterRecognition.rda", "train-images-idx3-ubyte"]
+    assert all((out / f).read_bytes() == payload for f in ("LetterRecognition.rda", "train-images-idx3-ubyte"))
+
+
+def test_a_failed_gunzip_leaves_no_temporary(tmp_path):
+    src = tmp_path / "train-images-idx3-ubyte.gz"
+    src.write_bytes(b"not gzip")
+    out = tmp_path / "raw"
+    out.mkdir()
+    with pytest.raises(OSError):  # gzip.BadGzipFile
+        fmnist._gunzip_verified(src, out / "train-images-idx3-ubyte", fmnist.RAW_SHA256["train-images-idx3-ubyte"])
+    assert list(out.iterdir()) == []
+
+
 # ---------------------------------------------------------------- CIFAR-10 pickles
 class _CreatesFile:
     """Unpickling this opens (creates) ``path``: the stand-in for arbitrary code."""

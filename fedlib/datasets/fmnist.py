@@ -12,14 +12,13 @@ start (it imports ``torch._dynamo``).
 from __future__ import annotations
 
 import gzip
-import os
 import shutil
 from pathlib import Path
 
 import numpy as np
 
-from ._core import (DatasetSpec, Dataset, DataUnavailableError, check_sha256, checksum_error,
-                    download_allowed, download_failed, how_to_fix, sha256, system_dir)
+from ._core import (DatasetSpec, Dataset, DataUnavailableError, check_sha256, download_allowed,
+                    download_failed, how_to_fix, system_dir, write_verified)
 
 #: Debian ``dataset-fashion-mnist`` install location (module-level so tests can patch it).
 DEBIAN_DIR = Path("/usr/share/datasets/fashion-mnist")
@@ -88,17 +87,15 @@ def prepare(root: Path) -> None:
 
 def _gunzip_verified(src: Path, dst: Path, expected: str) -> None:
     """Gunzip ``src`` to ``dst`` (atomically) if the result's sha256 is ``expected``;
-    on a mismatch nothing is left at ``dst``."""
-    tmp = dst.with_name(dst.name + ".part")
-    with gzip.open(src, "rb") as fin, open(tmp, "wb") as fout:
-        shutil.copyfileobj(fin, fout, 1 << 20)
-    got = sha256(tmp)
-    if got != expected:
-        tmp.unlink()
-        raise checksum_error(f"{dst.name} gunzipped from {src}", "sha256", got, expected,
-                             "reinstall dataset-fashion-mnist 0.0~git20200523.55506a9-1 "
-                             "(or run scripts/get_data.sh again)")
-    os.replace(tmp, dst)
+    on a mismatch nothing is left at ``dst``. Safe to run from several processes at once
+    (each writes a temporary of its own: ``fedlib.datasets._core.write_verified``)."""
+    def fill(fout):
+        with gzip.open(src, "rb") as fin:
+            shutil.copyfileobj(fin, fout, 1 << 20)
+
+    write_verified(dst, expected, fill, f"{dst.name} gunzipped from {src}",
+                   "reinstall dataset-fashion-mnist 0.0~git20200523.55506a9-1 "
+                   "(or run scripts/get_data.sh again)")
 
 
 def load(root: Path) -> Dataset:
