@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import __version__, claims, partition as P
+from . import __version__, claims, partition as P, records
 from .engine import Federation, resolve_device
 from .engine.precision import gpu_policy
 from .evaluation import global_accuracy, summarise_clients
@@ -713,13 +713,10 @@ def write_manifest(results_dir, specs, name: str = "manifest.json") -> Path:
 
 def present_records(specs, folder) -> tuple[list[dict], list[RunSpec]]:
     """The finished records of ``specs`` in ``folder`` (the committed paper-grid records: read,
-    never trained) and the specs that have none there yet, in the order of ``specs``."""
-    found, missing = [], []
-    for s in specs:
-        path = record_path(Path(folder), s)
-        rec = json.loads(path.read_text()) if path.is_file() else None
-        (found.append(rec) if rec is not None and rec.get("status") in FINISHED else missing.append(s))
-    return found, missing
+    never trained) and the specs that have none there yet, in the order of ``specs``. Found by
+    the specs' fields (:func:`fedlib.records.find`), not by file name: a record stays found when
+    fedlib's version (part of :meth:`RunSpec.key`) changes."""
+    return records.find(specs, folder)
 
 
 def load_grid(results_dir, name: str = "manifest.json") -> list[dict]:

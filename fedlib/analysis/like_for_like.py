@@ -35,7 +35,7 @@ RECORDS = ROOT / "benchmarks" / "records" / "clust_psi_pfl" / "table3_like_for_l
 
 
 def cells(records, protocols: dict | None = None, methods=METHODS, n_clients: int = 100,
-          fraction: float = FRACTION) -> dict:
+          fraction: float = FRACTION, dataset: str = "fmnist") -> dict:
     """(protocol, level, method) -> (paper, paper_text, paper_code, same run) for every setting in
     ``protocols`` (protocol -> levels; default :data:`SETTINGS`) and method in ``methods``.
 
@@ -43,6 +43,8 @@ def cells(records, protocols: dict | None = None, methods=METHODS, n_clients: in
     ``n_clients`` clients and the paper's protocol. Where the code ran a method differently and its
     paper_code run is not among the records, paper_code is NaN: the paper_text run does not stand
     in for it (:func:`fedlib.analysis.tables.table3`'s fallback is only for methods run the same way).
+    ``dataset``: the workbook data set the records ran on; the paper's value is read from the
+    column it stands in for (:data:`fedlib.analysis.paper_table3.STAND_INS`).
     """
     protocols = SETTINGS if protocols is None else protocols
     records = list(records)
@@ -62,7 +64,7 @@ def cells(records, protocols: dict | None = None, methods=METHODS, n_clients: in
                 same = not runs_differently(m, n_clients, fraction)
                 if not same and key not in ran_code:
                     c = np.nan
-                p = paper_value("fmnist", m, protocol, level)
+                p = paper_value(dataset, m, protocol, level)
                 out[key] = (np.nan if p is None else float(p), float(t), float(c), same)
     return out
 

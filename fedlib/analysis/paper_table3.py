@@ -1,4 +1,4 @@
-"""Clust-PSI-PFL's Table III as published (K = 100, mean over five seeds): the FMNIST and
+"""Clust-PSI-PFL's Table III as published (K = 100, mean ± sd over five seeds): the FMNIST and
 ACSIncome columns, for printing the paper's value beside ours (notebook 06,
 ``benchmarks/table3_like_for_like.py``, ``benchmarks/fmnist_trends.py``).
 
@@ -10,7 +10,7 @@ are α ∈ {50, 0.7, 0.3} and S ∈ {1, 0.03, 0}. The workbook's offline stand-i
 """
 from __future__ import annotations
 
-__all__ = ["SETTINGS", "TABLE3", "STAND_INS", "paper_value"]
+__all__ = ["SETTINGS", "TABLE3", "TABLE3_SD", "STAND_INS", "paper_value"]
 
 SETTINGS = (("dirichlet", 50.0), ("dirichlet", 0.7), ("dirichlet", 0.3), ("dirichlet", 0.2),
             ("dirichlet", 0.09), ("dirichlet", 0.05), ("similarity", 1.0), ("similarity", 0.03),
@@ -47,6 +47,36 @@ _ACS = {  # one value per _ACS_SETTINGS entry, in that order
 }
 
 
+_FMNIST_SD = {  # the "±" of each _FMNIST value (standard deviation over the five seeds), same order
+    "fedavg": (0.01, 0.01, 0.01, 0.01, 0.01, 0.03, 0.01, 0.01, 0.04),
+    "fedprox": (0.01, 0.01, 0.01, 0.01, 0.02, 0.07, 0.01, 0.01, 0.07),
+    "fedavgm": (0.01, 0.01, 0.01, 0.01, 0.01, 0.02, 0.01, 0.01, 0.01),
+    "fedadagrad": (0.01, 0.01, 0.01, 0.01, 0.03, 0.03, 0.01, 0.01, 0.02),
+    "fedyogi": (0.01, 0.01, 0.01, 0.01, 0.03, 0.03, 0.01, 0.01, 0.02),
+    "fedadam": (0.01, 0.01, 0.01, 0.01, 0.01, 0.02, 0.01, 0.01, 0.07),
+    "poc": (0.05, 0.02, 0.04, 0.03, 0.11, 0.05, 0.01, 0.03, 0.01),
+    "haccs": (0.05, 0.01, 0.01, 0.01, 0.02, 0.01, 0.14, 0.04, 0.04),
+    "fedcls": (0.01, 0.01, 0.01, 0.01, 0.05, 0.03, 0.14, 0.02, 0.03),
+    "cfl": (0.01, 0.01, 0.01, 0.01, 0.01, 0.01, 0.01, 0.02, 0.02),
+    "fedsoft": (0.01, 0.02, 0.01, 0.01, 0.01, 0.04, 0.01, 0.02, 0.02),
+    "clust_psi_pfl": (0.01, 0.01, 0.01, 0.01, 0.01, 0.01, 0.01, 0.01, 0.01),
+}
+_ACS_SD = {  # the "±" of each _ACS value, same order
+    "fedavg": (0.01, 0.02, 0.01, 0.01, 0.01, 0.01),
+    "fedprox": (0.01, 0.02, 0.01, 0.01, 0.01, 0.01),
+    "fedavgm": (0.01, 0.03, 0.01, 0.01, 0.01, 0.01),
+    "fedadagrad": (0.01, 0.01, 0.01, 0.01, 0.01, 0.01),
+    "fedyogi": (0.01, 0.01, 0.01, 0.01, 0.01, 0.01),
+    "fedadam": (0.01, 0.01, 0.01, 0.01, 0.01, 0.01),
+    "poc": (0.01, 0.03, 0.02, 0.01, 0.01, 0.01),
+    "haccs": (0.01, 0.01, 0.01, 0.01, 0.01, 0.01),
+    "fedcls": (0.01, 0.01, 0.01, 0.01, 0.01, 0.02),
+    "cfl": (0.01, 0.01, 0.01, 0.01, 0.01, 0.01),
+    "fedsoft": (0.01, 0.01, 0.01, 0.01, 0.01, 0.01),
+    "clust_psi_pfl": (0.01, 0.01, 0.01, 0.01, 0.02, 0.01),
+}
+
+
 def _column(rows: dict, settings: tuple, cl: float) -> dict:
     out = {m: dict(zip(settings, v)) for m, v in rows.items()}
     out["cl"] = {s: cl for s in settings}  # one CL value per data set
@@ -55,6 +85,10 @@ def _column(rows: dict, settings: tuple, cl: float) -> dict:
 
 TABLE3 = {"fmnist": _column(_FMNIST, SETTINGS, 0.90), "acs_income": _column(_ACS, _ACS_SETTINGS, 0.76)}
 """paper data set → method → {(protocol, level): the paper's mean global accuracy at K = 100}."""
+
+TABLE3_SD = {"fmnist": _column(_FMNIST_SD, SETTINGS, 0.02), "acs_income": _column(_ACS_SD, _ACS_SETTINGS, 0.02)}
+"""paper data set → method → {(protocol, level): the "±" Table III prints beside that mean (the
+standard deviation over its five seeds; CL: 0.02 in both columns)}."""
 
 STAND_INS = {"fmnist": "fmnist", "adult": "acs_income"}
 """Workbook data set → the paper's data set whose Table III column it is compared with."""

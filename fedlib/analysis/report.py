@@ -3,16 +3,22 @@
 For every cell of the seed papers' tables that the workbook reproduces
 (:func:`fedlib.analysis.report_cells.cells`), and each way of reading it, one row:
 
-    paper value · ours (mean ± sd over seeds, n) · Δ = ours − paper · verdict · reason
+    paper value · ours (mean ± sample sd over seeds, n) · Δ = ours − paper · verdict · reason
 
 from the paper-protocol run records committed under ``benchmarks/records/`` only — nothing is
-trained. Verdicts (:data:`VERDICTS`):
+trained. Verdicts (:data:`VERDICTS`, by :data:`VERDICT_RULE`):
 
-* ``reproduced``: |Δ| ≤ max(the paper's spread, the cell's tolerance: 1 pp for accuracies, the
-  artifact appendix's "±1 pp accuracy");
-* ``differs``: outside that, with the cause known for it (:data:`report_cells.REASONS`) or
-  "no cause identified";
-* ``not run``: no committed record (or the data have no offline source).
+* ``reproduced``: |Δ| ≤ max(tolerance, the paper's spread + our sd); the tolerance is 1 pp for
+  accuracies (the artifact appendix's "±1 pp accuracy") and a count's or score's own step;
+* ``differs``: outside that, with its cause *confirmed* by an evidence reading
+  (:data:`EVIDENCE_RULE`), *suspected*, or "no cause identified";
+* ``infeasible``: every matching record says its partition cannot be made (with the reason);
+* ``not run``: no committed record (or the data have no offline source); listed per records
+  folder with the command that computes them and an estimate of their cost.
+
+Each verdict states the seeds it rests on; the scoreboard counts trained, label-only and
+chance-level rows apart, and rows with n ≥ 3 apart. Above the tables, each paper's headline
+claims are judged from the same records (:mod:`fedlib.analysis.paper_claims`).
 
 Notebook 00 and ``docs/findings.md`` render the same frame (:func:`frame`), so they cannot
 disagree; the README's findings block is :func:`readme_block`. ``python -m fedlib.analysis.report
@@ -35,16 +41,16 @@ from ..paths import ROOT
 from ..strict_json import restore
 from ..validation import fail
 from ..evaluation import client_parity
-from .tables import frame_markdown, mean_sd, records_frame, setting_name
-from .report_cells import HEADLINES, METRICS, PAPERS, REASONS, cells
+from .tables import frame_markdown, records_frame, setting_name
+from .report_cells import KINDS, METRICS, PAPERS, REASONS, RECORD_COMMANDS, cells
 from .psi_pfl_study import paper_variant_records
 
-__all__ = ["RECORDS", "VERDICTS", "DERIVATIONS", "record_value", "cl_distance", "matches", "row_values", "frame", "scoreboard",
+__all__ = ["RECORDS", "VERDICTS", "DERIVATIONS", "record_value", "cl_distance", "matches", "row_values", "frame", "scoreboard", "VERDICT_RULE", "EVIDENCE_RULE", "NOT_RUN_SEEDS", "not_run_groups",
            "format_ours", "paper_section", "cpu_hours", "cross_paper_markdown", "beyond_label_markdown", "findings_markdown", "readme_block", "write", "check", "main"]
 
 RECORDS = ROOT / "benchmarks" / "records"
 """The committed paper-protocol records (present in a project checkout)."""
-VERDICTS = ("reproduced", "differs", "not run")
+VERDICTS = ("reproduced", "differs", "infeasible", "not run")
 FINDINGS = ROOT / "docs" / "findings.md"
 README = ROOT / "README.md"
 _BLOCK = re.compile(r"(<!-- findings:start -->\n)(.*?)(<!-- findings:end -->)", re.S)
@@ -215,67 +221,151 @@ def _slug(*parts) -> str:
     return re.sub(r"[^a-z0-9]+", "-", s).strip("-")
 
 
+VERDICT_RULE = ("*reproduced* when |Δ| ≤ max(tolerance, paper's spread + our sd): the paper's sd over its seeds "
+                "plus ours (sample sd, 0 for one seed) is the disagreement two runs of one procedure on other "
+                "seeds show; the tolerance is the least disagreement that counts: 1 pp for accuracies (the "
+                "Clust-PSI-PFL artifact appendix's ±1 pp), a count's or a score's own step (half a cluster "
+                "for a number of clusters; one client's share for an identification score); *differs* "
+                "otherwise; *infeasible* when every record of the row says its partition cannot be made; "
+                "*not run* when no record is committed. Every verdict says how many seeds it rests on.")
+"""The verdict rule, as the report states it (applied by :func:`frame`)."""
+
+EVIDENCE_RULE = ("A cause is *confirmed* when its evidence reading (the run with the suspected difference "
+                 "undone) lands within tolerance of the paper or closes at least half of the gap "
+                 "(|Δ evidence| ≤ |Δ| / 2); otherwise, or when no run tests it, it is *suspected*.")
+"""When a listed cause counts as known (applied by :func:`frame`)."""
+
+
+def _sd(values) -> float:
+    """Sample standard deviation (ddof = 1); NaN for fewer than two values."""
+    return float(np.std(values, ddof=1)) if len(values) > 1 else np.nan
+
+
+def _allowed(cell, sd: float) -> float:
+    """The largest |Δ| the verdict rule calls reproduced (:data:`VERDICT_RULE`)."""
+    return max(cell.tolerance, (cell.spread or 0.0) + (sd if np.isfinite(sd) else 0.0))
+
+
+def _infeasible_why(recs) -> str:
+    """The first sentence of an infeasible record's error."""
+    err = str(next((r.get("error") for r in recs if r.get("error")), "the partition cannot be made"))
+    return err.split(". ")[0].rstrip(".")
+
+
+def _seeds(n: int) -> str:
+    return f"{n} seed" + ("" if n == 1 else "s")
+
+
 def frame(root: Path | str = RECORDS) -> pd.DataFrame:
-    """One row per (cell, reading): paper, table, row, column, reading, unit, paper (value),
-    spread, values (ours, per seed), n, mean, sd, delta, verdict, reason (key or ""), why (the
-    cause's note or why it did not run), id (the row's anchor in docs/findings.md)."""
+    """One row per (cell, reading): paper, table, row, column, reading, metric, unit, paper
+    (value), spread, tolerance, values (ours, per seed), n, mean, sd (sample sd), delta, verdict
+    (:data:`VERDICTS`), verdict_text (the verdict with its number of seeds), kind, chance_level
+    (the paper's value and ours both within the tolerance of chance), reason (key or ""),
+    cause_status ("confirmed", "suspected" or ""), why (the cause's note and its evidence, or why
+    the row did not run), guess (the paper's sentence a guessed setting reads, or ""), records,
+    match, id (the row's anchor in docs/findings.md)."""
     _load.cache_clear()
     _derived.cache_clear()
     rows = []
     for c in cells():
+        stats = {}
         for rd in c.readings:
             values, other = ([], []) if c.unavailable else row_values(rd, Path(root))
             n = len(values)
             mean = float(np.mean(values)) if n else np.nan
-            sd = float(np.std(values)) if n > 1 else np.nan
-            delta = mean - c.value if n else np.nan
-            allowed = max(c.tolerance, c.spread or 0.0)
-            reason, why = "", ""
+            sd = _sd(values)
+            stats[rd.name] = (values, other, n, mean, sd, mean - c.value if n else np.nan)
+        for rd in c.readings:
+            values, other, n, mean, sd, delta = stats[rd.name]
+            reason, status, why = "", "", ""
             if c.unavailable:
                 verdict, reason, why = "not run", c.unavailable, REASONS[c.unavailable]
+            elif n == 0 and other and all(o == "infeasible" for o in other):
+                verdict = "infeasible"
+                why = _infeasible_why(_matched(rd, Path(root))[1])
             elif n == 0:
                 verdict = "not run"
                 why = (f"records: {', '.join(sorted(set(other)))}" if other
                        else f"no committed record in benchmarks/records/{rd.records}/")
-            elif abs(delta) <= allowed + 1e-9:
+            elif abs(delta) <= _allowed(c, sd) + 1e-9:
                 verdict = "reproduced"
             else:
                 verdict = "differs"
                 cause = c.cause(rd.name)
-                reason, why = cause if cause else ("", "no cause identified")
+                if cause is None:
+                    why = "no cause identified"
+                else:
+                    reason, status, why = cause.reason, *_cause_status(c, cause, delta, stats)
             if n and other:  # seeds that ran but give no value: the mean is over the others
                 why = ((f"{why}; " if why else "")
                        + f"not in the mean ({len(other)} of {n + len(other)} seeds): {', '.join(sorted(set(other)))}")
             if n and _most_heterogeneous(rd):  # say which level answered it
                 r0 = _matched(rd, Path(root))[1][0]["spec"]
                 why = (f"{why}; " if why else "") + f"read at {setting_name(r0['protocol'], float(r0['level']))}"
+            chance = (c.chance is not None and n > 0 and abs(c.value - c.chance) <= c.tolerance + 1e-9
+                      and abs(mean - c.chance) <= c.tolerance + 1e-9)
+            text = verdict if verdict in ("not run", "infeasible") else f"{verdict}, {_seeds(n)}"
             rows.append(dict(paper=c.paper, table=c.table, row=c.row, column=c.column, reading=rd.name,
                              metric=rd.metric, unit=c.unit, paper_value=c.value, spread=c.spread,
                              tolerance=c.tolerance, values=values, n=n, mean=mean, sd=sd, delta=delta,
-                             verdict=verdict, reason=reason, why=why,
+                             verdict=verdict, verdict_text=text, kind=c.kind, chance_level=bool(chance),
+                             reason=reason, cause_status=status, why=why, guess=c.guess or "",
+                             records=rd.records, match=rd.match,
                              id=_slug(PAPERS[c.paper], c.table, c.row, c.column, rd.name)))
     return pd.DataFrame(rows)
 
 
+def _cause_status(cell, cause, delta: float, stats: dict) -> tuple[str, str]:
+    """(``"confirmed"`` or ``"suspected"``, the text the report prints) for a differing row's
+    ``cause``, by :data:`EVIDENCE_RULE` from the cell's readings' ``stats``."""
+    unit = " pp" if cell.unit == "%" else ""
+    if cause.evidence is None:
+        return "suspected", f"suspected: {cause.note} (no run tests it)"
+    if cause.evidence not in stats:
+        fail("Cause.evidence", f"the name of a reading of the cell ({sorted(stats)})", cause.evidence)
+    values, _, n, mean, sd, d_e = stats[cause.evidence]
+    if n == 0:
+        return "suspected", f"suspected: {cause.note} (its evidence, the '{cause.evidence}' reading, has no record)"
+    reading = f"'{cause.evidence}' gives {_num(mean, cell.unit)} (Δ {_num(d_e, cell.unit, True)}{unit}, {_seeds(n)})"
+    if abs(d_e) <= _allowed(cell, sd) + 1e-9 or abs(d_e) <= abs(delta) / 2 + 1e-9:
+        return "confirmed", f"{cause.note}; evidence: {reading}"
+    return "suspected", f"suspected: {cause.note} (evidence does not support it: {reading})"
+
+
 def scoreboard(df: pd.DataFrame) -> pd.DataFrame:
-    """Per paper: rows (cell × reading), reproduced, differ with a cause, differ with no cause
-    identified, not run (of which: no offline data)."""
+    """Per paper: rows (cell × reading), rows resting on n ≥ 3 seeds, reproduced (trained rows
+    with n ≥ 3, trained rows with n < 3, label-only or chance-level rows), differ with a confirmed
+    cause, with a suspected one, with none identified, infeasible, not run (of which: no offline
+    data)."""
     out = []
     for p, name in PAPERS.items():
         d = df[df.paper == p]
+        rep = d[d.verdict == "reproduced"]
+        trained = rep[(rep.kind == "trained") & ~rep.chance_level]
         differs = d[d.verdict == "differs"]
-        out.append({"paper": name, "rows": len(d), "reproduced": int((d.verdict == "reproduced").sum()),
-                    "differ, cause known": int((differs.reason != "").sum()),
+        out.append({"paper": name, "rows": len(d), "rows with n ≥ 3": int((d.n >= 3).sum()),
+                    "reproduced, trained, n ≥ 3": int((trained.n >= 3).sum()),
+                    "reproduced, trained, n < 3": int((trained.n < 3).sum()),
+                    "reproduced, label-only or chance-level": len(rep) - len(trained),
+                    "differ, cause confirmed": int((differs.cause_status == "confirmed").sum()),
+                    "differ, cause suspected": int((differs.cause_status == "suspected").sum()),
                     "differ, no cause identified": int((differs.reason == "").sum()),
+                    "infeasible": int((d.verdict == "infeasible").sum()),
                     "not run": int((d.verdict == "not run").sum()),
                     "of which no offline data": int((d.reason == "no_offline_data").sum())})
     return pd.DataFrame(out)
 
 
 def format_ours(values, unit: str = "%") -> str:
-    """Our value as the report prints it (:func:`fedlib.analysis.tables.mean_sd`): two decimals
-    for % values, three otherwise."""
-    return mean_sd(values, 2 if unit == "%" else 3)
+    """Our value as the report prints it: mean ± sample sd (n = seeds), two decimals for %
+    values, three otherwise; one seed has no ± (a spread of one run is unknown, not zero)."""
+    v = [float(x) for x in values if np.isfinite(x)]
+    if not v:
+        return "—"
+    digits = 2 if unit == "%" else 3
+    if len(v) == 1:
+        return f"{v[0]:.{digits}f} (n = 1)"
+    return f"{np.mean(v):.{digits}f} ± {_sd(v):.{digits}f} (n = {len(v)})"
 
 
 def _num(v: float, unit: str, signed: bool = False) -> str:
@@ -301,9 +391,98 @@ def _md_table(d: pd.DataFrame, anchors: bool) -> list[str]:
     for r in d.itertuples():
         anchor = f'<a id="{r.id}"></a>' if anchors else ""
         reason = f"{r.reason}: {r.why}" if r.reason else r.why
+        if r.guess:
+            reason = f"guessed setting: {r.guess}" + (f"; {reason}" if reason else "")
         lines.append(f"| {anchor}{_name(r.row)} | {r.column} | {r.reading} | {_paper(r)} | {format_ours(r.values, r.unit)} | "
-                     f"{_num(r.delta, r.unit, True)} | {r.verdict} | {reason} |")
+                     f"{_num(r.delta, r.unit, True)} | {r.verdict_text} | {reason} |")
     return lines
+
+
+NOT_RUN_SEEDS = (0, 1, 2)
+"""The seeds the report's commands ask for where a row has none: three, the least that gives a
+spread."""
+
+
+def _cost_seconds(records, match: tuple, device: str = "cpu") -> float:
+    """Seconds one run of ``match`` is expected to take on ``device`` ("cpu" or "cuda"): the
+    median ``cpu_seconds`` of the finished CPU records (older records: ``seconds``, their wall
+    time on one thread), or the median wall time (``seconds``) of the GPU records, of the same
+    method and data set in its folder, else of the same data set, else of the folder; NaN where
+    the folder has none."""
+    def secs(recs):
+        ok = [r for r in recs if r.get("status") == "ok" and str(r.get("device", "cpu")).startswith(device)]
+        v = ([float(r.get("cpu_seconds") or r.get("seconds") or np.nan) for r in ok] if device == "cpu"
+             else [float(r.get("seconds") or np.nan) for r in ok])
+        v = [x for x in v if np.isfinite(x)]
+        return float(np.median(v)) if v else np.nan
+    want = dict(match)
+    for keys in (("method", "dataset"), ("dataset",), ()):
+        pool = [r for r in records if all(r.get("spec", {}).get(k) == want[k] for k in keys if k in want)]
+        v = secs(pool)
+        if np.isfinite(v):
+            return v
+    return np.nan
+
+
+def _group_of(folder: str, match: tuple) -> str:
+    """The key of :data:`report_cells.RECORD_COMMANDS` whose command computes ``match``: the
+    folder, or ``folder:variant`` where the folder's runs come from two parameter files."""
+    if folder == "pfedlia/table1" and dict(match).get("pool_test") is True:
+        return "pfedlia/table1:fl_bench"
+    return folder
+
+
+def not_run_groups(df: pd.DataFrame, root: Path | str = RECORDS) -> pd.DataFrame:
+    """The rows not run (the data being available), grouped by the command that computes them
+    (:data:`report_cells.RECORD_COMMANDS`, one per records folder or variant): rows, the runs they
+    need (one per distinct match × :data:`NOT_RUN_SEEDS`), methods, settings, the command, and its
+    cost estimated from comparable committed records (:func:`_cost_seconds`): CPU-hours from CPU
+    records, else GPU-minutes from the GPU records of a folder that has only those."""
+    d = df[(df.verdict == "not run") & (df.reason != "no_offline_data")]
+    keys = [_group_of(f, m) for f, m in zip(d["records"], d["match"])]
+    out = []
+    for key, g in d.groupby(pd.Series(keys, index=d.index), sort=False):
+        folder = g["records"].iloc[0]
+        matches = list(dict.fromkeys(g["match"]))
+        methods = list(dict.fromkeys(dict(m).get("method") for m in matches if dict(m).get("method")))
+        settings = list(dict.fromkeys(f"{dict(m)['protocol']}:{float(dict(m)['level']):g}" for m in matches
+                                      if "protocol" in dict(m) and isinstance(dict(m).get("level"), (int, float))))
+        records = _load(str(Path(root) / folder))
+        device = "cpu"
+        per_run = [_cost_seconds(records, m) for m in matches]
+        if not any(np.isfinite(v) for v in per_run):
+            device, per_run = "cuda", [_cost_seconds(records, m, "cuda") for m in matches]
+        known = [v for v in per_run if np.isfinite(v)]
+        hours = (sum(known) * len(NOT_RUN_SEEDS) / 3600.0) if known else np.nan
+        template = RECORD_COMMANDS.get(key)
+        command = "" if template is None else template.format(
+            settings=",".join(settings), methods=" ".join(methods), methods_csv=",".join(methods),
+            seeds=" ".join(map(str, NOT_RUN_SEEDS)), seeds_csv=",".join(map(str, NOT_RUN_SEEDS)))
+        out.append({"records": folder, "rows": len(g), "runs": len(matches) * len(NOT_RUN_SEEDS),
+                    "methods": methods, "settings": settings, "command": command, "device": device,
+                    "hours": hours, "estimated_runs": len(known) * len(NOT_RUN_SEEDS)})
+    return pd.DataFrame(out, columns=["records", "rows", "runs", "methods", "settings", "command", "device", "hours",
+                                      "estimated_runs"])
+
+
+def _not_run_md(groups: pd.DataFrame) -> list[str]:
+    out = []
+    for g in groups.itertuples():
+        if not np.isfinite(g.hours):
+            cost = "no comparable record to estimate the cost from"
+        elif g.device == "cpu":
+            cost = f"≈ {g.hours:.1f} CPU-hours at the median time of comparable committed CPU runs"
+        else:
+            cost = (f"≈ {60 * g.hours:.0f} GPU-minutes at the median wall time of comparable committed runs, "
+                    "one at a time on the GPU that ran them (the folder has no CPU run)")
+        if np.isfinite(g.hours) and g.estimated_runs != g.runs:
+            cost += f" ({g.estimated_runs} of the {g.runs} runs estimated)"
+        what = ", ".join(_name(m) for m in g.methods) or "—"
+        where = f" at {', '.join(g.settings)}" if g.settings else ""
+        out += [f"- {g.rows} rows in `benchmarks/records/{g.records}/` ({what}{where}): {g.runs} runs "
+                f"(seeds {', '.join(map(str, NOT_RUN_SEEDS))}), {cost}:", "",
+                f"  ```bash\n  {g.command}\n  ```" if g.command else "  (no command is known for this folder)", ""]
+    return out
 
 
 def _scoreboard_md(sb: pd.DataFrame) -> list[str]:
@@ -394,32 +573,42 @@ def beyond_label_markdown(root: Path | str = RECORDS, params: Path = BEYOND_LABE
 
 
 def findings_markdown(df: pd.DataFrame, root: Path | str = RECORDS) -> str:
-    """docs/findings.md: the scoreboard, the vocabularies, then every row, per paper and table."""
+    """docs/findings.md: the rules, the scoreboard, the papers' claims, the vocabularies, then
+    every row, per paper and table, with the rows not run listed with their command."""
+    from . import paper_claims
+
     out = ["# Findings: what reproduces, and why not where it doesn't", "",
            "Generated by `python -m fedlib.analysis.report --write` from the run records committed under",
            "`benchmarks/records/` (`fedlib.analysis.report:frame`); notebook `00_report` renders the same",
            "frame. Do not edit by hand: `tests/test_report.py` fails when this page is stale.", "",
            "Each row is one cell of a paper's table read one way. **paper**: the printed value (± its",
-           "spread where the paper gives one). **ours**: mean ± sd (population sd) over seeds, n = seeds.",
-           "**Δ** = ours − paper. **Verdict**: *reproduced* when |Δ| ≤ the paper's spread or 1 pp",
-           "(accuracies; the cell's own tolerance for counts and scores), *differs* otherwise, *not run*",
-           "when no record is committed.", "", "## Scoreboard", ""]
+           "spread where the paper gives one). **ours**: mean ± sample sd over seeds, n = seeds (one seed",
+           "has no ±: its spread is unknown). **Δ** = ours − paper.", "",
+           f"**Verdict**: {VERDICT_RULE}", "", f"**Causes**: {EVIDENCE_RULE}", "",
+           "## Scoreboard", "",
+           "Trained rows are counted apart from label-only rows (a clustering of label histograms, no",
+           "training) and from chance-level rows (the paper's value and ours both within the tolerance",
+           "of chance, e.g. 10 % for ten classes), and rows resting on three seeds or more apart from the",
+           "others.", ""]
     out += _scoreboard_md(scoreboard(df))
+    out += ["", *paper_claims.markdown(paper_claims.frame(root))]
     out += ["", "## Reasons", "", "| reason | meaning |", "|---|---|"]
     out += [f"| {k} | {v} |" for k, v in REASONS.items()]
     out += ["", "## Metrics", "", "| metric | definition |", "|---|---|"]
     used = set(df.metric)
     out += [f"| {k} | {v} |" for k, v in METRICS.items() if k in used]
     for p in PAPERS:
-        out += ["", *paper_section(df, p)]
+        out += ["", *paper_section(df, p, root=root)]
     out += ["", *beyond_label_markdown(root)]
     out += ["", *cross_paper_markdown(root)]  # last: every method on every seed paper's partition
     return "\n".join(out) + "\n"
 
 
-def paper_section(df: pd.DataFrame, paper: str, anchors: bool = True) -> list[str]:
-    """One paper's part of the report (markdown lines): per table, the rows that ran, then a
-    count of the rows not run and why."""
+def paper_section(df: pd.DataFrame, paper: str, anchors: bool = True, root: Path | str = RECORDS) -> list[str]:
+    """One paper's part of the report (markdown lines): per table, the rows that ran (infeasible
+    ones with their reason), then the rows not run: those without offline data counted, the others
+    listed by records folder with the command that computes them and its estimated cost
+    (:func:`not_run_groups`)."""
     name = PAPERS[paper]
     d = df[df.paper == paper]
     out = ([f'<a id="{_slug(name)}"></a>', ""] if anchors else []) + [f"## {name}"]
@@ -431,31 +620,35 @@ def paper_section(df: pd.DataFrame, paper: str, anchors: bool = True) -> list[st
             out += _md_table(ran, anchors)
         idle = t[t.verdict == "not run"]
         if len(idle):
-            why = "; ".join(f"{k}: {v}" for k, v in idle.why.value_counts().sort_index().items())
-            out += ([""] if len(ran) else []) + [f"Not run: {len(idle)} rows ({why})."]
+            offline = idle[idle.reason == "no_offline_data"]
+            line = f"Not run: {len(idle)} rows"
+            if len(offline):
+                line += f" ({len(offline)} of them: {REASONS['no_offline_data']})"
+            out += ([""] if len(ran) else []) + [line + ("." if len(offline) == len(idle) else ":"), ""]
+            out += _not_run_md(not_run_groups(idle, root))
+            while out and out[-1] == "":
+                out.pop()
     return out
 
 
-def readme_block(df: pd.DataFrame, link: str = "docs/findings.md") -> str:
+def readme_block(df: pd.DataFrame, link: str = "docs/findings.md", root: Path | str = RECORDS) -> str:
     """The README's findings: the scoreboard as a table (each paper linking to its part of the
-    report), then one line per headline cell (:data:`report_cells.HEADLINES`) with every reading
-    that ran, each linking to its row."""
+    report), then the papers' headline claims as our records judge them
+    (:func:`fedlib.analysis.paper_claims.readme_lines`)."""
+    from . import paper_claims
+
     sb = scoreboard(df)
-    lines = ["| paper | table rows | reproduced | differ, cause known | differ, no cause identified | not run |",
-             "|---|---|---|---|---|---|"]
-    for s in sb.itertuples(index=False):
-        lines.append(f"| [{s.paper}]({link}#{_slug(s.paper)}) | {s.rows} | {s.reproduced} | {s[3]} | {s[4]} | {s[5]} |")
+    lines = ["| paper | table rows | with n ≥ 3 | reproduced (trained, n ≥ 3 / n < 3 / label-only or chance) | "
+             "differ: cause confirmed / suspected / none | infeasible | not run |",
+             "|---|---|---|---|---|---|---|"]
+    for s in sb.to_dict("records"):
+        lines.append(f"| [{s['paper']}]({link}#{_slug(s['paper'])}) | {s['rows']} | {s['rows with n ≥ 3']} | "
+                     f"{s['reproduced, trained, n ≥ 3']} / {s['reproduced, trained, n < 3']} / "
+                     f"{s['reproduced, label-only or chance-level']} | {s['differ, cause confirmed']} / "
+                     f"{s['differ, cause suspected']} / {s['differ, no cause identified']} | {s['infeasible']} | "
+                     f"{s['not run']} |")
     lines.append("")
-    for paper, table, row, column in HEADLINES:
-        d = df[(df.paper == paper) & (df.table == table) & (df.row == row) & (df.column == column)
-               & (df.verdict != "not run")]
-        if d.empty:
-            continue
-        ours = "; ".join(f"[{r.reading}]({link}#{r.id}) {format_ours(r.values, r.unit)}, {r.verdict}"
-                         for r in d.itertuples())
-        unit = " %" if d.iloc[0].unit == "%" else ""
-        lines.append(f"- {PAPERS[paper]} {table}, {_name(row)} at {column}: paper {_paper(d.iloc[0])}{unit}; "
-                     f"ours: {ours}.")
+    lines += paper_claims.readme_lines(paper_claims.frame(root), link)
     return "\n".join(lines) + "\n"
 
 
@@ -463,7 +656,7 @@ def _rendered(df: pd.DataFrame, readme_text: str, root: Path | str = RECORDS) ->
     if not _BLOCK.search(readme_text):
         fail("README.md", "a file with a '<!-- findings:start -->' line and a '<!-- findings:end -->' line "
              "(the findings go between them)", "no such block")
-    new_readme = _BLOCK.sub(lambda m: m.group(1) + readme_block(df) + m.group(3), readme_text, count=1)
+    new_readme = _BLOCK.sub(lambda m: m.group(1) + readme_block(df, root=root) + m.group(3), readme_text, count=1)
     return findings_markdown(df, root), new_readme
 
 

@@ -7,10 +7,18 @@ committed run records under ``benchmarks/records/``, the spec fields a record mu
 metric taken from it (:data:`METRICS`). A cell with two readings (Table III's paper text and the
 authors' code) becomes two rows of the report, each with its own verdict.
 
-``cause`` is the one reason from :data:`REASONS` known to move that row away from the paper when
-it differs, with ``note`` saying how we know; a row that differs with no cause listed is reported
-as "differs, no cause identified". ``unavailable`` marks cells that cannot run here (their data
-have no offline source): they are "not run" whatever the records hold.
+A :class:`Cause` is the one reason from :data:`REASONS` suspected to move a row away from the paper
+when it differs, with ``note`` saying why, and ``evidence``: the name of another reading of the
+same cell that tests the reason (the run with the suspected difference undone). The report calls
+the cause *confirmed* only when that reading's records support it (it lands within tolerance of
+the paper, or closes at least half of the gap); a cause without an evidence reading, or whose
+reading does not support it, is printed as *suspected* (:func:`fedlib.analysis.report.frame`). A
+row that differs with no cause listed is "differs, no cause identified". ``unavailable`` marks
+cells that cannot run here (their data have no offline source): they are "not run" whatever the
+records hold. ``kind`` separates trained cells from label-only ones (a clustering of label
+histograms, no training); ``chance`` is a cell's chance-level accuracy (10 % for ten balanced
+classes), so that a row where the paper and ours both sit at chance is counted apart; ``guess``
+quotes the paper's sentence where the setting a cell is read at is not stated by the paper.
 
 Nothing here is a result: the numbers come from records (:mod:`fedlib.analysis.report`).
 """
@@ -26,13 +34,13 @@ from .fedprism_study import PARTITION as FEDPRISM_PARTITION
 from .fedprism_study import METHODS as FEDPRISM_METHODS
 from .like_for_like import METHODS as TABLE3_METHODS
 from .paper_table3 import SETTINGS as TABLE3_SETTINGS
-from .paper_table3 import TABLE3
+from .paper_table3 import TABLE3, TABLE3_SD
 from .pfedlia_study import CFL_PAPER as PFEDLIA_CFL
 from .pfedlia_study import PAPER_TABLE1
 from .psi_pfl_study import PAPER_EQ3, PAPER_MOST_HETEROGENEOUS, PAPER_VARIANT
 from .tables import setting_name
 
-__all__ = ["PAPERS", "REASONS", "METRICS", "Reading", "Cell", "cells", "HEADLINES"]
+__all__ = ["PAPERS", "REASONS", "METRICS", "KINDS", "RECORD_COMMANDS", "Reading", "Cause", "Cell", "cells"]
 
 PAPERS = {
     "clust_psi_pfl": "Clust-PSI-PFL",
@@ -112,11 +120,60 @@ class Reading:
     derive: str | None = None
 
 
+_T3_SCRIPT = "python benchmarks/table3_like_for_like.py"
+RECORD_COMMANDS = {
+    "clust_psi_pfl/table3_like_for_like": _T3_SCRIPT + " --settings {settings} --methods {methods_csv} --seeds {seeds_csv} "
+                                          "--results benchmarks/records/clust_psi_pfl/table3_like_for_like",
+    "clust_psi_pfl/table3_acs_income": _T3_SCRIPT + " --dataset adult --settings {settings} --methods {methods_csv} "
+                                       "--seeds {seeds_csv} --results benchmarks/records/clust_psi_pfl/table3_acs_income",
+    "clust_psi_pfl/table3_fedopt_code_defaults": _T3_SCRIPT + " --settings {settings} --methods {methods_csv} --seeds {seeds_csv} "
+                                                 "--hyper '{{\"fedyogi\": {{\"eta\": 0.3162, \"tau\": 0.1}}, "
+                                                 "\"fedadam\": {{\"eta\": 0.3162, \"tau\": 0.1}}}}' "
+                                                 "--results benchmarks/records/clust_psi_pfl/table3_fedopt_code_defaults",
+    "psi_pfl/comparison": "python benchmarks/paper_grid.py psi-pfl --out benchmarks/records/psi_pfl/comparison "
+                          "--datasets adult --n-clients 100 --methods {methods} --seeds {seeds}",
+    "cafa/training": "python benchmarks/paper_grid.py cafa-table4 --out benchmarks/records/cafa/training "
+                     "--methods {methods} --seeds {seeds}",
+    "fedprism/table1": "python benchmarks/paper_grid.py fedprism-table1 --out benchmarks/records/fedprism/table1 "
+                       "--methods {methods} --seeds {seeds}",
+    "fedprism/table9": "python benchmarks/paper_grid.py fedprism-table9 --out benchmarks/records/fedprism/table9 "
+                       "--seeds {seeds}",
+    "pfedlia/table1": "python benchmarks/paper_grid.py pfedlia-table1 --out benchmarks/records/pfedlia/table1 "
+                      "--methods {methods} --seeds {seeds}",
+    "pfedlia/table1:fl_bench": "sed 's/^data_split: workbook/data_split: fl_bench/' params/paper/10_pfedlia.yaml "
+                               "> /tmp/10_pfedlia_fl_bench.yaml && python benchmarks/paper_grid.py pfedlia-table1 "
+                               "--params /tmp/10_pfedlia_fl_bench.yaml --out benchmarks/records/pfedlia/table1 "
+                               "--methods {methods} --seeds {seeds}",
+}
+"""Records folder (``folder:variant`` where a folder's runs come from two parameter files: pFedLIA's
+FL-bench split) -> the command that computes its runs, resumably (``{settings}``, ``{methods}`` /
+``{methods_csv}``, ``{seeds}`` / ``{seeds_csv}``: what the rows not run need, space- or
+comma-separated); the report prints it beside them."""
+
+
+KINDS = {"trained": "a federated training run's result",
+         "label_only": "a clustering of the clients' label histograms: no model is trained"}
+"""A cell's kind -> what its number is; the scoreboard counts the kinds apart."""
+
+
+@dataclass(frozen=True)
+class Cause:
+    """Why a row may differ from the paper: ``reason`` (a key of :data:`REASONS`), ``note`` (the
+    specifics), ``evidence`` (the name of the cell's reading that undoes the suspected difference,
+    or None when no run tests it)."""
+    reason: str
+    note: str
+    evidence: str | None = None
+
+
 @dataclass(frozen=True)
 class Cell:
     """One value of a paper's table: ``paper``/``table``/``row``/``column`` locate it; ``value``
     and ``spread`` (sd, or None) are what the paper printed, in ``unit`` ("%" or ""); ``tolerance``
-    the agreement allowed besides the spread; ``readings`` how ours is found."""
+    the least disagreement that counts (1 pp for accuracies; a count's or a score's own step: what
+    one client more or less moves it); ``readings`` how ours is found; ``kind`` a key of
+    :data:`KINDS`; ``chance`` the chance-level value (or None); ``guess`` the paper's sentence that
+    a setting not stated by the paper is read from (or None)."""
     paper: str
     table: str
     row: str
@@ -126,11 +183,14 @@ class Cell:
     spread: float | None = None
     unit: str = "%"
     tolerance: float = 1.0
-    causes: dict = field(default_factory=dict)  # reading name (or "*") -> (reason key, note)
+    causes: dict = field(default_factory=dict)  # reading name (or "*") -> Cause
     unavailable: str | None = None  # reason key when the cell cannot run here
+    kind: str = "trained"
+    chance: float | None = None
+    guess: str | None = None
 
     def cause(self, reading: str):
-        """(reason key, note) for ``reading``, or None."""
+        """The :class:`Cause` for ``reading``, or None."""
         return self.causes.get(reading, self.causes.get("*"))
 
 
@@ -145,21 +205,21 @@ _CODE_ETA = {"eta": 0.3162, "tau": 0.1}  # the authors' code's one --eta/--tau f
 _CODE_ETA_SETTINGS = (("similarity", 1.0), ("dirichlet", 0.3))
 _FEDLAB = ("poc", "haccs", "fedcls", "cfl", "fedsoft")
 _T3_CAUSES = {
-    **{m: {"paper_text": ("text_vs_code", "the authors' code trained the FedLab baselines with plain "
-                                          "SGD 0.001, batch 64, no shuffling (docs/reproduction.md); this "
-                                          "row trains Adam as Table II says")} for m in _FEDLAB},
-    "fedprox": {"paper_text": ("text_vs_code", "the authors' code never read μ: the published FedProx "
-                                               "is FedAvg (the paper_code row)")},
-    "fedyogi": {"both readings": ("text_vs_code", "the code gives every adaptive server optimiser "
-                                                  "FedAdagrad's default η = 0.3162, τ = 0.1; the "
-                                                  "'code default η' row lands nearer the paper")},
-    "fedadam": {"both readings": ("text_vs_code", "as FedYogi: the code's shared default η "
-                                                  "(the 'code default η' row)")},
+    **{m: {"paper_text": Cause("text_vs_code", "the authors' code trained the FedLab baselines with plain "
+                                               "SGD 0.001, batch 64, no shuffling (docs/reproduction.md); this "
+                                               "row trains Adam as Table II says", evidence="paper_code")}
+       for m in _FEDLAB},
+    "fedprox": {"paper_text": Cause("text_vs_code", "the authors' code never read μ: the published FedProx "
+                                                    "is FedAvg (the paper_code row)", evidence="paper_code")},
+    "fedyogi": {"both readings": Cause("text_vs_code", "the code gives every adaptive server optimiser "
+                                                       "FedAdagrad's default η = 0.3162, τ = 0.1",
+                                       evidence="code default η")},
+    "fedadam": {"both readings": Cause("text_vs_code", "as FedYogi: the code's shared default η",
+                                       evidence="code default η")},
 }
-_T3_CAUSES["fedsoft"]["paper_code"] = ("metric_definition", "the code reports the best round's mean of its "
-                                       "cluster models on the pooled test set; each client on its own "
-                                       "cluster's model scores otherwise")
-
+# FedSoft's paper_code row already scores by the code's rule (its best round's mean of the cluster
+# models on the pooled test set: reported_accuracy), so the metric definition cannot be its cause.
+_T3_CHANCE = {"fmnist": 10.0}  # ten balanced classes; adult's two classes are not balanced
 
 def _table3_cells() -> list[Cell]:
     out = []
@@ -187,15 +247,24 @@ def _table3_cells() -> list[Cell]:
                 if m in ("fedyogi", "fedadam") and (protocol, level) not in _CODE_ETA_SETTINGS:
                     causes = {}  # the code-default-η evidence covers only the settings it was run at
                 if paper_ds != "fmnist":
-                    causes = {"*": ("stand_in_dataset", "adult (1994 census) stands in for ACSIncome "
-                                                        "(docs/reproduction.md)")}
+                    causes = {"*": Cause("stand_in_dataset", "adult (1994 census) stands in for ACSIncome "
+                                                             "(docs/reproduction.md)")}
+                spread = TABLE3_SD[paper_ds].get(m, {}).get((protocol, float(level)))
                 out.append(Cell("clust_psi_pfl", "Table III", m, f"{column_name}, {setting_name(protocol, level, ' = ')}",
-                                100 * value, readings, causes=causes))
+                                100 * value, readings, spread=None if spread is None else 100 * spread,
+                                causes=causes, chance=_T3_CHANCE.get(dataset)))
     return out
 
 
 # ----------------------------------------------------------------------------- PSI-PFL
 _PSI_PFL_LABELS = {"ad_cl": "AD", "sdad_cl": "SDAD", "cp": "CP"}
+
+
+_PSI_PFL_GUESS = ("the paper states no α, K or data set for §4.3's numbers: \"Under the most heterogeneous "
+                  "scenario, our solution achieves an AD of 3% from the CL (target), with an SDAD of 6%.\" "
+                  "They are read at α = 0.05 (the smallest α of Clust-PSI-PFL's grid; PSI-PFL's own α list is "
+                  "lost in the text) and K = 100 (\"Its performance improves in scenarios with more "
+                  "clients\"), on adult for ACSIncome (the data set of the paper's main-text figures)")
 
 
 def _psi_pfl_cells() -> list[Cell]:
@@ -211,9 +280,9 @@ def _psi_pfl_cells() -> list[Cell]:
     d = "psi_pfl/comparison"
     level, k = PAPER_MOST_HETEROGENEOUS["level"], PAPER_MOST_HETEROGENEOUS["n_clients"]
     base = dict(dataset="adult", protocol="dirichlet", level=float(level), n_clients=k, reproduction=None)
-    cause = {"*": ("stand_in_dataset", "adult stands in for ACSIncome; the text does not name the data set")}
+    cause = {"*": Cause("stand_in_dataset", "adult stands in for ACSIncome; the text does not name the data set")}
     feasible = ", most heterogeneous α run here"
-    far = ("stand_in_dataset", "adult stands in for ACSIncome (the text does not name the data set); this row "
+    far = Cause("stand_in_dataset", "adult stands in for ACSIncome (the text does not name the data set); this row "
                                "reads the smallest α whose adult partition ran at this K, since a Dirichlet draw at "
                                "the paper's α can leave a client of the stand-in below 10 samples (infeasible)")
     out = []
@@ -238,11 +307,22 @@ def _psi_pfl_cells() -> list[Cell]:
         out.append(Cell("psi_pfl", "§4.3 (EQ3) text", row, f"{label}, α = {level:g}, K = {k}",
                         100 * value if pct else value, readings, unit="%" if pct else "",
                         tolerance=1.0 if pct else 0.1,
-                        causes={**cause, **{r.name: far for r in readings if r.name.endswith(feasible)}}))
+                        causes={**cause, **{r.name: far for r in readings if r.name.endswith(feasible)}},
+                        guess=_PSI_PFL_GUESS))
     return out
 
 
 # ----------------------------------------------------------------------------- CAFA
+def _cbcc_step(name: str, n_iid: int, n_non: int) -> float:
+    """The least change of a CBCC score that one client can make: half a cluster for the count k
+    (a mean within 0.5 of the paper's rounds to it), one client of all for the identification
+    accuracy, one IID client for precision, recall and F1 (one client more or less in the IID
+    cluster moves each by about 1/n_iid)."""
+    if name == "k":
+        return 0.5
+    return 1.0 / (n_iid + n_non) if name == "acc" else 1.0 / n_iid
+
+
 def _cafa_cells() -> list[Cell]:
     out = []
     names = ("k", "acc", "precision", "recall", "f1")
@@ -253,12 +333,13 @@ def _cafa_cells() -> list[Cell]:
                                  for label, gen in (("authors' generator", "authors"),
                                                     ("workbook generator", "workbook")))
                 out.append(Cell("cafa", table, f"CBCC {name}", f"{n_iid} IID + {n_non} non-IID clients", float(v),
-                                readings, unit="", tolerance=0.0 if name == "k" else 0.01,
-                                causes={"workbook generator": (
+                                readings, unit="", tolerance=_cbcc_step(name, n_iid, n_non), kind="label_only",
+                                causes={"workbook generator": Cause(
                                     "partition_rule", "the workbook's generator gives each non-IID client 2–4 "
                                                       "random classes with random shares; the authors' gives "
-                                                      "1–2 classes with Dirichlet(0.5) shares and equal sizes")}))
-    cause = {"*": ("stand_in_dataset", "FMNIST with a small CNN stands in for CIFAR-10 with VGG-19")}
+                                                      "1–2 classes with Dirichlet(0.5) shares and equal sizes",
+                                    evidence="authors' generator")}))
+    cause = {"*": Cause("stand_in_dataset", "FMNIST with a small CNN stands in for CIFAR-10 with VGG-19")}
     # the authors' protocol (cafa_study.AUTHORS_FL, params/paper/08_cafa.yaml), scored per round on the
     # official test set (history global_test_accuracy: window_mean / best_round), the whole test set;
     # the paper's windows count rounds from 0, the records' history from 1
@@ -269,23 +350,23 @@ def _cafa_cells() -> list[Cell]:
         for (lo, hi), v in zip(PAPER_WINDOWS, values):
             out.append(Cell("cafa", "Table IV", m, f"rounds {lo}–{hi}", v,
                             (Reading("authors' protocol", "cafa/training", _m(method=m, **authors),
-                                     "window_mean", window=(lo + 1, hi + 1)),), causes=cause))  # 1-based rounds
+                                     "window_mean", window=(lo + 1, hi + 1)),), causes=cause, chance=10.0))  # 1-based rounds
     for m, v in PAPER_TABLE5.items():
         out.append(Cell("cafa", "Table V", m, "best accuracy", v,
                         (Reading("authors' protocol", "cafa/training", _m(method=m, **authors),
-                                 "best_round"),), causes=cause))
+                                 "best_round"),), causes=cause, chance=10.0))
     return out
 
 
 # ----------------------------------------------------------------------------- FedPrism
-_FEDPRISM_CAUSES = {
-    **{m: {"Glob": ("metric_definition", "the paper's 10.00 % is a one-class predictor; public code by "
-                                         "one of its authors scores a clustered method's global model as "
-                                         "the parameter average of its cluster models: the 'parameter "
-                                         "average' row beside this one computes that reading, and says "
-                                         "whether it explains the paper's number")}
-       for m in ("fedclust", "cfl", "fedamp")},
-}
+_FEDPRISM_GLOB_CAUSE = ("metric_definition", "the paper's 10.00 % is a one-class predictor; public code by one of "
+                                              "its authors scores a clustered method's global model as the "
+                                              "parameter average of its cluster models")
+_FEDPRISM_CAUSES = {m: {"Glob": _FEDPRISM_GLOB_CAUSE} for m in ("fedclust", "cfl", "fedamp")}
+"""method -> label -> (reason, note) of the rows whose 'parameter average' reading tests the reason."""
+_FEDPRISM_GAMMA = ("paper_inconsistent", "α₀ = 0.9, β = 0.1 and γ = 1 − α − β leave the private part's weight at 0 "
+                                         "(or negative, which Alg. 2's [0, 1] clip of α undoes)")
+_FEDPRISM_CLIP = "paper protocol, Alg. 2's [0, 1] clip of α"
 _PARAM_AVERAGE = ("ifca", "fedclust", "cfl", "fedamp")
 """FedPrism Table 1's methods whose clients use several models: their Glob cell has a second
 reading, the parameter average of those models (``param_average_accuracy``)."""
@@ -323,24 +404,26 @@ def _fedprism_cells() -> list[Cell]:
             for label, v, metric in (("Glob", glob, "global_test_accuracy"), ("Loc", loc, "mean_local_accuracy")):
                 readings = _variant_readings("fedprism/table1", base, metric, FEDPRISM_CFL)
                 cause = _FEDPRISM_CAUSES.get(m, {}).get(label)
-                causes = {r.name: cause for r in readings} if cause else {}
+                # each reading's evidence is its own parameter-average reading
+                causes = {r.name: Cause(*cause, evidence=f"{r.name}, parameter average") for r in readings} if cause else {}
                 if label == "Glob" and m in _PARAM_AVERAGE:  # the authors' reading, beside ours
                     readings += tuple(Reading(f"{r.name}, parameter average", r.records, r.match,
                                               "param_average_accuracy") for r in readings)
                 if m == "fedprism":  # Alg. 2's own clip of α to [0, 1] (line 30): γ = 1 − α − β can go negative
-                    readings += (Reading("paper protocol, Alg. 2's [0, 1] clip of α", "fedprism/table9",
+                    readings += (Reading(_FEDPRISM_CLIP, "fedprism/table9",
                                          _m(**base, **{"hyper.alpha_clip": "paper"}), metric),)
+                    causes = {"paper protocol": Cause(*_FEDPRISM_GAMMA, evidence=_FEDPRISM_CLIP)}
                 out.append(Cell("fedprism", "Table 1", m, f"{_DATASETS[ds]}, α = 0.1, {label}", v, readings,
-                                causes=causes, unavailable=None if ds == "fmnist" else "no_offline_data"))
-    gamma = ("paper_inconsistent", "α₀ = 0.9, β = 0.1 and γ = 1 − α − β leave the private part's weight "
-                                   "at 0 (or negative under the paper's [0, 1] clip)")
+                                causes=causes, unavailable=None if ds == "fmnist" else "no_offline_data",
+                                chance=1.0 if ds == "cifar100" else 10.0))
+    # Table 9's ablations fix the components by construction (global + cluster, private only, ...):
+    # the γ of the full model does not apply to them, so no cause is listed there.
     for comp, (glob, loc) in PAPER_TABLE9.items():
         base = dict(dataset="fmnist", protocol=FEDPRISM_PARTITION, level=0.1, n_clients=100, method="fedprism",
                     **{"hyper.components": comp})
         for label, v, metric in (("Glob", glob, "global_test_accuracy"), ("Loc", loc, "mean_local_accuracy")):
             out.append(Cell("fedprism", "Table 9", f"fedprism ({comp})", f"FMNIST, α = 0.1, {label}", v,
-                            (Reading("paper protocol", "fedprism/table9", _m(**base), metric),),
-                            causes={"*": gamma} if comp in ("global_cluster", "private") else {}))
+                            (Reading("paper protocol", "fedprism/table9", _m(**base), metric),), chance=10.0))
     return out
 
 
@@ -351,10 +434,10 @@ pooled, 25 % test per client: ``pfedlia_study`` ``data_split='fl_bench'``): the 
 Oracle, FedAvg and the best baseline."""
 def _pfedlia_cells() -> list[Cell]:
     out = []
-    defects = {"local": ("paper_inconsistent", "the paper prints the same Local row (84.71 ± 5.47) in both "
-                                               "settings, probably a copy error")}
-    model = ("pretrained_unavailable", "the paper fine-tunes an ImageNet-pretrained ResNet-18 for every method; "
-                                       "ours train the workbook's FMNIST CNN from random initialisation")
+    defects = {"local": Cause("paper_inconsistent", "the paper prints the same Local row (84.71 ± 5.47) in both "
+                                                    "settings, probably a copy error")}
+    model = Cause("pretrained_unavailable", "the paper fine-tunes an ImageNet-pretrained ResNet-18 for every method; "
+                                            "ours train the workbook's FMNIST CNN from random initialisation")
     for setting, label in (("pathological_clusters", "pathological"), ("noisy_clusters", "noisy")):
         for ds in ("fmnist", "cifar10", "cifar100"):
             for m, v in PAPER_TABLE1[setting][ds].items():
@@ -367,8 +450,11 @@ def _pfedlia_cells() -> list[Cell]:
                     first = readings[0]
                     readings += (Reading("paper protocol, FL-bench split", first.records,
                                          _m(**{**dict(first.match), "pool_test": True}), first.metric),)
+                # the cause concerns the paper's own variant: a variant reading (CFL's ε1 = auto,
+                # peer-to-peer clustering) differs by the variant itself, so it lists none
+                causes = {r.name: cause for r in readings if r.name in ("paper protocol", "paper protocol, FL-bench split")}
                 out.append(Cell("pfedlia", "Table I", m, f"{_DATASETS[ds]}, {label}", v[0], readings,
-                                spread=v[1], causes={"*": cause},
+                                spread=v[1], causes=causes, chance=1.0 if ds == "cifar100" else 10.0,
                                 unavailable=None if ds == "fmnist" else "no_offline_data"))
     return out
 
@@ -376,12 +462,3 @@ def _pfedlia_cells() -> list[Cell]:
 def cells() -> list[Cell]:
     """Every cell of the report, papers in :data:`PAPERS` order."""
     return _table3_cells() + _psi_pfl_cells() + _cafa_cells() + _fedprism_cells() + _pfedlia_cells()
-
-
-HEADLINES = [
-    ("clust_psi_pfl", "Table III", "clust_psi_pfl", "FMNIST, S = 0"),
-    ("clust_psi_pfl", "Table III", "fedavg", "FMNIST, S = 0"),
-    ("clust_psi_pfl", "Table III", "cfl", "FMNIST, S = 0"),
-    ("clust_psi_pfl", "Table III", "haccs", "FMNIST, S = 1"),
-]
-"""(paper, table, row, column) of the cells the README leads with, after each paper's scoreboard."""

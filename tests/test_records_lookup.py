@@ -1,0 +1,135 @@
+"""fedlib.records: a spec's record is found by the spec's fields, never by its key (a hash that
+includes fedlib's version), so the report's sections that read committed records survive a
+version bump. Nothing is trained here."""
+import json
+
+import pytest
+import yaml
+
+import fedlib
+from fedlib import experiment, records
+from fedlib.analysis import beyond_label as B, cross_paper as X, report
+from fedlib.experiment import RECORD_VERSION, RunSpec
+from fedlib.paths import ROOT
+
+RECORDS = ROOT / "benchmarks" / "records"
+
+
+def _grid(module, params, table):
+    p = yaml.safe_load(params.read_text())
+    return module.notebook_grid(**{k: p[k] for k in module.GRID_PARAMS})[table]
+
+
+def _cross():
+    return _grid(X, report.CROSS_PAPER_PARAMS, "cross")
+
+
+def _beyond():
+    return _grid(B, report.BEYOND_LABEL_PARAMS, "study")
+
+
+@pytest.mark.parametrize("grid, folder, n", [(_cross, "cross_paper", 169), (_beyond, "beyond_label", 121)])
+def test_find_returns_the_committed_record_of_a_spec_rebuilt_from_params(grid, folder, n):
+    specs = grid()
+    found, missing = records.find(specs, RECORDS / folder)
+    assert (len(specs), len(found), missing) == (n, n, [])
+    for spec, record in zip(specs, found):
+        assert record["spec"] == spec.to_dict()  # a fresh spec's dict is the committed one, field for field
+        assert record["status"] in experiment.FINISHED
+
+
+def test_committed_specs_equal_their_rebuilt_runspec():
+    """On the real committed records: a RunSpec rebuilt from a record's spec has that spec as its
+    ``to_dict`` and the same spec fields; committed specs leave out the fields added later (at
+    their defaults), and spelling them out at their defaults changes nothing."""
+    n = 0
+    for folder in ("cross_paper", "beyond_label", "psi_pfl/comparison"):
+        for path in sorted((RECORDS / folder).glob("*.json")):
+            rec = records.read(path)
+            spec = RunSpec(**rec["spec"])
+            assert spec.to_dict() == rec["spec"], path
+            fields = records.spec_fields(rec["spec"])
+            assert records.spec_fields(spec) == fields, path
+            explicit = {**rec["spec"], **{k: v for k, v in experiment._LATER_FIELDS.items()
+                                          if k not in rec["spec"]}}
+            assert records.spec_fields(explicit) == fields, path
+            n += 1
+    assert n > 600
+    assert "reproduction" not in json.loads(next((RECORDS / "cross_paper").glob("*.json")).read_text())["spec"]
+
+
+def test_spec_fields_normalises_numbers_and_defaults():
+    spec = RunSpec("fmnist", "dirichlet", 0.3, 10, 0, "fedavg", fl={"rounds": 5})
+    d = spec.to_dict()
+    assert records.spec_fields(spec) == records.spec_fields({**d, "n_clients": 10.0, "fl": {"rounds": 5.0}})
+    assert records.spec_fields(spec)["reproduction"] == "paper_text"  # absent in to_dict, its default here
+    assert "reproduction" not in d
+    assert "fedlib" not in records.spec_fields(spec) and "record_version" not in records.spec_fields(spec)
+
+
+def _bumped(monkeypatch):
+    monkeypatch.setattr(fedlib, "__version__", "99.0.0")
+    monkeypatch.setattr(experiment, "__version__", "99.0.0")
+
+
+def _present() -> list:
+    """The files (their JSON) present_records finds for both grids, and the specs it misses
+    (records hold NaN, which equals nothing, so records are compared as JSON)."""
+    out = []
+    for specs, folder in ((_cross(), "cross_paper"), (_beyond(), "beyond_label")):
+        found, missing = experiment.present_records(specs, RECORDS / folder)
+        out.append(([json.dumps(r, sort_keys=True) for r in found], missing))
+    return out
+
+
+def test_a_version_bump_changes_no_report_section(monkeypatch):
+    specs = _cross() + _beyond()
+    keys = [s.key() for s in specs]
+    before = (report.cross_paper_markdown(), report.beyond_label_markdown())
+    found_before = _present()
+    _bumped(monkeypatch)
+    assert all(s.key() != k for s, k in zip(specs, keys))  # a lookup by key would find nothing now
+    assert not any(experiment.record_path(RECORDS / "cross_paper", s).is_file() for s in _cross())
+    assert (report.cross_paper_markdown(), report.beyond_label_markdown()) == before
+    assert "169 of 169 runs recorded" in "\n".join(before[0])
+    assert "121 of 121 runs recorded" in "\n".join(before[1])
+    assert _present() == found_before
+
+
+def _record(spec: RunSpec, **extra) -> dict:
+    return {"record_version": RECORD_VERSION, "status": "ok", "spec": spec.to_dict(), **extra}
+
+
+SPEC = RunSpec("fmnist", "dirichlet", 0.3, 10, 0, "fedavg")
+
+
+def test_two_records_of_one_spec_fail_naming_both(tmp_path):
+    (tmp_path / "aaaa.json").write_text(json.dumps(_record(SPEC, cpu_seconds=1.0)))
+    (tmp_path / "bbbb.json").write_text(json.dumps(_record(SPEC, cpu_seconds=2.0)))
+    with pytest.raises(ValueError, match=r"aaaa\.json and bbbb\.json both match") as err:
+        records.find([SPEC], tmp_path)
+    assert str(tmp_path) in str(err.value)
+    with pytest.raises(ValueError, match="bbbb.json"):
+        experiment.present_records([SPEC], tmp_path)
+
+
+def test_truncated_records_and_other_seeds_are_missing(tmp_path):
+    other = RunSpec("fmnist", "dirichlet", 0.3, 10, 1, "fedavg")
+    text = json.dumps(_record(other))
+    (tmp_path / "cccc.json").write_text(text[: len(text) // 2])  # a half-written file: no record
+    (tmp_path / "dddd.json").write_text(json.dumps(_record(SPEC)))
+    assert records.read(tmp_path / "cccc.json") is None
+    found, missing = records.find([other, SPEC, RunSpec("fmnist", "dirichlet", 0.3, 10, 7, "fedavg")], tmp_path)
+    assert [r["spec"]["seed"] for r in found] == [0]
+    assert [s.seed for s in missing] == [1, 7]
+    unfinished = {**_record(other), "status": "running"}
+    (tmp_path / "eeee.json").write_text(json.dumps(unfinished))
+    assert records.find([other], tmp_path) == ([], [other])
+    assert records.find([SPEC], tmp_path / "absent") == ([], [SPEC])
+
+
+def test_a_seed_no_record_has_is_missing():
+    specs = _cross()
+    spec = RunSpec(**{**specs[0].to_dict(), "seed": 10_000})
+    found, missing = records.find([specs[0], spec], RECORDS / "cross_paper")
+    assert len(found) == 1 and missing == [spec]
