@@ -352,6 +352,10 @@ def test_fedsoft_assignment_is_argmax_importance_and_clusters_specialise():
     assert recovery_accuracy(out.assignment, group) == 1.0
     assert out.info["cluster_sizes"] == [5, 5]
     assert final_accuracy(ctx) > 0.8
+    # the grouping it decided is in the run's record, consistent with the sizes it reports
+    assert out.info["cluster_of_client"] == out.assignment.tolist()
+    assert np.bincount(out.info["cluster_of_client"], minlength=2).tolist() == out.info["cluster_sizes"]
+    assert len(set(out.info["cluster_of_client"])) == sum(n > 0 for n in out.info["cluster_sizes"]) == 2
 
 
 def test_grids_are_table_ii():

@@ -202,7 +202,13 @@ def test_frame_gives_every_claim_a_verdict_on_the_committed_records():
     assert md[0] == "## The papers' claims"
     assert sum(line.startswith("> “") for line in md) == len(pc.CLAIMS)
     lines = pc.readme_lines(df, link="docs/findings.md")
-    assert len(lines) == len(pc.CLAIMS)
-    for line, r in zip(lines, df.itertuples()):
+    assert len(lines) == df.paper.nunique()  # one bullet per paper
+    for r in df.itertuples():
+        line = next(x for x in lines if x.startswith(f"- [{report_cells.PAPERS[r.paper]}]"))
         assert f"(docs/findings.md#{report._slug(report_cells.PAPERS[r.paper])})" in line
-        assert r.verdict_text in line
+        assert f"{r.short}: **{r.verdict_text}**" in line
+    # a row that is not in the report's tables (not run) is named, never linked
+    for line in md:
+        assert "#nan)" not in line
+    for r in df[df.verdict == "not run"].itertuples():
+        assert f"#{r.a_id})" not in "\n".join(md)

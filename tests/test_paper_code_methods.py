@@ -180,4 +180,6 @@ def test_fedsoft_psi_code_starts_from_identical_centres_and_logs_round_zero():
     first = ctx.history[0]["pooled_model_accuracy"]
     assert len(first) == 5 and len(set(first)) == 1  # five identical initial centres
     assert out.info["clients_per_round"] == 5 and out.info["variant"] == "psi_code"
+    assert out.info["cluster_of_client"] == out.assignment.tolist()  # the grouping, in the record
+    assert np.bincount(out.info["cluster_of_client"], minlength=5).tolist() == out.info["cluster_sizes"]
     assert ctx.history[-1]["mean_pooled_model_accuracy"] > first[0]

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -197,6 +197,7 @@ class Claim:
     tolerance : the A cell's own tolerance (the least disagreement the report counts)
     paper_delta : A − B as the paper's own table prints it (NaN where not a comparison)
     b_value : with ``b`` None, the paper's value A is held against
+    short : the claim in a few words, as the README lists it
     """
     paper: str
     quote: str
@@ -209,6 +210,7 @@ class Claim:
     tolerance: float = 1.0
     paper_delta: float = float("nan")
     b_value: float | None = None
+    short: str = ""
 
 
 def _claim(paper, quote, where, statement, kind, a, b=None) -> Claim:
@@ -237,7 +239,7 @@ _PSI_WHERE = "adult (stand-in; the text names no data set), K = 100, at the most
 _CAFA_WHERE = "best round's official-test accuracy, FMNIST stand-in for CIFAR-10, the authors' protocol"
 _PRISM = "FMNIST, Dir(0.1) per client, K = 100"
 
-CLAIMS: tuple[Claim, ...] = (
+_CLAIMS: tuple[Claim, ...] = (
     # ------------------------------------------------------------------ Clust-PSI-PFL
     _claim("clust_psi_pfl", _ADVANTAGE, "§IV, Global-level test (Table III discussion)",
            "Clust-PSI-PFL − FedAvg, weighted local accuracy, FMNIST, S = 0, K = 100", "gain",
@@ -355,6 +357,20 @@ CLAIMS: tuple[Claim, ...] = (
            ("Table I", "pfedlia", "FMNIST, noisy", "paper protocol"),
            ("Table I", "fesem", "FMNIST, noisy", "paper protocol")),
 )
+_SHORT = (
+    "beats FedAvg, FMNIST S = 0", "beats FedAvg, adult S = 0", "beats FedAvg, FMNIST α = 0.3",
+    "matches FedAvg, FMNIST S = 1",
+    "AD below HACCS's", "AD below FedCLS's", "SDAD below HACCS's",
+    "beats FedAvg (best accuracy)", "beats FedProx (best accuracy)", "CBCC finds the IID clients (F1, case 3)",
+    "beats FedAvg on Loc", "beats Local on Loc", "beats IFCA on Glob", "matches FedAvg on Glob",
+    "matches the Oracle, pathological", "beats FedFomo, pathological", "beats FedFomo, CIFAR-10 noisy",
+    "beats FeSEM, FMNIST noisy",
+)
+"""Each claim of ``_CLAIMS`` in a few words, in its order (the README's list)."""
+if len(_SHORT) != len(_CLAIMS):
+    raise RuntimeError(f"paper_claims: {len(_SHORT)} short labels for {len(_CLAIMS)} claims")
+CLAIMS: tuple[Claim, ...] = tuple(replace(c, short=t) for c, t in zip(_CLAIMS, _SHORT))
+"""Every claim the report judges, papers in report order."""
 """The papers' headline claims, 3–4 per paper, in :data:`report_cells.PAPERS` order."""
 
 
@@ -436,7 +452,8 @@ def evaluate(claim: Claim, root: Path | str = report.RECORDS) -> dict:
     mean falls in (``outcome``), ``verdict`` (module docstring), ``verdict_text`` (with "(1 seed)"
     where n = 1) and the paper's own A − B."""
     root = Path(root)
-    out = dict(paper=claim.paper, where=claim.where, quote=claim.quote, statement=claim.statement, kind=claim.kind,
+    out = dict(paper=claim.paper, where=claim.where, quote=claim.quote, statement=claim.statement, short=claim.short,
+               kind=claim.kind,
                unit=claim.unit, a=_name(claim.a, claim), b=_name(claim.b, claim), a_id=_row_id(claim.a),
                b_id=_row_id(claim.b), tolerance=claim.tolerance,
                values_a={}, values_b={}, paired=False, seeds=[], diffs=[], n=0, mean=np.nan, sd=np.nan,
@@ -519,7 +536,7 @@ def _paper(r) -> str:
 
 
 def _linked(name: str, row_id: str | None, link: str) -> str:
-    return f"[{name}]({link}#{row_id})" if row_id else name
+    return f"[{name}]({link}#{row_id})" if isinstance(row_id, str) and row_id else name
 
 
 def markdown(df: pd.DataFrame, link: str = "docs/findings.md") -> list[str]:
@@ -540,7 +557,8 @@ def markdown(df: pd.DataFrame, link: str = "docs/findings.md") -> list[str]:
             continue
         out += [f"### {name}: claims", ""]
         for r in d.itertuples():
-            a, b = _linked(r.a, r.a_id, link), _linked(r.b, r.b_id, link)
+            ran = r.verdict != "not run"  # rows not run have no anchor in the report's tables
+            a, b = _linked(r.a, r.a_id if ran else None, link), _linked(r.b, r.b_id if ran else None, link)
             margin = (f" · margin {_num(r.margin, r.unit, False)}" if np.isfinite(r.margin) else "")
             paper = f" · {_paper(r)}" if _paper(r) else ""
             why = f" ({r.why})" if r.why else ""
@@ -552,12 +570,17 @@ def markdown(df: pd.DataFrame, link: str = "docs/findings.md") -> list[str]:
 
 
 def readme_lines(df: pd.DataFrame, link: str = "docs/findings.md") -> list[str]:
-    """The README's findings as claims: one bullet per claim (the paper linking to its part of
-    the report, our operationalisation, A − B with n, the paper's own, the verdict)."""
+    """The README's findings as claims: one bullet per paper (linking to its part of the report),
+    each claim in a few words with its verdict, our A − B with n, and the paper's own."""
     lines = []
-    for r in df.itertuples():
-        name = PAPERS[r.paper]
-        paper = f"; paper {_num(r.paper_delta, r.unit)}" if np.isfinite(r.paper_delta) else ""
-        lines.append(f"- [{name}]({link}#{report._slug(name)}): {r.statement}: ours {_ours(r)}{paper} "
-                     f"→ **{r.verdict_text}**.")
+    for p, name in PAPERS.items():
+        d = df[df.paper == p]
+        if d.empty:
+            continue
+        parts = []
+        for r in d.itertuples():
+            paper = f"; paper {_num(r.paper_delta, r.unit)}" if np.isfinite(r.paper_delta) else ""
+            ours = "" if r.verdict == "not run" else f" ({_ours(r).replace(' (', ', ').rstrip(')')}{paper})"
+            parts.append(f"{r.short}: **{r.verdict_text}**{ours}")
+        lines.append(f"- [{name}]({link}#{report._slug(name)}): " + "; ".join(parts) + ".")
     return lines

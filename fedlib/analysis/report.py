@@ -591,7 +591,7 @@ def findings_markdown(df: pd.DataFrame, root: Path | str = RECORDS) -> str:
            "of chance, e.g. 10 % for ten classes), and rows resting on three seeds or more apart from the",
            "others.", ""]
     out += _scoreboard_md(scoreboard(df))
-    out += ["", *paper_claims.markdown(paper_claims.frame(root))]
+    out += ["", *paper_claims.markdown(paper_claims.frame(root), link="")]
     out += ["", "## Reasons", "", "| reason | meaning |", "|---|---|"]
     out += [f"| {k} | {v} |" for k, v in REASONS.items()]
     out += ["", "## Metrics", "", "| metric | definition |", "|---|---|"]

@@ -22,8 +22,9 @@ keeps its own personalised model w_k across rounds (all start from the run's ini
    weights once m approaches the number of clients a cluster really serves.)
 
 Evaluation: client k uses the cluster model of its largest u_{ks} (``assignment`` =
-argmax_s u_{ks}, from the latest estimate), each client on its own test split like every
-other method here; FedSoft's paper also reports the personalised w_k, whose global test
+argmax_s u_{ks}, from the latest estimate, recorded as ``info['cluster_of_client']``; ``n_clusters``
+is S, of which ``cluster_sizes`` says how many serve a client), each client on its own test split
+like every other method here; FedSoft's paper also reports the personalised w_k, whose global test
 accuracy is returned as ``info['personalised_global_accuracy']``.
 
 ``variant='psi_code'``: what the PSI papers ran (their public PSI-PFL code, the ancestor of the
@@ -218,7 +219,8 @@ def _run_code(ctx: Context, hp: Hyper) -> Outcome:
         ctx.log_round(t, clusters, u.argmax(1))
     assignment = u.argmax(1)
     info = {"n_clusters": s, "clients_per_round": m, "variant": hp.variant,
-            "cluster_sizes": np.bincount(assignment, minlength=s).tolist()}
+            "cluster_sizes": np.bincount(assignment, minlength=s).tolist(),
+            "cluster_of_client": assignment.tolist()}
     return Outcome(clusters, assignment, info)
 
 
@@ -249,5 +251,6 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
     personal = global_accuracy(*ctx.evaluate(local, np.arange(k)))
     info = {"n_clusters": s, "draws_per_cluster": m,
             "cluster_sizes": np.bincount(assignment, minlength=s).tolist(),
+            "cluster_of_client": assignment.tolist(),
             "personalised_global_accuracy": personal}
     return Outcome(clusters, assignment, info)
