@@ -558,3 +558,12 @@ def test_chance_level_rows_are_counted_apart(tmp_path):
     sb = report.scoreboard(df).set_index("paper")
     assert sb.loc["Clust-PSI-PFL", "reproduced, label-only or chance-level"] == 1
     assert sb.loc["Clust-PSI-PFL", "reproduced, trained, n < 3"] == 1
+
+
+def test_pfedlias_fl_bench_rows_get_the_command_that_runs_that_split(tmp_path):
+    df = report.frame(tmp_path)  # no records: every available row is not run
+    groups = report.not_run_groups(df, tmp_path)
+    fl_bench = [c for c in groups.command if "data_split: fl_bench" in c]
+    assert len(fl_bench) == 1 and "--params /tmp/10_pfedlia_fl_bench.yaml" in fl_bench[0]
+    workbook = [c for r, c in zip(groups.records, groups.command) if r == "pfedlia/table1" and "fl_bench" not in c]
+    assert len(workbook) == 1  # the workbook split's rows keep the plain command
