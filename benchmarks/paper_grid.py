@@ -44,10 +44,24 @@ any work): ``--seeds``, ``--methods`` (the method names of the specs: ``cfl`` se
 row, ``fedamp`` both attentions), ``--alphas`` (FedPrism's and PSI-PFL's Dirichlet α), ``--datasets`` and ``--n-clients`` (PSI-PFL's), ``--settings`` (pFedLIA's partitions; cross-paper's and beyond-label's partition protocols),
 ``--iid-fractions`` (CAFA's training partitions' IID shares). ``--list``
 prints the filtered runs, each with where it stands in ``--out`` (``recorded (ok)``, ``running`` in
-another process, ``to compute``), and exits. ``--workers N`` computes N runs at once, in N processes
-(each on ``max(1, cores // N)`` torch threads) sharing the folder. Several commands (or machines)
+another process, ``to compute`` with its estimated seconds), then one totals line (runs recorded,
+running, to compute, and the estimated CPU-hours or GPU-minutes of those to compute), and exits;
+``--list-datasets`` prints the data sets the filtered runs need, one a line, and exits (what
+``benchmarks/gpu_lease.sh`` prepares). ``--workers N`` computes N runs at once, in N processes
+(each on ``max(1, cores // N)`` torch threads) sharing the folder (and, unless ``$FEDLIB_SHARING``
+is set, recording ``host['processes'] = N``). Several commands (or machines)
 sharing one folder split the runs: a run another live process has claimed is taken last, when
 its record is then read (or waited for), so no process queues behind another's run.
+
+``--budget SECONDS`` (from the command's start, computed once): a run starts only if
+``fedlib.experiment.SAFETY_FACTOR`` × its estimated seconds end before the budget does; the
+others are left for a later call (a line each, and a total), a started run is never stopped. The
+estimate (:func:`fedlib.experiment.estimate_seconds`) is the median wall time of comparable
+finished runs in ``--out`` and ``--estimate-from`` (default: the committed ``benchmarks/records``):
+the same data set, training length and kind of device, the same sharing (``$FEDLIB_SHARING``) where
+records say, the same method and K if any, else any method on the data set. A run without any
+comparable record is started (the budget cannot protect it; its line says so). With ``--workers
+N`` each worker checks the run it is about to start against the one deadline.
 
 Prints one line before (the runs, how many are recorded already) and one per finished run::
 
@@ -60,11 +74,13 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import time
 from pathlib import Path
 
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+COMMITTED_RECORDS = ROOT / "benchmarks" / "records"  # --estimate-from's default
 
 # table -> (notebook, the study module's grid part)
 TABLES = {
@@ -172,38 +188,76 @@ def _line(spec, record: dict) -> str:
     return f"{describe(spec)}: {record['status']} in {record.get('seconds', float('nan')):.1f} s"
 
 
-def _compute(spec, out: str, device: str) -> dict:
-    """One run through run_grid (which claims it, records it, and skips it if recorded)."""
+def _compute(spec, out: str, device: str, budget: float | None = None, estimate_from=()) -> dict | None:
+    """One run through run_grid (which claims it, records it, and skips it if recorded); None
+    when a ``budget`` left it for a later call (or ended while another process computed it)."""
     from fedlib.experiment import run_grid
 
-    return run_grid([spec], out, device=device, progress=False)[0]
+    if budget is None:
+        return run_grid([spec], out, device=device, progress=False)[0]
+    records = run_grid([spec], out, device=device, progress=False, budget=budget, estimate_from=estimate_from)
+    return records[0] if records else None
 
 
-def _init_worker(threads: int) -> None:
+def _init_worker(threads: int, processes: int | None = None) -> None:
     import torch
 
+    from fedlib.experiment import ENV_SHARING
+
     torch.set_num_threads(threads)
+    if processes is not None:  # the pool's processes share the device: their estimates and records say so
+        os.environ.setdefault(ENV_SHARING, str(processes))
+
+
+def estimate(spec, out, kind: str, estimate_from=()) -> float | None:
+    """The estimated seconds of ``spec``'s run on a ``kind`` device ('cpu' or 'cuda') under
+    ``$FEDLIB_SHARING``, from the records in ``out`` and ``estimate_from``
+    (:func:`fedlib.experiment.estimate_seconds`); None where none is comparable."""
+    from fedlib.experiment import estimate_seconds, sharing, timing_records
+
+    return estimate_seconds(spec, timing_records(out, *estimate_from), kind, sharing())
 
 
 def _compute_star(args):
-    """``(spec, record, elsewhere)``: ``elsewhere`` when another process sharing the folder had
-    recorded or claimed the run before this one reached it (run_grid then returned or waited for
-    that process's record instead of computing it)."""
+    """``(spec, record, elsewhere, estimate)``: ``elsewhere`` when another process sharing the
+    folder had recorded or claimed the run before this one reached it (run_grid then returned or
+    waited for that process's record instead of computing it). With a deadline (a ``time.time()``
+    value) the run starts only if it fits (:func:`fedlib.experiment.fits_budget`); else
+    ``record`` is None and ``estimate`` says what it needs."""
     from fedlib.experiment import record_path
 
-    spec, out, _ = args
-    elsewhere = record_path(Path(out), spec).exists() or _claimed_elsewhere(Path(out), spec)
-    return spec, _compute(*args), elsewhere
+    spec, out, device, deadline, estimate_from = args
+    recorded = record_path(Path(out), spec).exists()
+    elsewhere = recorded or _claimed_elsewhere(Path(out), spec)
+    if deadline is None:
+        return spec, _compute(spec, out, device), elsewhere, None
+    from fedlib.engine import resolve_device
+    from fedlib.experiment import fits_budget
+
+    est = None if recorded else estimate(spec, out, resolve_device(device).type, estimate_from)
+    left = deadline - time.time()
+    if not recorded and (left <= 0 or not (elsewhere or fits_budget(est, deadline))):
+        return spec, None, elsewhere, est
+    return spec, _compute(spec, out, device, max(left, 1e-3), estimate_from), elsewhere, est
 
 
-def _collect(results, computed: list, echo) -> None:
-    """Echo a line per finished run; append the records this process computed to ``computed``."""
-    for spec, record, elsewhere in results:
-        if elsewhere:
+def _collect(results, computed: list, skipped: list, echo, budget: bool = False) -> None:
+    """Echo a line per finished run; append the records this process computed to ``computed``
+    and ``(spec, estimate)`` of the runs a budget left for a later call to ``skipped``."""
+    for spec, record, elsewhere, est in results:
+        if record is None and elsewhere:
+            echo(f"{describe(spec)}: another process is computing it; not waited for (the budget has ended)")
+        elif record is None:
+            skipped.append((spec, est))
+            why = ("the budget has ended" if est is None else
+                   f"estimated {est:.0f} s; it would not end before the budget does")
+            echo(f"{describe(spec)}: left for a later call ({why})")
+        elif elsewhere:
             echo(f"{describe(spec)}: {record['status']}, recorded by another process")
         else:
             computed.append(record)
-            echo(_line(spec, record))
+            unprotected = " (no comparable record: the budget could not protect it)" if budget and est is None else ""
+            echo(_line(spec, record) + unprotected)
 
 
 def _claimed_elsewhere(out: Path, spec) -> bool:
@@ -235,22 +289,89 @@ def _next_run(pending: list, out: Path):
     return next((s for s in pending if not _claimed_elsewhere(out, s)), pending[0])
 
 
+def _estimate_folders(estimate_from) -> list[Path]:
+    """``--estimate-from``'s folders (default: the committed records), each checked to exist."""
+    from fedlib.validation import fail
+
+    folders = [COMMITTED_RECORDS] if estimate_from is None else [Path(f) for f in estimate_from]
+    for f in folders:
+        if not f.is_dir():
+            fail("--estimate-from", "existing folders of records", str(f))
+    return folders
+
+
+def device_kind(device) -> str:
+    """'cpu' or 'cuda' of a ``--device`` value, without needing a GPU here for 'cuda' (``--list``
+    estimates a GPU lease on a laptop); 'auto' is what this machine would use."""
+    from fedlib.engine import resolve_device
+
+    d = str(device or "auto")
+    return "cuda" if d.startswith("cuda") else "cpu" if d == "cpu" else resolve_device(d).type
+
+
+def list_runs(specs, out, kind: str, estimate_from=None, echo=print) -> dict:
+    """``--list``: a line per run (where it stands in ``out``; a run to compute with its estimated
+    seconds on a ``kind`` device), then the totals line. Returns the totals: ``recorded``,
+    ``running``, ``to_compute``, ``estimated`` (how many of those to compute have an estimate) and
+    ``seconds`` (their estimates summed)."""
+    from fedlib.experiment import sharing
+
+    folders = _estimate_folders(estimate_from)
+    totals = {"recorded": 0, "running": 0, "to_compute": 0, "estimated": 0, "seconds": 0.0}
+    for s in specs:
+        state = run_state(Path(out), s)
+        if state == "to compute":
+            totals["to_compute"] += 1
+            est = estimate(s, Path(out), kind, folders)
+            if est is None:
+                state += f" (no comparable record on {kind})"
+            else:
+                totals["estimated"] += 1
+                totals["seconds"] += est
+                state += f" (≈ {est:.0f} s on {kind})"
+        else:
+            totals["running" if state == "running" else "recorded"] += 1
+        echo(f"{describe(s)}: {state}")
+    secs, n = totals["seconds"], totals["to_compute"]
+    cost = f"≈ {secs / 3600:.2f} CPU-hours" if kind == "cpu" else f"≈ {secs / 60:.1f} GPU-minutes"
+    if not totals["estimated"]:
+        cost = f"no comparable record on {kind} to estimate them from"
+    elif totals["estimated"] < n:
+        cost += f" for the {totals['estimated']} with a comparable record ({n - totals['estimated']} without)"
+    processes = sharing()
+    if processes and processes > 1 and secs:
+        cost += (f" (the runs' seconds summed, measured with {processes} processes sharing the device: "
+                 f"≈ {secs / processes / 60:.1f} minutes of wall time with {processes} at once)")
+    echo(f"totals: {len(specs)} runs, {totals['recorded']} recorded, {totals['running']} running elsewhere, "
+         f"{n} to compute" + (f"; to compute: {cost}" if n else ""))
+    return totals
+
+
 def run_table(table: str, out, *, params=None, seeds=None, methods=None, alphas=None, settings=None,
               iid_fractions=None, datasets=None, n_clients=None, device: str | None = None, workers: int = 1,
-              echo=print) -> dict:
+              budget: float | None = None, estimate_from=None, echo=print) -> dict:
     """Run the filtered part of ``table`` into ``out``; print (``echo``) a line per finished run.
+
+    ``budget``: seconds from this call; a run starts only if it is estimated to end before then
+    (the module's docstring; ``estimate_from``: the folders of records the estimates read besides
+    ``out``, default the committed records).
 
     Returns
     -------
     dict: ``specs`` (the filtered runs), ``recorded`` (how many were recorded before),
     ``computed`` (the records this call computed, in the order they finished; runs another process
-    sharing ``out`` recorded meanwhile are skipped and not among them).
+    sharing ``out`` recorded meanwhile are skipped and not among them), ``skipped`` (the specs a
+    budget left for a later call).
     """
+    from fedlib.validation import check_number
+
+    deadline = None if budget is None else time.time() + check_number(budget, "--budget", 0, low_open=True)
     from fedlib.engine import resolve_device
-    from fedlib.experiment import record_path
+    from fedlib.experiment import ENV_SHARING, SAFETY_FACTOR, record_path
     from fedlib.validation import check_int
 
     check_int(workers, "--workers", 1)
+    folders = _estimate_folders(estimate_from) if budget is not None else []
     p = load_params(notebook_of(table), params)
     specs = select(table, p, seeds=seeds, methods=methods, alphas=alphas, settings=settings,
                    iid_fractions=iid_fractions, datasets=datasets, n_clients=n_clients)
@@ -262,21 +383,31 @@ def run_table(table: str, out, *, params=None, seeds=None, methods=None, alphas=
     out.mkdir(parents=True, exist_ok=True)
     todo = [s for s in specs if not record_path(out, s).exists()]
     echo(f"{table}: {len(specs)} runs, {len(specs) - len(todo)} already recorded in {out}, {len(todo)} to compute")
-    computed = []
+    if budget is not None and todo:
+        echo(f"{table}: budget {budget:g} s: a run starts only if {SAFETY_FACTOR} × its estimated seconds end before it")
+    computed, skipped = [], []
     if workers == 1 or len(todo) <= 1:
         pending = list(todo)
         while pending := [s for s in pending if not record_path(out, s).exists()]:  # another process may have recorded some
             s = _next_run(pending, out)  # runs another process is computing go last
             pending.remove(s)
-            results = [_compute_star((s, str(out), device))]
-            _collect(results, computed, echo)
+            results = [_compute_star((s, str(out), device, deadline, folders))]
+            _collect(results, computed, skipped, echo, budget is not None)
     else:
         threads = max(1, (os.cpu_count() or 1) // workers)
+        processes = None if os.environ.get(ENV_SHARING) else workers
         ctx = multiprocessing.get_context("spawn")
         ordered = sorted(todo, key=lambda s: _claimed_elsewhere(out, s))  # stable: claimed elsewhere last
-        with ctx.Pool(min(workers, len(todo)), initializer=_init_worker, initargs=(threads,)) as pool:
-            _collect(pool.imap_unordered(_compute_star, [(s, str(out), device) for s in ordered]), computed, echo)
-    return {"specs": specs, "recorded": len(specs) - len(todo), "computed": computed}
+        with ctx.Pool(min(workers, len(todo)), initializer=_init_worker, initargs=(threads, processes)) as pool:
+            _collect(pool.imap_unordered(_compute_star, [(s, str(out), device, deadline, folders) for s in ordered]),
+                     computed, skipped, echo, budget is not None)
+    if skipped:
+        known = [e for _, e in skipped if e is not None]
+        echo(f"{table}: budget: {len(skipped)} runs left for a later call, estimated {sum(known):.0f} s of runs"
+             + (f" ({len(skipped) - len(known)} without an estimate: the budget had ended)"
+                if len(known) < len(skipped) else ""))
+    return {"specs": specs, "recorded": len(specs) - len(todo), "computed": computed,
+            "skipped": [s for s, _ in skipped]}
 
 
 def main(argv=None) -> dict | None:
@@ -294,19 +425,31 @@ def main(argv=None) -> dict | None:
     ap.add_argument("--n-clients", nargs="+", type=int, help="PSI-PFL's numbers of clients K")
     ap.add_argument("--device", help="auto, cpu, cuda, cuda:N (default: the params file's)")
     ap.add_argument("--workers", type=int, default=1, help="runs computed at once, one process each")
-    ap.add_argument("--list", action="store_true", help="print the filtered runs and where each stands in --out, and exit")
+    ap.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                    help="start a run only if it is estimated to end within SECONDS of the command's start "
+                         "(the others are left for a later call; a started run is never stopped)")
+    ap.add_argument("--estimate-from", nargs="+", default=None, metavar="DIR",
+                    help="folders of records whose seconds estimate the runs, besides --out "
+                         "(default: benchmarks/records)")
+    ap.add_argument("--list", action="store_true", help="print the filtered runs, where each stands in --out and "
+                    "its estimated seconds, then the totals, and exit")
+    ap.add_argument("--list-datasets", action="store_true", help="print the data sets the filtered runs need and exit")
     a = ap.parse_args(argv)
     try:
-        if a.list:
-            specs = select(a.table, load_params(notebook_of(a.table), a.params), seeds=a.seeds, methods=a.methods,
+        if a.list or a.list_datasets:
+            params = load_params(notebook_of(a.table), a.params)
+            specs = select(a.table, params, seeds=a.seeds, methods=a.methods,
                            alphas=a.alphas, settings=a.settings, iid_fractions=a.iid_fractions,
                            datasets=a.datasets, n_clients=a.n_clients)
-            for s in specs:
-                print(f"{describe(s)}: {run_state(Path(a.out), s)}")
+            if a.list_datasets:
+                print("\n".join(dict.fromkeys(s.dataset for s in specs)))
+            else:
+                list_runs(specs, Path(a.out), device_kind(a.device or params.get("device", "auto")), a.estimate_from)
             return None
         return run_table(a.table, a.out, params=a.params, seeds=a.seeds, methods=a.methods, alphas=a.alphas,
                          settings=a.settings, iid_fractions=a.iid_fractions, datasets=a.datasets,
-                         n_clients=a.n_clients, device=a.device, workers=a.workers)
+                         n_clients=a.n_clients, device=a.device, workers=a.workers, budget=a.budget,
+                         estimate_from=a.estimate_from)
     except ValueError as e:
         ap.exit(2, f"{ap.prog}: error: {e}\n")
 

@@ -17,6 +17,13 @@ Usage: python benchmarks/table3_like_for_like.py [--dataset fmnist|adult] [--set
        [--methods cfl,fedsoft,...] [--seeds 0] [--rounds 40] [--epochs 5] [--clients 100]
        [--name table3_like_for_like] [--results DIR] [--device auto] [--reproductions paper_text,paper_code]
        [--hyper '{"fedyogi": {"eta": 0.3162, "tau": 0.1}}'] [--report] [--markdown]
+       [--budget SECONDS [--estimate-from DIR ...]]
+
+``--budget SECONDS`` (from the training's start): a run starts only if it is estimated to end
+before then, the others are left for a later call (``fedlib.experiment.run_grid``'s ``budget``:
+the median wall time of comparable finished runs in the records' folder and ``--estimate-from``,
+default the committed ``benchmarks/records``, times ``SAFETY_FACTOR``); a started run is never
+stopped. ``benchmarks/gpu_lease.sh`` runs this command on a GPU lease with it.
 
 ``--hyper`` (JSON: method -> hyperparameter overrides) runs a sensitivity check beside the table;
 give it its own ``--name``/``--results`` so its records do not mix with the table's.
@@ -35,6 +42,8 @@ from fedlib.analysis.like_for_like import FRACTION, METHODS, cells, markdown, re
 from fedlib.experiment import grid_specs, load_records, run_grid
 from fedlib.analysis.paper_table3 import STAND_INS
 from fedlib.paths import results_dir
+
+COMMITTED_RECORDS = Path(__file__).resolve().parents[1] / "benchmarks" / "records"  # --estimate-from's default
 
 DEFAULT_SETTINGS = {"fmnist": "similarity:0,similarity:1,dirichlet:0.3",
                     "adult": "dirichlet:50,dirichlet:0.7,dirichlet:0.3,similarity:1,similarity:0.03,similarity:0"}
@@ -69,6 +78,12 @@ def main(argv=None) -> None:
     ap.add_argument("--report", action="store_true", help="print the records there are; train nothing")
     ap.add_argument("--markdown", action="store_true", help="also print them as one markdown table "
                     "(method x setting, each cell paper · paper_text · paper_code)")
+    ap.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                    help="start a run only if it is estimated to end within SECONDS (the others are left "
+                         "for a later call; a started run is never stopped)")
+    ap.add_argument("--estimate-from", nargs="+", default=None, metavar="DIR",
+                    help="with --budget: folders of records whose seconds estimate the runs, besides the "
+                         "records' folder (default: benchmarks/records)")
     a = ap.parse_args(argv)
     protocols = _settings(a.settings or DEFAULT_SETTINGS[a.dataset])
     methods = [m.strip() for m in a.methods.split(",") if m.strip()]
@@ -82,7 +97,8 @@ def main(argv=None) -> None:
                        reproductions=[r.strip() for r in a.reproductions.split(",")])
     folder = Path(a.results) if a.results else results_dir() / a.name
     if not a.report:
-        run_grid(specs, folder, device=a.device, progress="lines")
+        extra = {} if a.budget is None else {"budget": a.budget, "estimate_from": a.estimate_from or [COMMITTED_RECORDS]}
+        run_grid(specs, folder, device=a.device, progress="lines", **extra)
     keys = {s.key() for s in specs}
     records = [r for r in load_records(folder) if r.get("key") in keys] if folder.exists() else []
     if not records:

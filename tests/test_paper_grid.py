@@ -305,5 +305,97 @@ def test_list_says_where_each_run_stands_in_the_folder(tmp_path, capsys):
     states = {line.rsplit(": ", 1)[0]: line.rsplit(": ", 1)[1] for line in lines}
     assert states[pg.describe(specs[0])] == "recorded (failed)"
     assert states[pg.describe(specs[1])] == "running"
-    assert states[pg.describe(specs[2])] == "to compute"
+    assert states[pg.describe(specs[2])].startswith("to compute")
+    assert lines[-1].startswith("totals: 3 runs, 1 recorded, 1 running elsewhere, 1 to compute")
     assert sorted(p.name for p in out.glob("*.json")) == [record_path(out, specs[0]).name]  # nothing computed
+
+
+def _comparable(spec, seconds: float, device: str = "cpu") -> dict:
+    """A finished record of another run like ``spec`` (same data set, K, method, training length)."""
+    from fedlib.methods import FLConfig
+
+    _, fl, _ = spec.effective()
+    return {"status": "ok", "seconds": seconds, "device": device, "host": {"threads": 1},
+            "spec": {**spec.to_dict(), "seed": 99}, "fl": {k: getattr(FLConfig.from_dict(fl), k)
+                                                           for k in ("rounds", "local_epochs")}}
+
+
+def test_list_estimates_each_run_to_compute_and_totals_them(tmp_path, capsys, monkeypatch):
+    """``--list`` gives each run to compute its estimated seconds (the median of comparable
+    records in --out and --estimate-from, on the --device's kind) and ends with the totals: CPU-hours
+    from CPU records, GPU-minutes from GPU records (a GPU need not be here to plan a lease)."""
+    from fedlib.experiment import record_path
+
+    monkeypatch.delenv("FEDLIB_SHARING", raising=False)
+    pg = _script()
+    out, times = tmp_path / "t1", tmp_path / "times"
+    out.mkdir()
+    times.mkdir()
+    specs = pg.select("fedprism-table1", pg.load_params("09_fedprism", str(SMOKE09)), seeds=[0],
+                      methods=["fedavg", "local", "fedprism"], alphas=[0.1])[:3]
+    record_path(out, specs[0]).write_text(json.dumps({"spec": specs[0].to_dict(), "status": "ok"}))
+    (times / "a.json").write_text(json.dumps(_comparable(specs[1], 1800.0)))
+    (times / "b.json").write_text(json.dumps(_comparable(specs[1], 60.0, "cuda:0")))
+    argv = ["fedprism-table1", "--out", str(out), "--params", str(SMOKE09), "--seeds", "0", "--alphas", "0.1",
+            "--methods", "fedavg", "local", "fedprism", "--list", "--estimate-from", str(times)]
+    pg.main(argv + ["--device", "cpu"])
+    lines = capsys.readouterr().out.splitlines()
+    assert f"{pg.describe(specs[1])}: to compute (≈ 1800 s on cpu)" in lines
+    # fedprism has no record of its own: the data set's (any method) stands in
+    assert f"{pg.describe(specs[2])}: to compute (≈ 1800 s on cpu)" in lines
+    assert lines[-1] == "totals: 3 runs, 1 recorded, 0 running elsewhere, 2 to compute; to compute: ≈ 1.00 CPU-hours"
+    pg.main(argv + ["--device", "cuda"])
+    lines = capsys.readouterr().out.splitlines()
+    assert f"{pg.describe(specs[1])}: to compute (≈ 60 s on cuda)" in lines
+    assert lines[-1] == "totals: 3 runs, 1 recorded, 0 running elsewhere, 2 to compute; to compute: ≈ 2.0 GPU-minutes"
+    monkeypatch.setenv("FEDLIB_SHARING", "2")  # planning a lease of 2 processes (the record does not say its sharing)
+    pg.main(argv + ["--device", "cuda"])
+    assert capsys.readouterr().out.splitlines()[-1].endswith(
+        "≈ 2.0 GPU-minutes (the runs' seconds summed, measured with 2 processes sharing the device: ≈ 1.0 minutes of "
+        "wall time with 2 at once)")
+    monkeypatch.delenv("FEDLIB_SHARING")
+    (times / "b.json").unlink()
+    pg.main(argv + ["--device", "cuda"])
+    lines = capsys.readouterr().out.splitlines()
+    assert f"{pg.describe(specs[1])}: to compute (no comparable record on cuda)" in lines
+    assert lines[-1].endswith("2 to compute; to compute: no comparable record on cuda to estimate them from")
+
+
+def test_list_datasets_names_the_data_the_runs_need(capsys):
+    _script().main(["fedprism-table1", "--out", "unused", "--params", str(SMOKE09), "--list-datasets"])
+    assert capsys.readouterr().out.split() == ["fmnist"]
+
+
+def test_a_budget_leaves_the_runs_that_would_not_fit_for_a_later_call(tmp_path, monkeypatch):
+    """Under --budget a run estimated to end after the budget is not started (a line says what it
+    needs), a run estimated to fit is, and the totals line sums what was left."""
+    pg = _script()
+    monkeypatch.delenv("FEDLIB_SHARING", raising=False)
+    out, times = tmp_path / "t1", tmp_path / "times"
+    times.mkdir()
+    specs = pg.select("fedprism-table1", pg.load_params("09_fedprism", str(SMOKE09)), seeds=[0],
+                      methods=["fedavg", "local"], alphas=[0.1])
+    (times / "slow.json").write_text(json.dumps(_comparable(specs[0], 1e5)))
+    (times / "fast.json").write_text(json.dumps(_comparable(specs[1], 1.0)))
+    started = []
+
+    def fake(spec, out_, device, budget=None, estimate_from=()):
+        started.append(spec.method)
+        assert 0 < budget <= 600 and [str(f) for f in estimate_from] == [str(times)]
+        return {"status": "ok", "seconds": 1.0, "spec": spec.to_dict()}
+
+    monkeypatch.setattr(pg, "_compute", fake)
+    lines = []
+    result = pg.run_table("fedprism-table1", out, params=str(SMOKE09), seeds=[0], methods=["fedavg", "local"],
+                          alphas=[0.1], device="cpu", budget=600, estimate_from=[str(times)], echo=lines.append)
+    assert started == ["local"] and result["skipped"] == [specs[0]] and len(result["computed"]) == 1
+    assert lines[1] == "fedprism-table1: budget 600 s: a run starts only if 1.15 × its estimated seconds end before it"
+    assert (f"{pg.describe(specs[0])}: left for a later call (estimated 100000 s; it would not end before the "
+            "budget does)") in lines
+    assert lines[-1] == "fedprism-table1: budget: 1 runs left for a later call, estimated 100000 s of runs"
+    with pytest.raises(ValueError, match=r"--budget must be a finite number > 0, got -5"):
+        pg.run_table("fedprism-table1", tmp_path / "none", params=str(SMOKE09), budget=-5, echo=lines.append)
+    with pytest.raises(ValueError, match=r"--estimate-from must be existing folders of records"):
+        pg.run_table("fedprism-table1", tmp_path / "none", params=str(SMOKE09), budget=5,
+                     estimate_from=[str(tmp_path / "nowhere")], echo=lines.append)
+    assert not (tmp_path / "none").exists()

@@ -12,6 +12,14 @@ ROOT = Path(__file__).resolve().parents[1]
 RECORDS = ROOT / "benchmarks" / "records" / "clust_psi_pfl" / "table3_like_for_like"
 
 
+def _seed0(paths):
+    """The records of seed 0, the seed ``--report`` reads by default (``--seeds 0``); the folder
+    holds other seeds too."""
+    for path in sorted(paths):
+        if json.loads(path.read_text())["spec"].get("seed", 0) == 0:
+            yield path
+
+
 def _script():
     spec = importlib.util.spec_from_file_location("table3_like_for_like", ROOT / "benchmarks" / "table3_like_for_like.py")
     module = importlib.util.module_from_spec(spec)
@@ -23,7 +31,7 @@ def test_report_prints_every_committed_paper_text_record(capsys):
     _script().main(["--results", str(RECORDS), "--report"])
     lines = capsys.readouterr().out.splitlines()
     checked = 0
-    for path in sorted(RECORDS.glob("*.json")):
+    for path in _seed0(RECORDS.glob("*.json")):
         record = json.loads(path.read_text())
         spec = record["spec"]
         if spec.get("reproduction", "paper_text") != "paper_text":
@@ -58,7 +66,7 @@ def test_report_shows_no_paper_code_number_for_a_run_still_to_come(capsys, tmp_p
 
     from fedlib.reproduction import runs_differently
 
-    specs = {p: json.loads(p.read_text())["spec"] for p in RECORDS.glob("*.json")}
+    specs = {p: json.loads(p.read_text())["spec"] for p in _seed0(RECORDS.glob("*.json"))}
     path, spec = next((p, s) for p, s in sorted(specs.items())
                       if s.get("reproduction", "paper_text") == "paper_text" and runs_differently(s["method"], 100, 0.5))
     shutil.copy(path, tmp_path / path.name)  # its paper_text run alone
@@ -81,7 +89,7 @@ def test_markdown_table_holds_every_committed_record_in_its_cell(capsys):
             if line.startswith("| ") and not line.startswith("| method")}
     assert set(rows) == set(script.METHODS)
     columns = {("similarity", 0.0): 0, ("similarity", 1.0): 1, ("dirichlet", 0.3): 2}
-    for path in RECORDS.glob("*.json"):
+    for path in _seed0(RECORDS.glob("*.json")):
         record = json.loads(path.read_text())
         spec = record["spec"]
         paper, text, code = rows[spec["method"]][columns[(spec["protocol"], spec["level"])]].split(" · ")

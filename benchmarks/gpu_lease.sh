@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# One GPU lease, used to the last second: WORKERS copies of one paper-grid command share the GPU
+# and one records folder (each run claimed before it is computed: fedlib.claims), each starting a
+# run only if it is estimated to end before the lease does (--budget: fedlib.experiment.run_grid),
+# then every record they wrote is packed into ONE archive.
+#
+# Usage (from the repository root, on the machine with the GPU):
+#   bash benchmarks/gpu_lease.sh SECONDS WORKERS -- COMMAND...
+# COMMAND: a benchmarks/paper_grid.py or benchmarks/table3_like_for_like.py command line without
+# --budget, --device and --workers (this script adds --device cuda --budget B), e.g.
+#   bash benchmarks/gpu_lease.sh 560 16 -- python benchmarks/table3_like_for_like.py \
+#       --results benchmarks/records/clust_psi_pfl/table3_like_for_like --seeds 3
+#   bash benchmarks/gpu_lease.sh 560 16 -- python benchmarks/paper_grid.py psi-pfl \
+#       --out benchmarks/records/psi_pfl/comparison --datasets fmnist
+# SECONDS: the whole script's time, start to archive; give the lease command a limit a little
+# above it (SECONDS=560 in a 600 s command). The workers' budget is what is left after the data
+# is prepared, less $LEASE_MARGIN seconds (default 30: their start-up and the packing).
+# WORKERS: the processes sharing the GPU (each with OMP_NUM_THREADS=1 and FEDLIB_SHARING=WORKERS,
+# which their records keep as host['processes'] and their estimates match).
+#
+# Writes to $OUT (default ./lease_out; at most three files, for a lease that brings back few):
+#   records.tgz   the records written during this lease (*.json of the records folder, newer than
+#                 its start); unpack with: tar xzf records.tgz -C <records folder>
+#   lease.log     this script's output: the GPU, the data, a utilisation line every 60 s, each
+#                 worker's exit status and the tail of its log
+#   logs.tgz      the workers' whole logs
+# A run never stops mid-way (there is no round-level checkpoint): one that would not fit is left
+# for the next lease. A worker still running at SECONDS - 10 (a run that took far longer than its
+# estimate) is stopped and its run lost. Needs nvidia-smi and torch with CUDA; exits 2 without
+# them or on bad arguments, 1 if a worker failed (the archive is written all the same).
+set -u
+
+usage() {
+    echo "usage: bash benchmarks/gpu_lease.sh SECONDS WORKERS -- python benchmarks/paper_grid.py ... |" \
+         "python benchmarks/table3_like_for_like.py ... (without --budget, --device, --workers)" >&2
+}
+refuse() {  # refuse MESSAGE: exit 2 before any work
+    echo "gpu_lease: $1" >&2
+    usage
+    exit 2
+}
+
+# ---------------------------------------------------------------- arguments
+[ $# -ge 4 ] || refuse "expected SECONDS WORKERS -- COMMAND..., got $# arguments"
+total=$1 workers=$2
+[[ $total =~ ^[0-9]+$ ]] && [ "$total" -ge 60 ] || refuse "SECONDS must be a whole number ≥ 60, got '$total'"
+[[ $workers =~ ^[0-9]+$ ]] && [ "$workers" -ge 1 ] && [ "$workers" -le 64 ] \
+    || refuse "WORKERS must be a whole number in [1, 64], got '$workers'"
+[ "$3" = "--" ] || refuse "expected -- after WORKERS, got '$3'"
+shift 3
+cmd=("$@")
+kind=""
+for arg in "${cmd[@]}"; do
+    case $arg in
+        *paper_grid.py) kind=paper_grid ;;
+        *table3_like_for_like.py) kind=table3 ;;
+        --budget|--budget=*|--device|--device=*|--workers|--workers=*)
+            refuse "leave $arg out of the command: this script sets --device cuda and --budget, and runs WORKERS copies" ;;
+        --list|--list-datasets|--report)
+            refuse "$arg computes nothing: give the command that trains" ;;
+    esac
+done
+[ -n "$kind" ] || refuse "the command must run benchmarks/paper_grid.py or benchmarks/table3_like_for_like.py"
+option() {  # option NAME: the value of --NAME in the command (last one wins), else empty
+    local i value=""
+    for ((i = 0; i < ${#cmd[@]}; i++)); do
+        case ${cmd[i]} in
+            "--$1") value=${cmd[i + 1]:-} ;;
+            "--$1="*) value=${cmd[i]#--$1=} ;;
+        esac
+    done
+    echo "$value"
+}
+case ${cmd[0]##*/} in python*) py=${cmd[0]} ;; *) py=${PYTHON:-python3} ;; esac
+[ "$kind" = table3 ] || [ -n "$(option out)" ] || refuse "the paper_grid.py command needs --out (the records folder)"
+
+# ---------------------------------------------------------------- the GPU
+command -v nvidia-smi > /dev/null 2>&1 || refuse "no CUDA here: nvidia-smi is not on PATH; run this on the GPU machine"
+"$py" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" > /dev/null 2>&1 \
+    || refuse "no CUDA here: torch ($py) sees no CUDA device (CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-unset})"
+
+start=$(date +%s)
+elapsed() { echo $(($(date +%s) - start)); }
+out=${OUT:-./lease_out}
+mkdir -p "$out"
+log=$out/lease.log
+: > "$log"
+say() { echo "[$(elapsed) s] $*" | tee -a "$log"; }
+work=$(mktemp -d)
+stamp=$work/start
+touch "$stamp"
+export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD
+
+say "gpu_lease: $total s, $workers workers: ${cmd[*]}"
+nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv,noheader 2>&1 | tee -a "$log"
+"$py" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name(0))" \
+    2>&1 | tee -a "$log"
+
+# ---------------------------------------------------------------- the records folder and the data
+if [ "$kind" = paper_grid ]; then
+    records=$(option out)
+    datasets=${LEASE_DATASETS:-$("${cmd[@]}" --list-datasets 2>> "$log" | tr '\n' ' ')}
+else
+    records=$(option results)
+    if [ -z "$records" ]; then
+        name=$(option name)
+        records=$("$py" -c "from fedlib.paths import results_dir; print(results_dir())")/${name:-table3_like_for_like}
+    fi
+    dataset=$(option dataset)
+    datasets=${LEASE_DATASETS:-${dataset:-fmnist}}
+fi
+[ -n "${datasets// /}" ] || refuse "found no data set to prepare (the command's filters select no run?); set LEASE_DATASETS"
+mkdir -p "$records"
+say "records: $records; preparing the data once: $datasets (FEDLIB_DATA=${FEDLIB_DATA:-default})"
+# shellcheck disable=SC2086  # one word per data set
+"$py" -m fedlib.datasets prepare $datasets 2>&1 | tee -a "$log"
+[ "${PIPESTATUS[0]}" -eq 0 ] || { say "gpu_lease: preparing the data failed"; exit 1; }
+
+budget=$((total - $(elapsed) - ${LEASE_MARGIN:-30}))
+[ "$budget" -ge 10 ] || { say "gpu_lease: only ${budget} s left for the runs after preparing the data"; exit 1; }
+
+# ---------------------------------------------------------------- the workers
+pids=()
+for ((i = 1; i <= workers; i++)); do
+    OMP_NUM_THREADS=1 FEDLIB_SHARING=$workers "${cmd[@]}" --device cuda --budget "$budget" \
+        > "$work/worker-$i.log" 2>&1 &
+    pids+=($!)
+done
+say "started $workers workers with --budget $budget"
+
+stop=$((start + total - 10))  # the packing's reserve
+last_util=0
+alive=$workers
+while [ "$alive" -gt 0 ]; do
+    alive=0
+    for pid in "${pids[@]}"; do kill -0 "$pid" 2> /dev/null && alive=$((alive + 1)); done
+    [ "$alive" -gt 0 ] || break
+    now=$(date +%s)
+    if [ $((now - last_util)) -ge 60 ]; then
+        last_util=$now
+        n=$(find "$records" -maxdepth 1 -name '*.json' -newer "$stamp" | wc -l)
+        say "$alive workers running, $n records written; GPU $(nvidia-smi --query-gpu=utilization.gpu,memory.used \
+            --format=csv,noheader 2>&1 | head -n 1)"
+    fi
+    if [ "$now" -ge "$stop" ]; then
+        say "gpu_lease: time is up: stopping the $alive workers still running (their current runs are lost)"
+        for pid in "${pids[@]}"; do kill -TERM "$pid" 2> /dev/null; done
+        sleep 3
+        for pid in "${pids[@]}"; do kill -KILL "$pid" 2> /dev/null; done
+        break
+    fi
+    sleep 2
+done
+
+failed=0
+for ((i = 1; i <= workers; i++)); do
+    wait "${pids[i - 1]}"
+    rc=$?
+    [ "$rc" -eq 0 ] || failed=1
+    { echo "== worker $i: exit $rc; the end of its log:"; tail -n 12 "$work/worker-$i.log"; } | tee -a "$log"
+done
+
+# ---------------------------------------------------------------- the archive
+(cd "$records" && find . -maxdepth 1 -type f -name '*.json' -newer "$stamp" | sed 's|^\./||' | sort) > "$work/new"
+tar czf "$out/records.tgz" -C "$records" -T "$work/new"
+tar czf "$out/logs.tgz" -C "$work" $(cd "$work" && ls worker-*.log)
+say "packed $(wc -l < "$work/new") records into $out/records.tgz; unpack: tar xzf records.tgz -C $records"
+rm -rf "$work"
+exit $failed
