@@ -50,8 +50,6 @@ def test_committed_records_land_in_their_cells():
     paper_code is its paper_text."""
     from collections import defaultdict
 
-    import numpy as np
-
     paths = sorted(lfl.RECORDS.glob("*.json"))
     records = [json.loads(p.read_text()) for p in paths]
     table = lfl.cells(records)
