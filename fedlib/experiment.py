@@ -901,11 +901,21 @@ def grid_specs(datasets, protocols: dict, n_clients, seeds, methods, *, hyper: d
         check_int(k, "n_clients", 1)
     for seed in seeds:
         check_seed(seed, "seeds")
+    if len(methods) == 0:
+        fail("methods", f"a non-empty list of methods (available: {', '.join(METHODS)})", list(methods))
     for name, value in (("hyper", hyper), ("fl", fl)):
         if value is not None and not isinstance(value, dict):
             fail(name, "a dict or None", value)
+    from .datasets import DATASETS
+
+    _check_keys(hyper, "hyper", METHODS, "method")
+    _check_keys(val_fraction, "val_fraction", METHODS, "method")
+    _check_keys(n_train, "n_train", sorted(DATASETS), "data set")
     if not isinstance(n_train, dict):
         check_int(n_train, "n_train", 1, optional=True)
+    else:
+        for ds, v in n_train.items():
+            check_int(v, f"n_train[{ds!r}]", 1, optional=True)
     if isinstance(val_fraction, dict):
         for m, v in val_fraction.items():
             check_number(v, f"val_fraction[{m!r}]", 0, 1, high_open=True)
@@ -932,6 +942,18 @@ def grid_specs(datasets, protocols: dict, n_clients, seeds, methods, *, hyper: d
                                                      hyper=dict(hyper.get(m, {})), fl=dict(fl or {}),
                                                      n_train=nt, val_fraction=float(vf), reproduction=r))
     return specs
+
+
+def _check_keys(values, name: str, known, what: str) -> None:
+    """Every key of a per-method / per-data-set dict names a known ``what``: a typo (``'fedprx'``)
+    is refused, never silently left at its default. Known, not "of this grid": the studies build
+    one grid from several ``grid_specs`` calls sharing one ``hyper`` / ``n_train`` dict (e.g.
+    pFedLIA's CFL rows), so a key for a method of another part of the same study is legitimate."""
+    if not isinstance(values, dict):
+        return
+    for key in values:
+        if not isinstance(key, str) or key not in known:
+            fail(f"{name} key", f"a known {what} (one of {', '.join(known)})", key)
 
 
 def _check_list(values, name: str) -> None:
