@@ -53,6 +53,8 @@ __all__ = [
     "Protocol",
     "level_symbol",
     "level_axis",
+    "level_log_scale",
+    "partition_inputs",
     "dirichlet",
     "dirichlet_client",
     "similarity",
@@ -1062,7 +1064,8 @@ class Protocol:
     feasibility message), ``features`` and ``feature_names`` (the training inputs (N, F) and their
     column names); build_federation passes exactly these.
     ``symbol``: the level's display symbol (tables ``α=0.3``, plots' axes; None: the protocol's
-    name, or "level"); ``axis``: the plots' x-axis label (None: "level").
+    name, or "level"); ``axis``: the plots' x-axis label (None: "level"); ``log_scale``: plots
+    draw the level on a log axis.
     ``transform``: the input transform of :func:`transform_inputs` applied to every client by its
     :func:`transform_group_of_client` (None: inputs unchanged). ``planted``:
     ``planted(n_clients, level, **kwargs)`` → the (K,) planted group of every client (None: the
@@ -1080,6 +1083,7 @@ class Protocol:
     inputs: tuple = ()
     symbol: str | None = None
     axis: str | None = None
+    log_scale: bool = False
     transform: str | None = None
     planted: object = None
 
@@ -1148,7 +1152,7 @@ _SHARE = dict(low=0, high=1)  # a level in [0, 1]
 
 PROTOCOLS = {
     "dirichlet": Protocol(dirichlet, "alpha", low=0, low_open=True, inputs=("dataset_name",), symbol="α",
-                          axis="Dirichlet α (log scale)"),
+                          axis="Dirichlet α (log scale)", log_scale=True),
     "dirichlet_client": Protocol(dirichlet_client, "alpha", low=0, low_open=True),
     "similarity": Protocol(similarity, "s", **_SHARE, symbol="S", axis="Similarity S"),
     "shards": Protocol(shards, "shards_per_client", **_COUNT),
@@ -1191,6 +1195,20 @@ def level_axis(protocol: str, default: str = "level") -> str:
     """The plots' x-axis label of ``protocol``'s level, or ``default`` where its entry declares none."""
     entry = PROTOCOLS.get(protocol) if isinstance(protocol, str) else None
     return entry.axis if entry is not None and entry.axis is not None else default
+
+
+def level_log_scale(protocol: str) -> bool:
+    """Whether plots draw ``protocol``'s level on a log axis (its entry's ``log_scale``)."""
+    entry = PROTOCOLS.get(protocol) if isinstance(protocol, str) else None
+    return entry is not None and entry.log_scale
+
+
+def partition_inputs(protocol: str, **available) -> dict:
+    """The keyword inputs of :func:`partition` that ``protocol``'s entry takes (``inputs``), among
+    those ``available`` and not None: ``partition_inputs("dirichlet", dataset_name="adult")`` ->
+    ``{"dataset_name": "adult"}``; a protocol that takes none (or no entry) -> ``{}``."""
+    entry = PROTOCOLS.get(protocol) if isinstance(protocol, str) else None
+    return {} if entry is None else {n: available[n] for n in entry.inputs if available.get(n) is not None}
 
 
 CLUSTERED_PROTOCOLS = tuple(p for p, e in PROTOCOLS.items() if e.level_keyword == "n_clusters")

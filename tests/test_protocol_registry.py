@@ -33,6 +33,11 @@ def test_the_old_sets_are_derived_from_the_entries():
     assert plants == set(P.CLUSTERED_PROTOCOLS) | set(P.PROTOCOL_ISSUE_44)
     assert {p for p, e in P.PROTOCOLS.items() if e.needs_features} == {"attribute_skew"}
     assert P.PROTOCOLS["dirichlet"].inputs == ("dataset_name",)
+    assert [p for p in P.PROTOCOLS if P.level_log_scale(p)] == ["dirichlet"]  # the plots' old special case
+    assert P.partition_inputs("dirichlet", dataset_name="adult", features=1) == {"dataset_name": "adult"}
+    assert P.partition_inputs("dirichlet", dataset_name=None) == {} == P.partition_inputs("similarity", dataset_name="a")
+    assert P.partition_inputs("attribute_skew", dataset_name="adult", features=1, feature_names=["age"]) == \
+        {"features": 1, "feature_names": ["age"]}
     for p in P.PROTOCOLS:
         level = 2 if P.PROTOCOLS[p].integer else 0.5
         assert (P.planted_clusters(p, 8, level) is not None) == (p in plants)
@@ -63,7 +68,7 @@ def _toy(labels, n_clients, halves, seed):
 def test_a_toy_protocol_added_in_one_place_validates_and_displays(monkeypatch):
     """One registry entry, nothing else edited: validation, partition, planted groups and every
     display read it."""
-    entry = P.Protocol(_toy, "halves", low=1, high=2, integer=True, symbol="H", axis="toy halves H",
+    entry = P.Protocol(_toy, "halves", low=1, high=2, integer=True, symbol="H", axis="toy halves H", log_scale=True,
                        planted=lambda k, level, **kw: (np.arange(k) >= k // 2).astype(np.int64))
     monkeypatch.setitem(P.PROTOCOLS, "toy_halves", entry)
     X.RunSpec("adult", "toy_halves", 2.0, 4, 0, "fedavg").validate()
@@ -77,4 +82,5 @@ def test_a_toy_protocol_added_in_one_place_validates_and_displays(monkeypatch):
     assert P.planted_clusters("toy_halves", 4, 2.0).tolist() == [0, 0, 1, 1]
     assert tables.setting_name("toy_halves", 2.0) == "H=2" == training_plots._label("toy_halves", 2.0)
     assert metric_study.level_symbol("toy_halves", "level") == "H"
-    assert P.level_axis("toy_halves") == "toy halves H"
+    assert P.level_axis("toy_halves") == "toy halves H" and P.level_log_scale("toy_halves")
+    assert P.partition_inputs("toy_halves", dataset_name="adult") == {}

@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from ..partition import PROTOCOLS, level_axis
+from ..partition import PROTOCOLS, level_axis, level_log_scale
 from ..paths import figures_dir
 
 __all__ = ["save_figure", "label_distribution", "client_sizes", "fig3_metrics", "fig4_importance", "paper_vs_ours"]
@@ -177,7 +177,7 @@ def fig3_metrics(summary: pd.DataFrame, secondary=("hellinger", "jensen_shannon"
                 target.plot(c["level"], c["median"], ls, color=colour, marker="o", ms=3,
                             lw=2.2 if m == "wpsi" else 1.3, label=label)
                 target.fill_between(c["level"], c["q25"], c["q75"], color=colour, alpha=0.15, lw=0)
-            if p == "dirichlet":
+            if level_log_scale(p):
                 ax.set_xscale("log")
             ax.set_xlabel(level_axis(p, "level"))
             ax.set_ylabel("WPSI")

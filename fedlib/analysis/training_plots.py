@@ -15,7 +15,7 @@ import seaborn as sns
 from matplotlib.lines import Line2D
 
 from ..methods import DISPLAY_NAMES
-from ..partition import level_symbol
+from ..partition import level_log_scale, level_symbol
 
 __all__ = ["fig5_silhouette", "fig6_tau", "fig7_accuracy", "fig8_ecdf", "ecdf_panel", "method_color"]
 
@@ -158,7 +158,7 @@ def _level_panel(ax, sub, proto, methods, proposed: str = PROPOSED) -> None:
         if not s.empty:
             ax.plot(s.index, s.values, marker="o", ms=4, **_method_line(m, proposed))
     ax.set(xlabel=level_symbol(proto, "level"), ylabel="global accuracy", ylim=(0, 1.02))
-    if proto == "dirichlet" and (sub.level > 0).all():
+    if level_log_scale(proto) and (sub.level > 0).all():
         ax.set_xscale("log")
     w = sub.groupby("level").wpsi.median()
     twin = ax.twinx()
