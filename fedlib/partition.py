@@ -947,10 +947,18 @@ def transform_group_of_client(protocol: str, n_clients: int, level, **kwargs) ->
         return None
     n_groups = _check_level(level, protocol, spec.level_name)
     check_int(n_clients, "n_clients", 1)
-    if protocol == "joint_label_rotation":
-        n_label = check_int(kwargs.get("n_label_groups", 2), "n_label_groups", 1)
-        return (np.arange(n_clients, dtype=np.int64) // n_label) % n_groups
-    return tier_of_client(n_clients, n_groups)
+    return (spec.transform_group or _transform_by_tier)(int(n_clients), n_groups, **kwargs)
+
+
+def _transform_by_tier(k: int, n_groups: int, **kwargs) -> np.ndarray:
+    """Client i's transform group: i mod n_groups (the covariate protocols)."""
+    return tier_of_client(k, n_groups)
+
+
+def _transform_joint(k: int, n_groups: int, **kwargs) -> np.ndarray:
+    """Client i's transform group under joint_label_rotation: (i // n_label_groups) mod n_groups."""
+    n_label = check_int(kwargs.get("n_label_groups", 2), "n_label_groups", 1)
+    return (np.arange(k, dtype=np.int64) // n_label) % n_groups
 
 
 BRIGHTNESS_STEP = 0.25
@@ -1067,7 +1075,8 @@ class Protocol:
     name, or "level"); ``axis``: the plots' x-axis label (None: "level"); ``log_scale``: plots
     draw the level on a log axis.
     ``transform``: the input transform of :func:`transform_inputs` applied to every client by its
-    :func:`transform_group_of_client` (None: inputs unchanged). ``planted``:
+    :func:`transform_group_of_client` (None: inputs unchanged), whose group of each client is
+    ``transform_group(n_clients, n_groups, **kwargs)`` → (K,) (None: i mod n_groups). ``planted``:
     ``planted(n_clients, level, **kwargs)`` → the (K,) planted group of every client (None: the
     protocol plants none; :func:`planted_clusters`).
     """
@@ -1085,6 +1094,7 @@ class Protocol:
     axis: str | None = None
     log_scale: bool = False
     transform: str | None = None
+    transform_group: object = None
     planted: object = None
 
     @property
@@ -1175,7 +1185,7 @@ PROTOCOLS = {
     "noise_groups": Protocol(covariate_groups, "n_groups", **_COUNT, high=4, transform="noise",
                              planted=_planted_groups),
     "joint_label_rotation": Protocol(joint_label_covariate, "n_groups", **_COUNT, high=4, transform="rot90",
-                                     planted=_planted_joint),
+                                     transform_group=_transform_joint, planted=_planted_joint),
 }
 """Protocol name → :class:`Protocol`. The level of each: dirichlet/dirichlet_client α;
 similarity S; shards shards per client; classes_per_client classes per client; the clustered
