@@ -34,6 +34,11 @@ joint_label_rotation label groups (disjoint label sets) × rotation groups
 The input transforms (:func:`transform_inputs`) are applied by
 :func:`fedlib.experiment.build_federation`; the official test set stays untransformed.
 
+Each protocol is one entry of :data:`PROTOCOLS` (:class:`Protocol`: its level's range and kind,
+its inputs, display symbol, input transform and planted groups); validation, the federation
+builder, the tables, plots and report read the entry, so adding a protocol is its function and
+its entry here (plus tests).
+
 Helpers: :func:`partition` (dispatch by protocol name), :func:`train_test_split`
 (per-client seeded 80/20 split), :func:`train_val_test_split` (the same split with a
 validation share carved out of the train part), :func:`label_counts` (the K×C matrix the
