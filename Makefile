@@ -92,6 +92,7 @@ $(EXECUTED)/12_beyond_label_skew.ipynb: $(RECORDS)
 $(EXECUTED)/%.ipynb: notebooks/%.ipynb params/$(PROFILE)/%.yaml $(FEDLIB_SOURCES) | $(VENV)/.installed $(FEDLIB_DATA)/.ready
 	@mkdir -p $(@D)/failed
 	@echo "workbook: $* (params/$(PROFILE)/$*.yaml, $(WORKBOOK_THREADS) thread(s))"
+	@$(BIN)/python -m fedlib.notebook_params params/$(PROFILE)/$*.yaml  # an unknown key is an error
 	@set -o pipefail; t0=$$(date +%s); \
 	  if FEDLIB_FIGURES=$(BUILD_FIGURES) FEDLIB_PROGRESS=lines OMP_NUM_THREADS=$(WORKBOOK_THREADS) \
 	       $(PAPERMILL) $< $(@D)/failed/$*.ipynb -f params/$(PROFILE)/$*.yaml 2>&1 | sed -u 's/^/[$(firstword $(subst _, ,$*))] /'; then \

@@ -25,7 +25,6 @@ import json
 import sys
 from pathlib import Path
 
-import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,7 +51,9 @@ def main() -> None:
     from fedlib.analysis import pfedlia_study as study
     from fedlib.experiment import run
 
-    cfg = yaml.safe_load((ROOT / "params" / "paper" / "10_pfedlia.yaml").read_text())
+    from fedlib import notebook_params
+
+    cfg = notebook_params.load(ROOT / "params" / "paper" / "10_pfedlia.yaml")
     fl = dict(cfg["fl"], rounds=args.rounds)
     specs = study.training_specs(["pathological_clusters"], cfg["n_clients"], args.seeds, fl,
                                  n_clusters=cfg["n_clusters"], methods=["fesem"], recovery_extra=(), p2p=False,

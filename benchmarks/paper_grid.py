@@ -77,7 +77,6 @@ import os
 import time
 from pathlib import Path
 
-import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED_RECORDS = ROOT / "benchmarks" / "records"  # --estimate-from's default
@@ -116,6 +115,9 @@ def _study(notebook: str):
 
 def load_params(notebook: str, path=None) -> dict:
     """The notebook's parameters: ``path``, or its paper profile ``params/paper/<notebook>.yaml``."""
+    import yaml
+
+    from fedlib import notebook_params
     from fedlib.validation import fail
 
     path = Path(path) if path is not None else ROOT / "params" / "paper" / f"{notebook}.yaml"
@@ -125,7 +127,7 @@ def load_params(notebook: str, path=None) -> dict:
     missing = [k for k in _study(notebook).GRID_PARAMS if not isinstance(params, dict) or k not in params]
     if missing:
         fail("params", f"a params file of notebook {notebook} (it lacks {missing})", str(path))
-    return params
+    return notebook_params.check_keys(params, notebook, f"params file {path}")  # an unknown key is an error
 
 
 def _flag(name: str) -> str:

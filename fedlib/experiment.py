@@ -120,16 +120,11 @@ class RunSpec:
             raise ValueError(f"unknown protocol {self.protocol!r}; available: {sorted(P.PROTOCOLS)}")
         if not isinstance(self.method, str) or self.method not in METHODS:
             raise ValueError(f"unknown method {self.method!r}; available: {', '.join(METHODS)}")
-        level_name = P.PROTOCOLS[self.protocol].level_name
+        proto = P.PROTOCOLS[self.protocol]  # its entry declares the level's range
         check_number(self.level, "level")  # never a string: YAML gives '0.5' and 0.5 alike
-        if level_name in P._INTEGER_LEVELS and not (float(self.level).is_integer() and self.level >= 1):
-            fail("level", f"a whole number ≥ 1 for the {self.protocol} protocol (its {level_name})", self.level)
-        if self.protocol in ("dirichlet", "dirichlet_client") and not float(self.level) > 0:
-            raise ValueError(f"alpha (level) must be > 0 for the {self.protocol} protocol, got {self.level}")
-        if self.protocol == "similarity" and not 0 <= float(self.level) <= 1:
-            raise ValueError(f"S (level) must be in [0, 1] for the Similarity protocol, got {self.level}")
+        proto.check_level(self.level, self.protocol)
         check_int(self.n_clients, "n_clients", 1)
-        if P.PROTOCOLS[self.protocol].planted is not None:  # issue-44 protocols: the level's range, before any data
+        if proto.plants_groups:  # the groups' own options, before any data
             P.planted_clusters(self.protocol, int(self.n_clients), self.level)
         check_seed(self.seed)
         check_int(self.n_train, "n_train", 1, optional=True)
@@ -232,9 +227,8 @@ def build_federation(spec: RunSpec, device="auto"):
     ds = _load(spec.dataset, spec.n_train, spec.n_global_test, spec.pool_test)
     y = ds.y_train
     proto = P.PROTOCOLS[spec.protocol]
-    extra = {"dataset_name": spec.dataset} if spec.protocol == "dirichlet" else {}
-    if proto.needs_features:  # a protocol drawn by the inputs (attribute_skew: a named column)
-        extra.update(features=ds.x_train, feature_names=ds.feature_names)
+    available = {"dataset_name": spec.dataset, "features": ds.x_train, "feature_names": ds.feature_names}
+    extra = {name: available[name] for name in proto.inputs}  # what its entry says it takes
     parts = P.partition(y, spec.protocol, int(spec.n_clients), spec.level, int(spec.seed), **extra)
     train, val, test = P.train_val_test_split(parts, int(spec.seed), spec.test_fraction, spec.val_fraction)
     _raise_if_no_test_samples(parts, test, spec)
@@ -901,11 +895,21 @@ def grid_specs(datasets, protocols: dict, n_clients, seeds, methods, *, hyper: d
         check_int(k, "n_clients", 1)
     for seed in seeds:
         check_seed(seed, "seeds")
+    if len(methods) == 0:
+        fail("methods", f"a non-empty list of methods (available: {', '.join(METHODS)})", list(methods))
     for name, value in (("hyper", hyper), ("fl", fl)):
         if value is not None and not isinstance(value, dict):
             fail(name, "a dict or None", value)
+    from .datasets import DATASETS
+
+    _check_keys(hyper, "hyper", METHODS, "method")
+    _check_keys(val_fraction, "val_fraction", METHODS, "method")
+    _check_keys(n_train, "n_train", sorted(DATASETS), "data set")
     if not isinstance(n_train, dict):
         check_int(n_train, "n_train", 1, optional=True)
+    else:
+        for ds, v in n_train.items():
+            check_int(v, f"n_train[{ds!r}]", 1, optional=True)
     if isinstance(val_fraction, dict):
         for m, v in val_fraction.items():
             check_number(v, f"val_fraction[{m!r}]", 0, 1, high_open=True)
@@ -932,6 +936,18 @@ def grid_specs(datasets, protocols: dict, n_clients, seeds, methods, *, hyper: d
                                                      hyper=dict(hyper.get(m, {})), fl=dict(fl or {}),
                                                      n_train=nt, val_fraction=float(vf), reproduction=r))
     return specs
+
+
+def _check_keys(values, name: str, known, what: str) -> None:
+    """Every key of a per-method / per-data-set dict names a known ``what``: a typo (``'fedprx'``)
+    is refused, never silently left at its default. Known, not "of this grid": the studies build
+    one grid from several ``grid_specs`` calls sharing one ``hyper`` / ``n_train`` dict (e.g.
+    pFedLIA's CFL rows), so a key for a method of another part of the same study is legitimate."""
+    if not isinstance(values, dict):
+        return
+    for key in values:
+        if not isinstance(key, str) or key not in known:
+            fail(f"{name} key", f"a known {what} (one of {', '.join(known)})", key)
 
 
 def _check_list(values, name: str) -> None:

@@ -34,6 +34,11 @@ joint_label_rotation label groups (disjoint label sets) × rotation groups
 The input transforms (:func:`transform_inputs`) are applied by
 :func:`fedlib.experiment.build_federation`; the official test set stays untransformed.
 
+Each protocol is one entry of :data:`PROTOCOLS` (:class:`Protocol`: its level's range and kind,
+its inputs, display symbol, input transform and planted groups); validation, the federation
+builder, the tables, plots and report read the entry, so adding a protocol is its function and
+its entry here (plus tests).
+
 Helpers: :func:`partition` (dispatch by protocol name), :func:`train_test_split`
 (per-client seeded 80/20 split), :func:`train_val_test_split` (the same split with a
 validation share carved out of the train part), :func:`label_counts` (the K×C matrix the
@@ -50,6 +55,11 @@ from .validation import check_choice, check_int, check_number, check_seed, fail
 __all__ = [
     "InfeasiblePartitionError",
     "PROTOCOLS",
+    "Protocol",
+    "level_symbol",
+    "level_axis",
+    "level_log_scale",
+    "partition_inputs",
     "dirichlet",
     "dirichlet_client",
     "similarity",
@@ -447,22 +457,18 @@ def cluster_of_client(n_clients: int, n_clusters: int) -> np.ndarray:
     return np.arange(n_clients, dtype=np.int64) % n_clusters
 
 
-CLUSTERED_PROTOCOLS = ("pathological_clusters", "noisy_clusters")
-
-
 def planted_clusters(protocol: str, n_clients: int, level, **kwargs) -> np.ndarray | None:
     """The true cluster (K,) of every client under ``protocol`` at ``level``, or None for the
-    protocols that plant no clusters. pFedLIA's pathological and noisy ones plant clusters, and so
-    does every issue-44 protocol (:data:`PROTOCOL_ISSUE_44`: size tiers, small vs regular clients,
-    attribute groups, transform groups); ``kwargs`` are the protocol's own options where they
-    change the groups (``n_tiers``, ``n_groups``, ``n_label_groups``; defaults as the protocol's)."""
+    protocols that plant no clusters (a :data:`PROTOCOLS` entry's ``planted``). pFedLIA's pathological
+    and noisy ones plant clusters, and so does every issue-44 protocol (:data:`PROTOCOL_ISSUE_44`:
+    size tiers, small vs regular clients, attribute groups, transform groups); ``kwargs`` are the
+    protocol's own options where they change the groups (``n_tiers``, ``n_groups``,
+    ``n_label_groups``; defaults as the protocol's)."""
     spec = PROTOCOLS.get(protocol) if isinstance(protocol, str) else None
-    if spec is not None and spec.planted is not None:
-        check_int(n_clients, "n_clients", 1)
-        return spec.planted(int(n_clients), _check_level(level, protocol, spec.level_name), **kwargs)
-    if protocol not in CLUSTERED_PROTOCOLS:
+    if spec is None or spec.planted is None:
         return None
-    return cluster_of_client(n_clients, _check_level(level, protocol, "n_clusters"))
+    check_int(n_clients, "n_clients", 1)
+    return spec.planted(int(n_clients), _check_level(level, protocol, spec.level_name), **kwargs)
 
 
 def _cluster_label_sets(n_classes: int, n_clusters: int) -> list[np.ndarray]:
@@ -946,10 +952,18 @@ def transform_group_of_client(protocol: str, n_clients: int, level, **kwargs) ->
         return None
     n_groups = _check_level(level, protocol, spec.level_name)
     check_int(n_clients, "n_clients", 1)
-    if protocol == "joint_label_rotation":
-        n_label = check_int(kwargs.get("n_label_groups", 2), "n_label_groups", 1)
-        return (np.arange(n_clients, dtype=np.int64) // n_label) % n_groups
-    return tier_of_client(n_clients, n_groups)
+    return (spec.transform_group or _transform_by_tier)(int(n_clients), n_groups, **kwargs)
+
+
+def _transform_by_tier(k: int, n_groups: int, **kwargs) -> np.ndarray:
+    """Client i's transform group: i mod n_groups (the covariate protocols)."""
+    return tier_of_client(k, n_groups)
+
+
+def _transform_joint(k: int, n_groups: int, **kwargs) -> np.ndarray:
+    """Client i's transform group under joint_label_rotation: (i // n_label_groups) mod n_groups."""
+    n_label = check_int(kwargs.get("n_label_groups", 2), "n_label_groups", 1)
+    return (np.arange(k, dtype=np.int64) // n_label) % n_groups
 
 
 BRIGHTNESS_STEP = 0.25
@@ -1049,23 +1063,75 @@ def small_clients(labels, n_clients: int, small_share: float, seed: int, *, smal
 
 # ----------------------------------------------------------------------------- dispatch
 @dataclass(frozen=True)
-class _Protocol:
-    """A registered protocol: its function, the name of its level and, for the issue-44
-    protocols, what :func:`fedlib.experiment.build_federation` must do besides the labels.
+class Protocol:
+    """One registered partition protocol: everything the workbook knows about it, in one entry of
+    :data:`PROTOCOLS` (validation, :func:`fedlib.experiment.build_federation`, the tables', plots'
+    and report's names read it; adding a protocol is adding an entry).
 
-    ``needs_features``: the function also takes ``features=`` (N, F) and ``feature_names=``
-    (:func:`partition` passes them through). ``transform``: the input transform of
-    :func:`transform_inputs` applied to every client by its :func:`transform_group_of_client`
-    (None: inputs unchanged). ``planted``: ``planted(n_clients, level, **kwargs)`` → the (K,)
-    planted group of every client (None: the protocol plants none, unless it is one of
-    :data:`CLUSTERED_PROTOCOLS`).
+    ``func``: the function; ``level_name``: the name of its one parameter (the spec's level).
+    ``low``/``high`` (``low_open``/``high_open``): the level's range (None: unbounded), checked by
+    :meth:`check_level` before any data is loaded; ``integer``: the level is a count (3.0 is 3).
+    ``level_keyword``: the level is passed as this keyword (``func(labels, K, seed, n_clusters=level)``)
+    instead of positionally (``func(labels, K, level, seed)``).
+    ``inputs``: what the function takes besides the labels, by name: ``dataset_name`` (Dirichlet's
+    feasibility message), ``features`` and ``feature_names`` (the training inputs (N, F) and their
+    column names); build_federation passes exactly these.
+    ``symbol``: the level's display symbol (tables ``α=0.3``, plots' axes; None: the protocol's
+    name, or "level"); ``axis``: the plots' x-axis label (None: "level"); ``log_scale``: plots
+    draw the level on a log axis.
+    ``transform``: the input transform of :func:`transform_inputs` applied to every client by its
+    :func:`transform_group_of_client` (None: inputs unchanged), whose group of each client is
+    ``transform_group(n_clients, n_groups, **kwargs)`` → (K,) (None: i mod n_groups). ``planted``:
+    ``planted(n_clients, level, **kwargs)`` → the (K,) planted group of every client (None: the
+    protocol plants none; :func:`planted_clusters`).
     """
 
     func: object
     level_name: str
-    needs_features: bool = False
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    integer: bool = False
+    level_keyword: str | None = None
+    inputs: tuple = ()
+    symbol: str | None = None
+    axis: str | None = None
+    log_scale: bool = False
     transform: str | None = None
+    transform_group: object = None
     planted: object = None
+
+    @property
+    def plants_groups(self) -> bool:
+        """Whether the protocol plants groups (:func:`planted_clusters` gives them)."""
+        return self.planted is not None
+
+    @property
+    def needs_features(self) -> bool:
+        """Whether the function also takes the training inputs (``features=``, ``feature_names=``)."""
+        return "features" in self.inputs
+
+    def check_level(self, level, protocol: str):
+        """``level`` as the function takes it (an int for a count), or ValueError naming the
+        protocol, its level's name and range: ``level must be a number > 0 for the dirichlet
+        protocol (its alpha), got 0.0``."""
+        from .validation import _range_text
+
+        rng = _range_text(self.low, self.high, self.low_open, self.high_open)
+        what = f"{'a whole number' if self.integer else 'a number'}{' ' + rng if rng else ''}"
+        if not _is_number(level) or not np.isfinite(float(level)):
+            fail("level", f"{what} for the {protocol} protocol (its {self.level_name})", level)
+        v = float(level)
+        ok = ((not self.integer or v.is_integer())
+              and (self.low is None or (v > self.low if self.low_open else v >= self.low))
+              and (self.high is None or (v < self.high if self.high_open else v <= self.high)))
+        if not ok:
+            fail("level", f"{what} for the {protocol} protocol (its {self.level_name})", level)
+        return int(v) if self.integer else level
+
+
+_Protocol = Protocol  # the name before the registry declared everything
 
 
 def _planted_mod(kwarg: str, default: int, level_name: str, high=None):
@@ -1075,6 +1141,10 @@ def _planted_mod(kwarg: str, default: int, level_name: str, high=None):
         check_number(level, level_name, 0, high)
         return tier_of_client(k, check_int(kw.get(kwarg, default), kwarg, 1))
     return planted
+
+
+def _planted_clusters(k, level, **kw):
+    return cluster_of_client(k, level)
 
 
 def _planted_groups(k, level, **kw):
@@ -1092,36 +1162,72 @@ def _planted_joint(k, level, **kw):
     return np.arange(k, dtype=np.int64) % n_label + n_label * ((np.arange(k, dtype=np.int64) // n_label) % int(level))
 
 
+_COUNT = dict(low=1, integer=True)  # a level that is a count ≥ 1
+_SHARE = dict(low=0, high=1)  # a level in [0, 1]
+
 PROTOCOLS = {
-    "dirichlet": _Protocol(dirichlet, "alpha"),
-    "dirichlet_client": _Protocol(dirichlet_client, "alpha"),
-    "similarity": _Protocol(similarity, "s"),
-    "shards": _Protocol(shards, "shards_per_client"),
-    "classes_per_client": _Protocol(classes_per_client, "n_classes_per_client"),
-    "pathological_clusters": _Protocol(pathological_clusters, "n_clusters"),
-    "noisy_clusters": _Protocol(noisy_clusters, "n_clusters"),
-    "iid_fraction_classes": _Protocol(iid_fraction_classes, "iid_fraction"),
-    "iid_fraction_classes_1_2": _Protocol(iid_fraction_classes_1_2, "iid_fraction"),
-    # issue 44: beyond label skew (every one plants groups)
-    "quantity_skew": _Protocol(quantity_skew, "sigma", planted=_planted_mod("n_tiers", 3, "sigma")),
-    "small_clients": _Protocol(small_clients, "small_share", planted=_planted_small),
-    "attribute_skew": _Protocol(attribute_skew, "purity", needs_features=True,
-                                planted=_planted_mod("n_groups", 4, "purity", 1)),
-    "rotated_groups": _Protocol(covariate_groups, "n_groups", transform="rot90",
-                                planted=_planted_groups),
-    "brightness_groups": _Protocol(covariate_groups, "n_groups", transform="brightness",
-                                   planted=_planted_groups),
-    "noise_groups": _Protocol(covariate_groups, "n_groups", transform="noise",
-                              planted=_planted_groups),
-    "joint_label_rotation": _Protocol(joint_label_covariate, "n_groups", transform="rot90",
-                                      planted=_planted_joint),
+    "dirichlet": Protocol(dirichlet, "alpha", low=0, low_open=True, inputs=("dataset_name",), symbol="α",
+                          axis="Dirichlet α (log scale)", log_scale=True),
+    "dirichlet_client": Protocol(dirichlet_client, "alpha", low=0, low_open=True),
+    "similarity": Protocol(similarity, "s", **_SHARE, symbol="S", axis="Similarity S"),
+    "shards": Protocol(shards, "shards_per_client", **_COUNT),
+    "classes_per_client": Protocol(classes_per_client, "n_classes_per_client", **_COUNT),
+    "pathological_clusters": Protocol(pathological_clusters, "n_clusters", **_COUNT, level_keyword="n_clusters",
+                                      planted=_planted_clusters),
+    "noisy_clusters": Protocol(noisy_clusters, "n_clusters", **_COUNT, level_keyword="n_clusters",
+                               planted=_planted_clusters),
+    "iid_fraction_classes": Protocol(iid_fraction_classes, "iid_fraction", **_SHARE),
+    "iid_fraction_classes_1_2": Protocol(iid_fraction_classes_1_2, "iid_fraction", **_SHARE),
+    # beyond label skew (issue 44; every one plants groups)
+    "quantity_skew": Protocol(quantity_skew, "sigma", low=0, planted=_planted_mod("n_tiers", 3, "sigma")),
+    "small_clients": Protocol(small_clients, "small_share", low=0, high=1, high_open=True, planted=_planted_small),
+    "attribute_skew": Protocol(attribute_skew, "purity", **_SHARE, inputs=("features", "feature_names"),
+                               planted=_planted_mod("n_groups", 4, "purity", 1)),
+    "rotated_groups": Protocol(covariate_groups, "n_groups", **_COUNT, high=4, transform="rot90",
+                               planted=_planted_groups),
+    "brightness_groups": Protocol(covariate_groups, "n_groups", **_COUNT, high=4, transform="brightness",
+                                  planted=_planted_groups),
+    "noise_groups": Protocol(covariate_groups, "n_groups", **_COUNT, high=4, transform="noise",
+                             planted=_planted_groups),
+    "joint_label_rotation": Protocol(joint_label_covariate, "n_groups", **_COUNT, high=4, transform="rot90",
+                                     transform_group=_transform_joint, planted=_planted_joint),
 }
-"""Protocol name → :class:`_Protocol`. The level of each: dirichlet/dirichlet_client α;
+"""Protocol name → :class:`Protocol`. The level of each: dirichlet/dirichlet_client α;
 similarity S; shards shards per client; classes_per_client classes per client; the clustered
 protocols their number of clusters; iid_fraction_classes(_1_2) the IID share; quantity_skew σ,
 the log-normal spread of sizes within a size tier; small_clients the share of 5–20-sample
 clients; attribute_skew the purity of a client's attribute bin; rotated/brightness/noise_groups
 and joint_label_rotation the number of transform groups (1–4)."""
+
+def level_symbol(protocol: str, default=None):
+    """The display symbol of ``protocol``'s level (``'α'``, ``'S'``), or ``default`` where its
+    entry declares none (tables show the protocol's name, metric studies "level")."""
+    entry = PROTOCOLS.get(protocol) if isinstance(protocol, str) else None
+    return entry.symbol if entry is not None and entry.symbol is not None else default
+
+
+def level_axis(protocol: str, default: str = "level") -> str:
+    """The plots' x-axis label of ``protocol``'s level, or ``default`` where its entry declares none."""
+    entry = PROTOCOLS.get(protocol) if isinstance(protocol, str) else None
+    return entry.axis if entry is not None and entry.axis is not None else default
+
+
+def level_log_scale(protocol: str) -> bool:
+    """Whether plots draw ``protocol``'s level on a log axis (its entry's ``log_scale``)."""
+    entry = PROTOCOLS.get(protocol) if isinstance(protocol, str) else None
+    return entry is not None and entry.log_scale
+
+
+def partition_inputs(protocol: str, **available) -> dict:
+    """The keyword inputs of :func:`partition` that ``protocol``'s entry takes (``inputs``), among
+    those ``available`` and not None: ``partition_inputs("dirichlet", dataset_name="adult")`` ->
+    ``{"dataset_name": "adult"}``; a protocol that takes none (or no entry) -> ``{}``."""
+    entry = PROTOCOLS.get(protocol) if isinstance(protocol, str) else None
+    return {} if entry is None else {n: available[n] for n in entry.inputs if available.get(n) is not None}
+
+
+CLUSTERED_PROTOCOLS = tuple(p for p, e in PROTOCOLS.items() if e.level_keyword == "n_clusters")
+"""pFedLIA's protocols: clusters own label sets, the level is their number."""
 
 PROTOCOL_ISSUE_44 = ("quantity_skew", "small_clients", "attribute_skew", "rotated_groups",
                      "brightness_groups", "noise_groups", "joint_label_rotation")
@@ -1136,21 +1242,19 @@ def partition(labels, protocol: str, n_clients: int, level, seed: int, **kwargs)
         raise ValueError(f"unknown protocol {protocol!r}; choose one of {sorted(PROTOCOLS)}")
     spec = PROTOCOLS[protocol]
     level = _check_level(level, protocol, spec.level_name)
-    if protocol in CLUSTERED_PROTOCOLS:
-        return spec.func(labels, n_clients, seed, n_clusters=level, **kwargs)
+    if spec.level_keyword is not None:
+        return spec.func(labels, n_clients, seed, **{spec.level_keyword: level}, **kwargs)
     return spec.func(labels, n_clients, level, seed, **kwargs)
-
-
-_INTEGER_LEVELS = ("shards_per_client", "n_classes_per_client", "n_clusters", "n_groups")
 
 
 def _check_level(level, protocol: str, level_name: str):
     """``level`` must be a number (never a string: YAML gives '0.5' and 0.5 alike); for the
-    protocols whose parameter is a count, an integral float (2.0, as RunSpec stores levels)
-    becomes an int. The protocol itself checks the range."""
+    protocols whose parameter is a count (an entry's ``integer``), an integral float (2.0, as
+    RunSpec stores levels) becomes an int. The protocol itself checks the range
+    (:meth:`Protocol.check_level` checks it before any data)."""
     if not _is_number(level):
         fail("level", f"a number (the {protocol} protocol's {level_name})", level)
-    if level_name in _INTEGER_LEVELS:
+    if PROTOCOLS[protocol].integer:
         if not float(level).is_integer():
             fail("level", f"a whole number (the {protocol} protocol's {level_name})", level)
         return int(level)

@@ -444,6 +444,10 @@ EXEMPT = {
     # fedlib.partition.partition (covered above); run() validates the spec before calling it;
     # build_context(spec) is build_federation plus the model of the (validated) spec
     "build_federation", "build_context",
+    # the protocol registry: Protocol is an entry (its check_level is what RunSpec.validate runs,
+    # covered above); level_symbol / level_axis are display lookups that never raise (a name with
+    # no entry gets the default); level_log_scale and partition_inputs likewise (False, {})
+    "Protocol", "level_symbol", "level_axis", "level_log_scale", "partition_inputs",
 }
 
 

@@ -74,7 +74,7 @@ def test_a_setting_without_test_samples_is_an_infeasible_record(tmp_path, monkey
 
 @pytest.mark.parametrize("bad, match", [
     (dict(level=0.0), "alpha"),
-    (dict(protocol="similarity", level=1.5), r"S \(level\) must be in \[0, 1\]"),
+    (dict(protocol="similarity", level=1.5), r"level must be a number in \[0, 1\] for the similarity protocol \(its s\)"),
     (dict(method="fedmagic"), "unknown method"),
     (dict(hyper={"tau": 2, "oops": 1}, method="clust_psi_pfl"), "no hyperparameter"),
 ])

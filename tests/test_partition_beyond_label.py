@@ -196,8 +196,9 @@ def test_rotated_fmnist_through_build_federation_turns_each_group():
 
 @pytest.mark.parametrize("protocol, level, name", [
     ("quantity_skew", -0.5, "sigma"), ("attribute_skew", 1.5, "purity"), ("small_clients", 1.0, "small_share"),
-    ("rotated_groups", 5, "n_groups"), ("joint_label_rotation", 0, "level"),
+    ("rotated_groups", 5, "n_groups"), ("joint_label_rotation", 0, "n_groups"),
 ])
 def test_runspec_refuses_an_out_of_range_level_before_loading_data(protocol, level, name):
-    with pytest.raises(ValueError, match=f"^{name} must be"):
+    """The range its registry entry declares (fedlib.partition.PROTOCOLS)."""
+    with pytest.raises(ValueError, match=rf"^level must be .* for the {protocol} protocol \(its {name}\), got"):
         RunSpec(dataset="adult", protocol=protocol, level=level, n_clients=8, seed=0, method="fedavg").validate()

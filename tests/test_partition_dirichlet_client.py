@@ -85,7 +85,7 @@ def test_dispatch_runspec_and_metrics():
     assert P.planted_clusters("dirichlet_client", 10, 0.5) is None
     spec = X.RunSpec("fmnist", "dirichlet_client", 0.1, 100, 0, "fedavg")
     spec.validate()
-    with pytest.raises(ValueError, match=r"alpha \(level\) must be > 0 for the dirichlet_client protocol, got 0"):
+    with pytest.raises(ValueError, match=r"level must be a number > 0 for the dirichlet_client protocol \(its alpha\), got 0"):
         X.RunSpec("fmnist", "dirichlet_client", 0.0, 100, 0, "fedavg").validate()
 
 

@@ -36,7 +36,7 @@ def _train_counts(labels, n_classes: int, protocol: str, k: int, level, seed: in
                   test_fraction: float) -> np.ndarray:
     """Train-split label counts (K, C) of one cell, exactly as a training run splits it; raises
     P.InfeasiblePartitionError."""
-    extra = {"dataset_name": dataset_name} if protocol == "dirichlet" else {}
+    extra = P.partition_inputs(protocol, dataset_name=dataset_name)  # what its entry takes
     parts = P.partition(labels, protocol, int(k), level, int(seed), **extra)
     train, _ = P.train_test_split(parts, int(seed), test_fraction)
     return P.label_counts(labels, train, n_classes)

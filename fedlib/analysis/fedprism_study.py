@@ -458,7 +458,7 @@ def partition_preview(labels, n_clients: int, alpha: float, seed: int, n_show: i
     check_number(alpha, "alpha", 0, low_open=True)
     partition = _check_partition(partition)
     y = np.asarray(labels)
-    extra = {"dataset_name": dataset_name} if dataset_name and partition == "dirichlet" else {}
+    extra = P.partition_inputs(partition, dataset_name=dataset_name or None)  # what its entry takes
     parts = P.partition(y, partition, k, alpha, seed, **extra)
     counts = P.label_counts(y, parts[:n_show], int(y.max()) + 1)
     return pd.DataFrame(counts, index=pd.Index(range(n_show), name="client"),

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from .. import noniid
-from ..partition import (PROTOCOLS, InfeasiblePartitionError, label_counts, partition,
+from ..partition import (PROTOCOLS, InfeasiblePartitionError, label_counts, level_symbol, partition,
                         train_test_split)
 
 __all__ = [
@@ -54,7 +54,7 @@ METRICS = tuple(noniid.METRIC_NAMES)
 KEYS = ("dataset", "protocol", "level", "n_clients", "seed")
 """Columns identifying one cell of the grid."""
 
-LEVEL_LABELS = {"dirichlet": "α", "similarity": "S"}
+LEVEL_LABELS = {p: e.symbol for p, e in PROTOCOLS.items() if e.symbol}  # the registry's, {"dirichlet": "α", "similarity": "S"}
 """How each protocol's level is written in tables and figures."""
 
 _SIZE_COLUMNS = ("n_min", "n_median", "n_max")
@@ -283,7 +283,7 @@ def client_label_table(labels, n_classes: int, settings: Sequence[tuple[str, flo
         client, cls = np.meshgrid(np.arange(n_clients), np.arange(n_classes), indexing="ij")
         frames.append(pd.DataFrame({
             "dataset": dataset_name, "protocol": protocol, "level": float(level),
-            "setting": f"{LEVEL_LABELS.get(protocol, 'level')}={level:g}",
+            "setting": f"{level_symbol(protocol, 'level')}={level:g}",
             "client": client.ravel(), "class": cls.ravel(), "count": counts.ravel()}))
     return pd.concat(frames, ignore_index=True)
 
@@ -325,7 +325,7 @@ def feasibility_table(grid: pd.DataFrame, decimals: int = 3) -> pd.DataFrame:
     """
     out = pd.DataFrame({
         "protocol": grid["protocol"],
-        "level": [f"{LEVEL_LABELS.get(p, 'level')}={lv:g}" for p, lv in zip(grid["protocol"], grid["level"])],
+        "level": [f"{level_symbol(p, 'level')}={lv:g}" for p, lv in zip(grid["protocol"], grid["level"])],
         "K": grid["n_clients"].astype(int),
         "seed": grid["seed"].astype(int),
         "feasible": np.where(grid["feasible"], "yes", "no"),
@@ -464,7 +464,7 @@ def findings(report: pd.DataFrame) -> list[str]:
     lines = []
     n = len(report)
     for protocol, g in report.groupby("protocol", sort=False):
-        lab = LEVEL_LABELS.get(protocol, "the level")
+        lab = level_symbol(protocol, "the level")
         k = int(g["wpsi_falls"].sum())
         verdict = "confirmed" if k == len(g) else ("partly confirmed" if k else "not confirmed")
         rho = g["rho_wpsi"]

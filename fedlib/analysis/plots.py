@@ -18,6 +18,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from ..partition import PROTOCOLS, level_axis, level_log_scale
 from ..paths import figures_dir
 
 __all__ = ["save_figure", "label_distribution", "client_sizes", "fig3_metrics", "fig4_importance", "paper_vs_ours"]
@@ -30,7 +31,7 @@ METRIC_STYLE = {  # label, colour, line style
     "emd": ("EMD (faithful)", "tab:green", "-"),
     "emd_corrected": ("EMD (corrected)", "tab:green", "--"),
 }
-LEVEL_AXIS = {"dirichlet": "Dirichlet α (log scale)", "similarity": "Similarity S"}
+LEVEL_AXIS = {p: e.axis for p, e in PROTOCOLS.items() if e.axis}  # the registry's x-axis labels
 
 
 def save_figure(fig, df: pd.DataFrame, name: str, directory=None) -> tuple[Path, Path]:
@@ -176,9 +177,9 @@ def fig3_metrics(summary: pd.DataFrame, secondary=("hellinger", "jensen_shannon"
                 target.plot(c["level"], c["median"], ls, color=colour, marker="o", ms=3,
                             lw=2.2 if m == "wpsi" else 1.3, label=label)
                 target.fill_between(c["level"], c["q25"], c["q75"], color=colour, alpha=0.15, lw=0)
-            if p == "dirichlet":
+            if level_log_scale(p):
                 ax.set_xscale("log")
-            ax.set_xlabel(LEVEL_AXIS.get(p, "level"))
+            ax.set_xlabel(level_axis(p, "level"))
             ax.set_ylabel("WPSI")
             ax2.set_ylabel("HD / JSD / EMD")
             ax2.set_ylim(0, 1.02)

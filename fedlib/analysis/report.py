@@ -507,11 +507,10 @@ def cross_paper_markdown(root: Path | str = RECORDS, params: Path = CROSS_PAPER_
     methods × partitions; :mod:`fedlib.analysis.cross_paper`) from the records committed in
     ``root/cross_paper`` for the grid of ``params``, with how many of its runs are recorded; a
     method × partition without a finished record is "—", never a number."""
-    import yaml
-
+    from .. import notebook_params
     from . import cross_paper as X
 
-    p = yaml.safe_load(Path(params).read_text())
+    p = notebook_params.load(params, "11_cross_paper")
     specs = X.notebook_grid(**{k: p[k] for k in X.GRID_PARAMS})["cross"]
     found, missing = X.present_records(specs, Path(root) / "cross_paper")
     out = ["## Cross-paper table (notebook 11)", "",
@@ -547,11 +546,10 @@ def beyond_label_markdown(root: Path | str = RECORDS, params: Path = BEYOND_LABE
     label-only PSI's ARI and the best extension's, per partition) from the records committed in
     ``root/beyond_label`` for the grid of ``params``, with how many of its runs are recorded. The label
     histograms' spread needs the data, so it is left to the notebook."""
-    import yaml
-
+    from .. import notebook_params
     from . import beyond_label as B
 
-    p = yaml.safe_load(Path(params).read_text())
+    p = notebook_params.load(params, "12_beyond_label_skew")
     specs = B.notebook_grid(**{k: p[k] for k in B.GRID_PARAMS})["study"]
     found, missing = B.present_records(specs, Path(root) / "beyond_label")
     out = ["## PSI beyond label skew (notebook 12)", "",

@@ -15,19 +15,19 @@ import numpy as np
 import pandas as pd
 
 from ..methods import DISPLAY_NAMES
+from ..partition import level_symbol
 from ..strict_json import restore
 
 __all__ = ["mean_sd", "records_frame", "for_reproduction", "table3", "table4", "beside_paper", "seed_summary", "to_markdown", "frame_markdown", "setting_name", "SETTING_KEYS", "provenance"]
 
 SETTING_KEYS = ["dataset", "protocol", "level", "n_clients"]
 _KEYS = SETTING_KEYS + ["method"]
-_SYMBOL = {"dirichlet": "α", "similarity": "S"}
 
 
 def setting_name(protocol: str, level: float, sep: str = "=") -> str:
     """A setting as the paper writes it: ``setting_name("dirichlet", 0.3)`` -> ``"α=0.3"``,
     ``setting_name("similarity", 1, " = ")`` -> ``"S = 1"``; other protocols keep their name."""
-    return f"{_SYMBOL.get(protocol, protocol)}{sep}{level:g}"
+    return f"{level_symbol(protocol, protocol)}{sep}{level:g}"
 
 
 def records_frame(records) -> pd.DataFrame:

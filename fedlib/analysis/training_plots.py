@@ -15,10 +15,10 @@ import seaborn as sns
 from matplotlib.lines import Line2D
 
 from ..methods import DISPLAY_NAMES
+from ..partition import level_log_scale, level_symbol
 
 __all__ = ["fig5_silhouette", "fig6_tau", "fig7_accuracy", "fig8_ecdf", "ecdf_panel", "method_color"]
 
-_LEVEL = {"dirichlet": "α", "similarity": "S"}
 PROPOSED = "clust_psi_pfl"
 REFERENCES = ("cl", "local")  # not federated: drawn dashed
 # tab10, then three colours outside its hues (indigo, gold, plum); the proposed method is black
@@ -91,7 +91,7 @@ def _series_styles(keys) -> dict:
 
 
 def _label(protocol, level) -> str:
-    return f"{_LEVEL.get(protocol, protocol)}={level:g}"
+    return f"{level_symbol(protocol, protocol)}={level:g}"
 
 
 def fig5_silhouette(curves: pd.DataFrame) -> plt.Figure:
@@ -157,8 +157,8 @@ def _level_panel(ax, sub, proto, methods, proposed: str = PROPOSED) -> None:
         s = sub[sub.method == m].groupby("level").global_accuracy.mean()
         if not s.empty:
             ax.plot(s.index, s.values, marker="o", ms=4, **_method_line(m, proposed))
-    ax.set(xlabel=_LEVEL.get(proto, "level"), ylabel="global accuracy", ylim=(0, 1.02))
-    if proto == "dirichlet" and (sub.level > 0).all():
+    ax.set(xlabel=level_symbol(proto, "level"), ylabel="global accuracy", ylim=(0, 1.02))
+    if level_log_scale(proto) and (sub.level > 0).all():
         ax.set_xscale("log")
     w = sub.groupby("level").wpsi.median()
     twin = ax.twinx()

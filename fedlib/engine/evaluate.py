@@ -20,6 +20,7 @@ from .federation import NO_GLOBAL_TEST, Federation, gather
 from .paths import clients_per_chunk, resolve_path
 from ._validation import check_int, check_state
 from .precision import exact
+from .ragged import score_ragged
 from .workers import flush_subnormals, plan_workers, run_chunks
 
 __all__ = ["EvalResult", "evaluate", "evaluate_global", "LossMatrix", "loss_matrix", "predict_logits"]
@@ -375,38 +376,22 @@ def _eval_clients(template, live, state, x, y, index, rows, clients, batch_size,
 
 
 def _eval_vectorised(template, state, x, y, index, batch_size, chunk, model_of=None):
-    """Rows sorted by sample count; column block b is computed for the rows that still have
-    samples. Row i's weights are ``state``'s row ``model_of[i]`` (default i)."""
-    m = len(index)
+    """Per-client (correct (M,), loss_sum (M,)) of M models run side by side (vmap) on the
+    ragged rectangle of :func:`fedlib.engine.ragged.score_ragged`. Row i's weights are
+    ``state``'s row ``model_of[i]`` (default i)."""
     weights_of = None if model_of is None else torch.as_tensor(model_of, device=x.device)
-    correct = torch.zeros(m, dtype=torch.int64, device=x.device)
-    loss_sum = torch.zeros(m, dtype=torch.float64, device=x.device)
     forward = vmap(lambda p, xb: functional_call(template, p, (xb,)))
-    sizes = np.array([len(i) for i in index])
-    order = np.argsort(-sizes, kind="stable")
-    for start in range(0, m, chunk):
-        rows = order[start:start + chunk]
-        rows_t = torch.as_tensor(rows, device=x.device)
-        padded, valid = _pad_index([index[r] for r in rows], x.device)
+
+    def prepare(rows_t):
         sub = {n: t[rows_t if weights_of is None else weights_of[rows_t]] for n, t in state.items()}
-        for col in range(0, padded.shape[1], batch_size):
-            k = int((sizes[rows] > col).sum())
-            batch, mask = padded[:k, col:col + batch_size], valid[:k, col:col + batch_size]
-            logits, labels = forward({n: t[:k] for n, t in sub.items()}, gather(x, batch)), gather(y, batch)
+
+        def score(k, xb, labels):  # xb (k, B, ...), labels (k, B) -> argmax (k, B), loss (k, B)
+            logits = forward({n: t[:k] for n, t in sub.items()}, xb)
             loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="none")
-            correct[rows_t[:k]] += ((logits.argmax(-1) == labels) & mask).sum(1)
-            loss_sum[rows_t[:k]] += (loss.view_as(mask) * mask).double().sum(1)
-    return correct, loss_sum
+            return logits.argmax(-1), loss.view_as(labels)
+        return score
 
-
-def _pad_index(index: list[np.ndarray], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Ragged index arrays → (m, n_max) int64 padded with 0, and its (m, n_max) validity mask."""
-    n_max = max(len(i) for i in index)
-    padded = np.zeros((len(index), n_max), dtype=np.int64)
-    for r, idx in enumerate(index):
-        padded[r, :len(idx)] = idx
-    valid = np.arange(n_max) < np.array([len(i) for i in index])[:, None]
-    return torch.as_tensor(padded, device=device), torch.as_tensor(valid, device=device)
+    return score_ragged(prepare, x, y, index, batch_size, chunk)
 
 
 @torch.no_grad()

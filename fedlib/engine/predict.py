@@ -20,7 +20,6 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import torch
@@ -30,10 +29,11 @@ from torch.func import functional_call, vmap
 
 from ..models import body, head_prefix
 from ._validation import check_state
-from .evaluate import EvalResult, _pad_index, _prepare, evaluate
+from .evaluate import EvalResult, _prepare, evaluate
 from .federation import Federation, gather
 from .paths import clients_per_chunk, resolve_path
 from .precision import exact
+from .ragged import score_ragged
 
 __all__ = ["OneModel", "GatedMixture", "NearestPrototype", "evaluate_with"]
 
@@ -215,7 +215,7 @@ def evaluate_with(predictor: Predictor, model: nn.Module, params: State, fed: Fe
         prepare = _prototype_scorer(predictor, template, chosen, state, clients, fed)
         chunk = clients_per_chunk(template, x[:1], batch_size, False, max_clients_per_chunk)
     index = [parts[c] for c in clients]
-    correct, loss_sum = _eval_scored(prepare, x, y, index, batch_size, chunk)
+    correct, loss_sum = score_ragged(prepare, x, y, index, batch_size, chunk)
     if isinstance(predictor, NearestPrototype):
         loss_sum = torch.full_like(loss_sum, math.nan)
     n = torch.as_tensor([len(i) for i in index], dtype=torch.int64, device=fed.device)
@@ -223,35 +223,6 @@ def evaluate_with(predictor: Predictor, model: nn.Module, params: State, fed: Fe
 
 
 # ----------------------------------------------------------------------------- internals
-Scorer = Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
-
-
-def _eval_scored(prepare: Callable[[torch.Tensor], Scorer], x, y, index, batch_size, chunk):
-    """The row/column loop of ``_eval_vectorised`` with a pluggable scorer.
-
-    ``prepare(rows_t)`` returns ``score(k, xb (k, B, ...), labels (k, B)) -> (pred (k, B),
-    nll (k, B))`` for the first k rows of that chunk (rows sorted by sample count).
-    """
-    m = len(index)
-    correct = torch.zeros(m, dtype=torch.int64, device=x.device)
-    loss_sum = torch.zeros(m, dtype=torch.float64, device=x.device)
-    sizes = np.array([len(i) for i in index])
-    order = np.argsort(-sizes, kind="stable")
-    for start in range(0, m, chunk):
-        rows = order[start:start + chunk]
-        rows_t = torch.as_tensor(rows, device=x.device)
-        padded, valid = _pad_index([index[r] for r in rows], x.device)
-        score = prepare(rows_t)
-        for col in range(0, padded.shape[1], batch_size):
-            k = int((sizes[rows] > col).sum())
-            batch, mask = padded[:k, col:col + batch_size], valid[:k, col:col + batch_size]
-            labels = gather(y, batch)
-            pred, nll = score(k, gather(x, batch), labels)
-            correct[rows_t[:k]] += ((pred == labels) & mask).sum(1)
-            loss_sum[rows_t[:k]] += torch.where(mask, nll.double(), 0.0).sum(1)
-    return correct, loss_sum
-
-
 def _stacked_forward(module: nn.Module, chosen: str):
     """``f(state (k, ...), xb (k, B, ...)) -> (k, B, out)``: row j's weights on row j's inputs."""
     if chosen == "vectorised":

@@ -39,6 +39,7 @@ from ._validation import check_int, check_state
 from .federation import Federation, gather
 from .paths import clients_per_chunk, resolve_path
 from .precision import exact
+from .ragged import pad_index
 
 __all__ = ["ClassEmbeddings", "class_embeddings"]
 
@@ -129,7 +130,7 @@ def class_embeddings(model: nn.Module, params: State, fed: Federation, clients, 
             if rows.size == 0:
                 continue
             rows_t = torch.as_tensor(rows, device=fed.device)
-            padded, valid = _pad_index([index[r] for r in rows], fed.device)
+            padded, valid = pad_index([index[r] for r in rows], fed.device)
             sub = {n: t.index_select(0, rows_t) for n, t in body_state.items()}
             for col in range(0, padded.shape[1], batch_size):
                 k = int((sizes[rows] > col).sum())
@@ -144,13 +145,3 @@ def _add(sums: torch.Tensor, counts: torch.Tensor, target: torch.Tensor, emb: to
     """sums[target[j]] += emb[j] (float64), counts[target[j]] += 1, in the order of j."""
     sums.index_add_(0, target, emb.reshape(len(target), -1).double())
     counts.index_add_(0, target, torch.ones_like(target))
-
-
-def _pad_index(index: list[np.ndarray], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Ragged index arrays → (m, n_max) int64 padded with 0, and its (m, n_max) validity mask."""
-    n_max = max(len(i) for i in index)
-    padded = np.zeros((len(index), n_max), dtype=np.int64)
-    for r, idx in enumerate(index):
-        padded[r, :len(idx)] = idx
-    valid = np.arange(n_max) < np.array([len(i) for i in index])[:, None]
-    return torch.as_tensor(padded, device=device), torch.as_tensor(valid, device=device)
