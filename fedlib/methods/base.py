@@ -2,7 +2,8 @@
 
 A method is one module exposing ``NAME``, a frozen dataclass ``Hyper`` (its
 hyperparameters with the paper's defaults, Table II), ``GRID`` (Table II's search grid,
-read by :func:`fedlib.tuning.tune`) and ``run(ctx, hp) -> Outcome``. It sees the federation
+read by :func:`fedlib.tuning.tune`), ``run(ctx, hp) -> Outcome`` and ``INFO``, its registry
+entry (:class:`fedlib.methods.contract.MethodInfo`). It sees the federation
 only through :class:`Context`; the math of its rules lives in pure functions in its module.
 
 The services of :class:`Context` (interface v2)
@@ -26,13 +27,13 @@ planted_clusters   the partition's true cluster of each client (pFedLIA's protoc
 restart      forget the history and kept optimiser states (PSI-PFL trains one candidate per
              threshold, each afresh)
 
-Optional module hooks, checked by :meth:`fedlib.experiment.RunSpec.validate` before any work:
-``needs_validation(hp)`` (the method reads the validation split), ``PROTOCOLS`` (the partitions
-it is defined on), ``check_protocol(hp, cfg)`` (a constraint between its hyperparameters and
-the training protocol), ``check_arch(arch)`` (a constraint on the model: FedPrism needs layers
-before the classifier) and ``STREAMS_AVERAGE = True`` (all its training goes through
-:func:`federated_averaging` or :func:`global_model_rounds`, so ``FLConfig.stream_average``
-applies; other methods refuse it).
+Optional hooks and properties, fields of its ``INFO`` (:class:`fedlib.methods.contract.MethodInfo`),
+checked by :meth:`fedlib.experiment.RunSpec.validate` before any work: ``needs_validation(hp)``
+(the method reads the validation split), ``protocols`` (the partitions it is defined on),
+``check_protocol(hp, cfg)`` (a constraint between its hyperparameters and the training
+protocol), ``check_arch(arch)`` (a constraint on the model: FedPrism needs layers before the
+classifier) and ``streams_average`` (all its training goes through :func:`federated_averaging`
+or :func:`global_model_rounds`, so ``FLConfig.stream_average`` applies; other methods refuse it).
 
 Shared loops: :func:`federated_averaging` (FedAvg inside each of several groups) and
 :func:`global_model_rounds` (one global model, pluggable selection and server step); both

@@ -104,6 +104,7 @@ from ..engine import broadcast, flatten_params
 from ..engine.host import to_host
 from ..validation import check_choice, check_int, fail
 from .base import Context, Outcome, State, check_finite_models, per_cluster_average, sample_clients, take
+from .contract import MethodInfo
 
 NAME = "fesem"
 GRID = {}  # pFedLIA gives FeSEM the planted number of clusters; no search
@@ -419,3 +420,6 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
             "assignment": cluster.tolist(), "cluster_of_client": cluster.tolist(),
             "cluster_sizes": np.bincount(cluster, minlength=k).tolist()}
     return Outcome(centres, cluster, info)
+
+
+INFO = MethodInfo(NAME, "FeSEM", Hyper, run, grid=GRID, groups_clients=True)

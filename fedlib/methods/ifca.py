@@ -37,6 +37,7 @@ import numpy as np
 from ..engine.host import to_host
 from ..validation import check_int, fail
 from .base import Context, Outcome, State, check_finite_models, per_cluster_average, sample_clients, take
+from .contract import MethodInfo
 
 NAME = "ifca"
 GRID = {}  # the workbook uses FedPrism's K; IFCA's paper sets k to the planted groups
@@ -117,3 +118,6 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
             "assignment": assignment.tolist(), "cluster_of_client": assignment.tolist(),
             "cluster_sizes": np.bincount(assignment, minlength=hp.n_clusters).tolist()}
     return Outcome(models, assignment, info)
+
+
+INFO = MethodInfo(NAME, "IFCA", Hyper, run, grid=GRID, groups_clients=True, param_average=True)
