@@ -1,8 +1,17 @@
 """The method contract (fedlib.methods.contract.MethodInfo) and the shared per-cluster average."""
+import dataclasses
+import importlib
+import subprocess
+import sys
+import types
+
 import numpy as np
+import pytest
 import torch
 
+import fedlib.methods as M
 from fedlib.methods.base import per_cluster_average
+from fedlib.methods.contract import MethodInfo
 
 
 def test_per_cluster_average_by_hand():
@@ -27,15 +36,6 @@ def test_per_cluster_average_keeps_the_models_dtype_and_unpicked_clusters():
 
 
 # ----------------------------------------------------------------------------- the registry
-import dataclasses  # noqa: E402
-import importlib  # noqa: E402
-import types  # noqa: E402
-
-import pytest  # noqa: E402
-
-import fedlib.methods as M  # noqa: E402
-from fedlib.methods.contract import MethodInfo  # noqa: E402
-
 # the tables the registry replaced, as they were written by hand (a drift is caught here)
 OLD_MODULES = {"cl": "cl", "local": "local", "fedavg": "fedavg", "fedprox": "fedprox", "fedavgm": "fedopt",
                "fedadagrad": "fedopt", "fedyogi": "fedopt", "fedadam": "fedopt", "poc": "poc", "haccs": "haccs",
@@ -148,8 +148,6 @@ def test_the_registry_refuses_a_duplicate_or_a_malformed_entry():
 
 
 def test_importing_the_registry_leaves_sklearn_and_scipy_out():
-    import subprocess
-    import sys
     code = ("import sys, fedlib.methods; "
             "assert not {'sklearn', 'scipy'} & set(sys.modules), sorted({'sklearn', 'scipy'} & set(sys.modules))")
     subprocess.run([sys.executable, "-c", code], check=True)

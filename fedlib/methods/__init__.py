@@ -97,5 +97,5 @@ def make_hyper(name: str, values: dict | None = None):
 
 
 __all__ = ["METHODS", "MODULES", "REGISTRY", "DISPLAY_NAMES", "GROUPING_METHODS", "PARAM_AVERAGE_METHODS",
-           "STREAMING_METHODS", "MethodInfo", "build_registry", "method_info", "display_name", "get_method", "make_hyper", "Context", "FLConfig", "Outcome",
-           "federated_averaging", "sample_clients"]
+           "STREAMING_METHODS", "MethodInfo", "build_registry", "method_info", "display_name", "get_method",
+           "make_hyper", "Context", "FLConfig", "Outcome", "federated_averaging", "sample_clients"]
