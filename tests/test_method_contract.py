@@ -100,7 +100,16 @@ def test_every_entry_is_complete_and_consistent():
     assert M.display_name(None) is None
 
 
-def test_a_new_method_is_one_module_and_its_name():
+def test_a_new_method_module_is_found_in_the_package():
+    assert set(M.FOUND) == set(M.MODULES)  # every method module of the package is ordered today
+    assert M.method_modules(M.MODULES, M.FOUND) == M.MODULES
+    # a new module, not (yet) listed: found, its rows after the listed ones
+    assert M.method_modules(M.MODULES, (*M.FOUND, "toy", "aaa")) == (*M.MODULES, "aaa", "toy")
+    with pytest.raises(ValueError, match=r"MODULES names \['fedmagic'\], not modules of fedlib.methods"):
+        M.method_modules((*M.MODULES, "fedmagic"), M.FOUND)
+
+
+def test_a_new_method_is_one_module():
     toy = types.ModuleType("toy_method")
 
     @dataclasses.dataclass(frozen=True)

@@ -2,12 +2,15 @@
 
 A method is one module with NAME, Hyper, run(ctx, hp) -> Outcome and ``INFO``, its entry
 (:class:`fedlib.methods.contract.MethodInfo`: display name, hooks, properties). Adding one
-is a new module plus its name in :data:`MODULES`; everything here and every property list
-elsewhere (:data:`GROUPING_METHODS`, :data:`PARAM_AVERAGE_METHODS`) is derived from the entries."""
+is a new module in this package: it is found there (after the modules :data:`MODULES` orders,
+until its name is put in that list at the row it should take), and everything here and every
+property list elsewhere (:data:`GROUPING_METHODS`, :data:`PARAM_AVERAGE_METHODS`) is derived
+from the entries."""
 from __future__ import annotations
 
 import dataclasses
 import importlib
+import pkgutil
 from types import MappingProxyType, ModuleType
 
 from .base import Context, FLConfig, Outcome, federated_averaging, sample_clients
@@ -20,6 +23,22 @@ MODULES = (
     "psi_pfl", "cafa", "fedprism", "ifca", "fedclust", "fedamp", "pfedlia", "oracle", "fedfomo", "fedproto", "fesem",
 )
 """The method modules, in the order of the tables' rows and the plots' colours."""
+NOT_METHODS = ("base", "contract")
+"""The modules of this package that are not methods (every other one declares ``INFO``)."""
+
+
+def method_modules(listed, found) -> tuple[str, ...]:
+    """The method modules in registry order: ``listed`` (:data:`MODULES`), then every other
+    module ``found`` in the package, by name (a new method's rows come last until it is listed)."""
+    missing = sorted(set(listed) - set(found))
+    if missing:
+        raise ValueError(f"MODULES names {missing}, not modules of fedlib.methods")
+    return tuple(listed) + tuple(sorted(set(found) - set(listed)))
+
+
+FOUND = tuple(m.name for m in pkgutil.iter_modules(__path__)
+              if not m.ispkg and m.name not in NOT_METHODS and not m.name.startswith("_"))
+"""Every method module of this package."""
 
 
 def build_registry(modules) -> dict[str, tuple[MethodInfo, object]]:
@@ -46,10 +65,10 @@ def build_registry(modules) -> dict[str, tuple[MethodInfo, object]]:
     return registry
 
 
-_REGISTRY = build_registry(importlib.import_module(f".{m}", __name__) for m in MODULES)
+_REGISTRY = build_registry(importlib.import_module(f".{m}", __name__) for m in method_modules(MODULES, FOUND))
 
 METHODS = tuple(_REGISTRY)
-"""Every method's name, in :data:`MODULES`' order."""
+"""Every method's name, in the modules' order (:func:`method_modules`)."""
 REGISTRY = MappingProxyType({name: info for name, (info, _) in _REGISTRY.items()})
 """name -> :class:`MethodInfo`, the registry (read-only)."""
 DISPLAY_NAMES = {name: info.display_name for name, info in REGISTRY.items()}
@@ -96,6 +115,6 @@ def make_hyper(name: str, values: dict | None = None):
     return hyper_cls(**values)
 
 
-__all__ = ["METHODS", "MODULES", "REGISTRY", "DISPLAY_NAMES", "GROUPING_METHODS", "PARAM_AVERAGE_METHODS",
+__all__ = ["METHODS", "MODULES", "NOT_METHODS", "FOUND", "method_modules", "REGISTRY", "DISPLAY_NAMES", "GROUPING_METHODS", "PARAM_AVERAGE_METHODS",
            "STREAMING_METHODS", "MethodInfo", "build_registry", "method_info", "display_name", "get_method",
            "make_hyper", "Context", "FLConfig", "Outcome", "federated_averaging", "sample_clients"]
