@@ -20,9 +20,6 @@ import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
-from sklearn.cluster import KMeans
-from sklearn.exceptions import ConvergenceWarning
-from sklearn.metrics import silhouette_samples, silhouette_score
 
 from .noniid import EPS, attribute_psi, psi, psi_per_bin, psi_per_class, psi_per_feature
 from .validation import check_choice, check_int, check_number, check_seed, fail
@@ -154,6 +151,9 @@ def kmeans_labels(x: np.ndarray, n_clusters: int, seed: int, n_init="auto", samp
     check_seed(seed)
     _check_n_init(n_init)
     w = None if sample_weight is None else _check_weights(sample_weight, x.shape[0])
+    from sklearn.cluster import KMeans  # imported here: importing the method registry stays light
+    from sklearn.exceptions import ConvergenceWarning
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)  # duplicate points: fewer distinct clusters
         raw = KMeans(n_clusters=n_clusters, init="k-means++", n_init=n_init,
@@ -235,6 +235,8 @@ def select_n_clusters(
                else "all clients have identical PSI features (silhouette undefined)")
         return ClusterSelection(1, np.zeros(k, np.int64), cand, np.full(cand.size, np.nan), True,
                                 f"{why}: a single cluster (tau=1), i.e. plain FedAvg.", (k,))
+    from sklearn.metrics import silhouette_samples, silhouette_score  # imported here, as in kmeans_labels
+
     sil = np.full(cand.size, np.nan)
     labels_by_j = {}
     for i, j in enumerate(cand):

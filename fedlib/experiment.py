@@ -33,7 +33,7 @@ from . import __version__, claims, partition as P, records
 from .engine import Federation, resolve_device
 from .engine.precision import gpu_policy
 from .evaluation import global_accuracy, summarise_clients
-from .methods import METHODS, Context, FLConfig, get_method, make_hyper
+from .methods import METHODS, STREAMING_METHODS, Context, FLConfig, get_method, make_hyper, method_info
 from .models import ARCH_FOR_DATASET, ARCHITECTURES, build_model
 from .noniid import wpsi
 from .reproduction import REPRODUCTIONS, Settings, reported_accuracy, runs_differently, settings_for
@@ -157,22 +157,18 @@ class RunSpec:
         check_choice(self.reproduction, "reproduction", REPRODUCTIONS)
         hyper, fl, _ = self.effective()
         hp = make_hyper(self.method, hyper)
-        if FLConfig.from_dict(fl).stream_average and not getattr(get_method(self.method), "STREAMS_AVERAGE", False):
-            streaming = [m for m in METHODS if getattr(get_method(m), "STREAMS_AVERAGE", False)]
+        info = method_info(self.method)  # the method's own declarations (fedlib.methods.contract)
+        if FLConfig.from_dict(fl).stream_average and not info.streams_average:
             fail("fl stream_average", f"False for method {self.method!r} (its training does not all go through "
-                 f"federated_averaging; methods that stream: {', '.join(streaming)})", True)
-        allowed = getattr(get_method(self.method), "PROTOCOLS", None)
-        if allowed is not None and self.protocol not in allowed:
-            fail("protocol", f"one of {list(allowed)} for method {self.method!r} (it needs the partition's "
+                 f"federated_averaging; methods that stream: {', '.join(STREAMING_METHODS)})", True)
+        if info.protocols is not None and self.protocol not in info.protocols:
+            fail("protocol", f"one of {list(info.protocols)} for method {self.method!r} (it needs the partition's "
                  "true clusters)", self.protocol)
-        check_protocol = getattr(get_method(self.method), "check_protocol", None)
-        if check_protocol is not None:  # a method's own constraint on the training protocol
-            check_protocol(hp, FLConfig.from_dict(fl))
-        check_arch = getattr(get_method(self.method), "check_arch", None)
-        if check_arch is not None:  # a method's own constraint on the model
-            check_arch(self.arch or ARCH_FOR_DATASET[self.dataset])
-        needs_val = getattr(get_method(self.method), "needs_validation", None)
-        if needs_val is not None and needs_val(hp) and self.val_fraction == 0:
+        if info.check_protocol is not None:  # a method's own constraint on the training protocol
+            info.check_protocol(hp, FLConfig.from_dict(fl))
+        if info.check_arch is not None:  # a method's own constraint on the model
+            info.check_arch(self.arch or ARCH_FOR_DATASET[self.dataset])
+        if info.needs_val(hp) and self.val_fraction == 0:
             fail("val_fraction", f"> 0 for method {self.method!r} with hyper {self.hyper or '{}'} (it selects or "
                  "weights on the clients' validation split), e.g. 0.1", self.val_fraction)
 

@@ -21,7 +21,7 @@ import dataclasses
 import itertools
 
 from .experiment import RunSpec, run_grid
-from .methods import get_method
+from .methods import method_info
 from .validation import check_number, fail
 
 __all__ = ["method_grid", "grid_points", "best_point", "tune"]
@@ -29,7 +29,7 @@ __all__ = ["method_grid", "grid_points", "best_point", "tune"]
 
 def method_grid(method: str) -> dict:
     """The search grid a method declares (Table II), ``name -> tuple of values``; {} if none."""
-    return {k: tuple(v) for k, v in dict(getattr(get_method(method), "GRID", {}) or {}).items()}
+    return {k: tuple(v) for k, v in dict(method_info(method).grid).items()}
 
 
 def grid_points(grid: dict) -> list[dict]:

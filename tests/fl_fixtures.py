@@ -76,11 +76,11 @@ def method_context(name: str, **kw) -> Context:
     """:func:`make_context` for method ``name`` with :func:`method_hyper`: with a validation
     split (val_fraction 0.2) when the method needs one (PSI-PFL, CAFA, pFedLIA, FedFomo), on
     the pathological clusters (K = 10, 5 clusters) when it is defined only there (the Oracle)."""
-    from fedlib.methods import get_method
+    from fedlib.methods import method_info
 
-    module = get_method(name)
-    needs = getattr(module, "needs_validation", lambda hp: False)(method_hyper(name))
-    protocols = getattr(module, "PROTOCOLS", None)
+    info = method_info(name)
+    needs = info.needs_val(method_hyper(name))
+    protocols = info.protocols
     if protocols is not None and "protocol" not in kw:
         kw.update(protocol=protocols[0], level=5)
     return make_context(**({"val_fraction": 0.2} if needs else {}), **kw)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from fedlib.analysis import report, report_cells
+from fedlib.methods import display_name
 from fedlib.paths import ROOT
 
 T3 = "clust_psi_pfl/table3_like_for_like"
@@ -357,7 +358,7 @@ def test_cross_paper_section_counts_the_committed_runs_and_invents_no_number(tmp
     table = lines[-1]
     header = table.splitlines()[0].strip("| ").split(" | ")
     assert header == ["method"] + [X.PARTITIONS[q].label for q in p["partitions"]]  # every partition of the grid
-    row = [ln for ln in table.splitlines() if ln.startswith(f"| {X._display(s.method)} |")][0]
+    row = [ln for ln in table.splitlines() if ln.startswith(f"| {display_name(s.method)} |")][0]
     assert set(row.strip("| ").split(" | ")[1:]) == {"—"}  # an infeasible run is no number
     assert any(ln.startswith("Not ranked yet (over the partitions whose every run is recorded): 0 partition(s)")
                for ln in lines)
@@ -386,7 +387,7 @@ def test_cross_paper_section_counts_the_committed_runs_and_invents_no_number(tmp
     assert "nor are the methods without a score on every one of them" in ranked[0]
     rows = {ln.strip("| ").split(" | ")[0]: ln.strip("| ").split(" | ") for ln in lines[-1].splitlines()[2:]}
     assert lines[-1].splitlines()[0].endswith("| mean rank |")
-    assert [rows[X._display(m)][-1] for m in ("pfedlia", "ifca", "fedavg", "cl")] == ["1.00", "2.00", "3.00", "—"]
+    assert [rows[display_name(m)][-1] for m in ("pfedlia", "ifca", "fedavg", "cl")] == ["1.00", "2.00", "3.00", "—"]
 
 
 def test_beyond_label_section_counts_the_committed_runs_and_reads_the_answer_from_them(tmp_path):

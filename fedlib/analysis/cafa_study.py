@@ -71,7 +71,7 @@ from sklearn.decomposition import PCA
 
 from .. import partition as P
 from ..experiment import grid_specs
-from ..methods import DISPLAY_NAMES
+from ..methods import display_name
 from ..methods.cafa import class_distribution, cbcc, mean_silhouette_curve, select_k
 from ..models import ARCHITECTURES
 from ..paths import ROOT
@@ -491,7 +491,7 @@ def verdicts(records, windows_df: pd.DataFrame, best_df: pd.DataFrame) -> list[s
     b = best_df.set_index("method")
     for m in ("fedavg", "fedprox"):
         if m in b.index and "cafa" in b.index:
-            lines.append(f"{src} CAFA best - {DISPLAY_NAMES.get(m, m)} best ({OFFICIAL_TEST}): "
+            lines.append(f"{src} CAFA best - {display_name(m)} best ({OFFICIAL_TEST}): "
                          f"{100 * b.loc[m, 'cafa_improvement']:+.2f} pp "
                          f"(paper: {PAPER_TABLE5['cafa'] - PAPER_TABLE5[m]:+.2f} pp)")
     return lines
@@ -526,7 +526,7 @@ def noniid_verdicts(records) -> list[str]:
     for m, g in gains.groupby("method", sort=False):
         g = g.sort_values("n_noniid")
         steps = ", ".join(f"{n} non-IID of K: {100 * v:+.2f} pp" for n, v in zip(g.n_noniid, g.gain))
-        lines.append(f"{src} §V-C, CAFA best - {DISPLAY_NAMES.get(m, m)} best grows with the number of non-IID "
+        lines.append(f"{src} §V-C, CAFA best - {display_name(m)} best grows with the number of non-IID "
                      f"clients ({steps}): {bool(np.all(np.diff(g.gain.to_numpy()) > 0))}")
     return lines
 
@@ -565,8 +565,8 @@ def ordering_holds(windows_df: pd.DataFrame, best_df: pd.DataFrame) -> dict:
     out = {}
     for other in ("fedavg", "fedprox"):
         if "cafa" in best and other in best:
-            out[f"best: CAFA > {DISPLAY_NAMES.get(other, other)}"] = bool(best["cafa"] > best[other])
-            out[f"every window: CAFA > {DISPLAY_NAMES.get(other, other)}"] = bool((win["cafa"] > win[other]).all())
+            out[f"best: CAFA > {display_name(other)}"] = bool(best["cafa"] > best[other])
+            out[f"every window: CAFA > {display_name(other)}"] = bool((win["cafa"] > win[other]).all())
     return out
 
 
@@ -583,7 +583,7 @@ def table_markdown(windows_df: pd.DataFrame, best_df: pd.DataFrame) -> str:
         w = windows_df[windows_df.method == m].set_index("window")
         b = best_df.set_index("method").loc[m]
         cells = [f"{100 * w.loc[x, 'mean']:.2f} ± {100 * w.loc[x, 'std']:.2f}" for x in order]
-        lines.append(f"| {DISPLAY_NAMES.get(m, m)} | " + " | ".join(cells)
+        lines.append(f"| {display_name(m)} | " + " | ".join(cells)
                      + f" | {100 * b['mean']:.2f} ± {100 * b['std']:.2f} |"
                      + (f" {100 * b['pooled_split_mean']:.2f} |" if pooled else ""))
     return "\n".join(lines)
@@ -596,10 +596,10 @@ def fig_curves(hist: pd.DataFrame, title: str, diverged: pd.DataFrame | None = N
     fig, ax = plt.subplots(figsize=(6, 3.5))
     for m, g in hist.groupby("method", sort=False):
         mean = g.groupby("round").accuracy.mean()
-        ax.plot(mean.index, mean.values, label=DISPLAY_NAMES.get(m, m))
+        ax.plot(mean.index, mean.values, label=display_name(m))
     for (m, seed), g in ([] if diverged is None else diverged.groupby(["method", "seed"], sort=False)):
         line, = ax.plot(g["round"], g.accuracy, ls="--", lw=1,
-                        label=f"{DISPLAY_NAMES.get(m, m)}, seed {seed}: diverged in round {int(g.diverged_round.iloc[0])}")
+                        label=f"{display_name(m)}, seed {seed}: diverged in round {int(g.diverged_round.iloc[0])}")
         ax.plot(g["round"].iloc[-1], g.accuracy.iloc[-1], "x", color=line.get_color())
     ax.set(xlabel="round", ylabel=OFFICIAL_TEST, title=title)
     ax.legend()

@@ -58,7 +58,7 @@ import pandas as pd
 from .. import partition as P
 from ..evaluation import cluster_recovery
 from ..experiment import RunSpec, grid_specs, present_records
-from ..methods import DISPLAY_NAMES, METHODS, get_method
+from ..methods import GROUPING_METHODS, METHODS, display_name, method_info
 from ..validation import check_choice, check_int, check_number, fail
 from .tables import frame_markdown as table_markdown, records_frame
 
@@ -90,17 +90,13 @@ PARTITIONS = {
 planted clusters, or the IID share (the protocol's ``level_name``)."""
 
 REFERENCES = ("cl", "oracle")  # shown beside the ranked methods, never ranked
-GROUPING_METHODS = ("clust_psi_pfl", "cfl", "ifca", "fedclust", "fedprism", "fesem", "pfedlia", "oracle")
-"""The methods whose record holds a grouping of the clients (``info['cluster_of_client']`` or
-``info['assignment']``) scored by ARI: FedAMP's "grouping" is every client alone, the one-model
-methods and Local-only group nothing."""
 WORST_SHARE = 0.10  # the worst 10 % clients
 ALPHA = 0.05  # the family-wise significance level of the Friedman / Nemenyi tests
 
 
 def allowed(method: str, protocol: str) -> bool:
     """Whether ``method`` runs on ``protocol`` (its ``PROTOCOLS``, e.g. the Oracle: pathological only)."""
-    protocols = getattr(get_method(method), "PROTOCOLS", None)
+    protocols = method_info(method).protocols
     return protocols is None or protocol in protocols
 
 
@@ -257,7 +253,7 @@ def cell_table(df: pd.DataFrame, value: str, partitions=None) -> pd.DataFrame:
             check_choice(p, "partitions entries", tuple(PARTITIONS))
     rows = []
     for m in methods:
-        row = {"Method": _display(m)}
+        row = {"Method": display_name(m)}
         for p in parts:
             g = df[(df.method == m) & (df.partition == p)]
             bad = sorted(set(g.status) - {"ok"})
@@ -335,15 +331,14 @@ def _autorank(data: pd.DataFrame, alpha: float):
         return autorank(data, alpha=alpha, order="descending", force_mode="nonparametric")
 
 
-def _display(m: str) -> str:
-    return DISPLAY_NAMES.get(m, m)
+_display = display_name  # notebook 11's committed cells read study._display; new code: fedlib.methods.display_name
 
 
 def fig_cd(result):
     """The critical-difference diagram of ``result`` (:func:`ranking`), drawn by autorank."""
     from autorank import plot_stats
 
-    renamed = result._replace(rankdf=result.rankdf.rename(index=_display))
+    renamed = result._replace(rankdf=result.rankdf.rename(index=display_name))
     ax = plot_stats(renamed, allow_insignificant=True, width=9)
     return ax.get_figure()
 
@@ -355,7 +350,7 @@ def fig_heatmap(scores: pd.DataFrame, title: str = "weighted local accuracy (%)"
     im = ax.imshow(scores.to_numpy(float), cmap="viridis", aspect="auto")
     ax.set_xticks(range(scores.shape[1]), [PARTITIONS[p].label for p in scores.columns], rotation=30, ha="right",
                   fontsize=8)
-    ax.set_yticks(range(scores.shape[0]), [_display(m) for m in scores.index], fontsize=8)
+    ax.set_yticks(range(scores.shape[0]), [display_name(m) for m in scores.index], fontsize=8)
     for i, j in zip(*np.where(~np.isnan(scores.to_numpy(float)))):
         v = scores.iat[i, j]
         ax.text(j, i, f"{v:.1f}", ha="center", va="center", fontsize=6,
@@ -390,7 +385,7 @@ def fig_ecdf(frames: dict, highlight=("cl", "fedavg", "clust_psi_pfl", "pfedlia"
         for m in _order(f, "method", METHODS):
             d = f[f.method == m]
             if m in highlight:
-                ax.step(d.accuracy, d.F, where="post", lw=1.6, color=cmap(highlight.index(m)), label=_display(m))
+                ax.step(d.accuracy, d.F, where="post", lw=1.6, color=cmap(highlight.index(m)), label=display_name(m))
             else:
                 ax.step(d.accuracy, d.F, where="post", lw=0.6, color="0.75")
         ax.set_title(PARTITIONS[name].label, fontsize=9)

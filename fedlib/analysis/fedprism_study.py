@@ -41,7 +41,7 @@ import pandas as pd
 
 from .. import partition as P
 from ..experiment import RunSpec, grid_specs
-from ..methods import DISPLAY_NAMES, cfl
+from ..methods import cfl, display_name
 from ..paths import ROOT
 from .tables import mean_sd, frame_markdown as table_markdown
 from ..validation import check_choice, check_int, check_number, fail
@@ -150,7 +150,7 @@ def training_specs(alphas, n_clients: int, seeds, fl: dict, *, hyper: dict | Non
                                  ("fedamp", fedamp_variants, "{'attention': 'paper'}")):
         for v in variants if m in methods else ():
             if not isinstance(v, dict):
-                fail(f"{m}_variants", f"a list of dicts of {DISPLAY_NAMES[m]} hyperparameters, e.g. [{example}]", v)
+                fail(f"{m}_variants", f"a list of dicts of {display_name(m)} hyperparameters, e.g. [{example}]", v)
             specs += grid_specs([dataset], {partition: list(alphas)}, [n_clients], list(seeds), [m],
                                 hyper={m: {**hyper.get(m, {}), **v}}, fl=fl, n_train=n_train)
     return _fedprism_protocol(specs, arch, n_global_test)
@@ -238,9 +238,9 @@ def method_label(spec: dict) -> str:
 
 def _display(label: str) -> str:
     if label == "cfl":
-        return f"{DISPLAY_NAMES['cfl']} (FedCFL; {cfl.thresholds_label(CFL_PAPER)}: {CFL_PAPER_SOURCE})"
+        return f"{display_name('cfl')} (FedCFL; {cfl.thresholds_label(CFL_PAPER)}: {CFL_PAPER_SOURCE})"
     base, _, rest = label.partition(" ")
-    return DISPLAY_NAMES.get(base, base) + (f" {rest}" if rest else "")
+    return display_name(base) + (f" {rest}" if rest else "")
 
 
 def accuracy_frame(records) -> pd.DataFrame:
@@ -431,7 +431,7 @@ def observations(df: pd.DataFrame, dataset: str = "fmnist") -> list[str]:
         if best is not None and pa:
             paper_best = max(pa, key=lambda m: pa[m][1])
             lines.append(f"α={a:g}: best local accuracy: {_display(best)} "
-                         f"(paper: {DISPLAY_NAMES.get(paper_best, paper_best)})")
+                         f"(paper: {display_name(paper_best)})")
     return lines
 
 

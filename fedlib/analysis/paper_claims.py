@@ -54,7 +54,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..methods import DISPLAY_NAMES
+from ..methods import display_name
 from ..paths import ROOT
 from . import report, report_cells
 from .report_cells import PAPERS, Reading
@@ -429,7 +429,7 @@ def _name(reading: Reading | None, claim: Claim) -> str:
     c = _owner(reading)
     row = c.row if c is not None else str(dict(reading.match).get("method", "?"))
     method, _, rest = row.partition(" ")
-    return f"{DISPLAY_NAMES.get(method, method)}{(' ' + rest) if rest else ''} ({reading.name})"
+    return f"{display_name(method)}{(' ' + rest) if rest else ''} ({reading.name})"
 
 
 def _row_id(reading: Reading | None) -> str | None:

@@ -36,7 +36,7 @@ import pandas as pd
 from .. import partition as P
 from ..evaluation import cluster_recovery
 from ..experiment import RunSpec, grid_specs
-from ..methods import DISPLAY_NAMES, cfl
+from ..methods import cfl, display_name
 from ..paths import ROOT
 from .tables import mean_sd, frame_markdown as table_markdown
 from ..validation import check_choice, check_int, fail
@@ -153,9 +153,9 @@ def method_label(spec: dict) -> str:
 
 def _display(label: str) -> str:
     if label == "cfl":
-        return f"{DISPLAY_NAMES['cfl']} ({cfl.thresholds_label(CFL_PAPER)}: FL-bench's)"
+        return f"{display_name('cfl')} ({cfl.thresholds_label(CFL_PAPER)}: FL-bench's)"
     base, _, rest = label.partition(" ")
-    return DISPLAY_NAMES.get(base, base) + (f" {rest}" if rest else "")
+    return display_name(base) + (f" {rest}" if rest else "")
 
 
 def _with_variants(names, present) -> list[str]:

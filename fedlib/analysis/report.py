@@ -36,13 +36,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..methods import DISPLAY_NAMES
+from ..methods import display_name
 from ..paths import ROOT
 from ..strict_json import restore
 from ..validation import fail
 from ..evaluation import client_parity
 from .tables import frame_markdown, records_frame, setting_name
-from .report_cells import KINDS, METRICS, PAPERS, REASONS, RECORD_COMMANDS, cells
+from .report_cells import METRICS, PAPERS, REASONS, RECORD_COMMANDS, cells
 from .psi_pfl_study import paper_variant_records
 
 __all__ = ["RECORDS", "VERDICTS", "DERIVATIONS", "record_value", "cl_distance", "matches", "row_values", "frame", "scoreboard", "VERDICT_RULE", "EVIDENCE_RULE", "NOT_RUN_SEEDS", "not_run_groups",
@@ -188,7 +188,7 @@ def _not_ok(record) -> str:
     if not div or div.get("round_idx") is None:
         return str(record.get("status"))
     how = f", {div['optimizer']} lr {div['lr']:g}" if div.get("optimizer") and div.get("lr") is not None else ""
-    method = DISPLAY_NAMES.get(record["spec"].get("method"), record["spec"].get("method"))
+    method = display_name(record["spec"].get("method"))
     return f"failed ({method} seed {record['spec'].get('seed', 0)}: diverged in round {int(div['round_idx']) + 1}{how})"
 
 
@@ -378,7 +378,7 @@ def _num(v: float, unit: str, signed: bool = False) -> str:
 def _name(row: str) -> str:
     """A row's method as the papers write it (``clust_psi_pfl`` -> ``Clust-PSI-PFL``); other rows as they are."""
     method, _, rest = row.partition(" ")
-    return DISPLAY_NAMES.get(method, method) + (f" {rest}" if rest else "")
+    return display_name(method) + (f" {rest}" if rest else "")
 
 
 def _paper(r) -> str:
@@ -524,13 +524,13 @@ def cross_paper_markdown(root: Path | str = RECORDS, params: Path = CROSS_PAPER_
         return out + ["No run of this grid is recorded yet: `python benchmarks/paper_grid.py cross-paper "
                       "--out benchmarks/records/cross_paper` computes it, resumably."]
     scores = X.score_table(X.runs_frame(found))
-    table = scores.reindex(columns=p["partitions"]).rename(index=X._display, columns=lambda c: X.PARTITIONS[c].label)
+    table = scores.reindex(columns=p["partitions"]).rename(index=display_name, columns=lambda c: X.PARTITIONS[c].label)
     done = set(X.complete_partitions(missing))
     complete = [q for q in scores.columns if q in done]  # every run recorded
     why = X.unrankable(scores[complete])
     if why is None:  # autorank's Friedman / Nemenyi over the complete partitions (cross_paper.ranking)
         result, left_out = X.ranking(scores[complete])
-        table["mean rank"] = result.rankdf.meanrank.rename(index=X._display)
+        table["mean rank"] = result.rankdf.meanrank.rename(index=display_name)
         out += [f"Mean rank over the {len(complete)} partitions whose every run is recorded (1 = best; Friedman "
                 f"p = {result.pvalue:.3g}, Nemenyi critical distance {result.cd:.2f} ranks at α = {X.ALPHA}): the "
                 "last column; CL and the Oracle are references, not ranked"

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..methods import PARAM_AVERAGE_METHODS
 from ..reproduction import runs_differently
 from .cafa_study import AUTHORS_FL, PAPER_TABLE2, PAPER_TABLE3, PAPER_TABLE4, PAPER_TABLE5, PAPER_WINDOWS
 from .fedprism_study import CFL_PAPER as FEDPRISM_CFL
@@ -367,9 +368,6 @@ _FEDPRISM_CAUSES = {m: {"Glob": _FEDPRISM_GLOB_CAUSE} for m in ("fedclust", "cfl
 _FEDPRISM_GAMMA = ("paper_inconsistent", "α₀ = 0.9, β = 0.1 and γ = 1 − α − β leave the private part's weight at 0 "
                                          "(or negative, which Alg. 2's [0, 1] clip of α undoes)")
 _FEDPRISM_CLIP = "paper protocol, Alg. 2's [0, 1] clip of α"
-_PARAM_AVERAGE = ("ifca", "fedclust", "cfl", "fedamp")
-"""FedPrism Table 1's methods whose clients use several models: their Glob cell has a second
-reading, the parameter average of those models (``param_average_accuracy``)."""
 _DATASETS = {"fmnist": "FMNIST", "svhn": "SVHN", "cifar10": "CIFAR-10", "cifar100": "CIFAR-100"}
 
 
@@ -406,7 +404,7 @@ def _fedprism_cells() -> list[Cell]:
                 cause = _FEDPRISM_CAUSES.get(m, {}).get(label)
                 # each reading's evidence is its own parameter-average reading
                 causes = {r.name: Cause(*cause, evidence=f"{r.name}, parameter average") for r in readings} if cause else {}
-                if label == "Glob" and m in _PARAM_AVERAGE:  # the authors' reading, beside ours
+                if label == "Glob" and m in PARAM_AVERAGE_METHODS:  # the authors' reading, beside ours
                     readings += tuple(Reading(f"{r.name}, parameter average", r.records, r.match,
                                               "param_average_accuracy") for r in readings)
                 if m == "fedprism":  # Alg. 2's own clip of α to [0, 1] (line 30): γ = 1 − α − β can go negative

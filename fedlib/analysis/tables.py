@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..methods import DISPLAY_NAMES
+from ..methods import METHODS, display_name
 from ..partition import level_symbol
 from ..strict_json import restore
 
@@ -202,16 +202,15 @@ def to_markdown(table: pd.DataFrame, value: str = "mean", spread: str = "std") -
     ]
     failed = t["n_failed"] if "n_failed" in t else pd.Series(0, index=t.index)
     t["cell"] = [_fmt(a, b, n, n_failed=f) for a, b, n, f in zip(t[value], t[spread], t.n_seeds, failed)]
-    t["Method"] = t.method.map(lambda m: DISPLAY_NAMES.get(m, m))
-    order = {m: i for i, m in enumerate(DISPLAY_NAMES)}
+    t["Method"] = t.method.map(display_name)
+    order = {display_name(m): i for i, m in enumerate(METHODS)}  # the rows in the registry's order
     blocks = []
     for ds, sub in t.groupby("dataset", sort=True):
         settings = list(dict.fromkeys(sub.sort_values(["protocol", "n_clients", "level"],
                                                       ascending=[True, True, False]).setting))
         pv = sub.pivot_table(index="Method", columns="setting", values="cell", aggfunc="first")
         pv = pv.reindex(columns=settings).fillna("")
-        pv = pv.loc[sorted(pv.index, key=lambda m: order.get(
-            next((k for k, v in DISPLAY_NAMES.items() if v == m), m), 99))]
+        pv = pv.loc[sorted(pv.index, key=lambda m: order.get(m, 99))]
         header = "| Method | " + " | ".join(settings) + " |"
         sep = "|---" * (len(settings) + 1) + "|"
         lines = [f"**{ds}**", "", header, sep]

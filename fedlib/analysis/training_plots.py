@@ -14,7 +14,7 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.lines import Line2D
 
-from ..methods import DISPLAY_NAMES
+from ..methods import METHODS, display_name
 from ..partition import level_log_scale, level_symbol
 
 __all__ = ["fig5_silhouette", "fig6_tau", "fig7_accuracy", "fig8_ecdf", "ecdf_panel", "method_color"]
@@ -23,7 +23,7 @@ PROPOSED = "clust_psi_pfl"
 REFERENCES = ("cl", "local")  # not federated: drawn dashed
 # tab10, then three colours outside its hues (indigo, gold, plum); the proposed method is black
 # (a registry grown past 13 other methods takes further distinct colours from seaborn's husl)
-_OTHERS = [m for m in DISPLAY_NAMES if m != PROPOSED]
+_OTHERS = [m for m in METHODS if m != PROPOSED]
 _METHOD_PALETTE = [*sns.color_palette("tab10").as_hex(), "#393b79", "#e7ba52", "#7b4173"]
 _METHOD_PALETTE += sns.color_palette("husl", max(0, len(_OTHERS) - len(_METHOD_PALETTE))).as_hex()
 _METHOD_COLORS = dict(zip(_OTHERS, _METHOD_PALETTE))
@@ -52,13 +52,13 @@ def _method_line(method: str, proposed: str = PROPOSED) -> dict:
 def _method_order(methods) -> list:
     """Registered methods in registry order, then any others in order of appearance."""
     present = list(dict.fromkeys(methods))
-    return [m for m in DISPLAY_NAMES if m in present] + [m for m in present if m not in DISPLAY_NAMES]
+    return [m for m in METHODS if m in present] + [m for m in present if m not in METHODS]
 
 
 def _method_legend(fig, methods, extra=(), ncol=8, marker="o", proposed: str = PROPOSED) -> None:
     """One legend below the panels: a handle per method (registry order), then ``extra``."""
     handles = [Line2D([], [], marker=marker, ms=5, **_method_line(m, proposed)) for m in methods]
-    labels = [DISPLAY_NAMES.get(m, m) for m in methods]
+    labels = [display_name(m) for m in methods]
     for h, lab in extra:
         handles.append(h)
         labels.append(lab)
@@ -175,7 +175,7 @@ def _single_level_panel(ax, sub, methods, proposed: str = PROPOSED) -> None:
         mean, lo, hi = stats.loc[m, ["mean", "min", "max"]]
         ax.errorbar([mean], [y], xerr=[[mean - lo], [hi - mean]], fmt="o", color=method_color(m, proposed),
                     ms=7 if m == proposed else 5, capsize=2, lw=1.2)
-    ax.set_yticks(range(len(shown)), [DISPLAY_NAMES.get(m, m) for m in shown], fontsize=8)
+    ax.set_yticks(range(len(shown)), [display_name(m) for m in shown], fontsize=8)
     for t, m in zip(ax.get_yticklabels(), shown):
         if m == proposed:
             t.set_fontweight("bold")
@@ -226,7 +226,7 @@ def ecdf_panel(ax, runs: pd.DataFrame, methods, proposed: str = PROPOSED) -> Non
         acc = np.concatenate([np.asarray(a, float).ravel() for a in g.local_accuracy])
         acc = acc[~np.isnan(acc)]
         if acc.size:
-            sns.ecdfplot(x=acc, ax=ax, label=DISPLAY_NAMES.get(m, m), **_method_line(m, proposed))
+            sns.ecdfplot(x=acc, ax=ax, label=display_name(m), **_method_line(m, proposed))
     ax.set(xlabel="local accuracy", ylabel="ECDF", xlim=(0, 1.01), ylim=(0, 1.02))
 
 

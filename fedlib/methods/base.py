@@ -2,7 +2,8 @@
 
 A method is one module exposing ``NAME``, a frozen dataclass ``Hyper`` (its
 hyperparameters with the paper's defaults, Table II), ``GRID`` (Table II's search grid,
-read by :func:`fedlib.tuning.tune`) and ``run(ctx, hp) -> Outcome``. It sees the federation
+read by :func:`fedlib.tuning.tune`), ``run(ctx, hp) -> Outcome`` and ``INFO``, its registry
+entry (:class:`fedlib.methods.contract.MethodInfo`). It sees the federation
 only through :class:`Context`; the math of its rules lives in pure functions in its module.
 
 The services of :class:`Context` (interface v2)
@@ -26,13 +27,13 @@ planted_clusters   the partition's true cluster of each client (pFedLIA's protoc
 restart      forget the history and kept optimiser states (PSI-PFL trains one candidate per
              threshold, each afresh)
 
-Optional module hooks, checked by :meth:`fedlib.experiment.RunSpec.validate` before any work:
-``needs_validation(hp)`` (the method reads the validation split), ``PROTOCOLS`` (the partitions
-it is defined on), ``check_protocol(hp, cfg)`` (a constraint between its hyperparameters and
-the training protocol), ``check_arch(arch)`` (a constraint on the model: FedPrism needs layers
-before the classifier) and ``STREAMS_AVERAGE = True`` (all its training goes through
-:func:`federated_averaging` or :func:`global_model_rounds`, so ``FLConfig.stream_average``
-applies; other methods refuse it).
+Optional hooks and properties, fields of its ``INFO`` (:class:`fedlib.methods.contract.MethodInfo`),
+checked by :meth:`fedlib.experiment.RunSpec.validate` before any work: ``needs_validation(hp)``
+(the method reads the validation split), ``protocols`` (the partitions it is defined on),
+``check_protocol(hp, cfg)`` (a constraint between its hyperparameters and the training
+protocol), ``check_arch(arch)`` (a constraint on the model: FedPrism needs layers before the
+classifier) and ``streams_average`` (all its training goes through :func:`federated_averaging`
+or :func:`global_model_rounds`, so ``FLConfig.stream_average`` applies; other methods refuse it).
 
 Shared loops: :func:`federated_averaging` (FedAvg inside each of several groups) and
 :func:`global_model_rounds` (one global model, pluggable selection and server step); both
@@ -65,7 +66,8 @@ CLUSTER_STREAM = "clusters/selection"  # selection streams of the per-cluster ph
 
 __all__ = ["FLConfig", "Context", "Outcome", "sample_clients", "take", "parameter_average", "federated_averaging", "CLUSTER_STREAM",
            "global_model_rounds", "round_size", "check_finite_models", "State", "local_losses", "round_robin",
-           "pooled_accuracies", "fedlab_losses", "aggregation_weights", "AGGREGATIONS", "cluster_means"]
+           "pooled_accuracies", "fedlab_losses", "aggregation_weights", "AGGREGATIONS", "cluster_means",
+           "per_cluster_average"]
 
 
 @dataclass(frozen=True)
@@ -696,3 +698,32 @@ def cluster_means(values, labels) -> np.ndarray:
     """Mean of ``values`` (K,) over each group of ``labels`` (K,; ids 0..G−1) → (G,)."""
     labels = np.asarray(labels, dtype=np.int64)
     return np.bincount(labels, weights=values) / np.bincount(labels)
+
+
+def per_cluster_average(models: State, members: State, cluster, weights) -> State:
+    """Each cluster model j ← the weighted average of the member models assigned to it:
+    θ_j ← Σ_{i: c_i = j} w_i θ_i / Σ_{i: c_i = j} w_i (IFCA's aggregation with w = sample
+    counts; FeSEM's M-step with w = its a_i).
+
+    Parameters
+    ----------
+    models : State (k, ...) — the cluster models before the update.
+    members : State (M, ...) — the member models (the clients' trained models).
+    cluster : int array (M,) — each member's cluster c_i, in [0, k).
+    weights : array-like (M,) — w_i ≥ 0.
+
+    Returns
+    -------
+    State (k, ...), new tensors of ``models``' dtypes: a cluster with no member, or whose
+    members all weigh 0, keeps its model.
+    """
+    cluster = np.asarray(cluster, dtype=np.int64)
+    w = np.asarray(weights, dtype=np.float64)
+    out = {name: value.clone() for name, value in models.items()}
+    for j in np.unique(cluster):
+        rows = np.flatnonzero(cluster == j)
+        if w[rows].sum() > 0:
+            avg = weighted_average(take(members, rows), w[rows])
+            for name in out:
+                out[name][int(j)] = avg[name]
+    return out

@@ -70,13 +70,11 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
-from sklearn.cluster import KMeans
-from sklearn.exceptions import ConvergenceWarning
-from sklearn.metrics import silhouette_score
 
 from ..engine import broadcast, weighted_average
 from ..validation import check_choice, check_int, fail
 from .base import Context, Outcome, check_finite_models, sample_clients
+from .contract import MethodInfo
 
 NAME = "cafa"
 GRID = {}  # the paper tunes nothing
@@ -151,6 +149,9 @@ def kmeans_labels(v, k: int, random_state: int, n_init: int = 10) -> tuple[np.nd
     With fewer distinct rows than k some clusters stay empty (their ids never occur in the
     labels); sklearn's warning about it is silenced — :func:`n_clusters` counts the clusters
     filled."""
+    from sklearn.cluster import KMeans  # imported here: importing the registry stays light
+    from sklearn.exceptions import ConvergenceWarning
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         km = KMeans(n_clusters=k, n_init=n_init, random_state=random_state).fit(v)
@@ -170,6 +171,8 @@ def silhouette_curve(v, ks, random_state: int, n_init: int = 10) -> dict:
     -------
     dict int k -> float s̄_k (in ``ks``'s order).
     """
+    from sklearn.metrics import silhouette_score  # imported here: importing the registry stays light
+
     return {int(k): float(silhouette_score(v, kmeans_labels(v, int(k), random_state, n_init)[0]))
             for k in ks}
 
@@ -321,3 +324,6 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
             "cbcc_weights": stage1.weights.tolist(), "selected": selected, "weights": weights,
             "kmeans_random_state": random_state}
     return Outcome(broadcast(model, 1), assignment, info)
+
+
+INFO = MethodInfo(NAME, "CAFA", Hyper, run, grid=GRID, needs_validation=needs_validation)

@@ -72,13 +72,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from scipy.cluster.hierarchy import cut_tree, linkage
-from scipy.spatial.distance import squareform
 
 from ..engine import broadcast, evaluate, flatten_params, weighted_average
 from ..engine.host import to_host
 from ..validation import check_choice, check_int, check_number, fail
 from .base import AGGREGATIONS, Context, FLConfig, Outcome, State, aggregation_weights, sample_clients, take
+from .contract import MethodInfo
 
 NAME = "cfl"
 
@@ -263,6 +262,9 @@ def bipartition(dw: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
     """
     if len(dw) < 2:
         raise ValueError(f"bipartition needs at least 2 updates, got {len(dw)}")
+    from scipy.cluster.hierarchy import cut_tree, linkage  # imported here: importing the registry stays light
+    from scipy.spatial.distance import squareform
+
     dist = to_host((1.0 - cosine_similarity_matrix(dw)).clamp_min(0))
     np.fill_diagonal(dist, 0.0)
     labels = cut_tree(linkage(squareform(dist, checks=False), method="complete"), n_clusters=2).ravel()
@@ -403,3 +405,7 @@ def _assignment(clusters: list[np.ndarray], k: int) -> np.ndarray:
     for g, c in enumerate(clusters):
         out[c] = g
     return out
+
+
+INFO = MethodInfo(NAME, "CFL", Hyper, run, grid=GRID, groups_clients=True, param_average=True,
+                  check_protocol=check_protocol)

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..validation import check_int
 from .base import Context, Outcome
+from .contract import MethodInfo
 
 NAME = "cl"
 
@@ -44,3 +45,6 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
     assignment = np.zeros(ctx.n_clients, dtype=np.int64)
     ctx.log_round(ctx.cfg.rounds - 1, res.params, assignment)
     return Outcome(res.params, assignment, {"epochs": int(epochs)})
+
+
+INFO = MethodInfo(NAME, "CL", Hyper, run)

@@ -75,11 +75,11 @@ from ..noniid import attribute_counts, image_summaries, joint_counts, quantile_b
 from ..privacy import POSTPROCESS, server_attribute_histograms, server_histograms
 from ..validation import check_choice, check_int, check_number, check_seed, fail
 from .base import Context, Outcome, federated_averaging
+from .contract import MethodInfo
 
 NAME = "clust_psi_pfl"
 FEATURES = ("label", "attribute", "joint")
 """What the clustering step computes PSI over (module docstring: what the server learns)."""
-STREAMS_AVERAGE = True  # all its training goes through federated_averaging (FLConfig.stream_average)
 
 
 @dataclass(frozen=True)
@@ -212,3 +212,7 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
     out.info.update(info)
     out.info["assignment"] = labels.tolist()
     return out
+
+
+# all its training goes through federated_averaging (FLConfig.stream_average)
+INFO = MethodInfo(NAME, "Clust-PSI-PFL", Hyper, run, streams_average=True, groups_clients=True)

@@ -51,6 +51,7 @@ from ..engine import broadcast, flatten_params
 from ..engine.host import to_host
 from ..validation import check_choice, check_number, fail
 from .base import Context, Outcome, State, check_finite_models, sample_clients, take
+from .contract import MethodInfo
 
 NAME = "fedamp"
 ATTENTIONS = ("softmax", "paper")
@@ -160,3 +161,6 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
     info = {"mu": mu, "selected": selected, "cluster_of_client": everyone.tolist(),
             "never_selected": np.setdiff1d(everyone, trained).tolist()}
     return Outcome(local, everyone.copy(), info)
+
+
+INFO = MethodInfo(NAME, "FedAMP", Hyper, run, grid=GRID, param_average=True)

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from .base import Context, Outcome, federated_averaging
+from .contract import MethodInfo
 
 NAME = "fedavg"
-STREAMS_AVERAGE = True  # all its training goes through federated_averaging (FLConfig.stream_average)
 
 
 @dataclass(frozen=True)
@@ -19,3 +19,7 @@ class Hyper:
 
 def run(ctx: Context, hp: Hyper) -> Outcome:
     return federated_averaging(ctx, [np.arange(ctx.n_clients)])
+
+
+# all its training goes through federated_averaging (FLConfig.stream_average)
+INFO = MethodInfo(NAME, "FedAvg", Hyper, run, streams_average=True)

@@ -47,9 +47,9 @@ import numpy as np
 
 from ..validation import check_choice, check_int, check_number
 from .base import AGGREGATIONS, Context, Outcome, cluster_means, global_model_rounds, round_robin, round_size
+from .contract import MethodInfo
 
 NAME = "fedcls"
-STREAMS_AVERAGE = True  # all its training goes through global_model_rounds (FLConfig.stream_average)
 GRID = {"tau": (0.1, 0.5, 0.95)}  # Clust-PSI-PFL Table II
 VARIANTS = ("psi", "original", "psi_code")
 FALLBACK_GROUP = 0.2  # "psi_code": with no group of ≥ 2, clients 0..⌊0.2·K⌋−1 form one
@@ -218,3 +218,7 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
     out.info.update({"variant": hp.variant, "groups": labels.tolist(),
                      "n_groups": int(labels.max() + 1), "m": m})
     return out
+
+
+# all its training goes through global_model_rounds (FLConfig.stream_average)
+INFO = MethodInfo(NAME, "FedCLS", Hyper, run, grid=GRID, streams_average=True)

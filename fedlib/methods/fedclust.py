@@ -43,15 +43,13 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from scipy.optimize import linear_sum_assignment
-from sklearn.cluster import KMeans
-from sklearn.exceptions import ConvergenceWarning
 
 from ..engine import weighted_average
 from ..engine.host import to_host
 from ..models import head_prefix
 from ..validation import check_choice, check_int, fail
 from .base import Context, Outcome, State, check_finite_models, sample_clients, take
+from .contract import MethodInfo
 
 NAME = "fedclust"
 GRID = {}  # FedPrism tunes nothing for its baselines
@@ -116,6 +114,8 @@ def match_clusters(new_centroids, old_centroids) -> np.ndarray:
         fail("old_centroids", f"a (C, {new.shape[1]}) matrix like new_centroids", old_centroids)
     mapping = np.full(len(new), -1, dtype=np.int64)
     if len(old):
+        from scipy.optimize import linear_sum_assignment  # imported here: importing the registry stays light
+
         rows, cols = linear_sum_assignment(1.0 - cosine_matrix(new, old))
         mapping[rows] = cols
     free = np.flatnonzero(mapping < 0)
@@ -128,6 +128,9 @@ def _kmeans(features: np.ndarray, c: int, rng: np.random.Generator, n_init: int)
     c = min(c, len(features))
     if c == 1:
         return np.zeros(len(features), dtype=np.int64)
+    from sklearn.cluster import KMeans  # imported here: importing the registry stays light
+    from sklearn.exceptions import ConvergenceWarning
+
     with warnings.catch_warnings():  # identical rows: fewer distinct clusters than c, kept as found
         warnings.simplefilter("ignore", ConvergenceWarning)
         km = KMeans(n_clusters=c, n_init=n_init, random_state=int(rng.integers(0, 2**31 - 1))).fit(features)
@@ -181,3 +184,6 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
             "cluster_sizes": np.bincount(cluster[cluster >= 0], minlength=c).tolist(),
             "n_unclustered": int((cluster < 0).sum()), "selected": selected, "clusters": per_round}
     return Outcome(models, assignment, info)
+
+
+INFO = MethodInfo(NAME, "FedClust", Hyper, run, grid=GRID, groups_clients=True, param_average=True)

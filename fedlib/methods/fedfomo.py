@@ -73,6 +73,7 @@ from ..engine import broadcast, evaluate, flatten_params
 from ..engine.host import to_host
 from ..validation import check_int, check_number, fail
 from .base import Context, Outcome, State, check_finite_models, sample_clients, take
+from .contract import MethodInfo
 
 NAME = "fedfomo"
 GRID = {}  # FL-bench's defaults; pFedLIA tunes nothing for its baselines
@@ -387,3 +388,6 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
         info["affinity"] = affinity.tolist()
         info["weight_mass"] = mass.tolist()
     return Outcome(local, everyone.copy(), info)
+
+
+INFO = MethodInfo(NAME, "FedFomo", Hyper, run, grid=GRID, needs_validation=needs_validation)

@@ -53,6 +53,7 @@ import torch
 
 from ..validation import check_choice, check_number
 from .base import Context, Outcome, State, global_model_rounds
+from .contract import MethodInfo
 
 VARIANTS = ("flower", "reddi")
 REDDI_ADAGRAD_BETA1 = 0.9  # Reddi et al.'s β1 for all three adaptive optimisers
@@ -261,14 +262,20 @@ def server_update(rule: Callable, current: State, aggregate: State, state, names
 
 @dataclass(frozen=True)
 class ServerOptimiser:
-    """One method of this module: NAME, Hyper, GRID (Table II) and ``run(ctx, hp)``."""
+    """One method of this module: NAME, Hyper, GRID (Table II) and ``run(ctx, hp)``; ``INFO`` is
+    its registry entry (:class:`fedlib.methods.contract.MethodInfo`)."""
 
     NAME: str
     Hyper: type
     GRID: dict = field(hash=False)
     init: Callable
     step: Callable
-    STREAMS_AVERAGE = True  # not a field: all its training goes through global_model_rounds
+    display_name: str
+
+    @property
+    def INFO(self) -> MethodInfo:  # noqa: N802 (the module-level name of a one-method module)
+        # streams_average: all its training goes through global_model_rounds (FLConfig.stream_average)
+        return MethodInfo(self.NAME, self.display_name, self.Hyper, self.run, grid=self.GRID, streams_average=True)
 
     def run(self, ctx: Context, hp) -> Outcome:
         names = [n for n, _ in ctx.model.named_parameters()]
@@ -279,18 +286,20 @@ class ServerOptimiser:
 
 METHODS = {
     "fedavgm": ServerOptimiser("fedavgm", FedAvgMHyper, {"momentum": [0.7, 0.9, 0.99]},
-                               init_momentum, fedavgm_step),
+                               init_momentum, fedavgm_step, "FedAvgM"),
     "fedadagrad": ServerOptimiser("fedadagrad", FedAdagradHyper,
                                   {"tau": [0.01, 0.1], "eta": [0.1, 0.3162], "eta_l": [0.01, 1.0]},
-                                  init_moments, fedadagrad_step),
+                                  init_moments, fedadagrad_step, "FedAdagrad"),
     "fedyogi": ServerOptimiser("fedyogi", FedYogiHyper,
                                {"tau": [0.001, 0.01, 0.1], "eta": [0.001, 0.01], "eta_l": [0.01, 1.0],
                                 "beta_1": [0.9, 0.99], "beta_2": [0.9, 0.99]},
-                               init_moments, fedyogi_step),
+                               init_moments, fedyogi_step, "FedYogi"),
     "fedadam": ServerOptimiser("fedadam", FedAdamHyper,
                                {"tau": [0.001, 0.01, 0.1], "eta": [0.001, 0.01], "eta_l": [0.01, 1.0],
                                 "beta_1": [0.9, 0.99], "beta_2": [0.9, 0.99]},
-                               init_moments, fedadam_step),
+                               init_moments, fedadam_step, "FedAdam"),
 }
 
 GRID = {name: method.GRID for name, method in METHODS.items()}
+INFO = tuple(method.INFO for method in METHODS.values())
+"""This module's registry entries, one per method, in :data:`METHODS`' order."""

@@ -75,8 +75,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from scipy.optimize import linear_sum_assignment
-from sklearn.cluster import KMeans
 
 from ..engine import broadcast, weighted_average
 from ..engine.host import to_host
@@ -84,6 +82,7 @@ from ..engine.predict import GatedMixture
 from ..models import head_prefix
 from ..validation import check_choice, check_int, check_number, fail
 from .base import Context, Outcome, State, check_finite_models, sample_clients, take
+from .contract import MethodInfo
 
 NAME = "fedprism"
 GRID: dict = {}
@@ -241,6 +240,8 @@ def match_centroids(centroids, references) -> np.ndarray:
     """Which cluster model each new centroid belongs to: the Hungarian assignment (scipy's
     ``linear_sum_assignment``) maximising the total cosine similarity between the new
     centroids (k', D) and the cluster models' prototypes (K, D), k' ≤ K. Returns (k',) ids."""
+    from scipy.optimize import linear_sum_assignment  # imported here: importing the registry stays light
+
     sim = _unit(np.asarray(centroids, dtype=np.float64)) @ _unit(np.asarray(references, dtype=np.float64)).T
     rows, cols = linear_sum_assignment(-sim)
     out = np.empty(len(rows), dtype=np.int64)
@@ -341,9 +342,14 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
 def _recluster(h: np.ndarray, clusters: State, old, prefix: str, n_k: int, n_init: int, rng) -> np.ndarray:
     """K-Means on the round's unit prototypes; the centroids matched to the cluster models
     (Hungarian on cosine similarity with each C_k's own prototype). Returns (K, D) centroids."""
+    from sklearn.cluster import KMeans  # imported here: importing the registry stays light
+
     refs = _prototypes(clusters, prefix)
     cent = refs.copy() if old is None else old.copy()
     k = min(n_k, len(h))
     km = KMeans(n_clusters=k, n_init=n_init, random_state=int(rng.integers(2**31 - 1))).fit(_unit(h))
     cent[match_centroids(km.cluster_centers_, refs)] = km.cluster_centers_
     return cent
+
+
+INFO = MethodInfo(NAME, "FedPrism", Hyper, run, grid=GRID, groups_clients=True, check_arch=check_arch)

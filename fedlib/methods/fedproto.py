@@ -78,6 +78,7 @@ from ..engine.prototypes import class_embeddings
 from ..models import head
 from ..validation import check_choice, check_int, check_number, fail
 from .base import Context, Outcome, State, sample_clients, take
+from .contract import MethodInfo
 
 NAME = "fedproto"
 GRID = {}  # pFedLIA ran FL-bench's defaults (λ = 1)
@@ -218,3 +219,6 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
             "final_prototype_classes": classes[-1] if classes else [],
             "pull_weight": float(weight), "predict": hp.predict}
     return Outcome(models, everyone.copy(), info, predictor)
+
+
+INFO = MethodInfo(NAME, "FedProto", Hyper, run, grid=GRID)

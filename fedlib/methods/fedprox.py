@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 from ..validation import check_number
 from .base import Context, Outcome, global_model_rounds
+from .contract import MethodInfo
 
 NAME = "fedprox"
-STREAMS_AVERAGE = True  # all its training goes through global_model_rounds (FLConfig.stream_average)
 GRID = {"mu": [0.001, 0.01, 0.1]}  # Table II
 
 
@@ -37,3 +37,7 @@ class Hyper:
 
 def run(ctx: Context, hp: Hyper) -> Outcome:
     return global_model_rounds(ctx, prox_mu=hp.mu)
+
+
+# all its training goes through global_model_rounds (FLConfig.stream_average)
+INFO = MethodInfo(NAME, "FedProx", Hyper, run, grid=GRID, streams_average=True)

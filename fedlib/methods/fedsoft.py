@@ -58,6 +58,7 @@ from ..evaluation import global_accuracy
 from ..engine.host import to_host
 from ..validation import check_choice, check_int, check_number
 from .base import Context, Outcome, State, take
+from .contract import MethodInfo
 
 NAME = "fedsoft"
 
@@ -254,3 +255,6 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
             "cluster_of_client": assignment.tolist(),
             "personalised_global_accuracy": personal}
     return Outcome(clusters, assignment, info)
+
+
+INFO = MethodInfo(NAME, "FedSoft", Hyper, run, grid=GRID)

@@ -100,10 +100,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..engine import broadcast, flatten_params, weighted_average
+from ..engine import broadcast, flatten_params
 from ..engine.host import to_host
 from ..validation import check_choice, check_int, fail
-from .base import Context, Outcome, State, check_finite_models, sample_clients, take
+from .base import Context, Outcome, State, check_finite_models, per_cluster_average, sample_clients, take
+from .contract import MethodInfo
 
 NAME = "fesem"
 GRID = {}  # pFedLIA gives FeSEM the planted number of clusters; no search
@@ -214,14 +215,7 @@ def update_centres(centres: State, models: State, assignment, weights=None) -> S
     a = np.ones(m) if weights is None else np.asarray(weights, dtype=np.float64)
     if a.shape != (m,) or not np.isfinite(a).all() or (a < 0).any():
         fail("weights", f"{m} finite non-negative numbers", weights)
-    out = {name: value.clone() for name, value in centres.items()}
-    for j in np.unique(r):
-        rows = np.flatnonzero(r == j)
-        if a[rows].sum() > 0:
-            avg = weighted_average(take(models, rows), a[rows])
-            for name in out:
-                out[name][int(j)] = avg[name].to(out[name].dtype)
-    return out
+    return per_cluster_average(centres, models, r, a)
 
 
 def kmeans_pp(weights, k: int, rng: np.random.Generator) -> np.ndarray:
@@ -426,3 +420,6 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
             "assignment": cluster.tolist(), "cluster_of_client": cluster.tolist(),
             "cluster_sizes": np.bincount(cluster, minlength=k).tolist()}
     return Outcome(centres, cluster, info)
+
+
+INFO = MethodInfo(NAME, "FeSEM", Hyper, run, grid=GRID, groups_clients=True)

@@ -57,16 +57,14 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
-from sklearn.cluster import OPTICS
-from sklearn.metrics import silhouette_score
 
 from ..engine.host import to_host
 from ..validation import check_choice, check_int, check_number
 from .base import (AGGREGATIONS, Context, Outcome, cluster_means, fedlab_losses, global_model_rounds, local_losses,
                    round_robin, round_size)
+from .contract import MethodInfo
 
 NAME = "haccs"
-STREAMS_AVERAGE = True  # all its training goes through global_model_rounds (FLConfig.stream_average)
 GRID = {"rho": (0.1, 0.5, 0.95)}  # Clust-PSI-PFL Table II
 VARIANTS = ("psi", "original", "psi_code")
 LATENCY_RANGE = (1.0, 10.0)  # per-round client latencies ~ U(LATENCY_RANGE)
@@ -128,6 +126,8 @@ def optics_labels(x, min_samples: int, metric: str) -> np.ndarray:
     x = np.asarray(x, dtype=np.float64)
     if len(x) < 2:
         return np.zeros(len(x), dtype=np.int64)
+    from sklearn.cluster import OPTICS  # imported here: importing the registry stays light
+
     with np.errstate(divide="ignore", invalid="ignore"):  # zero reachabilities of identical rows
         fit = OPTICS(min_samples=min(min_samples, len(x)), metric=metric).fit(x)
     return noise_to_singletons(fit.labels_)
@@ -149,6 +149,9 @@ def optics_by_silhouette(dist) -> tuple[np.ndarray, dict]:
     info : dict — the chosen ``min_samples``, ``max_eps``, ``xi``, its ``silhouette`` (None if
         no setting was valid) and ``n_valid`` settings
     """
+    from sklearn.cluster import OPTICS  # imported here: importing the registry stays light
+    from sklearn.metrics import silhouette_score
+
     dist = np.asarray(dist, dtype=np.float64)
     k = len(dist)
     best, n_valid = None, 0
@@ -317,3 +320,7 @@ def _run_code(ctx: Context, hp: Hyper) -> Outcome:
     out.info.update({"variant": hp.variant, "clusters": labels.tolist(), "n_clusters": int(labels.max() + 1),
                      "m": m, "optics": optics})
     return out
+
+
+# all its training goes through global_model_rounds (FLConfig.stream_average)
+INFO = MethodInfo(NAME, "HACCS", Hyper, run, grid=GRID, streams_average=True)

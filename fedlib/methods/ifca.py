@@ -34,10 +34,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..engine import weighted_average
 from ..engine.host import to_host
 from ..validation import check_int, fail
-from .base import Context, Outcome, State, check_finite_models, sample_clients, take
+from .base import Context, Outcome, State, check_finite_models, per_cluster_average, sample_clients, take
+from .contract import MethodInfo
 
 NAME = "ifca"
 GRID = {}  # the workbook uses FedPrism's K; IFCA's paper sets k to the planted groups
@@ -85,16 +85,7 @@ def aggregate_clusters(models: State, trained: State, choice, n_samples) -> Stat
     -------
     State (k, ...): a model nobody picked (or whose pickers hold no sample) is unchanged.
     """
-    choice = np.asarray(choice, dtype=np.int64)
-    n = np.asarray(n_samples, dtype=np.float64)
-    out = {name: value.clone() for name, value in models.items()}
-    for j in np.unique(choice):
-        rows = np.flatnonzero(choice == j)
-        if n[rows].sum() > 0:
-            avg = weighted_average(take(trained, rows), n[rows])
-            for name in out:
-                out[name][int(j)] = avg[name]
-    return out
+    return per_cluster_average(models, trained, choice, n_samples)
 
 
 def _choose(ctx: Context, models: State, clients) -> np.ndarray:
@@ -127,3 +118,6 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
             "assignment": assignment.tolist(), "cluster_of_client": assignment.tolist(),
             "cluster_sizes": np.bincount(assignment, minlength=hp.n_clusters).tolist()}
     return Outcome(models, assignment, info)
+
+
+INFO = MethodInfo(NAME, "IFCA", Hyper, run, grid=GRID, groups_clients=True, param_average=True)

@@ -12,6 +12,7 @@ import numpy as np
 from ..validation import check_int
 from .base import Context, Outcome
 from ..engine import broadcast
+from .contract import MethodInfo
 
 NAME = "local"
 
@@ -31,3 +32,6 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
     assignment = np.arange(k)
     ctx.log_round(ctx.cfg.rounds - 1, res.params, assignment)
     return Outcome(res.params, assignment, {"epochs": int(epochs)})
+
+
+INFO = MethodInfo(NAME, "Local", Hyper, run)

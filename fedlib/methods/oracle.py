@@ -27,13 +27,13 @@ import numpy as np
 
 from ..validation import check_int, fail
 from .base import CLUSTER_STREAM, Context, FLConfig, Outcome, federated_averaging
+from .contract import MethodInfo
 
 NAME = "oracle"
-STREAMS_AVERAGE = True  # all its training goes through federated_averaging (FLConfig.stream_average)
 GRID = {}
 PROTOCOLS = ("pathological_clusters",)  # the only partition whose clusters are clear-cut
 
-__all__ = ["NAME", "STREAMS_AVERAGE", "GRID", "PROTOCOLS", "Hyper", "check_protocol", "run"]
+__all__ = ["NAME", "GRID", "PROTOCOLS", "Hyper", "check_protocol", "run"]
 
 
 @dataclass(frozen=True)
@@ -65,3 +65,8 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
     out.info.update({"n_clusters": len(groups), "cluster_of_client": out.assignment.tolist(),
                      "cluster_sizes": [len(g) for g in groups], "warmup_rounds": hp.warmup_rounds})
     return out
+
+
+# all its training goes through federated_averaging (FLConfig.stream_average)
+INFO = MethodInfo(NAME, "Oracle", Hyper, run, grid=GRID, streams_average=True, groups_clients=True,
+                  protocols=PROTOCOLS, check_protocol=check_protocol)

@@ -48,12 +48,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import connected_components
 
 from ..engine import broadcast
 from ..validation import check_choice, check_int, fail
 from .base import CLUSTER_STREAM, Context, FLConfig, Outcome, federated_averaging
+from .contract import MethodInfo
 
 NAME = "pfedlia"
 GRID = {}
@@ -195,6 +194,9 @@ def mutual_groups(beneficial) -> np.ndarray:
     b = np.asarray(beneficial, dtype=bool)
     if b.ndim != 2 or b.shape[0] != b.shape[1]:
         fail("beneficial", "a square (K, K) boolean matrix", b.shape)
+    from scipy.sparse import csr_matrix  # imported here: importing the registry stays light
+    from scipy.sparse.csgraph import connected_components
+
     _, labels = connected_components(csr_matrix(b & b.T), directed=False)
     return _relabel(labels.astype(np.int64))
 
@@ -254,3 +256,7 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
                  "cluster_sizes": [len(g) for g in groups]})
     out.info.update(info)
     return out
+
+
+INFO = MethodInfo(NAME, "pFedLIA", Hyper, run, grid=GRID, groups_clients=True,
+                  needs_validation=needs_validation, check_protocol=check_protocol)

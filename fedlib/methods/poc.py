@@ -44,9 +44,9 @@ import numpy as np
 from ..validation import check_choice, check_int
 from .base import (AGGREGATIONS, Context, Outcome, State, fedlab_losses, global_model_rounds, local_losses,
                    round_size)
+from .contract import MethodInfo
 
 NAME = "poc"
-STREAMS_AVERAGE = True  # all its training goes through global_model_rounds (FLConfig.stream_average)
 GRID = {"d": (6, 8, 10, 16)}  # Clust-PSI-PFL Table II
 
 
@@ -143,3 +143,7 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
     out.info.update({"d": hp.d, "d_effective": d, "m": m, "m_trained": trained, "d_policy": hp.d_policy,
                      "aggregation": hp.aggregation, "loss": hp.loss})
     return out
+
+
+# all its training goes through global_model_rounds (FLConfig.stream_average)
+INFO = MethodInfo(NAME, "PoC", Hyper, run, grid=GRID, streams_average=True)

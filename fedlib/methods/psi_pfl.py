@@ -64,9 +64,9 @@ from ..noniid import psi
 from ..privacy import POSTPROCESS, server_histograms
 from ..validation import check_choice, check_number, check_seed, fail
 from .base import Context, Outcome, global_model_rounds, global_model_runs_together, sample_clients
+from .contract import MethodInfo
 
 NAME = "psi_pfl"
-STREAMS_AVERAGE = True  # all its training goes through global_model_rounds (FLConfig.stream_average)
 PERCENTILES = (10, 25, 50, 75, 90)  # Section 3, step 2
 GRID: dict = {}  # the threshold search is part of the method (every candidate is trained)
 THRESHOLD_RULES = ("le", "lt")  # PSI ≤ ζ (the authors' code) / PSI < ζ (the text's "below")
@@ -265,3 +265,8 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
         if hp.dp_postprocess != "clip":
             out.info["dp_postprocess"] = hp.dp_postprocess
     return out
+
+
+# all its training goes through global_model_rounds (FLConfig.stream_average)
+INFO = MethodInfo(NAME, "PSI-PFL", Hyper, run, grid=GRID, streams_average=True,
+                  needs_validation=needs_validation)
