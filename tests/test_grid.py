@@ -104,3 +104,25 @@ def test_a_worker_killed_under_workers_2_is_recomputed_and_the_grid_ends(tmp_pat
     assert len(files) == 3 and all(f.endswith(".json") and not f.startswith(".") for f in files), files
     for p in out.iterdir():
         assert records.read_strict(p)["status"] == "ok"
+
+
+def _paper_grid():
+    import importlib.util
+
+    spec_ = importlib.util.spec_from_file_location("paper_grid", ROOT / "benchmarks" / "paper_grid.py")
+    module = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("text", ['{"record_version": 1, "sta', "", '{"record_version": 1, "status": "ok"}'])
+def test_paper_grid_counts_a_damaged_record_as_to_compute_and_lists_it_by_name(tmp_path, text):
+    pg = _paper_grid()
+    (s,) = pg.select("fedprism-table1", pg.load_params("09_fedprism", str(SMOKE09)), seeds=[0], methods=["fedavg"],
+                     alphas=[0.1])
+    path = X.record_path(tmp_path, s)
+    path.write_text(text)
+    assert not pg._recorded(tmp_path, s)
+    assert pg.run_state(tmp_path, s).startswith(f"to compute (invalid record {path.name}: ")
+    records.write(path, record_fakes.record(s))
+    assert pg._recorded(tmp_path, s) and pg.run_state(tmp_path, s) == "recorded (ok)"
