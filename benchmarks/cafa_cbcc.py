@@ -27,7 +27,8 @@ from pathlib import Path
 import torch
 
 from fedlib.analysis import cafa_study as S
-from fedlib.experiment import _host, _versions, _write_atomic
+from fedlib.experiment import _host, _versions
+from fedlib.records import write as _write_atomic
 from fedlib.validation import check_choice, check_int, check_seed
 
 LABELS = "cifar10_counts"  # S.cifar10_labels(): 5,000 samples of each of 10 classes

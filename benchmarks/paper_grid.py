@@ -74,6 +74,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -226,10 +227,9 @@ def _compute_star(args):
     waited for that process's record instead of computing it). With a deadline (a ``time.time()``
     value) the run starts only if it fits (:func:`fedlib.experiment.fits_budget`); else
     ``record`` is None and ``estimate`` says what it needs."""
-    from fedlib.experiment import record_path
-
     spec, out, device, deadline, estimate_from = args
-    recorded = record_path(Path(out), spec).exists()
+    _kill_once_for_tests()
+    recorded = _recorded(Path(out), spec)
     elsewhere = recorded or _claimed_elsewhere(Path(out), spec)
     if deadline is None:
         return spec, _compute(spec, out, device), elsewhere, None
@@ -271,16 +271,47 @@ def _claimed_elsewhere(out: Path, spec) -> bool:
     return claims.claim_path(path).exists() and not claims.is_stale(path)
 
 
+#: Tests only: a file path; the first worker run to find it absent creates it and SIGKILLs its own
+#: process (a worker killed mid-grid, e.g. out of memory), so that a test sees the grid recover.
+ENV_KILL_ONCE = "PAPER_GRID_TEST_KILL_ONCE"
+
+
+def _kill_once_for_tests() -> None:
+    flag = os.environ.get(ENV_KILL_ONCE)
+    if flag and multiprocessing.parent_process() is not None:
+        try:
+            fd = os.open(flag, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            return
+        os.close(fd)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _recorded(out: Path, spec) -> bool:
+    """Whether ``out`` holds ``spec``'s valid finished record (:func:`fedlib.records.read_strict`:
+    a truncated, empty, NaN or another run's record is named on stderr and counts as not
+    recorded: it is recomputed)."""
+    from fedlib import records
+    from fedlib.experiment import record_path
+
+    return records.is_complete(record_path(Path(out), spec), spec)
+
+
 def run_state(out: Path, spec) -> str:
     """Where ``spec``'s run stands in the records folder ``out``: ``recorded (<status>)``,
-    ``running`` (claimed by a live process) or ``to compute``, as ``--list`` prints it."""
-    import json
-
+    ``running`` (claimed by a live process), ``to compute``, or ``to compute (invalid record:
+    <what is wrong>)`` for a file that fails :func:`fedlib.records.read_strict`, as ``--list``
+    prints it."""
+    from fedlib import records
     from fedlib.experiment import record_path
 
     path = record_path(Path(out), spec)
-    if path.exists():
-        return f"recorded ({json.loads(path.read_text()).get('status', '?')})"
+    try:
+        return f"recorded ({records.read_strict(path, spec)['status']})"
+    except FileNotFoundError:
+        pass
+    except records.RecordError as err:
+        return f"to compute (invalid record {path.name}: {err.problem})"
     return "running" if _claimed_elsewhere(Path(out), spec) else "to compute"
 
 
@@ -369,7 +400,7 @@ def run_table(table: str, out, *, params=None, seeds=None, methods=None, alphas=
 
     deadline = None if budget is None else time.time() + check_number(budget, "--budget", 0, low_open=True)
     from fedlib.engine import resolve_device
-    from fedlib.experiment import ENV_SHARING, SAFETY_FACTOR, record_path
+    from fedlib.experiment import ENV_SHARING, SAFETY_FACTOR
     from fedlib.validation import check_int
 
     check_int(workers, "--workers", 1)
@@ -383,14 +414,17 @@ def run_table(table: str, out, *, params=None, seeds=None, methods=None, alphas=
     resolve_device(device)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    todo = [s for s in specs if not record_path(out, s).exists()]
+    todo = [s for s in specs if not _recorded(out, s)]
+    from fedlib.grid import check_data
+
+    check_data(todo)  # every data set the runs need, before the first one trains
     echo(f"{table}: {len(specs)} runs, {len(specs) - len(todo)} already recorded in {out}, {len(todo)} to compute")
     if budget is not None and todo:
         echo(f"{table}: budget {budget:g} s: a run starts only if {SAFETY_FACTOR} × its estimated seconds end before it")
     computed, skipped = [], []
     if workers == 1 or len(todo) <= 1:
         pending = list(todo)
-        while pending := [s for s in pending if not record_path(out, s).exists()]:  # another process may have recorded some
+        while pending := [s for s in pending if not _recorded(out, s)]:  # another process may have recorded some
             s = _next_run(pending, out)  # runs another process is computing go last
             pending.remove(s)
             results = [_compute_star((s, str(out), device, deadline, folders))]
@@ -398,11 +432,9 @@ def run_table(table: str, out, *, params=None, seeds=None, methods=None, alphas=
     else:
         threads = max(1, (os.cpu_count() or 1) // workers)
         processes = None if os.environ.get(ENV_SHARING) else workers
-        ctx = multiprocessing.get_context("spawn")
         ordered = sorted(todo, key=lambda s: _claimed_elsewhere(out, s))  # stable: claimed elsewhere last
-        with ctx.Pool(min(workers, len(todo)), initializer=_init_worker, initargs=(threads, processes)) as pool:
-            _collect(pool.imap_unordered(_compute_star, [(s, str(out), device, deadline, folders) for s in ordered]),
-                     computed, skipped, echo, budget is not None)
+        _run_pool(ordered, out, device, deadline, folders, workers, threads, processes, computed, skipped, echo,
+                  budget is not None)
     if skipped:
         known = [e for _, e in skipped if e is not None]
         echo(f"{table}: budget: {len(skipped)} runs left for a later call, estimated {sum(known):.0f} s of runs"
@@ -410,6 +442,43 @@ def run_table(table: str, out, *, params=None, seeds=None, methods=None, alphas=
                 if len(known) < len(skipped) else ""))
     return {"specs": specs, "recorded": len(specs) - len(todo), "computed": computed,
             "skipped": [s for s, _ in skipped]}
+
+
+#: How many times the pool is restarted after a worker died (killed, out of memory) before the
+#: runs it lost are given up (named, not recorded).
+POOL_RESTARTS = 3
+
+
+def _run_pool(specs, out: Path, device, deadline, folders, workers, threads, processes, computed, skipped, echo,
+              budget: bool) -> None:
+    """The runs on a pool of ``workers`` spawned processes (``concurrent.futures``). A worker
+    that dies (SIGKILL, out of memory) breaks the pool (``BrokenProcessPool``) instead of hanging
+    it: the runs it lost (its claims are stale once its pid is gone) are recomputed on a new pool,
+    at most :data:`POOL_RESTARTS` times; then the runs still lost are named in a RuntimeError."""
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
+
+    ctx = multiprocessing.get_context("spawn")
+    pending = list(specs)
+    for attempt in range(POOL_RESTARTS + 1):
+        lost = []
+        with ProcessPoolExecutor(min(workers, len(pending)), mp_context=ctx, initializer=_init_worker,
+                                 initargs=(threads, processes)) as pool:
+            futures = {pool.submit(_compute_star, (s, str(out), device, deadline, folders)): s for s in pending}
+            for future in as_completed(futures):
+                try:
+                    result = future.result()
+                except BrokenProcessPool:
+                    lost.append(futures[future])
+                    continue
+                _collect([result], computed, skipped, echo, budget)
+        pending = [s for s in lost if not _recorded(out, s)]
+        if not pending:
+            return
+        echo(f"a worker process died: {len(pending)} run{'s' if len(pending) != 1 else ''} lost"
+             + (f"; computing {'them' if len(pending) != 1 else 'it'} again" if attempt < POOL_RESTARTS else ""))
+    raise RuntimeError(f"{len(pending)} runs were lost {POOL_RESTARTS + 1} times by a worker process that died "
+                       "(killed, out of memory): " + "; ".join(describe(s) for s in pending))
 
 
 def main(argv=None) -> dict | None:

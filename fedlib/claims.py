@@ -2,13 +2,21 @@
 compute every run exactly once.
 
 Before training a run, a process creates ``.<key>.claim`` beside the run's record with
-``O_CREAT | O_EXCL`` (atomic on local file systems and on NFSv3+), writing its host, pid and
-start time; it removes the claim once the record is written (atomically, see
-:func:`fedlib.experiment.run_grid`). Another process that finds the claim leaves the run to its
-owner and later waits for the record. A claim is *stale* — and may be taken over — when its
-process is gone: on the same host, its pid no longer exists (a SIGKILLed grid); on another
-host, it is older than ``stale_after`` seconds (default ``$FEDLIB_CLAIM_TIMEOUT`` or 24 h),
-since a pid on another machine cannot be checked.
+``O_CREAT | O_EXCL`` (atomic on local file systems and on NFSv3+), writing its host, pid, the
+time and its process's start token (:func:`start_token`: the boot and the start time of the pid,
+from /proc); it removes the claim once the record is written (atomically, see
+:func:`fedlib.grid.run_grid`). Another process that finds the claim leaves the run to its owner
+and later waits for the record. A claim is *stale* — and may be taken over — when its process
+is gone or it is too old:
+
+* on the same host, its pid no longer exists (a SIGKILLed grid), or the process that has that
+  pid now is another one (its start token differs: a reused pid, or a restarted container
+  running the grid again as pid 1), or it is older than ``stale_after`` seconds;
+* on another host, it is older than ``stale_after`` seconds, since a pid on another machine
+  cannot be checked.
+
+``stale_after`` defaults to ``$FEDLIB_CLAIM_TIMEOUT`` or :data:`DEFAULT_STALE_AFTER` (24 h): a
+run that takes longer than that may be taken over and computed twice (set it higher).
 
 A takeover never removes the claim file: the one process that creates the takeover token
 ``.<key>.claim.<id>.takeover`` (``O_EXCL``; ``<id>`` names the very stale claim it read, by its
@@ -29,7 +37,7 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-__all__ = ["claim_path", "try_claim", "release", "is_stale", "take_over", "DEFAULT_STALE_AFTER"]
+__all__ = ["claim_path", "try_claim", "release", "is_stale", "take_over", "start_token", "DEFAULT_STALE_AFTER"]
 
 DEFAULT_STALE_AFTER = 24 * 3600.0
 
@@ -45,9 +53,29 @@ def try_claim(record: Path) -> bool:
     return _create_exclusive(claim_path(record))
 
 
+def start_token(pid: int) -> str | None:
+    """Which process ``pid`` is, beyond its number: this boot's id and the process's start time
+    (clock ticks since boot, field 22 of ``/proc/<pid>/stat``). A pid reused by another process
+    (or a container restarted with the same pid) gives another token. None where /proc does not
+    tell (another OS, the process gone)."""
+    try:
+        with open(f"/proc/{int(pid)}/stat", "rb") as f:
+            stat = f.read().decode(errors="replace")
+        start = stat[stat.rindex(")") + 2:].split()[19]  # fields after "pid (comm)": 22 is the 20th
+    except (OSError, ValueError, IndexError):
+        return None
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = ""
+    return f"{boot}:{start}"
+
+
 def _owner() -> str:
-    """This process's claim (or token) content: host, pid, time."""
-    return json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "time": time.time()})
+    """This process's claim (or token) content: host, pid, time and start token."""
+    return json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "time": time.time(),
+                       "start": start_token(os.getpid())})
 
 
 def _create_exclusive(path: Path) -> bool:
@@ -127,9 +155,14 @@ def _is_stale(seen: _Seen, stale_after: float | None = None) -> bool:
         pid = int(info.get("pid", -1))
     except (ValueError, KeyError, TypeError, AttributeError):
         return time.time() - seen.mtime > 60  # a torn claim older than a minute
+    if age > stale_after:
+        return True
     if info.get("host") == socket.gethostname():
-        return not _pid_alive(pid)
-    return age > stale_after
+        if not _pid_alive(pid):
+            return True
+        token = info.get("start")
+        return token is not None and start_token(pid) not in (None, token)  # the pid is another process's now
+    return False
 
 
 def take_over(record: Path) -> bool:

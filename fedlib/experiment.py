@@ -1,15 +1,14 @@
-"""Run one federated experiment from a spec, and grids of them with a cache of finished runs.
+"""Run one federated experiment from a spec: the spec (``RunSpec``, ``grid_specs``), the data
+(``build_federation``, ``build_context``) and the run (``run``). Grids of runs, with a cache of
+finished runs, are :mod:`fedlib.grid`'s (``run_grid``, re-exported here on first use, as are
+``load_records``, ``write_manifest``, ``load_grid``, ``present_records`` and the budget
+helpers); the record's schema and its reading and writing are :mod:`fedlib.records`'s.
 
 ``RunSpec`` names everything a result depends on (dataset, protocol, level, K, seed,
 method, hyperparameters, training protocol, data subset). ``run(spec)`` returns a record
 (a JSON-able dict carrying the full configuration, library versions, the host — CPU model,
 instruction set and threads, on which training's last bits depend — per-client and
-global metrics, per-round history, and the method's info such as τ). ``run_grid`` writes
-one JSON file per record, atomically (temporary file + rename: a crash never leaves a
-half-written record), skips specs whose record already exists (an interrupted grid
-resumes where it stopped), and validates every spec before any training starts. With a
-``budget`` it starts only the runs estimated (:func:`estimate_seconds`, from the records of
-comparable runs) to end before the budget does, and leaves the others for a later call.
+global metrics, per-round history, and the method's info such as τ).
 """
 from __future__ import annotations
 
@@ -18,9 +17,6 @@ import hashlib
 import json
 import os
 import platform
-import statistics
-import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
@@ -29,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import __version__, claims, partition as P, records
+from . import __version__, partition as P, records
 from .engine import Federation, resolve_device
 from .engine.precision import gpu_policy
 from .evaluation import global_accuracy, summarise_clients
@@ -45,7 +41,8 @@ __all__ = ["RunSpec", "run", "run_grid", "grid_specs", "load_records", "record_p
 # SAFETY_FACTOR, ENV_SHARING) are public for benchmarks/paper_grid.py but stay out of __all__, the
 # list of validated entry points (tests/test_bad_inputs.py); estimate_seconds checks its own inputs.
 
-RECORD_VERSION = 1
+from .records import FINISHED, RECORD_VERSION  # noqa: E402  (the record's schema lives in fedlib.records)
+
 _LATER_FIELDS = {"val_fraction": 0.0, "global_test": False, "n_global_test": None,  # added in interface v2
                  "reproduction": "paper_text", "pool_test": False}  # added with fedlib.reproduction; defaults keep old keys
 
@@ -400,78 +397,10 @@ def record_path(results_dir, spec: RunSpec) -> Path:
     return Path(results_dir) / f"{spec.key()}.json"
 
 
-def _write_atomic(path: Path, record: dict) -> None:
-    """Write ``record`` as strict JSON (:mod:`fedlib.strict_json`: NaN/±inf become null and are
-    listed in ``"nonfinite"`` with their reason), atomically (temporary file + rename).
-
-    The temporary file is ``.tmp-*.json.part``: a process killed while writing leaves it
-    behind, and a name ending in ``.json`` would be taken for a record by any ``*.json``
-    pattern (``pathlib`` matches names that start with a dot)."""
-    from .strict_json import sanitise
-
-    record = sanitise(record)
-    json.dumps(record, allow_nan=False)  # anything non-finite left fails here, before any file exists
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json.part")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(record, f)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+_write_atomic = records.write  # the one atomic, fsynced record writer (benchmarks/cafa_cbcc.py imports it)
 
 
-def _is_complete(path: Path) -> bool:
-    try:
-        rec = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return False
-    return rec.get("record_version") == RECORD_VERSION and rec.get("status") in FINISHED
-
-
-FINISHED = ("ok", "infeasible", "failed")  # a failed (diverged) run fails again: delete it to retry
-
-
-def _check_writable(results_dir: Path) -> None:
-    """Fail before any training if records cannot be written to ``results_dir``."""
-    try:
-        results_dir.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(dir=results_dir, prefix=".probe-")
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as err:
-        raise ValueError(f"results_dir {str(results_dir)!r} is not writable ({err.strerror or err}); "
-                         "choose another folder (results_dir= or $FEDLIB_RESULTS)") from None
-
-
-PROGRESS_MODES = ("bar", "lines", "off")
-
-
-def _progress_mode(progress) -> str:
-    """'bar', 'lines' or 'off' from run_grid's ``progress`` argument and ``$FEDLIB_PROGRESS``."""
-    if progress is False or progress is None:
-        return "off"
-    if progress is True or progress == "auto":
-        progress = os.environ.get("FEDLIB_PROGRESS", "").strip().lower() or "bar"
-    if progress not in PROGRESS_MODES:
-        raise ValueError(f"progress={progress!r} (or $FEDLIB_PROGRESS) is not one of "
-                         f"{PROGRESS_MODES}: use 'bar' for a progress bar, 'lines' for one line per "
-                         "run (headless/papermill logs), 'off' for silence")
-    return progress
-
-
-def _describe(s: RunSpec) -> str:
-    tag = "" if s.reproduction == "paper_text" else f" ({s.reproduction})"
-    return f"{s.dataset} {s.protocol}={s.level:g} K={s.n_clients} {s.method}{tag} seed={s.seed}"
-
-
-# ----------------------------------------------------------------------------- budgets
-#: A run starts under a budget only if ``SAFETY_FACTOR`` × its estimated seconds fit in the time
-#: left: the median of comparable runs is a typical run, and one run in two takes longer.
-SAFETY_FACTOR = 1.15
-
+# ----------------------------------------------------------------------------- the host's sharing
 #: The number of processes sharing the device (set by ``benchmarks/gpu_lease.sh``; unset: not
 #: known). A run's record keeps it as ``host['processes']``: its ``seconds`` were measured so.
 ENV_SHARING = "FEDLIB_SHARING"
@@ -486,373 +415,6 @@ def sharing() -> int | None:
     if not value.isdigit() or int(value) < 1:
         fail(f"${ENV_SHARING}", "an integer ≥ 1 (the number of processes sharing the device) or unset", value)
     return int(value)
-
-
-def device_kind_of(device) -> str | None:
-    """``'cpu'`` or ``'cuda'`` (``'cuda:0'`` included) of a record's ``device`` field or a
-    ``torch.device``; another backend's own name; None for no device."""
-    if device is None:
-        return None
-    kind = device.type if isinstance(device, torch.device) else str(device).split(":")[0]
-    return kind or None
-
-
-def _sharing_rank(recorded, current) -> int | None:
-    """0: the record was measured under the current sharing (both unknown counts as the same);
-    1: one of the two is unknown; None: a different known count (not comparable)."""
-    if recorded == current:
-        return 0
-    return 1 if recorded is None or current is None else None
-
-
-def estimate_seconds(spec: RunSpec, records, device_kind: str, processes: int | None = None) -> float | None:
-    """The seconds ``spec``'s run is expected to take: the median wall time (``seconds``) of
-    comparable finished runs among ``records`` (record dicts, or what :func:`timing_records`
-    keeps of them); None when no record is comparable.
-
-    Comparable: status ``ok``, the same data set, ``n_train``, rounds and local epochs (the
-    effective training protocol, :meth:`RunSpec.effective`) and the same ``device_kind``
-    (``'cpu'`` or ``'cuda'``: a record's ``device`` field, see :func:`device_kind_of`); CPU and GPU
-    times never mix. Among them, in this order, the first group that has any:
-
-    1. the same method and number of clients K;
-    2. any method and K on that data set.
-
-    Within the group, the records measured under the same sharing (``host['processes']`` equal
-    to ``processes``; both unknown counts as equal) are used if there are any, else those whose
-    sharing is unknown; records of a different known sharing never are (16 processes on one GPU
-    take several times as long per run as one). The thread count (``host['threads']``) is not
-    matched. The estimate is the median itself; :data:`SAFETY_FACTOR` is applied by
-    :func:`fits_budget`.
-    """
-    check_choice(device_kind, "device_kind", ("cpu", "cuda"))
-    check_int(processes, "processes", 1, optional=True)
-    _, fl, _ = spec.effective()
-    cfg = FLConfig.from_dict(fl)
-    pool = []
-    for r in records:
-        s, rfl = r.get("spec") or {}, r.get("fl") or {}
-        seconds = r.get("seconds")
-        if (r.get("status") != "ok" or not isinstance(seconds, (int, float)) or not np.isfinite(seconds)
-                or s.get("dataset") != spec.dataset or s.get("n_train") != spec.n_train
-                or rfl.get("rounds") != cfg.rounds or rfl.get("local_epochs") != cfg.local_epochs
-                or device_kind_of(r.get("device")) != device_kind):
-            continue
-        rank = _sharing_rank((r.get("host") or {}).get("processes"), processes)
-        if rank is not None:
-            pool.append((rank, float(seconds), s.get("method") == spec.method and s.get("n_clients") == spec.n_clients))
-    for group in ([(k, t) for k, t, same in pool if same], [(k, t) for k, t, _ in pool]):
-        if group:
-            best = min(k for k, _ in group)
-            return float(statistics.median(t for k, t in group if k == best))
-    return None
-
-
-_TIMINGS: dict[str, tuple[tuple[int, int], dict | None]] = {}  # path -> ((mtime_ns, size), fields or None)
-
-
-def _timing_fields(path: Path) -> dict | None:
-    """The fields :func:`estimate_seconds` reads of the record at ``path``; None for anything else."""
-    try:
-        rec = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(rec, dict) or rec.get("status") != "ok" or not isinstance(rec.get("spec"), dict):
-        return None
-    spec, fl = rec["spec"], rec.get("fl") or {}
-    return {"status": "ok", "seconds": rec.get("seconds"), "device": rec.get("device"),
-            "spec": {k: spec.get(k) for k in ("dataset", "method", "n_clients", "n_train")},
-            "fl": {k: fl.get(k) for k in ("rounds", "local_epochs")},
-            "host": {"processes": (rec.get("host") or {}).get("processes")}}
-
-
-def timing_records(*folders) -> list[dict]:
-    """What :func:`estimate_seconds` reads of every finished record in ``folders`` (each read
-    recursively; a folder that does not exist gives none; a file found twice counts once). Each
-    file is parsed once per process and version (its mtime and size), so calling this before
-    every run of a grid costs a directory walk."""
-    out, seen = [], set()
-    for folder in folders:
-        folder = Path(folder)
-        if not folder.is_dir():
-            continue
-        for path in folder.rglob("*.json"):
-            try:
-                st = path.stat()
-                name = str(path.resolve())
-            except OSError:
-                continue
-            if name in seen:
-                continue
-            seen.add(name)
-            stamp = (st.st_mtime_ns, st.st_size)
-            hit = _TIMINGS.get(name)
-            if hit is None or hit[0] != stamp:
-                hit = _TIMINGS[name] = (stamp, _timing_fields(path))
-            if hit[1] is not None:
-                out.append(hit[1])
-    return out
-
-
-def fits_budget(estimate: float | None, deadline: float, now: float | None = None) -> bool:
-    """Whether a run estimated at ``estimate`` seconds may start now (``time.time()``) and end
-    before ``deadline`` (a ``time.time()`` value): ``now + SAFETY_FACTOR · estimate ≤ deadline``.
-    Nothing starts once the deadline has passed; a run with no estimate (None) starts before it
-    — the budget cannot protect it."""
-    now = time.time() if now is None else now
-    return now < deadline and (estimate is None or now + SAFETY_FACTOR * estimate <= deadline)
-
-
-class _Budget:
-    """run_grid's budget: the deadline, where the estimates come from, the runs it left."""
-
-    def __init__(self, seconds: float, folders, kind: str, say):
-        self.deadline = time.time() + seconds
-        self.folders, self.kind, self.say = list(folders), kind, say
-        self.processes = sharing()
-        self.skipped: list[tuple[RunSpec, float | None]] = []
-
-    def estimate(self, s: RunSpec) -> float | None:
-        return estimate_seconds(s, timing_records(*self.folders), self.kind, self.processes)
-
-    def admit(self, s: RunSpec) -> bool:
-        """Whether ``s`` may start now; if not, it is left for a later call (``skipped``)."""
-        est = self.estimate(s)
-        if fits_budget(est, self.deadline):
-            if est is None:
-                self.say(f"run_grid: no comparable record estimates {_describe(s)} on {self.kind}: started; "
-                         "the budget cannot protect it")
-            return True
-        self.skipped.append((s, est))
-        return False
-
-
-_POLL_SECONDS = 0.5
-
-
-def _claimed_live(path: Path) -> bool:
-    """Whether another live process holds the claim on the run of ``path``."""
-    return claims.claim_path(path).exists() and not claims.is_stale(path)
-
-
-def _run_claimed(specs, results_dir: Path, device, bar, report, budget: _Budget | None = None) -> list:
-    """Compute each spec this process can claim; return those other live processes hold. Under
-    a ``budget``, a run that would not end before its deadline is not claimed (it is left in
-    ``budget.skipped``)."""
-    held = []
-    for s in specs:
-        path = record_path(results_dir, s)
-        if (budget is not None and not _is_complete(path) and not _claimed_live(path)
-                and not budget.admit(s)):
-            continue
-        if not (claims.try_claim(path) or (claims.is_stale(path) and claims.take_over(path))):
-            held.append(s)
-            continue
-        try:
-            if _is_complete(path):  # finished by another process since we looked
-                report(s, None)
-                continue
-            if bar is not None:
-                bar.set_postfix_str(_describe(s))
-            record = run(s, device)
-            _write_atomic(path, record)
-            report(s, record)
-        finally:
-            claims.release(path)
-    return held
-
-
-#: run_grid's backends other than 'local': name -> the module that runs a grid there. Such a
-#: module depends on this one (it runs `RunSpec`s with `run`), never the reverse: it is imported
-#: only when run_grid dispatches to it (`_backend`), so ``import fedlib.experiment`` does not
-#: import it. It provides ``check_options(ray_address, num_cpus, num_gpus, max_retries)`` and
-#: ``run_on_ray(specs, device=, on_record=, ray_address=, num_cpus=, num_gpus=, max_retries=)``.
-BACKEND_MODULES = {"ray": "fedlib.ray_grid"}
-BACKENDS = ("local", *BACKEND_MODULES)
-
-
-def _backend(name: str):
-    """The module of backend ``name`` (one of `BACKEND_MODULES`), imported on first use."""
-    import importlib
-
-    return importlib.import_module(BACKEND_MODULES[name])
-
-
-def run_grid(specs, results_dir, *, device="auto", progress=True, backend: str = "local",
-             ray_address: str | None = None, num_cpus: float = 1, num_gpus: float = 0,
-             max_retries: int = 3, budget: float | None = None, estimate_from=()) -> list[dict]:
-    """Run every spec not already recorded in ``results_dir``; return the records of the specs
-    that have one (all of them, unless a ``budget`` left some for a later call).
-
-    Every spec is validated first, so a typo fails before any training starts; finished
-    records are reused, never recomputed or overwritten. A diverged run is recorded with
-    status ``failed`` and, like an infeasible one, not retried (delete its record to retry).
-    A results folder that cannot be written fails before any training.
-
-    Where the runs are computed (``backend``):
-
-    - ``'local'`` (default): in this process, one after another. Several processes (or
-      machines) may run the same grid on one **shared** results folder: each run is claimed
-      before it is computed (:mod:`fedlib.claims`), so every run is computed once and recorded
-      once; a process waits for the runs others hold and takes over those whose process died.
-      Use it on one machine, or on machines that share a folder but no Ray (e.g. SLURM array
-      jobs on one network filesystem).
-    - ``'ray'``: every run one Ray task (:mod:`fedlib.ray_grid`) needing ``num_cpus`` CPUs and
-      ``num_gpus`` GPUs; this process writes each finished record, so the workers share no
-      folder with it. ``ray_address`` (or ``$RAY_ADDRESS``) joins a running cluster; neither
-      starts a local Ray instance. A worker that dies mid-run is retried (``max_retries``
-      times); a run that raises is reported after the others finished (its record is not
-      written; the records already written stay). Use it for a cluster, or for several runs at
-      once on one machine (``num_cpus=1``: one run per core).
-
-    ``progress``: True (default) follows ``$FEDLIB_PROGRESS`` and else draws a tqdm bar over
-    the finished runs (a widget in JupyterLab); ``'lines'`` prints one line per finished run
-    to stderr (what ``make workbook`` shows through papermill's log); ``'bar'``; False or
-    ``'off'``.
-
-    ``budget`` (seconds from this call; local backend only): before claiming each run, its
-    seconds are estimated (:func:`estimate_seconds`: the median wall time of comparable finished
-    runs in ``results_dir`` and the folders ``estimate_from``, on the same kind of device and,
-    where records say so, under the same sharing, ``$FEDLIB_SHARING``), and a run is started
-    only if :data:`SAFETY_FACTOR` × that estimate ends before the budget does; the others are
-    left, unclaimed, for a later call (``'lines'`` prints how many and their estimated seconds),
-    and the runs after them are still tried (a shorter one may fit). A run is never stopped once
-    started: the budget decides only what starts. Without any comparable record a run has no
-    estimate and is started (said so in ``'lines'`` mode): the budget cannot protect it. Once
-    the budget has ended nothing starts, and runs that other processes hold are no longer waited
-    for. The records returned are then only those that exist.
-    """
-    mode = _progress_mode(progress)
-    check_choice(backend, "backend", BACKENDS)
-    check_number(budget, "budget", 0, low_open=True, optional=True)
-    if budget is not None and backend != "local":
-        fail("budget", f"None with backend={backend!r} (only the local backend keeps a budget): "
-                       "use backend='local', or leave budget out", budget)
-    estimate_from = [estimate_from] if isinstance(estimate_from, (str, os.PathLike)) else list(estimate_from)
-    if estimate_from and budget is None:
-        fail("estimate_from", "left out unless budget is given (its records estimate runs for the budget)",
-             [str(f) for f in estimate_from])
-    for folder in estimate_from:
-        if not Path(folder).is_dir():
-            fail("estimate_from", "existing folders of records", str(folder))
-    sharing()  # a bad $FEDLIB_SHARING fails here, before any training
-    if backend != "local":
-        _backend(backend).check_options(ray_address, num_cpus, num_gpus, max_retries)
-    if ray_address is not None and backend != "ray":
-        fail("ray_address", "None unless backend='ray'", ray_address)
-    specs = list(specs)
-    for s in specs:  # before anything else (the key itself needs valid fields)
-        s.validate()
-    specs = list({s.key(): s for s in specs}.values())  # drop duplicates, keep order
-    results_dir = Path(results_dir)
-    _check_writable(results_dir)
-    kind = resolve_device(device).type  # a bad device fails here, not in every task
-    todo = [s for s in specs if not _is_complete(record_path(results_dir, s))]
-    if mode == "lines":
-        print(f"run_grid: {len(specs)} runs, {len(specs) - len(todo)} already recorded, "
-              f"{len(todo)} to train{' on Ray' if backend == 'ray' and todo else ''}", file=sys.stderr, flush=True)
-    bar = None
-    if mode == "bar" and todo:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=len(todo), desc="runs", unit="run")
-    done = 0
-
-    def say(line: str) -> None:
-        if bar is not None:
-            bar.write(line, file=sys.stderr)
-        elif mode == "lines":
-            print(line, file=sys.stderr, flush=True)
-
-    plan = None
-    if budget is not None:
-        plan = _Budget(budget, [results_dir, *estimate_from], kind, say)
-        if todo:
-            say(f"run_grid: budget {budget:g} s: a run starts only if {SAFETY_FACTOR} × its estimated "
-                "seconds end before it")
-
-    def report(s: RunSpec, record: dict | None) -> None:
-        nonlocal done
-        done += 1
-        if bar is not None:
-            bar.update(1)
-        elif mode == "lines" and record is not None:
-            result = (f"weighted local accuracy {record['global_accuracy']:.3f} in {record['seconds']:.1f} s"
-                      if record["status"] == "ok" else record["status"])
-            print(f"run_grid [{done}/{len(todo)}] {_describe(s)}: {result}", file=sys.stderr, flush=True)
-
-    try:
-        if backend == "ray":
-            _run_ray(todo, results_dir, device, report, ray_address, num_cpus, num_gpus, max_retries)
-        else:
-            _run_local(todo, results_dir, device, bar, report, mode, plan)
-    finally:
-        if bar is not None:
-            bar.close()
-    if plan is not None and plan.skipped:
-        known = [e for _, e in plan.skipped if e is not None]
-        unknown = len(plan.skipped) - len(known)
-        say(f"run_grid: budget: {len(plan.skipped)} runs left for a later call, estimated {sum(known):.0f} s "
-            f"of runs{f' ({unknown} without an estimate: the budget had ended)' if unknown else ''}")
-    return [r for r in (_read_complete(record_path(results_dir, s)) for s in specs) if r is not None]
-
-
-def _read_complete(path: Path) -> dict | None:
-    """The finished record at ``path``, or None (no record: a run a budget left for later)."""
-    try:
-        rec = json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-    return rec if rec.get("record_version") == RECORD_VERSION and rec.get("status") in FINISHED else None
-
-
-def _run_ray(todo, results_dir, device, report, address, num_cpus, num_gpus, max_retries) -> None:
-    """The runs as Ray tasks; every finished record written here, atomically, once."""
-    def on_record(s: RunSpec, record: dict) -> None:
-        path = record_path(results_dir, s)
-        if not _is_complete(path):  # another process may have recorded it meanwhile
-            _write_atomic(path, record)
-        report(s, record)
-
-    failed = _backend("ray").run_on_ray(todo, device=device, on_record=on_record, ray_address=address,
-                                        num_cpus=num_cpus, num_gpus=num_gpus, max_retries=max_retries)
-    if failed:
-        lines = "\n".join(f"  {_describe(s)}: {why}" for s, why in failed)
-        raise RuntimeError(f"{len(failed)} of {len(todo)} runs failed on Ray (their records were not written; "
-                           f"the other {len(todo) - len(failed)} were):\n{lines}")
-
-
-def _run_local(todo, results_dir, device, bar, report, mode, budget: _Budget | None = None) -> None:
-    """The runs in this process, sharing the folder with other processes through claims; under
-    a ``budget``, only those that fit, and no waiting for other processes' runs past its end."""
-    waiting = _run_claimed(todo, results_dir, device, bar, report, budget)
-    if waiting and mode == "lines":
-        print(f"run_grid: waiting for {len(waiting)} runs that other processes are computing",
-              file=sys.stderr, flush=True)
-    while waiting:  # runs other processes claimed: wait for their records, take over if they die
-        if budget is not None and time.time() >= budget.deadline:
-            budget.say(f"run_grid: the budget has ended: not waiting for the {len(waiting)} runs other "
-                       "processes are computing (their records are theirs to write)")
-            return
-        time.sleep(_POLL_SECONDS)
-        finished = [s for s in waiting if _is_complete(record_path(results_dir, s))]
-        for s in finished:
-            report(s, None)
-        waiting = [s for s in waiting if s not in finished]
-        orphans = [s for s in waiting if not claims.claim_path(record_path(results_dir, s)).exists()
-                   or claims.is_stale(record_path(results_dir, s))]
-        if orphans:
-            left = _run_claimed(orphans, results_dir, device, bar, report, budget)
-            waiting = [s for s in waiting if s not in orphans or s in left]
-
-
-def load_records(results_dir) -> list[dict]:
-    """Every complete record in ``results_dir`` (half-written temporaries are ignored)."""
-    out = []
-    for p in sorted(Path(results_dir).glob("*.json")):
-        if _is_complete(p):
-            out.append(json.loads(p.read_text()))
-    return out
 
 
 def grid_specs(datasets, protocols: dict, n_clients, seeds, methods, *, hyper: dict | None = None,
@@ -952,30 +514,22 @@ def _check_list(values, name: str) -> None:
         fail(name, "a list", values)
 
 
-def write_manifest(results_dir, specs, name: str = "manifest.json") -> Path:
-    """Record which runs make up a grid (their keys), so tables use exactly those records."""
-    path = Path(results_dir) / name
-    _write_atomic(path, {"keys": [s.key() for s in specs]})  # a unique temporary per writer
-    return path
+# ----------------------------------------------------------------------------- grids
+#: What fedlib.grid provides and this module re-exports, read on first use (PEP 562): grids
+#: depend on this module (specs and runs), never the reverse at import time, and every
+#: ``experiment.run_grid`` of the notebooks, benchmarks and docs keeps working.
+_GRID_NAMES = frozenset({
+    "run_grid", "load_records", "write_manifest", "load_grid", "present_records", "estimate_seconds",
+    "timing_records", "fits_budget", "device_kind_of", "SAFETY_FACTOR", "BACKENDS", "PROGRESS_MODES",
+    "_is_complete", "_read_complete", "_check_writable", "_progress_mode", "_describe", "_POLL_SECONDS",
+    "_run_claimed", "_run_local", "_run_ray", "_claimed_live", "_Budget", "_sharing_rank", "_timing_fields",
+    "_TIMINGS",
+})
 
 
-def present_records(specs, folder) -> tuple[list[dict], list[RunSpec]]:
-    """The finished records of ``specs`` in ``folder`` (the committed paper-grid records: read,
-    never trained) and the specs that have none there yet, in the order of ``specs``. Found by
-    the specs' fields (:func:`fedlib.records.find`), not by file name: a record stays found when
-    fedlib's version (part of :meth:`RunSpec.key`) changes."""
-    return records.find(specs, folder)
+def __getattr__(name: str):
+    if name in _GRID_NAMES:
+        from . import grid
 
-
-def load_grid(results_dir, name: str = "manifest.json") -> list[dict]:
-    """The records of the grid named by the manifest (missing runs are reported, not invented)."""
-    results_dir = Path(results_dir)
-    manifest = results_dir / name
-    if not manifest.is_file():
-        raise FileNotFoundError(f"no {name} in {results_dir}: run notebook 05 (the training grid) first")
-    keys = json.loads(manifest.read_text())["keys"]
-    missing = [k for k in keys if not _is_complete(results_dir / f"{k}.json")]
-    if missing:
-        raise FileNotFoundError(f"{len(missing)} of {len(keys)} runs of the grid have no record in "
-                                f"{results_dir}: re-run notebook 05 to finish them")
-    return [json.loads((results_dir / f"{k}.json").read_text()) for k in keys]
+        return getattr(grid, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

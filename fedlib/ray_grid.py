@@ -14,9 +14,8 @@ joins a running cluster (``ray start --head`` on one machine, ``ray start --addr
 on the others; see docs/scaling-out.md). A Ray session the caller already started is used as it is.
 
 Layers: this module depends on :mod:`fedlib.experiment` (it runs `RunSpec`s with its `run`);
-``experiment.run_grid`` reaches it only through its backend registry
-(``experiment.BACKEND_MODULES``), imported when a grid runs on Ray, so ``import
-fedlib.experiment`` never imports this module and the two import no loop.
+:func:`fedlib.grid.run_grid` imports it when a grid runs on Ray, so importing
+:mod:`fedlib.experiment` or :mod:`fedlib.grid` never imports it (nor Ray), and no import loops.
 """
 from __future__ import annotations
 

@@ -6,15 +6,27 @@ file name finds nothing after a version bump. Readers of committed records (the 
 notebooks) find a spec's record here instead, by the fields of the spec it ran
 (:func:`spec_fields`): the same record whatever version is installed.
 
+* :func:`write` — one record, atomically (temporary + fsync + rename + fsync of the folder),
+  every error naming the path;
+* :func:`read_strict` — one record, checked (strict JSON, schema version, status, metrics, and
+  its spec and file name against the spec it should be): :class:`RecordError` naming the file
+  and what is wrong;
 * :func:`read` — one record file (None for a half-written temporary);
 * :func:`spec_fields` — the fields that identify a run, normalised for comparison;
 * :func:`find` — each spec's finished record in a folder.
 
-This module is the home that the project's one typed record will grow into.
+The record's schema (what :func:`fedlib.experiment.run` writes): ``record_version``
+(:data:`RECORD_VERSION`), ``key``, ``spec``, ``versions``, ``host``, ``status`` (one of
+:data:`FINISHED`) and, for ``status: ok``, the metrics :data:`OK_METRICS`. CAFA's CBCC records
+(benchmarks/cafa_cbcc.py) share the envelope with their own metrics (:data:`CBCC_METRICS`).
 """
 from __future__ import annotations
 
 import json
+import math
+import os
+import sys
+import tempfile
 from dataclasses import MISSING, fields
 from functools import lru_cache
 from numbers import Integral, Real
@@ -22,10 +34,239 @@ from pathlib import Path
 
 import numpy as np
 
-from .strict_json import NONFINITE_KEY, restore
+from . import strict_json
+from .strict_json import NONFINITE_KEY, loads_strict, restore
 from .validation import fail
 
-__all__ = ["read", "spec_fields", "find"]
+__all__ = ["read", "read_strict", "write", "check", "RecordError", "RecordWriteError", "spec_fields", "find", "RECORD_VERSION",
+           "FINISHED", "OK_METRICS"]
+
+#: The record schema's version (part of every record and of its key, :meth:`RunSpec.key`).
+RECORD_VERSION = 1
+
+#: A record's ``status`` once its run has finished: ``ok`` (with metrics), ``infeasible`` (the
+#: partition cannot be made) or ``failed`` (training diverged; no metrics). A failed run fails
+#: again: delete its record to retry.
+FINISHED = ("ok", "infeasible", "failed")
+
+#: The metrics of a ``status: ok`` run record (:func:`fedlib.experiment.run`): scalars that
+#: must be finite numbers and per-client lists of finite numbers (``local_accuracy`` may hold
+#: NaN for a client with no test sample, written as null and listed in ``nonfinite``).
+#: ``global_accuracy`` (in [0, 1]) is required; the others are checked where present (records
+#: of analyses and tests carry a subset).
+OK_REQUIRED = ("global_accuracy",)
+OK_SCALARS = ("global_accuracy", "ad", "sdad", "seconds", "cpu_seconds")
+OK_LISTS = ("correct", "n_test", "n_train", "local_accuracy")
+OK_METRICS = OK_SCALARS + OK_LISTS
+
+#: CAFA's CBCC clustering records (benchmarks/cafa_cbcc.py: a spec with a ``generator``, no
+#: ``method``): their ``status: ok`` metrics.
+CBCC_METRICS = ("acc", "precision", "recall", "f1")
+
+
+class RecordError(ValueError):
+    """A file that is not a valid record (of the spec it should hold): the message names the
+    file and what is wrong with it."""
+
+    def __init__(self, path, problem: str):
+        self.path, self.problem = str(path), problem
+        super().__init__(f"record {self.path}: {problem}")
+
+
+class RecordWriteError(OSError):
+    """A record that could not be written (a full disk, a read-only folder): the message names
+    the file and the cause; ``errno`` is the cause's; ``path`` the file; ``record`` the record
+    itself, still whole in memory (nothing of it was lost: write it elsewhere with :func:`write`)."""
+
+    def __init__(self, path, cause: OSError, record: dict):
+        why = cause.strerror or str(cause) or type(cause).__name__
+        message = (f"cannot write the record {path}: {why}. The record is not lost: it is kept in "
+                   "this error's .record (fedlib.records.write(other_path, err.record) saves it)")
+        super().__init__(cause.errno, message) if cause.errno is not None else super().__init__(message)
+        self.path, self.record = str(path), record
+
+    def __str__(self) -> str:
+        return self.args[-1]
+
+
+def write(path, record: dict) -> None:
+    """Write ``record`` to ``path`` as strict JSON (:mod:`fedlib.strict_json`: NaN/±inf become
+    null and are listed in ``"nonfinite"`` with their reason), atomically: a temporary file in
+    the same folder, flushed and fsynced, renamed over ``path`` (``os.replace``), then the
+    folder fsynced, so that after a crash or power loss ``path`` holds the old file or the whole
+    new one.
+
+    The temporary file is ``.tmp-*.json.part``: a process killed while writing leaves it
+    behind, and a name ending in ``.json`` would be taken for a record by any ``*.json``
+    pattern (``pathlib`` matches names that start with a dot).
+
+    Every error names ``path``: an OSError becomes :class:`RecordWriteError` (an OSError with
+    the same errno, e.g. ENOSPC for a full disk) that carries ``record``; the temporary is
+    removed. Anything non-finite that sanitise cannot reach fails before any file exists.
+    """
+    path = Path(path)
+    try:
+        clean = strict_json.sanitise(record)
+        text = json.dumps(clean, allow_nan=False)
+    except (TypeError, ValueError) as err:
+        raise type(err)(f"record {path} cannot be written as strict JSON: {err}") from err
+    del text  # checked only: json.dump below writes it
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json.part")
+    except OSError as err:
+        raise RecordWriteError(path, err, record) from err
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(clean, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as err:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        if isinstance(err, OSError):
+            raise RecordWriteError(path, err, record) from err
+        raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(folder: Path) -> None:
+    """fsync ``folder`` so a rename into it survives a crash (a no-op where folders cannot be
+    opened, e.g. Windows)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _finite_number(value) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(float(value)))
+
+
+def check(record, path="<record>", spec=None) -> dict:
+    """``record`` (a parsed record, non-finite values already restored) if it is a valid
+    record (of ``spec``, when given); else :class:`RecordError` naming ``path`` and the first
+    problem found. See :func:`read_strict`."""
+    if not isinstance(record, dict):
+        raise RecordError(path, f"not a record: a JSON {type(record).__name__}, not an object")
+    version = record.get("record_version")
+    if version != RECORD_VERSION:
+        raise RecordError(path, f"record_version {version!r} is unknown (this fedlib reads {RECORD_VERSION})")
+    status = record.get("status")
+    if status not in FINISHED:
+        raise RecordError(path, f"status {status!r} is not one of {list(FINISHED)}")
+    if not isinstance(record.get("spec"), dict):
+        raise RecordError(path, "no spec (a dict of the run's fields)")
+    if status == "ok":
+        cbcc = "generator" in record["spec"] and "method" not in record["spec"]
+        required, scalars, lists = (CBCC_METRICS, CBCC_METRICS, ()) if cbcc else (OK_REQUIRED, OK_SCALARS, OK_LISTS)
+        missing = [k for k in required if k not in record]
+        if missing:
+            raise RecordError(path, f"status ok but no {', '.join(missing)}")
+        for k in scalars:
+            if k in record and not _finite_number(record[k]):
+                raise RecordError(path, f"{k} is {record[k]!r}, not a finite number")
+        for k in lists:
+            if k not in record:
+                continue
+            values = record[k]
+            if not isinstance(values, list):
+                raise RecordError(path, f"{k} is {values!r}, not a list of per-client numbers")
+            bad = [v for v in values if not (_finite_number(v) or (k == "local_accuracy" and isinstance(v, float)
+                                                                   and math.isnan(v)))]
+            if bad:
+                raise RecordError(path, f"{k} holds {bad[0]!r}, not a finite number")
+        if not cbcc and not 0 <= float(record["global_accuracy"]) <= 1:
+            raise RecordError(path, f"global_accuracy {record['global_accuracy']!r} is not in [0, 1]")
+    if spec is not None:
+        want, got = spec_fields(spec), spec_fields(record["spec"])
+        if want != got:
+            diff = [k for k in sorted(set(want) | set(got)) if want.get(k, MISSING) != got.get(k, MISSING)]
+            shown = ", ".join(f"{k}={got.get(k)!r} (expected {want.get(k)!r})" for k in diff[:4])
+            raise RecordError(path, f"holds another run's record: {shown}")
+        key = spec.key() if hasattr(spec, "key") else None
+        if key is not None and Path(path).name != f"{key}.json":
+            raise RecordError(path, f"the file name is not the spec's key ({key}.json)")
+    return record
+
+
+def read_strict(path, spec=None, *, restore_nonfinite: bool = True) -> dict:
+    """The record in ``path``, checked; else :class:`RecordError` naming ``path`` and what is
+    wrong (FileNotFoundError if there is no file):
+
+    * strict JSON (:func:`fedlib.strict_json.loads_strict`: a ``NaN`` token is refused; values
+      this project wrote as null and listed in ``nonfinite`` are restored) holding an object;
+    * ``record_version`` is :data:`RECORD_VERSION`, ``status`` one of :data:`FINISHED`, a
+      ``spec`` dict;
+    * a ``status: ok`` record holds ``global_accuracy`` in [0, 1], and every metric a run
+      writes (:data:`OK_METRICS`) that it holds is a finite number (a list of them;
+      ``local_accuracy`` may be NaN where it was listed as such); CBCC's records
+      (:data:`CBCC_METRICS`) their own metrics;
+    * with ``spec`` (a RunSpec): the record's spec equals it (:func:`spec_fields`) and the
+      file is named by its key (:meth:`fedlib.experiment.RunSpec.key`).
+
+    ``restore_nonfinite``: return the record with its non-finite values restored (NaN, ±inf);
+    False returns it as stored (null, with its ``nonfinite`` list), as ``run_grid`` and
+    ``load_records`` always have. The checks see the restored values either way.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise
+    except (OSError, UnicodeDecodeError) as err:
+        raise RecordError(path, f"cannot be read ({err})") from err
+    if not text.strip():
+        raise RecordError(path, "empty file (a write that never finished)")
+    try:
+        record = loads_strict(text)
+    except ValueError as err:
+        raise RecordError(path, f"not valid strict JSON (truncated or corrupt): {err}") from err
+    stored = record
+    if isinstance(record, dict) and NONFINITE_KEY in record:
+        try:
+            record = restore(record)
+        except (KeyError, IndexError, TypeError, ValueError) as err:
+            raise RecordError(path, f"its {NONFINITE_KEY!r} list does not match the record: {err}") from err
+    check(record, path, spec)
+    return record if restore_nonfinite else stored
+
+
+_WARNED: set = set()
+
+
+def warn(err: RecordError, consequence: str) -> None:
+    """Name a refused record on stderr, once per file, problem and consequence in a process (a
+    grid asks about one file several times)."""
+    if (err.path, err.problem, consequence) not in _WARNED:
+        _WARNED.add((err.path, err.problem, consequence))
+        print(f"fedlib: {err}; {consequence}", file=sys.stderr, flush=True)
+
+
+def read_valid(path, spec=None, consequence: str = "not used", *, restore_nonfinite: bool = True) -> dict | None:
+    """:func:`read_strict`, or None where there is no file or it fails its checks (then named
+    on stderr by :func:`warn`, never used)."""
+    try:
+        return read_strict(path, spec, restore_nonfinite=restore_nonfinite)
+    except FileNotFoundError:
+        return None
+    except RecordError as err:
+        warn(err, consequence)
+        return None
+
+
+def is_complete(path, spec=None, consequence: str = "not used: a grid recomputes it") -> bool:
+    """Whether ``path`` holds a valid finished record (of ``spec``): :func:`read_strict`. A file
+    that is there but fails its checks is named on stderr and counts as absent."""
+    return read_valid(path, spec, consequence) is not None
 
 
 def read(path) -> dict | None:
@@ -110,17 +351,22 @@ def _key(spec) -> tuple:
 
 def _index(folder: Path) -> dict:
     """Hashable spec fields -> [(path, record), …] of every finished record in ``folder``."""
-    from .experiment import FINISHED, RECORD_VERSION
-
     index: dict = {}
     if not folder.is_dir():
         return index
     for path in sorted(folder.glob("*.json")):
-        record = read(path)
-        if (record is None or not isinstance(record.get("spec"), dict)
-                or record.get("record_version", RECORD_VERSION) != RECORD_VERSION
-                or record.get("status") not in FINISHED):
-            continue  # not a record (a temporary, a manifest), one of another record format, or unfinished
+        raw = read(path)
+        if raw is not None and (not isinstance(raw.get("spec"), dict)
+                                or raw.get("record_version", RECORD_VERSION) != RECORD_VERSION
+                                or raw.get("status") not in FINISHED):
+            continue  # not a record (a manifest), one of another record format, or unfinished
+        try:
+            record = read_strict(path)
+        except FileNotFoundError:
+            continue
+        except RecordError as err:  # truncated, NaN, no metrics: named, never used
+            warn(err, "skipped, not used")
+            continue
         index.setdefault(_key(record["spec"]), []).append((path, record))
     return index
 
@@ -131,11 +377,13 @@ def _describe(fields_: dict) -> str:
 
 
 def find(specs, folder) -> tuple[list[dict], list]:
-    """Each spec's finished record in ``folder`` (status in :data:`fedlib.experiment.FINISHED`),
+    """Each spec's finished record in ``folder`` (status in :data:`FINISHED`),
     matched by :func:`spec_fields`, never by file name: (the records found, the specs without
     one), both in the order of ``specs``. The folder is read once. Files that are not finished
     records are ignored, and so are records that name another ``record_version`` than
-    :data:`fedlib.experiment.RECORD_VERSION`; an absent folder holds no record.
+    :data:`RECORD_VERSION`; an absent folder holds no record. A file that is a record of this
+    format but fails :func:`read_strict` (truncated, NaN, no metrics) is named on stderr and
+    skipped, never used.
 
     Raises ValueError (:func:`fedlib.validation.fail`) naming the folder and the files where
     two records in ``folder`` match one of ``specs``.

@@ -9,6 +9,8 @@ import pytest
 from fedlib import claims
 from fedlib import experiment as X
 
+import record_fakes
+
 FAST = {"rounds": 2, "local_epochs": 1}
 
 
@@ -130,8 +132,7 @@ def test_estimates_come_from_the_extra_folders_too_and_other_runs_still_start(tm
     _fake(committed / "nested", 1e6, method="clust_psi_pfl")
     _fake(committed, 1.0, name="fast.json", method="local")
     started = []
-    monkeypatch.setattr(X, "run", lambda s, device="auto": started.append(s.method) or {
-        "record_version": X.RECORD_VERSION, "status": "ok", "key": s.key(), "seconds": 1.0})
+    monkeypatch.setattr(X, "run", lambda s, device="auto": started.append(s.method) or record_fakes.record(s))
     slow, fast = spec("clust_psi_pfl"), spec("local")
     recs = X.run_grid([slow, fast], out, device="cpu", progress=False, budget=600, estimate_from=[committed])
     assert started == ["local"] and [r["key"] for r in recs] == [fast.key()]
@@ -152,8 +153,7 @@ def test_a_run_that_fits_is_computed_and_records_its_sharing(tmp_path, monkeypat
 
 def test_a_run_without_any_comparable_record_is_started_and_said_so(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("FEDLIB_SHARING", raising=False)
-    monkeypatch.setattr(X, "run", lambda s, device="auto": {"record_version": X.RECORD_VERSION, "status": "infeasible",
-                                                            "key": s.key(), "error": "fake"})
+    monkeypatch.setattr(X, "run", lambda s, device="auto": record_fakes.record(s, "infeasible"))
     recs = X.run_grid([spec()], tmp_path, device="cpu", progress="lines", budget=600)
     assert [r["status"] for r in recs] == ["infeasible"]
     assert ("run_grid: no comparable record estimates adult dirichlet=0.5 K=10 fedavg seed=0 on cpu: started; "

@@ -538,6 +538,7 @@ def test_the_report_reads_cafa_training_records_of_the_authors_protocol(tmp_path
     rec = _record("cafa", 0, official, pooled, fl=S.AUTHORS_FL, level=0.0)  # IID share 0, as the grid
     rec["spec"]["fl"] = dict(S.AUTHORS_FL)
     (tmp_path / "cafa" / "training").mkdir(parents=True)
+    rec.update(record_version=1, global_accuracy=pooled[-1])  # what every run record holds (fedlib.records)
     (tmp_path / "cafa" / "training" / "r.json").write_text(json.dumps(rec))
     ours = {(c.table, c.column): row_values(c.readings[0], root=tmp_path)[0]
             for c in cells() if c.paper == "cafa" and c.row == "cafa" and c.table in ("Table IV", "Table V")}

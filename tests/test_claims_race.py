@@ -12,6 +12,9 @@ import pytest
 
 from fedlib import claims
 from fedlib import experiment as X
+from fedlib import grid as G
+
+import record_fakes
 
 TRIALS = 40  # stale claims raced for, one after another, by the same processes
 
@@ -60,10 +63,10 @@ def contender(folder, seeds, barrier, log, rank) -> None:
         with open(log, "a") as f:  # O_APPEND: whole lines from every process
             f.write(f"{s.seed} {os.getpid()}\n")
         time.sleep(0.02)  # long enough for a slower contender to meet the live claim
-        return {"record_version": X.RECORD_VERSION, "status": "ok", "key": s.key()}
+        return record_fakes.record(s)
 
     X.run = run
-    X._POLL_SECONDS = 0.005
+    G._POLL_SECONDS = 0.005
     jitter(rank)
     for seed in seeds:
         barrier.wait(timeout=120)  # all contenders leave together: the takeovers race

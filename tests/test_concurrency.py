@@ -13,6 +13,7 @@ import pytest
 
 from fedlib import claims
 from fedlib import experiment as X
+from fedlib import grid as G
 
 FL = {"rounds": 3, "local_epochs": 1}
 
@@ -87,7 +88,7 @@ def test_a_live_claim_is_waited_for_and_taken_over_when_its_process_dies(tmp_pat
     claims.claim_path(path).write_text(json.dumps({"host": socket.gethostname(), "pid": holder.pid,
                                                    "time": time.time()}))
     assert not claims.is_stale(path)
-    monkeypatch.setattr(X, "_POLL_SECONDS", 0.05)
+    monkeypatch.setattr(G, "_POLL_SECONDS", 0.05)
     t0 = time.monotonic()
     (rec,) = X.run_grid([s], tmp_path, progress=False)
     reaper.join()
@@ -110,7 +111,7 @@ def test_a_claim_from_another_host_is_honoured_until_it_is_old(tmp_path, monkeyp
 def test_finished_statuses_are_never_recomputed(tmp_path, monkeypatch):
     s = specs(1)[0]
     X._write_atomic(X.record_path(tmp_path, s), {"record_version": X.RECORD_VERSION, "status": "failed",
-                                                 "error": "diverged", "key": s.key()})
+                                                 "error": "diverged", "key": s.key(), "spec": s.to_dict()})
     monkeypatch.setattr(X, "run", lambda *a, **k: pytest.fail("a finished run was recomputed"))
     (rec,) = X.run_grid([s], tmp_path, progress=False)
     assert rec["status"] == "failed"
@@ -126,6 +127,6 @@ def test_an_unwritable_results_folder_fails_before_training(tmp_path, monkeypatc
     def read_only(*args, **kwargs):
         raise OSError(errno.EROFS, os.strerror(errno.EROFS))
 
-    monkeypatch.setattr(X.tempfile, "mkstemp", read_only)
+    monkeypatch.setattr(G.tempfile, "mkstemp", read_only)
     with pytest.raises(ValueError, match="is not writable \\(Read-only file system\\)"):
         X.run_grid(specs(1), tmp_path / "ro", progress=False)

@@ -13,6 +13,8 @@ import yaml
 from fedlib.analysis import beyond_label, cafa_study, cross_paper, fedprism_study, pfedlia_study, psi_pfl_study
 from fedlib.experiment import load_records
 
+import record_fakes
+
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE09 = ROOT / "params" / "smoke" / "09_fedprism.yaml"
 SMOKE10 = ROOT / "params" / "smoke" / "10_pfedlia.yaml"
@@ -275,7 +277,7 @@ def test_a_run_another_process_recorded_meanwhile_is_skipped(tmp_path, monkeypat
 
     def fake(spec, out_, device):
         order.append(spec.key())
-        record_path(out, specs[1]).write_text("{}")  # meanwhile, the other process records the second run
+        record_path(out, specs[1]).write_text(json.dumps(record_fakes.record(specs[1])))  # meanwhile, the other process records the second run
         return {"status": "ok", "seconds": 0.0, "spec": spec.to_dict()}
 
     monkeypatch.setattr(pg, "_compute", fake)
@@ -297,7 +299,7 @@ def test_list_says_where_each_run_stands_in_the_folder(tmp_path, capsys):
     out.mkdir()
     specs = pg.select("fedprism-table1", pg.load_params("09_fedprism", str(SMOKE09)), seeds=[0],
                       methods=["fedavg", "local", "fedprism"], alphas=[0.1])[:3]
-    record_path(out, specs[0]).write_text(json.dumps({"spec": specs[0].to_dict(), "status": "failed"}))
+    record_path(out, specs[0]).write_text(json.dumps(record_fakes.record(specs[0], "failed")))
     assert claims.try_claim(record_path(out, specs[1]))  # a live process (this test) is computing it
     pg.main(["fedprism-table1", "--out", str(out), "--params", str(SMOKE09), "--seeds", "0", "--alphas", "0.1",
              "--methods", "fedavg", "local", "fedprism", "--list"])
@@ -333,7 +335,7 @@ def test_list_estimates_each_run_to_compute_and_totals_them(tmp_path, capsys, mo
     times.mkdir()
     specs = pg.select("fedprism-table1", pg.load_params("09_fedprism", str(SMOKE09)), seeds=[0],
                       methods=["fedavg", "local", "fedprism"], alphas=[0.1])[:3]
-    record_path(out, specs[0]).write_text(json.dumps({"spec": specs[0].to_dict(), "status": "ok"}))
+    record_path(out, specs[0]).write_text(json.dumps(record_fakes.record(specs[0])))
     (times / "a.json").write_text(json.dumps(_comparable(specs[1], 1800.0)))
     (times / "b.json").write_text(json.dumps(_comparable(specs[1], 60.0, "cuda:0")))
     argv = ["fedprism-table1", "--out", str(out), "--params", str(SMOKE09), "--seeds", "0", "--alphas", "0.1",

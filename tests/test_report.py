@@ -31,7 +31,7 @@ def _write(root, sub, records):
     d = root / sub
     d.mkdir(parents=True, exist_ok=True)
     for i, r in enumerate(records):
-        (d / f"{i:04d}.json").write_text(json.dumps(r))
+        (d / f"{i:04d}.json").write_text(json.dumps({"record_version": 1, **r}))
 
 
 def _row(df, row, column, reading):
@@ -352,7 +352,7 @@ def test_cross_paper_section_counts_the_committed_runs_and_invents_no_number(tmp
     (tmp_path / "cross_paper").mkdir()
     s = specs[0]
     record_path(tmp_path / "cross_paper", s).write_text(json.dumps(
-        {"key": s.key(), "spec": s.to_dict(), "status": "infeasible", "error": "too few samples"}))
+        {"record_version": 1, "key": s.key(), "spec": s.to_dict(), "status": "infeasible", "error": "too few samples"}))
     lines = report.cross_paper_markdown(tmp_path)
     assert f"1 of {len(specs)} runs recorded (0.0 CPU-hours" in " ".join(lines)  # an infeasible run: no CPU time
     table = lines[-1]
@@ -372,7 +372,7 @@ def test_cross_paper_section_counts_the_committed_runs_and_invents_no_number(tmp
                  "local_accuracy": [a] * k, "global_test_accuracy": a, "info": {}, "seconds": 1.0}
                 if a is not None else {"status": "failed", "error": "diverged"})
         if a is not None:
-            record_path(tmp_path / "cross_paper", spec).write_text(json.dumps({"key": spec.key(),
+            record_path(tmp_path / "cross_paper", spec).write_text(json.dumps({"record_version": 1, "key": spec.key(),
                                                                                "spec": spec.to_dict(), **body}))
     lines = report.cross_paper_markdown(tmp_path)
     assert not [ln for ln in lines if ln.startswith("Mean rank")]  # incomplete partitions are no blocks
@@ -380,7 +380,7 @@ def test_cross_paper_section_counts_the_committed_runs_and_invents_no_number(tmp
     for spec in five:
         if spec.method not in accs:
             record_path(tmp_path / "cross_paper", spec).write_text(json.dumps(
-                {"key": spec.key(), "spec": spec.to_dict(), "status": "failed", "error": "diverged"}))
+                {"record_version": 1, "key": spec.key(), "spec": spec.to_dict(), "status": "failed", "error": "diverged"}))
     lines = report.cross_paper_markdown(tmp_path)
     ranked = [ln for ln in lines if ln.startswith("Mean rank over the 5 partitions whose every run is recorded")]
     assert ranked and "Friedman p = " in ranked[0] and "CL and the Oracle are references" in ranked[0]
@@ -409,7 +409,7 @@ def test_beyond_label_section_counts_the_committed_runs_and_reads_the_answer_fro
     truth = P.planted_clusters("rotated_groups", 100, 4)
     for s, grouping in ((rot["psi_label"], np.zeros(100, int)), (rot["psi_joint"], truth)):
         record_path(tmp_path / "beyond_label", s).write_text(json.dumps(
-            {"key": s.key(), "spec": s.to_dict(), "status": "ok", "local_accuracy": [0.5] * 100,
+            {"record_version": 1, "key": s.key(), "spec": s.to_dict(), "status": "ok", "local_accuracy": [0.5] * 100,
              "global_accuracy": 0.5, "info": {"assignment": grouping.tolist()}, "cpu_seconds": 2700.0}))
     lines = report.beyond_label_markdown(tmp_path)
     assert f"2 of {len(specs)} runs recorded (1.5 CPU-hours, the sum of their `cpu_seconds`)." in " ".join(lines)

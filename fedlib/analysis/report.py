@@ -27,7 +27,6 @@ disagree; the README's findings block is :func:`readme_block`. ``python -m fedli
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from functools import lru_cache
@@ -38,7 +37,7 @@ import pandas as pd
 
 from ..methods import display_name
 from ..paths import ROOT
-from ..strict_json import restore
+from .. import records
 from ..validation import fail
 from ..evaluation import client_parity
 from .tables import frame_markdown, records_frame, setting_name
@@ -59,17 +58,17 @@ _BLOCK = re.compile(r"(<!-- findings:start -->\n)(.*?)(<!-- findings:end -->)", 
 # ----------------------------------------------------------------------------- records
 @lru_cache(maxsize=None)
 def _load(directory: str) -> tuple:
-    """Every complete record (a dict) in ``directory``, sorted by file name; () if absent."""
+    """Every valid finished record (a dict) in ``directory``, sorted by file name; () if absent.
+    Each is read by :func:`fedlib.records.read_strict`: a file that fails its checks (NaN,
+    truncated, no metrics, an unknown status) is named on stderr and skipped, never used."""
     d = Path(directory)
     if not d.is_dir():
         return ()
     out = []
     for p in sorted(d.glob("*.json")):
-        try:
-            r = json.loads(p.read_text())
-        except (ValueError, OSError):
-            continue  # a half-written temporary is not a record
-        out.append(restore(r) if "nonfinite" in r else r)
+        r = records.read_valid(p, consequence="skipped by the report, not used")
+        if r is not None:
+            out.append(r)
     return tuple(out)
 
 
