@@ -30,7 +30,7 @@ from torch.func import functional_call, vmap
 from ..models import body, head_prefix
 from ._validation import check_state
 from .evaluate import EvalResult, _prepare, evaluate
-from .federation import Federation, gather
+from .federation import Federation
 from .paths import clients_per_chunk, resolve_path
 from .precision import exact
 from .ragged import score_ragged
