@@ -18,15 +18,19 @@
 # WORKERS: the processes sharing the GPU (each with OMP_NUM_THREADS=1 and FEDLIB_SHARING=WORKERS,
 # which their records keep as host['processes'] and their estimates match).
 #
-# Writes to $OUT (default ./lease_out; at most three files, for a lease that brings back few):
+# Writes to $OUT (default ./lease_out; at most four files, for a lease that brings back few):
 #   records.tgz   the records written during this lease (*.json of the records folder, newer than
 #                 its start); unpack with: tar xzf records.tgz -C <records folder>
 #   lease.log     this script's output: the GPU, the data, a utilisation line every 60 s, each
 #                 worker's exit status and the tail of its log
 #   logs.tgz      the workers' whole logs
-# A run never stops mid-way (there is no round-level checkpoint): one that would not fit is left
-# for the next lease. A worker still running at SECONDS - 10 (a run that took far longer than its
-# estimate) is stopped and its run lost. Needs nvidia-smi and torch with CUDA; exits 2 without
+#   checkpoints.tgz  the round-level checkpoints of the runs the budget stopped (fedlib.checkpoint),
+#                 written under $FEDLIB_CHECKPOINTS (default .lease/checkpoints, which git ignores):
+#                 unpack with tar xzf checkpoints.tgz -C .lease/checkpoints, let the next lease carry
+#                 .lease, and its runs resume where these stopped
+# A resumable method's run (MethodInfo.resumable) stops at a round boundary before the budget
+# ends, with a checkpoint; another method's run starts only if all of it fits. A worker still
+# running at SECONDS - 10 is stopped: its run keeps what its last checkpoint holds. Needs nvidia-smi and torch with CUDA; exits 2 without
 # them or on bad arguments, 1 if a worker failed (the archive is written all the same).
 set -u
 
@@ -90,6 +94,8 @@ work=$(mktemp -d)
 stamp=$work/start
 touch "$stamp"
 export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD
+export FEDLIB_CHECKPOINTS=${FEDLIB_CHECKPOINTS:-$PWD/.lease/checkpoints}
+mkdir -p "$FEDLIB_CHECKPOINTS"
 
 say "gpu_lease: $total s, $workers workers: ${cmd[*]}"
 nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv,noheader 2>&1 | tee -a "$log"
@@ -143,7 +149,7 @@ while [ "$alive" -gt 0 ]; do
             --format=csv,noheader 2>&1 | head -n 1)"
     fi
     if [ "$now" -ge "$stop" ]; then
-        say "gpu_lease: time is up: stopping the $alive workers still running (their current runs are lost)"
+        say "gpu_lease: time is up: stopping the $alive workers still running (their runs keep their last checkpoints)"
         for pid in "${pids[@]}"; do kill -TERM "$pid" 2> /dev/null; done
         sleep 3
         for pid in "${pids[@]}"; do kill -KILL "$pid" 2> /dev/null; done
@@ -165,5 +171,11 @@ done
 tar czf "$out/records.tgz" -C "$records" -T "$work/new"
 tar czf "$out/logs.tgz" -C "$work" $(cd "$work" && ls worker-*.log)
 say "packed $(wc -l < "$work/new") records into $out/records.tgz; unpack: tar xzf records.tgz -C $records"
+(cd "$FEDLIB_CHECKPOINTS" && find . -maxdepth 1 -type f -name '*.pt' | sed 's|^\./||' | sort) > "$work/checkpoints"
+if [ -s "$work/checkpoints" ]; then
+    tar czf "$out/checkpoints.tgz" -C "$FEDLIB_CHECKPOINTS" -T "$work/checkpoints"
+    say "packed $(wc -l < "$work/checkpoints") checkpoints ($(du -sh "$out/checkpoints.tgz" | cut -f1)) into" \
+        "$out/checkpoints.tgz; unpack: tar xzf checkpoints.tgz -C .lease/checkpoints"
+fi
 rm -rf "$work"
 exit $failed

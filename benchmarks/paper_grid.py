@@ -347,7 +347,9 @@ def list_runs(specs, out, kind: str, estimate_from=None, echo=print) -> dict:
     seconds on a ``kind`` device), then the totals line. Returns the totals: ``recorded``,
     ``running``, ``to_compute``, ``estimated`` (how many of those to compute have an estimate) and
     ``seconds`` (their estimates summed)."""
+    from fedlib.checkpoint import saved_round
     from fedlib.experiment import sharing
+    from fedlib.methods import FLConfig
 
     folders = _estimate_folders(estimate_from)
     totals = {"recorded": 0, "running": 0, "to_compute": 0, "estimated": 0, "seconds": 0.0}
@@ -356,12 +358,17 @@ def list_runs(specs, out, kind: str, estimate_from=None, echo=print) -> dict:
         if state == "to compute":
             totals["to_compute"] += 1
             est = estimate(s, Path(out), kind, folders)
+            resumes = saved_round(s.key())
+            left, rounds = 1.0, FLConfig.from_dict(s.effective()[1]).rounds
+            if resumes is not None:  # a checkpoint holds its first rounds: what is left of it
+                left = 1 - resumes / rounds
+                state += f", checkpoint resumes it at round {resumes + 1} of {rounds}"
             if est is None:
                 state += f" (no comparable record on {kind})"
             else:
                 totals["estimated"] += 1
-                totals["seconds"] += est
-                state += f" (≈ {est:.0f} s on {kind})"
+                totals["seconds"] += est * left
+                state += f" (≈ {est * left:.0f} s left on {kind})" if resumes is not None else f" (≈ {est:.0f} s on {kind})"
         else:
             totals["running" if state == "running" else "recorded"] += 1
         echo(f"{describe(s)}: {state}")

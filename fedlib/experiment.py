@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import __version__, partition as P, records
+from . import __version__, checkpoint, partition as P, records
 from .engine import Federation, resolve_device
 from .engine.precision import gpu_policy
 from .evaluation import global_accuracy, summarise_clients
@@ -337,10 +337,14 @@ def run(spec: RunSpec, device="auto") -> dict:
     base = {"record_version": RECORD_VERSION, "key": spec.key(), "spec": spec.to_dict(),
             "versions": _versions(), "host": _host(dev)}
     t0, c0 = time.perf_counter(), time.process_time()
+    ck = checkpoint.current()  # set by a grid (fedlib.checkpoint.active): resume and save at round boundaries
+    if ck is not None:  # a resumed run's seconds include those of its earlier executions
+        t0, c0 = t0 - ck.elapsed, c0 - ck.cpu_elapsed
     try:
         ctx, ds = build_context(spec, device)
     except P.InfeasiblePartitionError as err:
         return {**base, "status": "infeasible", "error": str(err)}
+    ctx.checkpoints = ck
     fed, cfg = ctx.fed, ctx.cfg
     hyper, _, settings = spec.effective()
     method = get_method(spec.method)

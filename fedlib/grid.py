@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import claims, experiment as _experiment, records
+from . import checkpoint, claims, experiment as _experiment, records
 from .engine import resolve_device
 from .experiment import ENV_SHARING, RunSpec, record_path, sharing  # noqa: F401  (ENV_SHARING: re-exported)
 from .methods import FLConfig
@@ -199,6 +199,10 @@ def fits_budget(estimate: float | None, deadline: float, now: float | None = Non
     return now < deadline and (estimate is None or now + SAFETY_FACTOR * estimate <= deadline)
 
 
+#: Rounds a resumable run must be estimated to complete before the deadline for it to start.
+FIRST_ROUNDS = 2
+
+
 class _Budget:
     """run_grid's budget: the deadline, where the estimates come from, the runs it left."""
 
@@ -207,14 +211,21 @@ class _Budget:
         self.folders, self.kind, self.say = list(folders), kind, say
         self.processes = sharing()
         self.skipped: list[tuple[RunSpec, float | None]] = []
+        self.stopped: list[tuple[RunSpec, checkpoint.RunStopped]] = []  # started, stopped at a round boundary
 
     def estimate(self, s: RunSpec) -> float | None:
         return estimate_seconds(s, timing_records(*self.folders), self.kind, self.processes)
 
     def admit(self, s: RunSpec) -> bool:
-        """Whether ``s`` may start now; if not, it is left for a later call (``skipped``)."""
+        """Whether ``s`` may start now; if not, it is left for a later call (``skipped``). A
+        resumable method's run (:attr:`fedlib.methods.contract.MethodInfo.resumable`) starts when
+        its first :data:`FIRST_ROUNDS` rounds fit: the deadline stops it at a round boundary with a
+        checkpoint. Any other run starts only when all of it fits."""
         est = self.estimate(s)
-        if fits_budget(est, self.deadline):
+        needed = est
+        if est is not None and _experiment.method_info(s.method).resumable:
+            needed = est * min(1.0, FIRST_ROUNDS / FLConfig.from_dict(s.effective()[1]).rounds)
+        if fits_budget(needed, self.deadline):
             if est is None:
                 self.say(f"run_grid: no comparable record estimates {_describe(s)} on {self.kind}: started; "
                          "the budget cannot protect it")
@@ -231,7 +242,8 @@ def _claimed_live(path: Path) -> bool:
     return claims.claim_path(path).exists() and not claims.is_stale(path)
 
 
-def _run_claimed(specs, results_dir: Path, device, bar, report, budget: _Budget | None = None) -> list:
+def _run_claimed(specs, results_dir: Path, device, bar, report, budget: _Budget | None = None,
+                 say=print) -> list:
     """Compute each spec this process can claim; return those other live processes hold. Under
     a ``budget``, a run that would not end before its deadline is not claimed (it is left in
     ``budget.skipped``)."""
@@ -250,8 +262,22 @@ def _run_claimed(specs, results_dir: Path, device, bar, report, budget: _Budget 
                 continue
             if bar is not None:
                 bar.set_postfix_str(_describe(s))
-            record = _experiment.run(s, device)  # read here: tests and notebooks may replace it
+            ck = checkpoint.Checkpointer.open(s.key(), deadline=None if budget is None else budget.deadline, say=say,
+                                              label=_describe(s))
+            if ck.resumed_at is not None:
+                say(f"run_grid: {_describe(s)} resumes at round {ck.resumed_at[1] + 1} "
+                    f"(training phase {ck.resumed_at[0] + 1}) from {ck.path}")
+            try:
+                with checkpoint.active(ck):
+                    record = _experiment.run(s, device)  # read here: tests and notebooks may replace it
+            except checkpoint.RunStopped as stop:
+                say(f"run_grid: {_describe(s)}: stopped before round {stop.round_idx + 1} by the budget; "
+                    f"checkpoint {stop.path} ({stop.size / 2**20:.1f} MiB) resumes it")
+                if budget is not None:
+                    budget.stopped.append((s, stop))
+                continue
             records.write(path, record)
+            ck.delete()  # the record is written: the run will not resume
             report(s, record)
         finally:
             claims.release(path)
@@ -380,7 +406,7 @@ def run_grid(specs, results_dir, *, device="auto", progress=True, backend: str =
         if backend == "ray":
             _run_ray(todo, results_dir, device, report, ray_address, num_cpus, num_gpus, max_retries)
         else:
-            _run_local(todo, results_dir, device, bar, report, mode, plan)
+            _run_local(todo, results_dir, device, bar, report, mode, plan, say)
     finally:
         if bar is not None:
             bar.close()
@@ -389,6 +415,9 @@ def run_grid(specs, results_dir, *, device="auto", progress=True, backend: str =
         unknown = len(plan.skipped) - len(known)
         say(f"run_grid: budget: {len(plan.skipped)} runs left for a later call, estimated {sum(known):.0f} s "
             f"of runs{f' ({unknown} without an estimate: the budget had ended)' if unknown else ''}")
+    if plan is not None and plan.stopped:
+        say(f"run_grid: budget: {len(plan.stopped)} runs stopped at a round boundary; the next call resumes "
+            f"them from their checkpoints ({checkpoint.checkpoint_folder()})")
     return [r for r in (_read_complete(record_path(results_dir, s), s) for s in specs) if r is not None]
 
 
@@ -440,10 +469,10 @@ def _run_ray(todo, results_dir, device, report, address, num_cpus, num_gpus, max
                            f"the other {len(todo) - len(failed)} were):\n{lines}")
 
 
-def _run_local(todo, results_dir, device, bar, report, mode, budget: _Budget | None = None) -> None:
+def _run_local(todo, results_dir, device, bar, report, mode, budget: _Budget | None = None, say=print) -> None:
     """The runs in this process, sharing the folder with other processes through claims; under
     a ``budget``, only those that fit, and no waiting for other processes' runs past its end."""
-    waiting = _run_claimed(todo, results_dir, device, bar, report, budget)
+    waiting = _run_claimed(todo, results_dir, device, bar, report, budget, say)
     if waiting and mode == "lines":
         print(f"run_grid: waiting for {len(waiting)} runs that other processes are computing",
               file=sys.stderr, flush=True)
@@ -460,7 +489,7 @@ def _run_local(todo, results_dir, device, bar, report, mode, budget: _Budget | N
         orphans = [s for s in waiting if not claims.claim_path(record_path(results_dir, s)).exists()
                    or claims.is_stale(record_path(results_dir, s))]
         if orphans:
-            left = _run_claimed(orphans, results_dir, device, bar, report, budget)
+            left = _run_claimed(orphans, results_dir, device, bar, report, budget, say)
             waiting = [s for s in waiting if s not in orphans or s in left]
 
 

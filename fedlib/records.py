@@ -22,6 +22,7 @@ The record's schema (what :func:`fedlib.experiment.run` writes): ``record_versio
 """
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -78,10 +79,11 @@ class RecordWriteError(OSError):
     the file and the cause; ``errno`` is the cause's; ``path`` the file; ``record`` the record
     itself, still whole in memory (nothing of it was lost: write it elsewhere with :func:`write`)."""
 
-    def __init__(self, path, cause: OSError, record: dict):
+    def __init__(self, path, cause: OSError, record: dict | None):
         why = cause.strerror or str(cause) or type(cause).__name__
         message = (f"cannot write the record {path}: {why}. The record is not lost: it is kept in "
-                   "this error's .record (fedlib.records.write(other_path, err.record) saves it)")
+                   "this error's .record (fedlib.records.write(other_path, err.record) saves it)"
+                   if record is not None else f"cannot write {path}: {why}")
         super().__init__(cause.errno, message) if cause.errno is not None else super().__init__(message)
         self.path, self.record = str(path), record
 
@@ -111,14 +113,31 @@ def write(path, record: dict) -> None:
     except (TypeError, ValueError) as err:
         raise type(err)(f"record {path} cannot be written as strict JSON: {err}") from err
     del text  # checked only: json.dump below writes it
+    def fill(f) -> None:
+        text = io.TextIOWrapper(f, encoding="utf-8")
+        json.dump(clean, text)
+        text.flush()
+        text.detach()
+
+    _replace_atomically(path, fill, ".json.part", record)
+
+
+def write_bytes(path, data: bytes) -> None:
+    """Write ``data`` to ``path`` as :func:`write` writes a record: a temporary file
+    (``.tmp-*.part``), fsynced, renamed over ``path``, the folder fsynced; every error names
+    ``path`` (:class:`RecordWriteError`). Checkpoints (:mod:`fedlib.checkpoint`) use it."""
+    _replace_atomically(Path(path), lambda f: f.write(data), ".part", None)
+
+
+def _replace_atomically(path: Path, fill, suffix: str, record) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json.part")
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=suffix)
     except OSError as err:
         raise RecordWriteError(path, err, record) from err
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(clean, f)
+        with os.fdopen(fd, "wb") as f:
+            fill(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

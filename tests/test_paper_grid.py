@@ -350,6 +350,22 @@ def test_list_estimates_each_run_to_compute_and_totals_them(tmp_path, capsys, mo
     lines = capsys.readouterr().out.splitlines()
     assert f"{pg.describe(specs[1])}: to compute (≈ 60 s on cuda)" in lines
     assert lines[-1] == "totals: 3 runs, 1 recorded, 0 running elsewhere, 2 to compute; to compute: ≈ 2.0 GPU-minutes"
+    # a run with a checkpoint (fedlib.checkpoint): where it resumes, and only what is left of it
+    from types import SimpleNamespace
+
+    from fedlib.checkpoint import Checkpointer, checkpoint_path
+    from fedlib.methods import FLConfig
+
+    monkeypatch.setenv("FEDLIB_CHECKPOINTS", str(tmp_path / "checkpoints"))
+    rounds = FLConfig.from_dict(specs[1].effective()[1]).rounds
+    key = specs[1].key()
+    Checkpointer(checkpoint_path(key), key).write(0, rounds // 2, {}, SimpleNamespace(history=[], _opt_state=None))
+    pg.main(argv + ["--device", "cpu"])
+    lines = capsys.readouterr().out.splitlines()
+    left = 1800 * (1 - (rounds // 2) / rounds)
+    assert (f"{pg.describe(specs[1])}: to compute, checkpoint resumes it at round {rounds // 2 + 1} of {rounds} "
+            f"(≈ {left:.0f} s left on cpu)") in lines
+    checkpoint_path(key).unlink()
     monkeypatch.setenv("FEDLIB_SHARING", "2")  # planning a lease of 2 processes (the record does not say its sharing)
     pg.main(argv + ["--device", "cuda"])
     assert capsys.readouterr().out.splitlines()[-1].endswith(

@@ -236,6 +236,7 @@ class Context:
     _opt_state: object = field(default=None, repr=False)  # all K clients' optimiser state
     true_clusters: np.ndarray | None = None  # (K,) planted cluster of each client, where the partition has them
     pooled_models_eval: bool = False  # log_round also scores every model on the pooled test set (paper_code's CFL/FedSoft)
+    checkpoints: object = field(default=None, repr=False)  # a fedlib.checkpoint.Checkpointer: run_rounds resumes and saves
 
     @property
     def planted_clusters(self) -> np.ndarray:
@@ -427,10 +428,11 @@ def federated_averaging(ctx: Context, groups, *, start: State | None = None, log
         assignment[g] = gi
     if np.any(assignment < 0):
         raise ValueError("groups must cover every client")
-    models = broadcast(start if start is not None else ctx.init_state(), len(groups))
-    rngs = [ctx.rng(f"{stream}/group{gi}") for gi in range(len(groups))]
     spare = None  # the last round's trained rows, dead once averaged: the next round writes into them
-    for t in _window(ctx, first_round, rounds):
+
+    def step(t: int, state: tuple) -> tuple:
+        nonlocal spare
+        models, rngs = state
         picks = [sample_clients(rng, g, ctx.cfg.fraction, ctx.cfg.min_clients) for rng, g in zip(rngs, groups)]
         clients = np.concatenate(picks)
         owner = assignment[clients]
@@ -448,6 +450,11 @@ def federated_averaging(ctx: Context, groups, *, start: State | None = None, log
         check_finite_models(models, t, "after aggregation", ctx.cfg)
         if log:
             ctx.log_round(t, models, assignment)
+        return models, rngs
+
+    models = broadcast(start if start is not None else ctx.init_state(), len(groups))
+    rngs = [ctx.rng(f"{stream}/group{gi}") for gi in range(len(groups))]
+    models, _ = run_rounds(ctx, _window(ctx, first_round, rounds), (models, rngs), step)
     return Outcome(models, assignment)
 
 
@@ -500,6 +507,22 @@ def round_size(n_clients: int, fraction: float) -> int:
     return max(1, int(fraction * n_clients))
 
 
+def run_rounds(ctx: Context, window: range, state, step, *, opaque: bool = False):
+    """``state = step(t, state)`` for every round ``t`` of ``window``; the final state.
+
+    A phase of training written so that ``state`` is everything it carries between rounds
+    (tensors, arrays, numpy Generators, lists) resumes from a checkpoint when the context has a
+    :class:`fedlib.checkpoint.Checkpointer`: it saves the state at round boundaries, stops the
+    run before a deadline, and on resume returns a finished phase's final state at once.
+    ``opaque``: the phase keeps state elsewhere (a ``choose``/``observe`` closure); it is
+    recomputed on resume and never checkpointed."""
+    if ctx.checkpoints is None:
+        for t in window:
+            state = step(t, state)
+        return state
+    return ctx.checkpoints.rounds(ctx, window, state, step, opaque=opaque)
+
+
 def _window(ctx: Context, first_round: int, rounds: int | None) -> range:
     first = check_int(first_round, "first_round", 0)
     n = ctx.cfg.rounds if rounds is None else check_int(rounds, "rounds", 1)
@@ -508,12 +531,13 @@ def _window(ctx: Context, first_round: int, rounds: int | None) -> range:
 
 def global_model_rounds(ctx: Context, *, choose=None, server_step=None, state=None,
                         prox_mu: float = 0.0, observe=None, start: State | None = None,
-                        first_round: int = 0, rounds: int | None = None, weights: str = "samples") -> Outcome:
+                        first_round: int = 0, rounds: int | None = None, weights: str = "samples",
+                        pool=None) -> Outcome:
     """The one-global-model loop shared by FedAvg-like methods.
 
-    Each round t: ``clients = choose(t, global_state)`` (default: FedAvg's uniform sample from
-    the ``selection/group0`` stream, so methods that only change the server see the same
-    clients as FedAvg); they train from the global model, pulled towards it by
+    Each round t: ``clients = choose(t, global_state)`` (default: FedAvg's uniform sample of
+    ``pool`` — every client when None — from the ``selection/group0`` stream, so methods that
+    only change the server see the same clients as FedAvg); they train from the global model, pulled towards it by
     (μ/2)‖w − w_global‖² when ``prox_mu`` > 0 (FedProx); ``server_step(current, aggregate,
     state) -> (new, state)`` turns their sample-weighted average into the next global model
     (default: the average itself); ``observe(clients, result)`` sees each round's training
@@ -528,21 +552,31 @@ def global_model_rounds(ctx: Context, *, choose=None, server_step=None, state=No
     the clients' models, as FedLab's server aggregates — the PSI papers' code for PoC, HACCS,
     FedCLS and CFL).
 
+    Resumable from a checkpoint (:func:`run_rounds`) unless ``choose`` or ``observe`` is given:
+    their closures keep state the loop cannot see (the phase is then recomputed on resume).
+
     Returns
     -------
     Outcome with models stacked (1, ...), assignment zeros (K,), info["selected"] per round.
     """
     check_choice(weights, "weights", AGGREGATIONS)
+    opaque = choose is not None or observe is not None
     if choose is None:
+        pool = np.arange(ctx.n_clients) if pool is None else np.asarray(pool, dtype=np.int64)
+        choose = lambda t, w, rng: sample_clients(rng, pool, ctx.cfg.fraction, ctx.cfg.min_clients)  # noqa: E731
         rng = ctx.rng("selection/group0")
-        choose = lambda t, w: sample_clients(rng, np.arange(ctx.n_clients), ctx.cfg.fraction,  # noqa: E731
-                                               ctx.cfg.min_clients)
+    else:
+        if pool is not None:
+            fail("pool", "None when choose is given (choose picks the clients)", pool)
+        picked, choose = choose, lambda t, w, rng: picked(t, w)  # noqa: E731
+        rng = None
     assignment = np.zeros(ctx.n_clients, dtype=np.int64)
-    model = ctx.init_state() if start is None else start
-    selected = []
     spare = None  # the last round's trained rows, dead once aggregated: the next round writes into them
-    for t in _window(ctx, first_round, rounds):
-        clients = np.asarray(choose(t, model), dtype=np.int64)
+
+    def step(t: int, carried: tuple) -> tuple:
+        nonlocal spare
+        model, server_state, selected, rng = carried
+        clients = np.asarray(choose(t, model, rng), dtype=np.int64)
         start = take_rows(broadcast(model, 1), np.zeros(len(clients), dtype=np.int64))  # a view, no copy per client
         prox_center = start if prox_mu else None
         if ctx.cfg.stream_average:
@@ -555,13 +589,17 @@ def global_model_rounds(ctx: Context, *, choose=None, server_step=None, state=No
             res = ctx.train(start, clients, t, prox_center=prox_center, prox_mu=prox_mu, out=spare)
             aggregate = weighted_average(res.params, aggregation_weights(res.n_samples, weights))
             spare = res.params
-        model, state = server_step(model, aggregate, state) if server_step else (aggregate, state)
+        model, server_state = server_step(model, aggregate, server_state) if server_step else (aggregate, server_state)
         check_finite_models(broadcast(model, 1), t, "after the server update" if server_step else "after aggregation",
                             ctx.cfg)
         if observe is not None:
             observe(clients, res)
-        selected.append(clients.tolist())
         ctx.log_round(t, broadcast(model, 1), assignment)
+        return model, server_state, [*selected, clients.tolist()], rng
+
+    model = ctx.init_state() if start is None else start
+    model, _, selected, _ = run_rounds(ctx, _window(ctx, first_round, rounds), (model, state, [], rng), step,
+                                       opaque=opaque)
     return Outcome(broadcast(model, 1), assignment, {"selected": selected})
 
 
@@ -602,11 +640,12 @@ def global_model_runs_together(ctx: Context, pools, rngs) -> tuple[list[Outcome]
     if len(pools) == 0 or len(rngs) != len(pools):
         fail("rngs", f"one generator per pool ({len(pools)} pools, at least one)", len(rngs))
     n_runs = len(pools)
-    models = broadcast(ctx.init_state(), n_runs)
     assignment = np.zeros(ctx.n_clients, dtype=np.int64)
-    histories, selected = [[] for _ in pools], [[] for _ in pools]
     spare = None  # the last round's trained rows, dead once averaged: the next round writes into them
-    for t in _window(ctx, 0, None):
+
+    def step(t: int, carried: tuple) -> tuple:
+        nonlocal spare
+        models, histories, selected, rngs = carried
         picks = [sample_clients(rng, pool, ctx.cfg.fraction, ctx.cfg.min_clients) for rng, pool in zip(rngs, pools)]
         clients = np.concatenate(picks)
         owner = np.repeat(np.arange(n_runs), [len(p) for p in picks])
@@ -624,6 +663,11 @@ def global_model_runs_together(ctx: Context, pools, rngs) -> tuple[list[Outcome]
             selected[c].append(picks[c].tolist())
             ctx.history = histories[c]
             ctx.log_round(t, {k: v[c:c + 1] for k, v in models.items()}, assignment)
+        return models, histories, selected, rngs
+
+    carried = (broadcast(ctx.init_state(), n_runs), [[] for _ in pools], [[] for _ in pools], list(rngs))
+    models, histories, selected, _ = run_rounds(ctx, _window(ctx, 0, None), carried, step)
+    ctx.history = histories[-1]  # the last run's, as when the runs train one by one
     outcomes = [Outcome({k: v[c:c + 1].clone() for k, v in models.items()}, assignment.copy(),
                         {"selected": selected[c]}) for c in range(n_runs)]
     return outcomes, histories

@@ -73,7 +73,7 @@ import numpy as np
 
 from ..engine import broadcast, weighted_average
 from ..validation import check_choice, check_int, fail
-from .base import Context, Outcome, check_finite_models, sample_clients
+from .base import Context, Outcome, check_finite_models, run_rounds, sample_clients
 from .contract import MethodInfo
 
 NAME = "cafa"
@@ -300,12 +300,11 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
     _check_federation(ctx, hp)
     random_state = int(ctx.rng("cbcc").integers(0, 2**31 - 1))
     stage1 = cbcc(ctx.counts_train, random_state, hp.k_min, hp.k_max, hp.n_init)
-    rng = ctx.rng("selection/group0")  # FedAvg's draw: the same clients as FedAvg / FedProx
     everyone = np.arange(ctx.n_clients)
     assignment = np.zeros(ctx.n_clients, dtype=np.int64)
-    model = ctx.init_state()
-    selected, weights = [], []
-    for t in range(ctx.cfg.rounds):
+
+    def step(t: int, carried: tuple) -> tuple:  # one round; everything it carries is in `carried`
+        model, rng, selected, weights = carried
         clients = sample_clients(rng, everyone, ctx.cfg.fraction)
         res = ctx.train(broadcast(model, len(clients), copy=False), clients, t)
         pool = clients
@@ -315,9 +314,12 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
         w = combine_weights(stage1.weights[clients], abfa_weights(pooled_accuracy(correct, n)), hp.combine)
         model = weighted_average(res.params, w)
         check_finite_models(broadcast(model, 1), t, "after aggregation", ctx.cfg)
-        selected.append(clients.tolist())
-        weights.append([round(float(x), 6) for x in w])
         ctx.log_round(t, broadcast(model, 1), assignment)
+        return model, rng, [*selected, clients.tolist()], [*weights, [round(float(x), 6) for x in w]]
+
+    # FedAvg's draw (selection/group0): the same clients as FedAvg / FedProx
+    carried = (ctx.init_state(), ctx.rng("selection/group0"), [], [])
+    model, _, selected, weights = run_rounds(ctx, range(ctx.cfg.rounds), carried, step)
     info = {"k": stage1.k, "silhouettes": {str(k): s for k, s in stage1.silhouettes.items()},
             "clusters": stage1.labels.tolist(), "cluster_sizes": np.bincount(stage1.labels).tolist(),
             "iid_cluster": stage1.iid_cluster, "iid_clients": np.flatnonzero(stage1.iid_mask).tolist(),
@@ -326,4 +328,4 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
     return Outcome(broadcast(model, 1), assignment, info)
 
 
-INFO = MethodInfo(NAME, "CAFA", Hyper, run, grid=GRID, needs_validation=needs_validation)
+INFO = MethodInfo(NAME, "CAFA", Hyper, run, grid=GRID, needs_validation=needs_validation, resumable=True)

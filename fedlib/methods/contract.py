@@ -33,6 +33,9 @@ class MethodInfo:
     param_average : FedPrism Table 1's "global accuracy" of this method has a second reading,
         the parameter average of the several models its clients use (record field
         ``param_average_accuracy``), shown beside ours in the report.
+    resumable : every round it trains goes through :func:`fedlib.methods.base.run_rounds` with
+        its state explicit, so an interrupted run resumes at its last checkpoint
+        (:mod:`fedlib.checkpoint`); other methods' runs start again at round 1.
     protocols : the partitions it is defined on (None: every one); the Oracle needs planted
         clusters.
     needs_validation : ``needs_validation(hp) -> bool``, whether it selects or weights on the
@@ -50,6 +53,7 @@ class MethodInfo:
     streams_average: bool = False
     groups_clients: bool = False
     param_average: bool = False
+    resumable: bool = False
     protocols: tuple[str, ...] | None = None
     needs_validation: Callable[[Any], bool] | None = None
     check_protocol: Callable[[Any, Any], None] | None = None
@@ -66,7 +70,7 @@ class MethodInfo:
             raise ValueError(f"MethodInfo.run of {self.name!r} must be callable, got {self.run!r}")
         if not isinstance(self.grid, Mapping):
             raise ValueError(f"MethodInfo.grid of {self.name!r} must be a dict name -> values, got {self.grid!r}")
-        for name in ("streams_average", "groups_clients", "param_average"):
+        for name in ("streams_average", "groups_clients", "param_average", "resumable"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"MethodInfo.{name} of {self.name!r} must be a bool, got {getattr(self, name)!r}")
         if self.protocols is not None and (not isinstance(self.protocols, tuple)

@@ -22,4 +22,4 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
 
 
 # all its training goes through federated_averaging (FLConfig.stream_average)
-INFO = MethodInfo(NAME, "FedAvg", Hyper, run, streams_average=True)
+INFO = MethodInfo(NAME, "FedAvg", Hyper, run, streams_average=True, resumable=True)

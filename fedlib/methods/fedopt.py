@@ -275,7 +275,8 @@ class ServerOptimiser:
     @property
     def INFO(self) -> MethodInfo:  # noqa: N802 (the module-level name of a one-method module)
         # streams_average: all its training goes through global_model_rounds (FLConfig.stream_average)
-        return MethodInfo(self.NAME, self.display_name, self.Hyper, self.run, grid=self.GRID, streams_average=True)
+        return MethodInfo(self.NAME, self.display_name, self.Hyper, self.run, grid=self.GRID, streams_average=True,
+                          resumable=True)
 
     def run(self, ctx: Context, hp) -> Outcome:
         names = [n for n, _ in ctx.model.named_parameters()]

@@ -40,4 +40,4 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
 
 
 # all its training goes through global_model_rounds (FLConfig.stream_average)
-INFO = MethodInfo(NAME, "FedProx", Hyper, run, grid=GRID, streams_average=True)
+INFO = MethodInfo(NAME, "FedProx", Hyper, run, grid=GRID, streams_average=True, resumable=True)

@@ -63,7 +63,7 @@ from ..evaluation import global_accuracy
 from ..noniid import psi
 from ..privacy import POSTPROCESS, server_histograms
 from ..validation import check_choice, check_number, check_seed, fail
-from .base import Context, Outcome, global_model_rounds, global_model_runs_together, sample_clients
+from .base import Context, Outcome, global_model_rounds, global_model_runs_together
 from .contract import MethodInfo
 
 NAME = "psi_pfl"
@@ -216,9 +216,7 @@ def _train_candidates(ctx: Context, pools, together: bool) -> tuple[list[Outcome
     outcomes, histories = [], []
     for pool in pools:
         ctx.restart()
-        rng = ctx.rng("selection/group0")  # FedAvg's stream: ζ selecting everyone is FedAvg
-        outcomes.append(global_model_rounds(ctx, choose=lambda t, w, pool=pool, rng=rng: sample_clients(
-            rng, pool, ctx.cfg.fraction, ctx.cfg.min_clients)))
+        outcomes.append(global_model_rounds(ctx, pool=pool))  # FedAvg's stream: ζ selecting everyone is FedAvg
         histories.append(ctx.history)
     return outcomes, histories
 
@@ -268,5 +266,5 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
 
 
 # all its training goes through global_model_rounds (FLConfig.stream_average)
-INFO = MethodInfo(NAME, "PSI-PFL", Hyper, run, grid=GRID, streams_average=True,
+INFO = MethodInfo(NAME, "PSI-PFL", Hyper, run, grid=GRID, streams_average=True, resumable=True,
                   needs_validation=needs_validation)
