@@ -43,7 +43,7 @@ __all__ = ["RunSpec", "run", "run_grid", "grid_specs", "load_records", "record_p
 
 from .records import FINISHED, RECORD_VERSION  # noqa: E402  (the record's schema lives in fedlib.records)
 
-_LATER_FIELDS = {"val_fraction": 0.0, "global_test": False, "n_global_test": None,  # added in interface v2
+_LATER_FIELDS = {"val_fraction": 0.0, "global_test": False, "n_global_test": None,  # added with the val and global test splits
                  "reproduction": "paper_text", "pool_test": False}  # added with fedlib.reproduction; defaults keep old keys
 
 
