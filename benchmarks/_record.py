@@ -9,7 +9,7 @@ A record holds what the run printed as structured fields, and where it ran::
      "torch": "2.x", "commit": "<git sha>" | null, "timestamp": "2026-01-01T12:00:00Z",
      "load_average": [1 min, 5 min, 15 min] | null, "cores": n, ["notes": [...]]}
 
-The host fields are the ones training records keep (``fedlib.experiment._host``); ``gpu`` is the
+The host fields are the ones training records keep (``fedlib.experiment.host_of``); ``gpu`` is the
 GPU the run measured (null for a CPU run), so a CPU figure measured on a GPU machine files
 under its CPU. ``load_average`` (the OS's, when the run ended) says how busy the machine was:
 a shared machine's timings move with it, ratios measured in one process much less. The file is written atomically (a temporary ``.json.part`` file, then
@@ -52,9 +52,9 @@ def add_argument(parser: argparse.ArgumentParser) -> None:
 def host(device="cpu") -> dict:
     """{'cpu', 'cpu_capability', 'threads', 'gpu'[, 'gpu_kernels']} of this process, as
     ``fedlib.experiment`` records a run's host; ``gpu`` is None unless ``device`` is CUDA."""
-    from fedlib.experiment import _host
+    from fedlib.experiment import host_of
 
-    out = _host(torch.device(device))
+    out = host_of(torch.device(device))
     out.setdefault("gpu", None)
     return out
 

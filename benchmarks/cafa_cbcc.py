@@ -1,7 +1,7 @@
 """CAFA Tables II–III (CBCC identifying the IID clients): one record per (generator, n_IID,
 n_non-IID, seed), under the authors' k search (``fedlib.analysis.cafa_study``).
 
-Each record is one JSON file (written atomically by ``fedlib.experiment``'s writer)::
+Each record is one JSON file (written atomically by ``fedlib.records.write``)::
 
     {"record_version": 1,
      "spec": {"generator": "authors"|"workbook", "n_iid": 5, "n_noniid": 15, "seed": 0,
@@ -21,14 +21,13 @@ Usage: OMP_NUM_THREADS=1 python benchmarks/cafa_cbcc.py [--generators authors,wo
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import torch
 
 from fedlib.analysis import cafa_study as S
-from fedlib.experiment import _host, _versions
-from fedlib.records import write as _write_atomic
+from fedlib import records
+from fedlib.experiment import host_of, library_versions
 from fedlib.validation import check_choice, check_int, check_seed
 
 LABELS = "cifar10_counts"  # S.cifar10_labels(): 5,000 samples of each of 10 classes
@@ -51,16 +50,15 @@ def run_one(spec: dict, labels) -> dict:
     scores, _, _ = S.cbcc_case(labels, spec["n_iid"], spec["n_noniid"], spec["seed"], generator=spec["generator"],
                                k_search="authors", repeats=spec["repeats"], k_range=tuple(spec["k_range"]))
     return {"record_version": 1, "spec": spec, "status": "ok", "k": int(scores["k"]),
-            **{m: float(scores[m]) for m in S.METRICS}, "host": _host(torch.device("cpu")),
-            "versions": _versions()}
+            **{m: float(scores[m]) for m in S.METRICS}, "host": host_of(torch.device("cpu")),
+            "versions": library_versions()}
 
 
 def _done(path: Path, spec: dict) -> bool:
-    try:
-        r = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return False
-    return r.get("spec") == spec and r.get("status") == "ok"
+    """Whether ``path`` holds ``spec``'s finished record (:func:`fedlib.records.read_valid`: a file
+    that fails the strict checks is named on stderr and computed again)."""
+    r = records.read_valid(path, consequence="computed again")
+    return r is not None and r.get("spec") == spec and r.get("status") == "ok"
 
 
 def main(argv=None) -> None:
@@ -84,12 +82,12 @@ def main(argv=None) -> None:
               flush=True)
         for i, spec in enumerate(todo, 1):
             record = run_one(spec, labels)
-            _write_atomic(path_of(results, spec), record)
+            records.write(path_of(results, spec), record)
             print(f"[{i}/{len(todo)}] {spec['generator']} {spec['n_iid']}+{spec['n_noniid']} seed={spec['seed']}: "
                   f"k={record['k']} acc={record['acc']:.2f} precision={record['precision']:.2f} "
                   f"recall={record['recall']:.2f} f1={record['f1']:.2f}", flush=True)
-    records = [json.loads(p.read_text()) for p in sorted(results.glob("*.json"))]
-    table = S.with_paper(S.records_table(records))
+    found = [records.read_strict(p) for p in sorted(results.glob("*.json"))]
+    table = S.with_paper(S.records_table(found))
     print(table.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
 
 

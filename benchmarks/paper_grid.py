@@ -171,10 +171,10 @@ def select(table: str, params: dict, *, seeds=None, methods=None, alphas=None, s
 def describe(spec) -> str:
     """One run as the progress lines name it: setting, row (the study's label) and seed."""
     from fedlib.analysis import beyond_label, fedprism_study, pfedlia_study
-    from fedlib.partition import PROTOCOL_ISSUE_44
+    from fedlib.partition import BEYOND_LABEL_PROTOCOLS
 
     d = spec.to_dict()
-    if spec.protocol in PROTOCOL_ISSUE_44:
+    if spec.protocol in BEYOND_LABEL_PROTOCOLS:
         row = beyond_label.variant_of(d)
     elif spec.method == "fedprism":
         row = f"fedprism ({fedprism_study.variant_of(d)})"

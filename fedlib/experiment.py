@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import __version__, checkpoint, partition as P, records
+from . import __version__, checkpoint, partition as P
 from .engine import Federation, resolve_device
 from .engine.precision import gpu_policy
 from .evaluation import global_accuracy, summarise_clients
@@ -43,7 +43,7 @@ __all__ = ["RunSpec", "run", "run_grid", "grid_specs", "load_records", "record_p
 
 from .records import FINISHED, RECORD_VERSION  # noqa: E402  (the record's schema lives in fedlib.records)
 
-_LATER_FIELDS = {"val_fraction": 0.0, "global_test": False, "n_global_test": None,  # added in interface v2
+_LATER_FIELDS = {"val_fraction": 0.0, "global_test": False, "n_global_test": None,  # added with the val and global test splits
                  "reproduction": "paper_text", "pool_test": False}  # added with fedlib.reproduction; defaults keep old keys
 
 
@@ -281,7 +281,8 @@ def build_context(spec: RunSpec, device="auto"):
     return ctx, ds
 
 
-def _versions() -> dict:
+def library_versions() -> dict:
+    """The versions a record keeps (``versions``): fedlib, torch, numpy, scikit-learn, Python."""
     import sklearn
 
     return {"fedlib": __version__, "torch": torch.__version__, "numpy": np.__version__,
@@ -300,7 +301,7 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
-def _host(device: torch.device) -> dict:
+def host_of(device: torch.device) -> dict:
     """Where a run trained: training's last bits depend on the CPU's instruction set (ATen's
     dispatch level, oneDNN's and MKL's kernels) and the thread count, so a record says which
     it had — two records of one spec that differ in the last digits on two machines are
@@ -335,7 +336,7 @@ def run(spec: RunSpec, device="auto") -> dict:
     spec.validate()
     dev = resolve_device(device)  # a bad device fails before the data is loaded
     base = {"record_version": RECORD_VERSION, "key": spec.key(), "spec": spec.to_dict(),
-            "versions": _versions(), "host": _host(dev)}
+            "versions": library_versions(), "host": host_of(dev)}
     t0, c0 = time.perf_counter(), time.process_time()
     ck = checkpoint.current()  # set by a grid (fedlib.checkpoint.active): resume and save at round boundaries
     if ck is not None:  # a resumed run's seconds include those of its earlier executions
@@ -400,8 +401,6 @@ def run(spec: RunSpec, device="auto") -> dict:
 def record_path(results_dir, spec: RunSpec) -> Path:
     return Path(results_dir) / f"{spec.key()}.json"
 
-
-_write_atomic = records.write  # the one atomic, fsynced record writer (benchmarks/cafa_cbcc.py imports it)
 
 
 # ----------------------------------------------------------------------------- the host's sharing

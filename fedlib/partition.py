@@ -81,7 +81,7 @@ __all__ = [
     "transform_group_of_client",
     "tier_of_client",
     "TRANSFORMS",
-    "PROTOCOL_ISSUE_44",
+    "BEYOND_LABEL_PROTOCOLS",
     "cluster_of_client",
     "planted_clusters",
     "CLUSTERED_PROTOCOLS",
@@ -460,7 +460,7 @@ def cluster_of_client(n_clients: int, n_clusters: int) -> np.ndarray:
 def planted_clusters(protocol: str, n_clients: int, level, **kwargs) -> np.ndarray | None:
     """The true cluster (K,) of every client under ``protocol`` at ``level``, or None for the
     protocols that plant no clusters (a :data:`PROTOCOLS` entry's ``planted``). pFedLIA's pathological
-    and noisy ones plant clusters, and so does every issue-44 protocol (:data:`PROTOCOL_ISSUE_44`:
+    and noisy ones plant clusters, and so does every protocol beyond label skew (:data:`BEYOND_LABEL_PROTOCOLS`:
     size tiers, small vs regular clients, attribute groups, transform groups); ``kwargs`` are the
     protocol's own options where they change the groups (``n_tiers``, ``n_groups``,
     ``n_label_groups``; defaults as the protocol's)."""
@@ -1229,9 +1229,10 @@ def partition_inputs(protocol: str, **available) -> dict:
 CLUSTERED_PROTOCOLS = tuple(p for p, e in PROTOCOLS.items() if e.level_keyword == "n_clusters")
 """pFedLIA's protocols: clusters own label sets, the level is their number."""
 
-PROTOCOL_ISSUE_44 = ("quantity_skew", "small_clients", "attribute_skew", "rotated_groups",
-                     "brightness_groups", "noise_groups", "joint_label_rotation")
-"""The protocols beyond label skew (issue 44)."""
+BEYOND_LABEL_PROTOCOLS = ("quantity_skew", "small_clients", "attribute_skew", "rotated_groups",
+                          "brightness_groups", "noise_groups", "joint_label_rotation")
+"""The protocols beyond label skew: size, attribute and input-transform groups (every one
+plants its groups, :func:`planted_clusters`)."""
 
 
 def partition(labels, protocol: str, n_clients: int, level, seed: int, **kwargs) -> list[np.ndarray]:

@@ -568,7 +568,7 @@ def _cbcc_script():
 def test_cbcc_record_has_the_reports_shape_and_the_report_reads_it(tmp_path, cifar_labels):
     from fedlib.analysis.report import row_values
     from fedlib.analysis.report_cells import Reading
-    from fedlib.experiment import _write_atomic
+    from fedlib import records
 
     mod = _cbcc_script()
     spec = mod.spec_of("authors", 4, 8, 0, 1)
@@ -580,7 +580,7 @@ def test_cbcc_record_has_the_reports_shape_and_the_report_reads_it(tmp_path, cif
     scores = S.cbcc_case(cifar_labels, 4, 8, 0, generator="authors", repeats=1)[0]
     assert record["status"] == "ok" and record["k"] == scores["k"] and record["f1"] == scores["f1"]
     path = mod.path_of(tmp_path / "cafa" / "cbcc", spec)
-    _write_atomic(path, record)
+    records.write(path, record)
     assert mod._done(path, spec) and not mod._done(path, {**spec, "repeats": 2})
     match = (("generator", "authors"), ("n_iid", 4), ("n_noniid", 8))
     assert row_values(Reading("authors' generator", "cafa/cbcc", match, "f1"), root=tmp_path) == ([scores["f1"]], [])

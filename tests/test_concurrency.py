@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from fedlib import claims
+from fedlib import claims, records
 from fedlib import experiment as X
 from fedlib import grid as G
 
@@ -110,8 +110,8 @@ def test_a_claim_from_another_host_is_honoured_until_it_is_old(tmp_path, monkeyp
 
 def test_finished_statuses_are_never_recomputed(tmp_path, monkeypatch):
     s = specs(1)[0]
-    X._write_atomic(X.record_path(tmp_path, s), {"record_version": X.RECORD_VERSION, "status": "failed",
-                                                 "error": "diverged", "key": s.key(), "spec": s.to_dict()})
+    records.write(X.record_path(tmp_path, s), {"record_version": X.RECORD_VERSION, "status": "failed",
+                                               "error": "diverged", "key": s.key(), "spec": s.to_dict()})
     monkeypatch.setattr(X, "run", lambda *a, **k: pytest.fail("a finished run was recomputed"))
     (rec,) = X.run_grid([s], tmp_path, progress=False)
     assert rec["status"] == "failed"

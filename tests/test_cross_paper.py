@@ -137,8 +137,8 @@ def test_runs_frame_computes_worst_clients_ad_from_cl_and_ari():
 
 
 def test_worst_share_takes_the_ceiling_of_a_tenth():
-    assert cp._worst(np.arange(1, 21) / 20) == pytest.approx((0.05 + 0.10) / 2)  # 2 of 20
-    assert cp._worst([0.5, np.nan, 0.9]) == pytest.approx(0.5)  # a client without a test split is not counted
+    assert cp.worst_clients_accuracy(np.arange(1, 21) / 20) == pytest.approx((0.05 + 0.10) / 2)  # 2 of 20
+    assert cp.worst_clients_accuracy([0.5, np.nan, 0.9]) == pytest.approx(0.5)  # a client without a test split is not counted
 
 
 def test_score_table_never_averages_over_the_surviving_seeds():

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedlib import experiment as X
+from fedlib import experiment as X, records
 from fedlib.analysis.tables import records_frame, setting_name, table3, table4, to_markdown
 
 FAST = {"rounds": 2, "local_epochs": 1}
@@ -40,11 +40,11 @@ def test_a_gpu_records_host_says_how_its_kernels_computed(monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Fake GPU")
     cuda = torch.device("cuda")
-    assert X._host(cuda)["gpu"] == "Fake GPU"
-    assert X._host(cuda)["gpu_kernels"] == {"tf32": False, "deterministic": True}
+    assert X.host_of(cuda)["gpu"] == "Fake GPU"
+    assert X.host_of(cuda)["gpu_kernels"] == {"tf32": False, "deterministic": True}
     with gpu_kernels(tf32=True, deterministic=False):
-        assert X._host(cuda)["gpu_kernels"] == {"tf32": True, "deterministic": False}
-    json.dumps(X._host(cuda))
+        assert X.host_of(cuda)["gpu_kernels"] == {"tf32": True, "deterministic": False}
+    json.dumps(X.host_of(cuda))
 
 
 @pytest.mark.cross_cpu
@@ -217,7 +217,7 @@ def test_a_write_cut_short_leaves_no_file_that_looks_like_a_record(tmp_path, mon
     start with a dot: a ``.tmp-*.json`` was read as a half-written record by the SIGKILL test
     above), and a rerun records the run and ignores it."""
     monkeypatch.setattr(X.os, "replace", lambda src, dst: None)  # the kill lands before the rename
-    X._write_atomic(tmp_path / "run.json", {"status": "ok"})
+    records.write(tmp_path / "run.json", {"status": "ok"})
     assert list(tmp_path.glob("*.json")) == [] and len(list(tmp_path.glob(".tmp-*"))) == 1
     monkeypatch.undo()
     X.run_grid([spec("local")], tmp_path, progress=False)

@@ -1,4 +1,4 @@
-"""The method interface v2 as methods see it, through Context: the protocol's optimiser and
+"""The method interface as methods see it, through Context: the protocol's optimiser and
 its state across rounds, the loss-matrix service, predictors in evaluation and records, and
 round windows for two-phase methods."""
 import dataclasses

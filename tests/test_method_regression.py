@@ -1,4 +1,5 @@
-"""The 14 Table III methods pinned to the per-client results they gave before interface v2.
+"""The 14 Table III methods pinned to the per-client results they gave before the optimiser, loss,
+prediction and split hooks were added.
 
 ``tests/data/method_regression.json`` holds, for every method, the per-client correct test
 counts, the per-round global accuracies and the clients selected each round, recorded with

@@ -205,7 +205,7 @@ def test_frame_gives_every_claim_a_verdict_on_the_committed_records():
     assert len(lines) == df.paper.nunique()  # one bullet per paper
     for r in df.itertuples():
         line = next(x for x in lines if x.startswith(f"- [{report_cells.PAPERS[r.paper]}]"))
-        assert f"(docs/findings.md#{report._slug(report_cells.PAPERS[r.paper])})" in line
+        assert f"(docs/findings.md#{report.anchor_slug(report_cells.PAPERS[r.paper])})" in line
         assert f"{r.short}: **{r.verdict_text}**" in line
     # a row that is not in the report's tables (not run) is named, never linked
     for line in md:

@@ -17,8 +17,8 @@ def _disjoint(parts, n):
     assert np.unique(flat).size == flat.size and flat.min() >= 0 and flat.max() < n
 
 
-def test_every_issue_44_protocol_is_registered_and_plants_groups():
-    for name in P.PROTOCOL_ISSUE_44:
+def test_every_protocol_beyond_label_skew_is_registered_and_plants_groups():
+    for name in P.BEYOND_LABEL_PROTOCOLS:
         assert name in P.PROTOCOLS and P.PROTOCOLS[name].planted is not None
     assert P.planted_clusters("dirichlet", 6, 0.5) is None  # label-skew protocols plant none
 

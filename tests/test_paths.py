@@ -31,11 +31,11 @@ import matplotlib.pyplot as plt
 from fedlib import paths
 from fedlib.analysis import plots
 from fedlib.datasets import data_dir
-from fedlib.experiment import _write_atomic
+from fedlib import records
 assert paths.checkout_root() is None, paths.checkout_root()
 fig = plt.figure()
 plots.save_figure(fig, pd.DataFrame({"a": [1]}), "probe")
-_write_atomic(paths.results_dir() / "probe.json", {"ok": 1})
+records.write(paths.results_dir() / "probe.json", {"ok": 1})
 print(paths.figures_dir(), paths.results_dir(), data_dir(), sep="\\n")
 """
 

@@ -30,7 +30,7 @@ def test_the_old_sets_are_derived_from_the_entries():
     assert {P.PROTOCOLS[p].level_name for p in integer} == {"shards_per_client", "n_classes_per_client",
                                                              "n_clusters", "n_groups"}
     plants = {p for p, e in P.PROTOCOLS.items() if e.plants_groups}
-    assert plants == set(P.CLUSTERED_PROTOCOLS) | set(P.PROTOCOL_ISSUE_44)
+    assert plants == set(P.CLUSTERED_PROTOCOLS) | set(P.BEYOND_LABEL_PROTOCOLS)
     assert {p for p, e in P.PROTOCOLS.items() if e.needs_features} == {"attribute_skew"}
     assert P.PROTOCOLS["dirichlet"].inputs == ("dataset_name",)
     assert [p for p in P.PROTOCOLS if P.level_log_scale(p)] == ["dirichlet"]  # the plots' old special case

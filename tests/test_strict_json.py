@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from fedlib import experiment as X
+from fedlib import experiment as X, records
 from fedlib.analysis.tables import records_frame
 from fedlib.engine import Federation, broadcast, local_train
 from fedlib.models import build_model, init_params
@@ -85,7 +85,7 @@ def test_empty_client_mean_loss_is_written_as_null_with_its_reason(tmp_path):
     model = build_model("logistic", 2, (4,))
     res = local_train(model, broadcast(init_params(model, 0), 2), fed, [0, 1], epochs=1, seed=0)
     record = {"status": "ok", "info": {"mean_loss": res.mean_loss.tolist()}}
-    X._write_atomic(tmp_path / "r.json", record)
+    records.write(tmp_path / "r.json", record)
     rec = strict((tmp_path / "r.json").read_text())
     assert rec["info"]["mean_loss"][1] is None and math.isfinite(rec["info"]["mean_loss"][0])
     assert rec["nonfinite"] == [{"path": "$.info.mean_loss[1]", "value": "nan",
@@ -109,7 +109,7 @@ def test_sanitise_paths_unknown_fields_and_a_loud_failure(tmp_path):
         pass
 
     with pytest.raises(TypeError):
-        X._write_atomic(tmp_path / "bad.json", {"x": Opaque()})
+        records.write(tmp_path / "bad.json", {"x": Opaque()})
     assert not list(tmp_path.iterdir())
 
 
@@ -118,5 +118,5 @@ def test_a_nan_the_sanitiser_cannot_reach_fails_loudly(tmp_path, monkeypatch):
 
     monkeypatch.setattr(strict_json, "sanitise", lambda r: r)  # the safety net removed
     with pytest.raises(ValueError, match="Out of range float values are not JSON compliant"):
-        X._write_atomic(tmp_path / "r.json", {"x": float("nan")})
+        records.write(tmp_path / "r.json", {"x": float("nan")})
     assert not list(tmp_path.iterdir())

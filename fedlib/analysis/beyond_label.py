@@ -55,7 +55,7 @@ from ..evaluation import cluster_recovery
 from ..experiment import RunSpec, present_records
 from ..noniid import IMAGE_SUMMARIES, psi
 from ..validation import check_choice, check_int, check_number, fail
-from .cross_paper import _worst
+from .cross_paper import worst_clients_accuracy
 from .tables import frame_markdown as table_markdown, mean_sd
 
 __all__ = ["Partition", "PARTITIONS", "Variant", "VARIANTS", "EXTENSIONS", "NEEDS_K", "CHANCE", "RECOVERED",
@@ -260,7 +260,7 @@ def runs_frame(records) -> pd.DataFrame:
         if r["status"] == "ok":
             acc = np.asarray(r["local_accuracy"], float)
             truth = P.planted_clusters(s["protocol"], int(s["n_clients"]), s["level"])
-            row.update(weighted_local=100 * r["global_accuracy"], worst10=100 * _worst(acc), local_accuracy=acc)
+            row.update(weighted_local=100 * r["global_accuracy"], worst10=100 * worst_clients_accuracy(acc), local_accuracy=acc)
             if s["protocol"] == "small_clients":
                 row["small"] = 100 * np.nanmean(acc[truth == 1])
             info = r.get("info", {})

@@ -62,7 +62,7 @@ from ..methods import GROUPING_METHODS, METHODS, display_name, method_info
 from ..validation import check_choice, check_int, check_number, fail
 from .tables import frame_markdown as table_markdown, records_frame
 
-__all__ = ["Partition", "PARTITIONS", "REFERENCES", "GROUPING_METHODS", "WORST_SHARE", "ALPHA", "allowed",
+__all__ = ["Partition", "PARTITIONS", "REFERENCES", "GROUPING_METHODS", "WORST_SHARE", "worst_clients_accuracy", "ALPHA", "allowed",
            "training_specs", "GRID_PARAMS", "notebook_grid", "present_records", "partition_of", "runs_frame", "status_table",
            "score_table", "METRICS", "DIGITS", "cell_table", "ranking", "fig_cd", "fig_heatmap", "ecdf_frame", "fig_ecdf", "which_method_when",
            "table_markdown"]
@@ -152,7 +152,7 @@ def partition_of(protocol: str, level: float) -> str:
          (protocol, level))
 
 
-def _worst(acc, share: float = WORST_SHARE) -> float:
+def worst_clients_accuracy(acc, share: float = WORST_SHARE) -> float:
     """Mean local accuracy of the worst ⌈share·K⌉ clients with a test split."""
     a = np.sort(np.asarray(acc, float)[~np.isnan(np.asarray(acc, float))])
     return float(a[:max(1, int(np.ceil(share * a.size)))].mean()) if a.size else np.nan
@@ -179,7 +179,7 @@ def runs_frame(records) -> pd.DataFrame:
                "ari": np.nan, "groups": np.nan, "local_accuracy": None}
         if r["status"] == "ok":
             acc = np.asarray(r["local_accuracy"], float)
-            row.update(weighted_local=100 * r["global_accuracy"], worst10=100 * _worst(acc),
+            row.update(weighted_local=100 * r["global_accuracy"], worst10=100 * worst_clients_accuracy(acc),
                        official_test=100 * r.get("global_test_accuracy", np.nan), ad_cl=100 * b["ad_cl"],
                        local_accuracy=acc)
             truth = P.planted_clusters(s["protocol"], int(s["n_clients"]), s["level"])
@@ -329,9 +329,6 @@ def _autorank(data: pd.DataFrame, alpha: float):
         warnings.simplefilter("ignore", RuntimeWarning)
         warnings.filterwarnings("ignore", message=".*range zero.*", category=UserWarning)  # Shapiro on a constant column
         return autorank(data, alpha=alpha, order="descending", force_mode="nonparametric")
-
-
-_display = display_name  # notebook 11's committed cells read study._display; new code: fedlib.methods.display_name
 
 
 def fig_cd(result):

@@ -377,8 +377,8 @@ CLAIMS: tuple[Claim, ...] = tuple(replace(c, short=t) for c, t in zip(_CLAIMS, _
 # ----------------------------------------------------------------------------- evaluation
 def seed_values(reading: Reading, root: Path | str = report.RECORDS) -> dict:
     """{seed: our value} of ``reading``, from the records with status ``ok`` and a finite value
-    (:func:`fedlib.analysis.report._matched`, :func:`~fedlib.analysis.report.record_value`)."""
-    folder, recs = report._matched(reading, Path(root))
+    (:func:`fedlib.analysis.report.matched_records`, :func:`~fedlib.analysis.report.record_value`)."""
+    folder, recs = report.matched_records(reading, Path(root))
     out = {}
     for r in recs:
         if r.get("status") != "ok":
@@ -396,7 +396,7 @@ def _levels(reading: Reading, root: Path) -> set:
     other readings)."""
     if not any(k == "level" and v == "most_heterogeneous" for k, v in reading.match):
         return set()
-    return {(r["spec"].get("protocol"), float(r["spec"]["level"])) for r in report._matched(reading, root)[1]
+    return {(r["spec"].get("protocol"), float(r["spec"]["level"])) for r in report.matched_records(reading, root)[1]
             if r.get("status") == "ok"}
 
 
@@ -435,7 +435,7 @@ def _name(reading: Reading | None, claim: Claim) -> str:
 def _row_id(reading: Reading | None) -> str | None:
     """The anchor of ``reading``'s row in docs/findings.md (as :func:`report.frame` names it)."""
     c = _owner(reading) if reading is not None else None
-    return None if c is None else report._slug(PAPERS[c.paper], c.table, c.row, c.column, reading.name)
+    return None if c is None else report.anchor_slug(PAPERS[c.paper], c.table, c.row, c.column, reading.name)
 
 
 def margin_of(kind: str, tolerance: float, sd: float) -> float:
@@ -582,5 +582,5 @@ def readme_lines(df: pd.DataFrame, link: str = "docs/findings.md") -> list[str]:
             paper = f"; paper {_num(r.paper_delta, r.unit)}" if np.isfinite(r.paper_delta) else ""
             ours = "" if r.verdict == "not run" else f" ({_ours(r).replace(' (', ', ').rstrip(')')}{paper})"
             parts.append(f"{r.short}: **{r.verdict_text}**{ours}")
-        lines.append(f"- [{name}]({link}#{report._slug(name)}): " + "; ".join(parts) + ".")
+        lines.append(f"- [{name}]({link}#{report.anchor_slug(name)}): " + "; ".join(parts) + ".")
     return lines

@@ -37,7 +37,7 @@ from ..evaluation import client_parity, summarise_clients
 from ..experiment import present_records
 from ..methods.psi_pfl import rule_changes
 from .tables import SETTING_KEYS
-from .training_plots import REFERENCES, _method_legend, _method_order, ecdf_panel
+from .training_plots import REFERENCES, method_legend, method_order, ecdf_panel
 
 __all__ = ["PAPER_VARIANT", "VARIANTS", "LOW_PERCENTILES", "PAPER_EQ3", "PAPER_MOST_HETEROGENEOUS",
            "grid_specs", "GRID_PARAMS", "notebook_grid", "candidates_frame", "fig5_thresholds",
@@ -196,12 +196,12 @@ def fig7_ecdfs(df: pd.DataFrame, n_clients: int) -> plt.Figure:
     ok = df[(df.status == "ok") & (df.n_clients == n_clients)]
     panels = ok[["dataset", "level"]].drop_duplicates().sort_values(["dataset", "level"],
                                                                      ascending=[True, False]).values.tolist()
-    methods = _method_order(ok.method)
+    methods = method_order(ok.method)
     fig, axes = plt.subplots(1, len(panels), figsize=(3.9 * len(panels), 3.7), squeeze=False)
     for ax, (ds, level) in zip(axes[0], panels):
         ecdf_panel(ax, ok[(ok.dataset == ds) & (ok.level == level)], methods, METHOD)
         ax.set_title(f"{ds}, α={level:g}, K={n_clients}")
-    _method_legend(fig, methods, marker=None, ncol=6, proposed=METHOD)
+    method_legend(fig, methods, marker=None, ncol=6, proposed=METHOD)
     fig.tight_layout(rect=(0, 0.16, 1, 1))
     return fig
 

@@ -45,7 +45,7 @@ from .report_cells import METRICS, PAPERS, REASONS, RECORD_COMMANDS, cells
 from .psi_pfl_study import paper_variant_records
 
 __all__ = ["RECORDS", "VERDICTS", "DERIVATIONS", "record_value", "cl_distance", "matches", "row_values", "frame", "scoreboard", "VERDICT_RULE", "EVIDENCE_RULE", "NOT_RUN_SEEDS", "not_run_groups",
-           "format_ours", "paper_section", "cpu_hours", "cross_paper_markdown", "beyond_label_markdown", "findings_markdown", "readme_block", "write", "check", "main"]
+           "matched_records", "anchor_slug", "format_ours", "paper_section", "cpu_hours", "cross_paper_markdown", "beyond_label_markdown", "findings_markdown", "readme_block", "write", "check", "main"]
 
 RECORDS = ROOT / "benchmarks" / "records"
 """The committed paper-protocol records (present in a project checkout)."""
@@ -162,7 +162,7 @@ def record_value(record: dict, metric: str, window: tuple | None = None, records
     return scale * float(v)
 
 
-def _matched(reading, root: Path) -> tuple[tuple, list]:
+def matched_records(reading, root: Path) -> tuple[tuple, list]:
     """(the folder's records, the records answering ``reading``; for ``level="most_heterogeneous"``
     those of the smallest level that ran)."""
     folder = _load(str(Path(root) / reading.records))
@@ -194,7 +194,7 @@ def _not_ok(record) -> str:
 def row_values(reading, root: Path = RECORDS) -> tuple[list[float], list[str]]:
     """(our values, one per seed in seed order; statuses of the matching records that are not
     ``ok``) for one reading."""
-    folder, recs = _matched(reading, root)
+    folder, recs = matched_records(reading, root)
     by_seed, other = {}, []
     for r in recs:
         if r.get("status") != "ok":
@@ -214,7 +214,9 @@ def row_values(reading, root: Path = RECORDS) -> tuple[list[float], list[str]]:
 
 
 # ----------------------------------------------------------------------------- the frame
-def _slug(*parts) -> str:
+def anchor_slug(*parts) -> str:
+    """The anchor of a section or row of docs/findings.md: ``parts`` joined by "-", lower case,
+    α, η and § spelt out, every other run of characters but a-z and 0-9 one "-"."""
     s = "-".join(str(p) for p in parts).lower()
     s = s.replace("α", "alpha").replace("η", "eta").replace("§", "s")
     return re.sub(r"[^a-z0-9]+", "-", s).strip("-")
@@ -281,7 +283,7 @@ def frame(root: Path | str = RECORDS) -> pd.DataFrame:
                 verdict, reason, why = "not run", c.unavailable, REASONS[c.unavailable]
             elif n == 0 and other and all(o == "infeasible" for o in other):
                 verdict = "infeasible"
-                why = _infeasible_why(_matched(rd, Path(root))[1])
+                why = _infeasible_why(matched_records(rd, Path(root))[1])
             elif n == 0:
                 verdict = "not run"
                 why = (f"records: {', '.join(sorted(set(other)))}" if other
@@ -299,7 +301,7 @@ def frame(root: Path | str = RECORDS) -> pd.DataFrame:
                 why = ((f"{why}; " if why else "")
                        + f"not in the mean ({len(other)} of {n + len(other)} seeds): {', '.join(sorted(set(other)))}")
             if n and _most_heterogeneous(rd):  # say which level answered it
-                r0 = _matched(rd, Path(root))[1][0]["spec"]
+                r0 = matched_records(rd, Path(root))[1][0]["spec"]
                 why = (f"{why}; " if why else "") + f"read at {setting_name(r0['protocol'], float(r0['level']))}"
             chance = (c.chance is not None and n > 0 and abs(c.value - c.chance) <= c.tolerance + 1e-9
                       and abs(mean - c.chance) <= c.tolerance + 1e-9)
@@ -310,7 +312,7 @@ def frame(root: Path | str = RECORDS) -> pd.DataFrame:
                              verdict=verdict, verdict_text=text, kind=c.kind, chance_level=bool(chance),
                              reason=reason, cause_status=status, why=why, guess=c.guess or "",
                              records=rd.records, match=rd.match,
-                             id=_slug(PAPERS[c.paper], c.table, c.row, c.column, rd.name)))
+                             id=anchor_slug(PAPERS[c.paper], c.table, c.row, c.column, rd.name)))
     return pd.DataFrame(rows)
 
 
@@ -608,7 +610,7 @@ def paper_section(df: pd.DataFrame, paper: str, anchors: bool = True, root: Path
     (:func:`not_run_groups`)."""
     name = PAPERS[paper]
     d = df[df.paper == paper]
-    out = ([f'<a id="{_slug(name)}"></a>', ""] if anchors else []) + [f"## {name}"]
+    out = ([f'<a id="{anchor_slug(name)}"></a>', ""] if anchors else []) + [f"## {name}"]
     for table in dict.fromkeys(d.table):
         t = d[d.table == table]
         ran = t[t.verdict != "not run"]
@@ -639,7 +641,7 @@ def readme_block(df: pd.DataFrame, link: str = "docs/findings.md", root: Path | 
              "differ: cause confirmed / suspected / none | infeasible | not run |",
              "|---|---|---|---|---|---|---|"]
     for s in sb.to_dict("records"):
-        lines.append(f"| [{s['paper']}]({link}#{_slug(s['paper'])}) | {s['rows']} | {s['rows with n ≥ 3']} | "
+        lines.append(f"| [{s['paper']}]({link}#{anchor_slug(s['paper'])}) | {s['rows']} | {s['rows with n ≥ 3']} | "
                      f"{s['reproduced, trained, n ≥ 3']} / {s['reproduced, trained, n < 3']} / "
                      f"{s['reproduced, label-only or chance-level']} | {s['differ, cause confirmed']} / "
                      f"{s['differ, cause suspected']} / {s['differ, no cause identified']} | {s['infeasible']} | "

@@ -17,7 +17,8 @@ from matplotlib.lines import Line2D
 from ..methods import METHODS, display_name
 from ..partition import level_log_scale, level_symbol
 
-__all__ = ["fig5_silhouette", "fig6_tau", "fig7_accuracy", "fig8_ecdf", "ecdf_panel", "method_color"]
+__all__ = ["fig5_silhouette", "fig6_tau", "fig7_accuracy", "fig8_ecdf", "ecdf_panel", "method_color", "method_order",
+           "method_legend"]
 
 PROPOSED = "clust_psi_pfl"
 REFERENCES = ("cl", "local")  # not federated: drawn dashed
@@ -49,13 +50,13 @@ def _method_line(method: str, proposed: str = PROPOSED) -> dict:
             "ls": "--" if method in REFERENCES else "-"}
 
 
-def _method_order(methods) -> list:
+def method_order(methods) -> list:
     """Registered methods in registry order, then any others in order of appearance."""
     present = list(dict.fromkeys(methods))
     return [m for m in METHODS if m in present] + [m for m in present if m not in METHODS]
 
 
-def _method_legend(fig, methods, extra=(), ncol=8, marker="o", proposed: str = PROPOSED) -> None:
+def method_legend(fig, methods, extra=(), ncol=8, marker="o", proposed: str = PROPOSED) -> None:
     """One legend below the panels: a handle per method (registry order), then ``extra``."""
     handles = [Line2D([], [], marker=marker, ms=5, **_method_line(m, proposed)) for m in methods]
     labels = [display_name(m) for m in methods]
@@ -196,7 +197,7 @@ def fig7_accuracy(runs: pd.DataFrame, proposed: str = PROPOSED) -> plt.Figure:
     """
     ok = runs[runs.status == "ok"]
     panels = ok[["dataset", "protocol", "n_clients"]].drop_duplicates().values.tolist()
-    methods = _method_order(ok.method)
+    methods = method_order(ok.method)
     fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.2), squeeze=False)
     any_lines = False
     for ax, (ds, proto, k) in zip(axes[0], panels):
@@ -211,7 +212,7 @@ def fig7_accuracy(runs: pd.DataFrame, proposed: str = PROPOSED) -> plt.Figure:
             ax.set_title(f"{ds}, {proto}, K={k}, {_label(proto, levels[0])}\n"
                          f"median WPSI = {sub.wpsi.median():.3g}")
     extra = [(Line2D([], [], color="k", ls=":", lw=1.4), "median WPSI")] if any_lines else []
-    _method_legend(fig, methods, extra, proposed=proposed)
+    method_legend(fig, methods, extra, proposed=proposed)
     fig.tight_layout(rect=(0, 0.12, 1, 1))
     return fig
 
@@ -237,12 +238,12 @@ def fig8_ecdf(runs: pd.DataFrame, protocol: str, level: float, n_clients: int,
     ok = runs[(runs.status == "ok") & (runs.protocol == protocol) & (runs.level == level)
               & (runs.n_clients == n_clients)]
     datasets = list(dict.fromkeys(ok.dataset))
-    methods = _method_order(ok.method)
+    methods = method_order(ok.method)
     n = max(1, len(datasets))
     fig, axes = plt.subplots(1, n, figsize=(max(5.0 * n, 8.0), 4.2), squeeze=False)
     for ax, ds in zip(axes[0], datasets):
         ecdf_panel(ax, ok[ok.dataset == ds], methods, proposed)
         ax.set_title(f"{ds}, {_label(protocol, level)}, K={n_clients}")
-    _method_legend(fig, methods, marker=None, proposed=proposed)
+    method_legend(fig, methods, marker=None, proposed=proposed)
     fig.tight_layout(rect=(0, 0.14, 1, 1))
     return fig

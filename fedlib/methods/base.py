@@ -6,8 +6,8 @@ read by :func:`fedlib.tuning.tune`), ``run(ctx, hp) -> Outcome`` and ``INFO``, i
 entry (:class:`fedlib.methods.contract.MethodInfo`). It sees the federation
 only through :class:`Context`; the math of its rules lives in pure functions in its module.
 
-The services of :class:`Context` (interface v2)
------------------------------------------------
+The services of :class:`Context`
+--------------------------------
 train        local training of many clients: the protocol's optimiser (Adam, or SGD with
              momentum and weight decay — ``FLConfig.optimizer``), its state fresh each call
              or kept per client across rounds (``FLConfig.keep_optimizer_state``), a
@@ -244,8 +244,8 @@ class Context:
         protocols: client i → i mod n_clusters); a clear error where the partition has none."""
         if self.true_clusters is None:
             fail("true_clusters", "the partition's planted cluster of every client (only the "
-                 "'pathological_clusters' and 'noisy_clusters' protocols and issue 44's beyond-label-skew protocols, "
-                 "fedlib.partition.PROTOCOL_ISSUE_44, plant clusters)", None)
+                 "'pathological_clusters' and 'noisy_clusters' protocols and the protocols beyond label skew, "
+                 "fedlib.partition.BEYOND_LABEL_PROTOCOLS, plant clusters)", None)
         return np.asarray(self.true_clusters, dtype=np.int64)
 
     @property
