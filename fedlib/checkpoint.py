@@ -15,8 +15,9 @@ history of evaluations and the clients' kept optimiser states; a checkpoint hold
 Resuming replays the method's code from the start: a phase that had finished returns its saved
 final state at once (the code between phases is recomputed: it is deterministic given the same
 inputs), and the phase that was interrupted continues from its saved round. A phase whose state
-is not explicit (a ``choose`` or ``observe`` closure that keeps its own state: PoC, HACCS,
-FedCLS) is *opaque*: it is recomputed on resume and writes no checkpoint while it runs. Methods
+is not explicit (a ``choose`` or ``observe`` closure that keeps its own state, without the
+loop's ``selection_stream`` and ``memo``) is *opaque*: it is recomputed on resume and writes no
+checkpoint while it runs. Methods
 that do not train through ``run_rounds`` (CFL, FedFomo, FedSoft …) never checkpoint: an
 interrupted run of theirs starts again at round 1. A method's registry entry says which it is
 (:attr:`fedlib.methods.contract.MethodInfo.resumable`).

@@ -260,3 +260,23 @@ def test_the_docs_name_the_methods_that_resume_and_those_that_do_not():
     fedopt = {"fedadam", "fedyogi", "fedadagrad", "fedavgm"}  # "the FedOpt family"
     for m in RESUMABLE:
         assert (m in fedopt and "the FedOpt family" in resumable) or display_name(m) in resumable, m
+
+
+def test_a_phase_whose_selection_keeps_its_own_state_is_recomputed_not_stopped(tmp_path):
+    """A ``choose`` closure holding its own generator (no ``selection_stream``): the loop cannot
+    save that state, so it neither stops nor checkpoints inside the phase, and the outcome is the
+    one without a checkpointer."""
+    from fedlib.methods.base import global_model_rounds, sample_clients
+
+    def trained(checkpointer):
+        ctx = method_context("fedavg", rounds=ROUNDS, local_epochs=1, seed=3)
+        ctx.checkpoints = checkpointer
+        rng = ctx.rng("selection/mine")
+        out = global_model_rounds(ctx, choose=lambda t, w: sample_clients(rng, np.arange(ctx.n_clients), 0.5))
+        return out.info["selected"], out.models
+
+    ck = StopAt(C.checkpoint_path("run", tmp_path), "run", every=0)
+    ck.stop_after = 1
+    (picked, models), (picked_alone, alone) = trained(ck), trained(None)
+    assert picked == picked_alone and all(torch.equal(models[k], alone[k]) for k in models)
+    assert ck.seen == 0 and not ck.path.exists()

@@ -532,7 +532,7 @@ def _window(ctx: Context, first_round: int, rounds: int | None) -> range:
 def global_model_rounds(ctx: Context, *, choose=None, server_step=None, state=None,
                         prox_mu: float = 0.0, observe=None, start: State | None = None,
                         first_round: int = 0, rounds: int | None = None, weights: str = "samples",
-                        pool=None) -> Outcome:
+                        pool=None, selection_stream: str | None = None, memo=None) -> Outcome:
     """The one-global-model loop shared by FedAvg-like methods.
 
     Each round t: ``clients = choose(t, global_state)`` (default: FedAvg's uniform sample of
@@ -552,31 +552,42 @@ def global_model_rounds(ctx: Context, *, choose=None, server_step=None, state=No
     the clients' models, as FedLab's server aggregates — the PSI papers' code for PoC, HACCS,
     FedCLS and CFL).
 
-    Resumable from a checkpoint (:func:`run_rounds`) unless ``choose`` or ``observe`` is given:
-    their closures keep state the loop cannot see (the phase is then recomputed on resume).
+    Resumable from a checkpoint (:func:`run_rounds`) when everything the selection carries
+    between rounds is the loop's: with ``selection_stream`` the loop owns the generator
+    ``rng = ctx.rng(selection_stream)`` and a ``memo`` (an array the method keeps, e.g. HACCS's
+    last losses), and calls ``choose(t, global_state, rng, memo)`` and ``observe(clients, result,
+    memo)`` (which may update ``memo`` in place). A ``choose`` or ``observe`` without
+    ``selection_stream`` keeps state in its closure the loop cannot see: the phase is then
+    recomputed on resume.
 
     Returns
     -------
     Outcome with models stacked (1, ...), assignment zeros (K,), info["selected"] per round.
     """
     check_choice(weights, "weights", AGGREGATIONS)
-    opaque = choose is not None or observe is not None
+    opaque = selection_stream is None and (choose is not None or observe is not None)
     if choose is None:
+        if selection_stream is not None:
+            fail("selection_stream", "None unless choose is given (FedAvg's sample uses selection/group0)",
+                 selection_stream)
         pool = np.arange(ctx.n_clients) if pool is None else np.asarray(pool, dtype=np.int64)
-        choose = lambda t, w, rng: sample_clients(rng, pool, ctx.cfg.fraction, ctx.cfg.min_clients)  # noqa: E731
+        choose = lambda t, w, rng, memo: sample_clients(rng, pool, ctx.cfg.fraction, ctx.cfg.min_clients)  # noqa: E731
         rng = ctx.rng("selection/group0")
     else:
         if pool is not None:
             fail("pool", "None when choose is given (choose picks the clients)", pool)
-        picked, choose = choose, lambda t, w, rng: picked(t, w)  # noqa: E731
-        rng = None
+        rng = None if selection_stream is None else ctx.rng(selection_stream)
+        if selection_stream is None:
+            picked, choose = choose, lambda t, w, rng, memo: picked(t, w)  # noqa: E731
+    if observe is not None and selection_stream is None:
+        seen, observe = observe, lambda clients, res, memo: seen(clients, res)  # noqa: E731
     assignment = np.zeros(ctx.n_clients, dtype=np.int64)
     spare = None  # the last round's trained rows, dead once aggregated: the next round writes into them
 
     def step(t: int, carried: tuple) -> tuple:
         nonlocal spare
-        model, server_state, selected, rng = carried
-        clients = np.asarray(choose(t, model, rng), dtype=np.int64)
+        model, server_state, selected, rng, memo = carried
+        clients = np.asarray(choose(t, model, rng, memo), dtype=np.int64)
         start = take_rows(broadcast(model, 1), np.zeros(len(clients), dtype=np.int64))  # a view, no copy per client
         prox_center = start if prox_mu else None
         if ctx.cfg.stream_average:
@@ -593,13 +604,13 @@ def global_model_rounds(ctx: Context, *, choose=None, server_step=None, state=No
         check_finite_models(broadcast(model, 1), t, "after the server update" if server_step else "after aggregation",
                             ctx.cfg)
         if observe is not None:
-            observe(clients, res)
+            observe(clients, res, memo)
         ctx.log_round(t, broadcast(model, 1), assignment)
-        return model, server_state, [*selected, clients.tolist()], rng
+        return model, server_state, [*selected, clients.tolist()], rng, memo
 
     model = ctx.init_state() if start is None else start
-    model, _, selected, _ = run_rounds(ctx, _window(ctx, first_round, rounds), (model, state, [], rng), step,
-                                       opaque=opaque)
+    model, _, selected, _, _ = run_rounds(ctx, _window(ctx, first_round, rounds), (model, state, [], rng, memo), step,
+                                          opaque=opaque)
     return Outcome(broadcast(model, 1), assignment, {"selected": selected})
 
 

@@ -207,18 +207,18 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
     dist = hamming_matrix(label_vectors(ctx.counts_train, variant))
     labels, leaders = leader_groups(dist, hp.tau * ctx.counts_train.shape[1])
     m = round_size(ctx.n_clients, ctx.cfg.fraction)
-    rng = ctx.rng("selection/fedcls")
     if hp.variant == "psi_code":
         labels = code_groups(labels)
-        choose = lambda t, w: select_code(rng, labels, ctx.fed.n_train, hp.d, hp.clusters_per_round, m)  # noqa: E731
+        choose = lambda t, w, rng, memo: select_code(rng, labels, ctx.fed.n_train, hp.d,  # noqa: E731
+                                                     hp.clusters_per_round, m)
     else:
         group_dist = dist[np.ix_(leaders, leaders)]
-        choose = lambda t, w: select(rng, labels, group_dist, m)  # noqa: E731
-    out = global_model_rounds(ctx, choose=choose, weights=hp.aggregation)
+        choose = lambda t, w, rng, memo: select(rng, labels, group_dist, m)  # noqa: E731
+    out = global_model_rounds(ctx, choose=choose, selection_stream="selection/fedcls", weights=hp.aggregation)
     out.info.update({"variant": hp.variant, "groups": labels.tolist(),
                      "n_groups": int(labels.max() + 1), "m": m})
     return out
 
 
 # all its training goes through global_model_rounds (FLConfig.stream_average)
-INFO = MethodInfo(NAME, "FedCLS", Hyper, run, grid=GRID, streams_average=True)
+INFO = MethodInfo(NAME, "FedCLS", Hyper, run, grid=GRID, streams_average=True, resumable=True)

@@ -295,13 +295,13 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
         return _run_code(ctx, hp)
     labels = cluster_clients(ctx.counts_train, hp.variant, hp.min_samples)
     m = round_size(ctx.n_clients, ctx.cfg.fraction)
-    losses = local_losses(ctx, ctx.init_state(), np.arange(ctx.n_clients))
-    rng = ctx.rng("selection/haccs")
+    losses = local_losses(ctx, ctx.init_state(), np.arange(ctx.n_clients))  # (K,) each client's last loss
 
-    def observe(clients, res):
-        losses[clients] = to_host(res.mean_loss)
+    def observe(clients, res, memo):
+        memo[clients] = to_host(res.mean_loss)
 
-    out = global_model_rounds(ctx, choose=lambda t, w: select(rng, labels, losses, hp.rho, m), observe=observe,
+    out = global_model_rounds(ctx, choose=lambda t, w, rng, memo: select(rng, labels, memo, hp.rho, m),
+                              observe=observe, selection_stream="selection/haccs", memo=losses,
                               weights=hp.aggregation)
     out.info.update({"variant": hp.variant, "clusters": labels.tolist(),
                      "n_clusters": int(labels.max() + 1), "m": m})
@@ -312,15 +312,14 @@ def _run_code(ctx: Context, hp: Hyper) -> Outcome:
     """The ``psi_code`` variant: clusters once, then :func:`select_code` on FedLab losses every round."""
     labels, optics = optics_by_silhouette(hellinger_matrix(label_pmfs(ctx.counts_train)))
     m = round_size(ctx.n_clients, ctx.cfg.fraction)
-    rng = ctx.rng("selection/haccs")
     everyone = np.arange(ctx.n_clients)
-    choose = lambda t, w: select_code(rng, labels, fedlab_losses(ctx, w, everyone),  # noqa: E731
-                                      ctx.fed.n_train, hp.rho, hp.clusters_per_round, m)
-    out = global_model_rounds(ctx, choose=choose, weights=hp.aggregation)
+    choose = lambda t, w, rng, memo: select_code(rng, labels, fedlab_losses(ctx, w, everyone),  # noqa: E731
+                                                 ctx.fed.n_train, hp.rho, hp.clusters_per_round, m)
+    out = global_model_rounds(ctx, choose=choose, selection_stream="selection/haccs", weights=hp.aggregation)
     out.info.update({"variant": hp.variant, "clusters": labels.tolist(), "n_clusters": int(labels.max() + 1),
                      "m": m, "optics": optics})
     return out
 
 
 # all its training goes through global_model_rounds (FLConfig.stream_average)
-INFO = MethodInfo(NAME, "HACCS", Hyper, run, grid=GRID, streams_average=True)
+INFO = MethodInfo(NAME, "HACCS", Hyper, run, grid=GRID, streams_average=True, resumable=True)

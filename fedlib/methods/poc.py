@@ -137,13 +137,12 @@ def select(ctx: Context, rng: np.random.Generator, global_state: State, d: int, 
 def run(ctx: Context, hp: Hyper) -> Outcome:
     m = round_size(ctx.n_clients, ctx.cfg.fraction)
     d, trained = round_sizes(hp.d, m, ctx.n_clients, hp.d_policy)
-    rng = ctx.rng("selection/poc")
-    out = global_model_rounds(ctx, choose=lambda t, w: select(ctx, rng, w, d, trained, hp.loss),
-                              weights=hp.aggregation)
+    out = global_model_rounds(ctx, choose=lambda t, w, rng, memo: select(ctx, rng, w, d, trained, hp.loss),
+                              selection_stream="selection/poc", weights=hp.aggregation)
     out.info.update({"d": hp.d, "d_effective": d, "m": m, "m_trained": trained, "d_policy": hp.d_policy,
                      "aggregation": hp.aggregation, "loss": hp.loss})
     return out
 
 
 # all its training goes through global_model_rounds (FLConfig.stream_average)
-INFO = MethodInfo(NAME, "PoC", Hyper, run, grid=GRID, streams_average=True)
+INFO = MethodInfo(NAME, "PoC", Hyper, run, grid=GRID, streams_average=True, resumable=True)
