@@ -84,23 +84,147 @@ def test_committed_notebook_carries_no_kernel_version(name):
     assert "version" not in nb["metadata"].get("language_info", {})
 
 
-def test_make_lab_strips_the_kernel_version_when_jupyter_saves(tmp_path, monkeypatch):
-    """The Jupyter server of `make lab` (its config found through JUPYTER_CONFIG_PATH) writes a
-    notebook without the ``language_info.version`` JupyterLab copied from the kernel."""
+def _lab_recipe() -> tuple[str, str]:
+    """The Makefile's ``lab:`` lines: (its target-specific variables, its recipe)."""
     import re
 
-    import nbformat
+    text = (ROOT / "Makefile").read_text()
+    variables = "".join(re.findall(r"^lab: export .*\n", text, re.M))
+    recipe = re.search(r"^lab: setup.*\n((?:\t.*\n)+)", text, re.M).group(1)
+    return variables, recipe
+
+
+def _lab_contents_manager(root_dir, monkeypatch):
+    """A Jupyter contents manager configured as the server of `make lab` configures it (the
+    config its JUPYTER_CONFIG_PATH finds); notebook signatures go to a temporary folder."""
     from jupyter_server.services.contents.filemanager import FileContentsManager
     from traitlets.config.loader import PyFileConfigLoader
 
-    recipe = re.search(r"^lab:.*\n((?:\t.*\n)+)", (ROOT / "Makefile").read_text(), re.M).group(1)
-    assert "JUPYTER_CONFIG_PATH=$(CURDIR)/scripts/jupyter " in recipe
+    assert "JUPYTER_CONFIG_PATH=$(CURDIR)/scripts/jupyter " in _lab_recipe()[1]
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(root_dir / ".jupyter-data"))
     config = PyFileConfigLoader("jupyter_server_config.py", str(ROOT / "scripts" / "jupyter")).load_config()
-    manager = FileContentsManager(root_dir=str(tmp_path), config=config)
+    return FileContentsManager(root_dir=str(root_dir), config=config)
+
+
+def _as_jupyterlab_sends(nb: dict) -> dict:
+    """What JupyterLab (4.x) sends the server when it saves notebook ``nb`` (a dict, modified):
+    each cell's consecutive stream outputs of one name merged, as its output area holds them
+    from the moment it loads or runs the cell (written independently of clean_notebooks);
+    every multiline text as one string; and the kernel's ``language_info``, patch level
+    included, in the metadata."""
+    def joined(text):
+        return "".join(text) if isinstance(text, list) else text
+
+    for cell in nb["cells"]:
+        cell["source"] = joined(cell["source"])
+        merged = []
+        for out in cell.get("outputs", []):
+            if out["output_type"] == "stream":
+                out["text"] = joined(out["text"])
+                if merged and merged[-1]["output_type"] == "stream" and merged[-1]["name"] == out["name"]:
+                    merged[-1]["text"] += out["text"]
+                    continue
+            for mime, value in out.get("data", {}).items():
+                out["data"][mime] = joined(value) if mime.startswith("text/") else value
+            merged.append(out)
+        if cell["cell_type"] == "code":
+            cell["outputs"] = merged
+    nb["metadata"]["language_info"]["version"] = "3.11.9"
+    return nb
+
+
+def test_make_lab_strips_the_kernel_version_when_jupyter_saves(tmp_path, monkeypatch):
+    """The Jupyter server of `make lab` (its config found through JUPYTER_CONFIG_PATH) writes a
+    notebook without the ``language_info.version`` JupyterLab copied from the kernel."""
+    import nbformat
+
+    manager = _lab_contents_manager(tmp_path, monkeypatch)
     nb = nbformat.v4.new_notebook(metadata={"language_info": {"name": "python", "version": "3.11.9"}})
     manager.save({"type": "notebook", "format": "json", "content": json.loads(nbformat.writes(nb))}, "a.ipynb")
     saved = json.loads((tmp_path / "a.ipynb").read_text())
     assert saved["metadata"]["language_info"] == {"name": "python"}
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_saving_a_committed_notebook_in_make_lab_leaves_it_byte_identical(name, tmp_path, monkeypatch):
+    """Open in JupyterLab (consecutive streams merged, the kernel's version added), saved
+    through the contents manager of `make lab`: the file written is the committed one, byte
+    for byte."""
+    committed = (ROOT / "notebooks" / f"{name}.ipynb").read_bytes()
+    manager = _lab_contents_manager(tmp_path, monkeypatch)
+    model = _as_jupyterlab_sends(json.loads(committed))
+    manager.save({"type": "notebook", "format": "json", "content": model}, f"{name}.ipynb")
+    assert (tmp_path / f"{name}.ipynb").read_bytes() == committed
+
+
+def _split_streams(nb: dict) -> int:
+    """Split every multiline stream output of ``nb`` in two (as papermill writes a cell whose
+    printing reached it in two messages); return how many it split."""
+    n = 0
+    for cell in nb["cells"]:
+        outputs = []
+        for out in cell.get("outputs", []):
+            lines = out.get("text", [])
+            if out["output_type"] == "stream" and isinstance(lines, list) and len(lines) > 1:
+                outputs += [{**out, "text": lines[:1]}, {**out, "text": lines[1:]}]
+                n += 1
+            else:
+                outputs.append(out)
+        if cell["cell_type"] == "code":
+            cell["outputs"] = outputs
+    return n
+
+
+@pytest.mark.parametrize("name", ["00_report", "04_cluster_selection"])
+def test_split_streams_are_saved_and_cleaned_to_the_committed_form(name, tmp_path, monkeypatch):
+    """A notebook as papermill may write it (a cell's printing split over several stream
+    outputs) is saved by the server of `make lab`, and cleaned by `make refresh-notebooks`'s
+    clean_notebooks, into the committed form: the streams merged (one function does both:
+    clean_notebooks.canonical_form)."""
+    import nbformat
+
+    committed = (ROOT / "notebooks" / f"{name}.ipynb").read_text()
+    split = json.loads(committed)
+    assert _split_streams(split) > 0
+    manager = _lab_contents_manager(tmp_path, monkeypatch)
+    manager.save({"type": "notebook", "format": "json", "content": split}, f"{name}.ipynb")
+    assert (tmp_path / f"{name}.ipynb").read_text() == committed
+    split = json.loads(committed)
+    _split_streams(split)
+    cleaned = _clean_notebooks().clean(nbformat.from_dict(split))
+    assert nbformat.writes(cleaned) + "\n" == committed
+
+
+def test_make_lab_loads_its_hook_without_warnings(tmp_path, monkeypatch):
+    """jupyter_server warned "Overriding existing pre_save_hook" once per contents manager (the
+    server's and jupytext's) for the one hook `make lab` sets: silenced, while a warning
+    about another hook replacing it is still shown."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        manager = _lab_contents_manager(tmp_path, monkeypatch)
+        assert manager.pre_save_hook is not None
+
+        def other_hook(model, **kwargs):
+            pass
+
+        with pytest.warns(UserWarning, match="Overriding existing pre_save_hook"):
+            manager.pre_save_hook = other_hook
+
+
+def test_make_lab_writes_figures_under_build():
+    """The notebooks run in `make lab` write their figures where `make workbook` writes them,
+    not into the committed figures/ (docs/running.md: only refresh-notebooks modifies a tracked file)."""
+    variables, _ = _lab_recipe()
+    assert "lab: export FEDLIB_FIGURES := $(BUILD_FIGURES)" in variables
+    assert "BUILD_FIGURES := $(CURDIR)/build/figures" in (ROOT / "Makefile").read_text()
+
+
+def test_committed_notebooks_are_in_their_clean_form():
+    """scripts/clean_notebooks.py --check: every committed notebook is what it writes (no
+    volatile metadata, streams merged), so refresh and save leave it unchanged."""
+    assert _clean_notebooks().main(["--check", *map(str, sorted((ROOT / "notebooks").glob("*.ipynb")))]) == 0
 
 
 def test_clean_notebooks_strips_the_kernel_version_and_progress_lines_only():
