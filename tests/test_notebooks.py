@@ -277,3 +277,82 @@ def test_committed_notebook_has_no_run_grid_progress_on_stderr(name):
              if o.get("output_type") == "stream" and o.get("name") == "stderr"
              for line in "".join(o.get("text", "")).splitlines() if pattern.match(line)]
     assert not found, f"{len(found)} run_grid progress lines on stderr, e.g. {found[0]!r}"
+
+
+def _conforms(value, annotation) -> bool:
+    """Whether ``value`` (a parameter's default or a profile's value) has type ``annotation``
+    (the parameters cell's: builtins, list[...], dict[..., ...], Optional and Union; an int is a float)."""
+    import typing
+
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if annotation is type(None):
+        return value is None
+    if origin is typing.Union:
+        return any(_conforms(value, a) for a in args)
+    if annotation is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if origin is list:
+        return isinstance(value, list) and all(_conforms(v, args[0]) for v in value)
+    if origin is dict:
+        return isinstance(value, dict) and all(_conforms(k, args[0]) and _conforms(v, args[1])
+                                               for k, v in value.items())
+    return isinstance(value, annotation) and not (annotation is int and isinstance(value, bool))
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_every_parameter_is_annotated_with_its_type(name):
+    """`papermill --help-notebook` prints each parameter's type from its annotation (``name: int
+    = 3``; "Unknown type" without one). Every statement of the parameters cell is an annotated
+    assignment to one name, the annotation one papermill reads (builtins, [], commas; Optional
+    and Union in quotes, so that the cell needs no import), and the defaults and both profiles'
+    values have the annotated types."""
+    import ast
+    import typing
+
+    import nbformat
+    from papermill.translators import PythonTranslator
+
+    nb = json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text())
+    (cell,) = [c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", [])]
+    source = "".join(cell["source"])
+    body = ast.parse(source).body
+    plain = [ast.unparse(n).split("\n")[0] for n in body
+             if not (isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name) and n.value is not None)]
+    assert not plain, f"not an annotated assignment: {plain}"
+    parsed = PythonTranslator.inspect(nbformat.from_dict({**cell, "source": source}))
+    assert [p.name for p in parsed] == [n.target.id for n in body]
+    assert [p.name for p in parsed if p.inferred_type_name == "None"] == []
+    namespace: dict = {}
+    exec(source, namespace)
+    types = {k: eval(v, vars(typing)) if isinstance(v, str) else v for k, v in namespace["__annotations__"].items()}
+    values = {f"default {k}": (namespace[k], k) for k in types}
+    for profile in ("smoke", "paper"):
+        params = yaml.safe_load((ROOT / "params" / profile / f"{name}.yaml").read_text()) or {}
+        values.update({f"{profile} {k}": (v, k) for k, v in params.items()})
+    wrong = {where: (v, str(types[k])) for where, (v, k) in values.items() if not _conforms(v, types[k])}
+    assert not wrong, wrong
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+@pytest.mark.parametrize("profile", ["smoke", "paper"])
+def test_papermill_applies_each_profile_to_the_annotated_cell(name, profile, tmp_path):
+    """papermill injects a profile after the annotated parameters cell; the two cells run in
+    order set every parameter to the profile's value, and fedlib.notebook_params (which checks
+    the profiles' keys) reads the annotated names."""
+    import papermill as pm
+
+    from fedlib.notebook_params import notebook_parameters
+
+    params = yaml.safe_load((ROOT / "params" / profile / f"{name}.yaml").read_text()) or {}
+    out = tmp_path / f"{name}.ipynb"
+    pm.execute_notebook(str(ROOT / "notebooks" / f"{name}.ipynb"), str(out), parameters=params,
+                        prepare_only=True, progress_bar=False, log_output=False)
+    cells = json.loads(out.read_text())["cells"]
+    tags = [c.get("metadata", {}).get("tags", []) for c in cells]
+    i = next(i for i, t in enumerate(tags) if "parameters" in t)
+    assert "injected-parameters" in tags[i + 1]
+    namespace: dict = {}
+    for cell in cells[i:i + 2]:
+        exec("".join(cell["source"]), namespace)
+    assert {k: namespace[k] for k in params} == params
+    assert notebook_parameters(name) == tuple(namespace["__annotations__"])
