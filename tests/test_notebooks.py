@@ -233,7 +233,7 @@ def test_clean_notebooks_strips_the_kernel_version_and_progress_lines_only():
     cn = _clean_notebooks()
     nb = nbformat.v4.new_notebook(metadata={"language_info": {"name": "python", "version": "3.11.7"}})
     progress = ["run_grid: 3 runs, 0 already recorded, 3 to train\n",
-                "run_grid [1/3] adult dirichlet=0.5 K=4 fedavg seed=0: weighted local accuracy 0.700 in 0.1 s\n",
+                "run_grid [1/3] adult dirichlet=0.5 K=4 fedavg seed=0: weighted local accuracy 70.00% in 0.1 s\n",
                 "\n", "run_grid: waiting for 1 runs that other processes are computing\n"]
     warning = "UserWarning: a class has fewer than 2 examples\n"
     cell = nbformat.v4.new_code_cell("records = run_grid(specs, out)", execution_count=4, outputs=[
