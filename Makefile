@@ -2,8 +2,9 @@
 #   make workbook   set everything up, fetch the offline real data, run every notebook headless
 #   make test       every notebook's executed copy compared with the committed one, unit tests
 # Neither modifies a tracked file: their figures go to build/figures/, executed notebooks to
-# build/executed/<profile>/, run records to results/. `make refresh-notebooks` is the one step that
-# rewrites the committed notebooks and figures/.
+# build/executed/<profile>/, run records to results/ (`make lab` too: its notebooks' figures go to
+# build/figures/). `make refresh-notebooks` is the one step that rewrites the committed notebooks
+# and figures/.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -135,6 +136,11 @@ test-other-cpu: setup data
 # JupyterLab on notebooks/ with the project's kernel. As root (containers, cloud notebooks) it
 # adds --allow-root. From another machine: `make lab LAB_IP=0.0.0.0` and open the printed URL
 # (token included) with this machine's address, or tunnel: ssh -L 8888:localhost:8888 <host>.
+# The kernels inherit FEDLIB_FIGURES: the notebooks' figures and tables go to build/figures/, as
+# `make workbook`'s do, not into the committed figures/ (run records go to results/, ignored).
+# The server's pre_save_hook (scripts/jupyter/) saves a notebook in its committed form, so
+# running all cells and saving leaves `git status` clean.
+lab: export FEDLIB_FIGURES := $(BUILD_FIGURES)
 lab: setup data
 	@echo "lab: JupyterLab at http://$(LAB_IP):$(LAB_PORT)/lab (the token is in the URL printed below; Ctrl-C stops it)"
 	JUPYTER_CONFIG_PATH=$(CURDIR)/scripts/jupyter $(BIN)/jupyter lab --notebook-dir=notebooks --no-browser --ip=$(LAB_IP) --port=$(LAB_PORT) \

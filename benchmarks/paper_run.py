@@ -5,7 +5,7 @@ Usage: python benchmarks/paper_run.py [--dataset fmnist] [--protocol similarity]
                                       [--without-workers] [--keep-subnormals] [--tf32]
                                       [--nondeterministic] [--record DIR]
 Prints one line: <dataset> <protocol>=<level> K=<K> <method> device=<d> rounds=<T>
-seconds=<s> global_accuracy=<a> tau=<τ> floor=<s> of_bound=<p>% shapes_floor=<s> of_shapes=<p>%
+seconds=<s> global_accuracy=<a>% tau=<τ> floor=<s> of_bound=<p>% shapes_floor=<s> of_shapes=<p>%
 training=<s> workers=<on|off> subnormals=<flushed|kept> [gpu_kernels=<ieee|tf32>,<deterministic|any>]
 peak=(<library> <rate> GFLOP/s, ...). On a GPU there is no shapes floor (n/a: ``peak.products_floor``);
 ``--tf32`` / ``--nondeterministic`` run inside ``fedlib.engine.gpu_kernels`` (the engine's default
@@ -111,7 +111,7 @@ def main(argv=None):
     floor = counter.flops / peak
     shapes_floor = counter.shape_seconds / torch.get_num_threads()  # nan on a GPU: printed as n/a
     print(f"{a.dataset} {a.protocol}={a.level:g} K={a.clients} {a.method} device={rec.get('device')} "
-          f"rounds={a.rounds} seconds={seconds:.1f} global_accuracy={rec.get('global_accuracy', float('nan')):.4f} "
+          f"rounds={a.rounds} seconds={seconds:.1f} global_accuracy={100 * rec.get('global_accuracy', float('nan')):.2f}% "
           f"tau={rec.get('info', {}).get('tau')} floor={floor:.1f}s of_bound={floor / seconds:.0%} "
           + (f"shapes_floor={shapes_floor:.1f}s of_shapes={shapes_floor / seconds:.0%} " if device.type == "cpu"
              else "shapes_floor=n/a of_shapes=n/a ") +

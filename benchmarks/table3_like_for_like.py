@@ -9,7 +9,8 @@ training. Prints, per setting and method::
 
     <setting> <method> paper=<v> paper_text=<v> paper_code=<v> closer=<reading>
 
-where paper_code is the number the code reported (the last round, or CFL's and FedSoft's best
+(accuracies in percent, two decimals, as the reproduction report prints them: ``similarity=0 cfl
+paper=59.00% paper_text=10.00% paper_code=48.22% closer=paper_code``), where paper_code is the number the code reported (the last round, or CFL's and FedSoft's best
 round of their cluster models on the pooled test set) and ``closer`` names the reading nearer to
 the paper's value. A method whose code ran as Table II says at this K and q has one run for both.
 

@@ -218,7 +218,7 @@ class Checkpointer:
         self._last_progress = now
         left = (window.stop - t - 1) * round_seconds
         seen = next((h for h in reversed(ctx.history) if "global_accuracy" in h), None)
-        accuracy = f", accuracy {seen['global_accuracy']:.3f} after round {seen['round']}" if seen else ""
+        accuracy = f", accuracy {100 * seen['global_accuracy']:.2f}% after round {seen['round']}" if seen else ""
         self.say(f"  {self.label}: round {t + 1}/{window.stop} (phase {phase + 1}){accuracy}, "
                  f"{round_seconds:.1f} s/round, phase ends in ≈ {left / 60:.1f} min")
 

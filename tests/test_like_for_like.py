@@ -33,8 +33,8 @@ def test_markdown_writes_each_cell_as_paper_text_code_by_hand():
         "| fedavg | 0.14 · 0.100 · = | 0.82 · — · — |",
         "| cfl | 0.59 · 0.100 · 0.482 | 0.74 · 0.880 · — |"])
     lines = lfl.report_lines(table)
-    assert lines[2] == "similarity=0 cfl paper=0.5900 paper_text=0.1000 paper_code=0.4822 closer=paper_code"
-    assert lines[1] == "dirichlet=0.3 fedavg paper=0.8200 paper_text=— paper_code=— closer=—"
+    assert lines[2] == "similarity=0 cfl paper=59.00% paper_text=10.00% paper_code=48.22% closer=paper_code"
+    assert lines[1] == "dirichlet=0.3 fedavg paper=82.00% paper_text=— paper_code=— closer=—"
 
 
 def test_cells_without_records_hold_the_papers_values_only():

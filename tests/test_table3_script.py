@@ -38,7 +38,7 @@ def test_report_prints_every_committed_paper_text_record(capsys):
             continue
         head = f"{spec['protocol']}={spec['level']:g} {spec['method']} "
         line = next(x for x in lines if x.startswith(head))
-        assert f"paper_text={record['global_accuracy']:.4f}" in line, (line, path.name)
+        assert f"paper_text={100 * record['global_accuracy']:.2f}%" in line, (line, path.name)
         checked += 1
     assert checked >= 10
 
@@ -74,7 +74,7 @@ def test_report_shows_no_paper_code_number_for_a_run_still_to_come(capsys, tmp_p
                     "--settings", f"{spec['protocol']}:{spec['level']:g}", "--methods", spec["method"]])
     lines = capsys.readouterr().out.splitlines()
     line = next(x for x in lines if x.startswith(f"{spec['protocol']}={spec['level']:g} {spec['method']} "))
-    assert f"paper_text={json.loads(path.read_text())['global_accuracy']:.4f}" in line and "paper_code=—" in line, line
+    assert f"paper_text={100 * json.loads(path.read_text())['global_accuracy']:.2f}%" in line and "paper_code=—" in line, line
     row = next(x for x in lines if x.startswith(f"| {spec['method']} |"))
     assert row.endswith(" · — |"), row
 

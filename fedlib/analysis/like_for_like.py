@@ -82,9 +82,16 @@ def closer(paper: float, text: float, code: float) -> str:
     return "paper_text" if d_text < d_code else "paper_code" if d_code < d_text else "tie"
 
 
+def _pct(v) -> str:
+    """An accuracy (a fraction) as the report prints it: percent, two decimals (``86.00%``)."""
+    return "—" if not np.isfinite(v) else f"{100 * v:.2f}%"
+
+
 def report_lines(table: dict) -> list[str]:
-    """One line per cell: ``<setting> <method> paper=<v> paper_text=<v> paper_code=<v> closer=<reading>``."""
-    return [f"{protocol}={level:g} {m} paper={_fmt(p, 4)} paper_text={_fmt(t, 4)} paper_code={_fmt(c, 4)} "
+    """One line per cell: ``<setting> <method> paper=<v> paper_text=<v> paper_code=<v> closer=<reading>``,
+    the accuracies in percent with two decimals as the reproduction report prints them
+    (``paper=86.00% paper_text=89.29%``; the cells and the records hold fractions)."""
+    return [f"{protocol}={level:g} {m} paper={_pct(p)} paper_text={_pct(t)} paper_code={_pct(c)} "
             f"closer={closer(p, t, c)}" for (protocol, level, m), (p, t, c, _) in table.items()]
 
 
