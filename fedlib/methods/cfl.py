@@ -76,7 +76,8 @@ import torch
 from ..engine import broadcast, evaluate, flatten_params, weighted_average
 from ..engine.host import to_host
 from ..validation import check_choice, check_int, check_number, fail
-from .base import AGGREGATIONS, Context, FLConfig, Outcome, State, aggregation_weights, sample_clients, take
+from .base import (AGGREGATIONS, Context, FLConfig, Outcome, State, aggregation_weights, run_rounds, sample_clients,
+                   take)
 from .contract import MethodInfo
 
 NAME = "cfl"
@@ -359,13 +360,10 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
     """
     check_protocol(hp, ctx.cfg)
     warmup = warmup_for(hp, ctx.cfg.rounds)
-    eps1 = None if hp.eps1 == "auto" else float(hp.eps1)
     names = [name for name, _ in ctx.model.named_parameters()]
-    clusters = [np.arange(ctx.n_clients)]
-    models = broadcast(ctx.init_state(), 1)
-    rng = ctx.rng("selection/group0")  # FedAvg's stream (module docstring: Client sampling)
-    splits, norm_log, split_log, auto_from = [], [], [], None
-    for t in range(ctx.cfg.rounds):
+
+    def step(t: int, state: dict) -> dict:  # one round; everything CFL carries between rounds is in `state`
+        clusters, models, rng, eps1 = state["clusters"], state["models"], state["rng"], state["eps1"]
         picks = [sample_clients(rng, c, ctx.cfg.fraction, ctx.cfg.min_clients) for c in clusters]
         owner = np.concatenate([np.full(len(p), g) for g, p in enumerate(picks)])
         start = take(models, owner)
@@ -376,27 +374,35 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
         for g, (members, picked) in enumerate(zip(clusters, picks)):
             rows = np.flatnonzero(owner == g)
             norms = update_norms(dw[rows], to_host(aggregation_weights(n[rows], hp.aggregation), np.float64))
-            norm_log.append({"round": t + 1, "cluster": g, "size": len(picked), **norms})
+            state["norm_log"].append({"round": t + 1, "cluster": g, "size": len(picked), **norms})
             if eps1 is None and t == warmup - 1:  # eps1='auto': calibrate on the last warm-up round
-                auto_from = norms["mean_of_norms"]
-                eps1 = auto_eps1(auto_from, hp.auto_scale)
+                state["auto_from"] = norms["mean_of_norms"]
+                eps1 = auto_eps1(state["auto_from"], hp.auto_scale)
             groups, cluster_models, decision = _update_cluster(ctx, hp, t < warmup, eps1, members, picked, dw[rows],
                                                                take(res.params, rows), n[rows], norms)
-            split_log.append({"round": t + 1, "cluster": g, **decision})
+            state["split_log"].append({"round": t + 1, "cluster": g, **decision})
             if len(groups) == 2:
-                splits.append({"round": t + 1, "sizes": [len(x) for x in groups]})
+                state["splits"].append({"round": t + 1, "sizes": [len(x) for x in groups]})
             new_clusters += groups
             new_models += cluster_models
-        clusters = new_clusters
         models = {k: torch.stack([m[k] for m in new_models]) for k in new_models[0]}
-        assignment = _assignment(clusters, ctx.n_clients)
+        assignment = _assignment(new_clusters, ctx.n_clients)
         ctx.log_round(t, models, assignment)
-    info = {"n_clusters": len(clusters), "cluster_sizes": [len(c) for c in clusters], "splits": splits,
-            "assignment": assignment.tolist(), "warmup_rounds": warmup, "eps1": eps1, "norms": norm_log,
-            "split_log": split_log, "split_statistics": list(SPLIT_STATISTICS[hp.split_test])}
+        return {**state, "clusters": new_clusters, "models": models, "eps1": eps1, "assignment": assignment}
+
+    state = {"clusters": [np.arange(ctx.n_clients)], "models": broadcast(ctx.init_state(), 1),
+             "rng": ctx.rng("selection/group0"),  # FedAvg's stream (module docstring: Client sampling)
+             "eps1": None if hp.eps1 == "auto" else float(hp.eps1), "assignment": None,
+             "splits": [], "norm_log": [], "split_log": [], "auto_from": None}
+    state = run_rounds(ctx, range(ctx.cfg.rounds), state, step)
+    clusters, assignment = state["clusters"], state["assignment"]
+    info = {"n_clusters": len(clusters), "cluster_sizes": [len(c) for c in clusters], "splits": state["splits"],
+            "assignment": assignment.tolist(), "warmup_rounds": warmup, "eps1": state["eps1"],
+            "norms": state["norm_log"], "split_log": state["split_log"],
+            "split_statistics": list(SPLIT_STATISTICS[hp.split_test])}
     if hp.eps1 == "auto":
-        info.update({"eps1_auto_from": auto_from, "eps1_rule": "auto (departure from Table II)"})
-    return Outcome(models, assignment, info)
+        info.update({"eps1_auto_from": state["auto_from"], "eps1_rule": "auto (departure from Table II)"})
+    return Outcome(state["models"], assignment, info)
 
 
 def _assignment(clusters: list[np.ndarray], k: int) -> np.ndarray:
@@ -408,4 +414,4 @@ def _assignment(clusters: list[np.ndarray], k: int) -> np.ndarray:
 
 
 INFO = MethodInfo(NAME, "CFL", Hyper, run, grid=GRID, groups_clients=True, param_average=True,
-                  check_protocol=check_protocol)
+                  check_protocol=check_protocol, resumable=True)
