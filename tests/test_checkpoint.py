@@ -42,12 +42,13 @@ class StopAt(C.Checkpointer):
         super()._at_boundary(ctx, phase, next_round, state, round_seconds)
 
 
-def outcome(name: str, checkpointer=None, *, keep_optimizer_state=False) -> dict:
+def outcome(name: str, checkpointer=None, *, keep_optimizer_state=False, hyper=None) -> dict:
     ctx = method_context(name, rounds=ROUNDS, local_epochs=1, seed=3)
     if keep_optimizer_state:
         ctx = dataclasses.replace(ctx, cfg=dataclasses.replace(ctx.cfg, keep_optimizer_state=True))
     ctx.checkpoints = checkpointer
-    out = get_method(name).run(ctx, method_hyper(name))
+    hp = method_hyper(name) if hyper is None else dataclasses.replace(method_hyper(name), **hyper)
+    out = get_method(name).run(ctx, hp)
     correct, n = ctx.evaluate(out.models, out.assignment, predictor=out.predictor)
     return {"correct": correct.tolist(), "n": n.tolist(), "history": json.dumps(ctx.history),
             "info": json.dumps(out.info, default=str), "assignment": np.asarray(out.assignment).tolist(),
@@ -79,6 +80,14 @@ def test_a_resumable_method_stopped_and_resumed_equals_the_run_never_stopped(nam
     for stop_after in (1, counter.seen):  # after the first round, and at the last boundary
         resumed, _ = stopped_then_resumed(name, tmp_path / str(stop_after), stop_after)
         assert same(resumed, whole), f"{name} resumed after {stop_after} rounds differs from the run never stopped"
+
+
+@pytest.mark.parametrize("name", ["fedsoft", "haccs", "fedcls"])
+def test_the_paper_code_variants_resume_too(name, tmp_path):
+    """The ``psi_code`` variants (how the PSI papers' code ran them) have their own loops."""
+    whole = outcome(name, hyper={"variant": "psi_code"})
+    resumed, _ = stopped_then_resumed(name, tmp_path, 2, hyper={"variant": "psi_code"})
+    assert same(resumed, whole)
 
 
 def test_kept_optimiser_states_are_part_of_the_checkpoint(tmp_path):

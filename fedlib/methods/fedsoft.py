@@ -57,7 +57,7 @@ from ..engine import broadcast, predict_logits, weighted_average
 from ..evaluation import global_accuracy
 from ..engine.host import to_host
 from ..validation import check_choice, check_int, check_number
-from .base import Context, Outcome, State, take
+from .base import Context, Outcome, State, run_rounds, take
 from .contract import MethodInfo
 
 NAME = "fedsoft"
@@ -206,7 +206,9 @@ def _run_code(ctx: Context, hp: Hyper) -> Outcome:
     u = np.full((k, s), 1.0 / s)
     rng = ctx.rng("fedsoft/selection")
     ctx.log_round(-1, clusters, u.argmax(1))  # the code's evaluation before training (round 0)
-    for t in range(ctx.cfg.rounds):
+
+    def step(t: int, state: tuple) -> tuple:  # one round; everything it carries is in `state`
+        clusters, u, rng = state
         chosen = np.sort(rng.choice(k, size=m, replace=False))
         start = {name: torch.tensordot(torch.as_tensor(u[chosen]).to(c.device, c.dtype), c, dims=1)
                  for name, c in clusters.items()}
@@ -218,6 +220,9 @@ def _run_code(ctx: Context, hp: Hyper) -> Outcome:
         new = [weighted_average(res.params, torch.as_tensor(row)) for row in weights]
         clusters = {name: torch.stack([c[name] for c in new]) for name in new[0]}
         ctx.log_round(t, clusters, u.argmax(1))
+        return clusters, u, rng
+
+    clusters, u, _ = run_rounds(ctx, range(ctx.cfg.rounds), (clusters, u, rng), step)
     assignment = u.argmax(1)
     info = {"n_clusters": s, "clients_per_round": m, "variant": hp.variant,
             "cluster_sizes": np.bincount(assignment, minlength=s).tolist(),
@@ -236,7 +241,9 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
     local = broadcast(ctx.init_state(), k)
     rng = ctx.rng("fedsoft/selection")
     u = _estimate(ctx, clusters, hp.sigma)
-    for t in range(ctx.cfg.rounds):
+
+    def step(t: int, state: tuple) -> tuple:  # one round; everything it carries is in `state`
+        clusters, local, u, rng = state
         draws = draw_clients(rng, selection_probabilities(u, n), m)
         chosen = np.unique(draws)
         center, mu = proximal_terms(u[chosen], clusters, hp.lam)
@@ -248,6 +255,9 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
         if (t + 1) % hp.estimation_interval == 0:
             u = _estimate(ctx, clusters, hp.sigma)
         ctx.log_round(t, clusters, u.argmax(1))
+        return clusters, local, u, rng
+
+    clusters, local, u, _ = run_rounds(ctx, range(ctx.cfg.rounds), (clusters, local, u, rng), step)
     assignment = u.argmax(1)
     personal = global_accuracy(*ctx.evaluate(local, np.arange(k)))
     info = {"n_clusters": s, "draws_per_cluster": m,
@@ -257,4 +267,4 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
     return Outcome(clusters, assignment, info)
 
 
-INFO = MethodInfo(NAME, "FedSoft", Hyper, run, grid=GRID)
+INFO = MethodInfo(NAME, "FedSoft", Hyper, run, grid=GRID, resumable=True)
