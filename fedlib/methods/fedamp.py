@@ -50,7 +50,7 @@ import torch
 from ..engine import broadcast, flatten_params
 from ..engine.host import to_host
 from ..validation import check_choice, check_number, fail
-from .base import Context, Outcome, State, check_finite_models, sample_clients, take
+from .base import Context, Outcome, State, check_finite_models, run_rounds, sample_clients, take
 from .contract import MethodInfo
 
 NAME = "fedamp"
@@ -143,10 +143,10 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
     everyone = np.arange(ctx.n_clients)
     names = [name for name, _ in ctx.model.named_parameters()]
     local = broadcast(ctx.init_state(), ctx.n_clients)
-    rng = ctx.rng("selection/group0")
     mu = hp.lam / hp.alpha
-    selected = []
-    for t in range(ctx.cfg.rounds):
+
+    def step(t: int, state: tuple) -> tuple:  # one round; everything it carries is in `state`
+        local, rng, selected = state
         clients = sample_clients(rng, everyone, ctx.cfg.fraction)
         w = take(local, clients)
         xi = attention(flatten_params(w, names), hp.sigma, hp.self_weight, hp.attention, hp.alpha)
@@ -155,12 +155,14 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
         res = ctx.train(u, clients, t, prox_center=u, prox_mu=mu)
         for name, value in res.params.items():
             local[name][torch.as_tensor(clients, device=value.device)] = value
-        selected.append(clients.tolist())
         ctx.log_round(t, local, everyone)
+        return local, rng, [*selected, clients.tolist()]
+
+    local, _, selected = run_rounds(ctx, range(ctx.cfg.rounds), (local, ctx.rng("selection/group0"), []), step)
     trained = np.unique(np.concatenate([np.asarray(s, dtype=np.int64) for s in selected]))
     info = {"mu": mu, "selected": selected, "cluster_of_client": everyone.tolist(),
             "never_selected": np.setdiff1d(everyone, trained).tolist()}
     return Outcome(local, everyone.copy(), info)
 
 
-INFO = MethodInfo(NAME, "FedAMP", Hyper, run, grid=GRID, param_average=True)
+INFO = MethodInfo(NAME, "FedAMP", Hyper, run, grid=GRID, param_average=True, resumable=True)

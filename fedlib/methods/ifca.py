@@ -36,7 +36,8 @@ import numpy as np
 
 from ..engine.host import to_host
 from ..validation import check_int, fail
-from .base import Context, Outcome, State, check_finite_models, per_cluster_average, sample_clients, take
+from .base import (Context, Outcome, State, check_finite_models, per_cluster_average, run_rounds, sample_clients,
+                   take)
 from .contract import MethodInfo
 
 NAME = "ifca"
@@ -98,10 +99,10 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
     """IFCA over ``ctx.cfg.rounds`` rounds; the k cluster models, clients on their argmin-loss one."""
     everyone = np.arange(ctx.n_clients)
     models = ctx.init_states(hp.n_clusters, "ifca/init")
-    rng = ctx.rng("selection/group0")
     known = _choose(ctx, models, everyone)  # for logging only: the last known choice
-    selected, choices = [], []
-    for t in range(ctx.cfg.rounds):
+
+    def step(t: int, state: tuple) -> tuple:  # one round; everything it carries is in `state`
+        models, known, rng, selected, choices = state
         clients = sample_clients(rng, everyone, ctx.cfg.fraction)
         choice = _choose(ctx, models, clients)
         res = ctx.train(take(models, choice), clients, t)
@@ -110,9 +111,11 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
         known[clients] = choice
         if t == ctx.cfg.rounds - 1:  # the last logged accuracy is the outcome's
             known = _choose(ctx, models, everyone)
-        selected.append(clients.tolist())
-        choices.append(choice.tolist())
         ctx.log_round(t, models, known)
+        return models, known, rng, [*selected, clients.tolist()], [*choices, choice.tolist()]
+
+    state = (models, known, ctx.rng("selection/group0"), [], [])
+    models, known, _, selected, choices = run_rounds(ctx, range(ctx.cfg.rounds), state, step)
     assignment = known
     info = {"n_clusters": hp.n_clusters, "selected": selected, "choices": choices,
             "assignment": assignment.tolist(), "cluster_of_client": assignment.tolist(),
@@ -120,4 +123,4 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
     return Outcome(models, assignment, info)
 
 
-INFO = MethodInfo(NAME, "IFCA", Hyper, run, grid=GRID, groups_clients=True, param_average=True)
+INFO = MethodInfo(NAME, "IFCA", Hyper, run, grid=GRID, groups_clients=True, param_average=True, resumable=True)
