@@ -48,7 +48,7 @@ from ..engine import weighted_average
 from ..engine.host import to_host
 from ..models import head_prefix
 from ..validation import check_choice, check_int, fail
-from .base import Context, Outcome, State, check_finite_models, sample_clients, take
+from .base import Context, Outcome, State, check_finite_models, run_rounds, sample_clients, take
 from .contract import MethodInfo
 
 NAME = "fedclust"
@@ -144,17 +144,15 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
     prefix = head_prefix(ctx.model)
     init = ctx.init_state()
     models = {k: v.unsqueeze(0).expand(c + 1, *v.shape).clone() for k, v in init.items()}
-    centroids = np.zeros((0, 0))  # (C_formed, D): the latest centroid of each formed cluster id
-    cluster = np.full(ctx.n_clients, -1, dtype=np.int64)
-    sel_rng, km_rng = ctx.rng("selection/group0"), ctx.rng("fedclust/kmeans")
-    selected, per_round = [], []
-    for t in range(ctx.cfg.rounds):
-        clients = sample_clients(sel_rng, everyone, ctx.cfg.fraction)
+
+    def step(t: int, state: dict) -> dict:  # one round; everything FedClust carries is in `state`
+        models, centroids, cluster = state["models"], state["centroids"], state["cluster"]
+        clients = sample_clients(state["sel_rng"], everyone, ctx.cfg.fraction)
         res = ctx.train(take(models, np.where(cluster[clients] >= 0, cluster[clients], c)), clients, t)
         n = to_host(res.n_samples, np.float64)
         feats = classifier_features({k: v for k, v in res.params.items() if k.startswith(prefix)})
         if hp.recluster == "every_round" or t == 0:
-            labels = _kmeans(feats, c, km_rng, hp.n_init)
+            labels = _kmeans(feats, c, state["km_rng"], hp.n_init)
             group_centroids = np.stack([feats[labels == g].mean(0) for g in range(labels.max() + 1)])
             ids = match_clusters(group_centroids, centroids if len(centroids) else None)[labels]
         else:  # 'once': fixed clusters; a newcomer joins the most similar centroid
@@ -176,9 +174,16 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
         for k in models:
             models[k][c] = glob[k]
         check_finite_models(models, t, "after aggregation", ctx.cfg)
-        selected.append(clients.tolist())
-        per_round.append(ids.tolist())
         ctx.log_round(t, models, np.where(cluster >= 0, cluster, c))
+        return {**state, "models": models, "centroids": centroids, "cluster": cluster,
+                "selected": [*state["selected"], clients.tolist()], "per_round": [*state["per_round"], ids.tolist()]}
+
+    state = {"models": models, "centroids": np.zeros((0, 0)),  # (C_formed, D): each formed cluster's latest centroid
+             "cluster": np.full(ctx.n_clients, -1, dtype=np.int64),
+             "sel_rng": ctx.rng("selection/group0"), "km_rng": ctx.rng("fedclust/kmeans"),
+             "selected": [], "per_round": []}
+    state = run_rounds(ctx, range(ctx.cfg.rounds), state, step)
+    models, cluster, selected, per_round = state["models"], state["cluster"], state["selected"], state["per_round"]
     assignment = np.where(cluster >= 0, cluster, c)
     info = {"n_clusters": c, "recluster": hp.recluster, "cluster_of_client": cluster.tolist(),
             "cluster_sizes": np.bincount(cluster[cluster >= 0], minlength=c).tolist(),
@@ -186,4 +191,5 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
     return Outcome(models, assignment, info)
 
 
-INFO = MethodInfo(NAME, "FedClust", Hyper, run, grid=GRID, groups_clients=True, param_average=True)
+INFO = MethodInfo(NAME, "FedClust", Hyper, run, grid=GRID, groups_clients=True, param_average=True,
+                  resumable=True)

@@ -72,7 +72,7 @@ import torch
 from ..engine import broadcast, evaluate, flatten_params
 from ..engine.host import to_host
 from ..validation import check_int, check_number, fail
-from .base import Context, Outcome, State, check_finite_models, sample_clients, take
+from .base import Context, Outcome, State, check_finite_models, run_rounds, sample_clients, take
 from .contract import MethodInfo
 
 NAME = "fedfomo"
@@ -347,17 +347,12 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
     k = ctx.n_clients
     everyone = np.arange(k)
     names = [name for name, _ in ctx.model.named_parameters()]
-    local = broadcast(ctx.init_state(), k)
-    affinity = np.eye(k)
-    mass = np.zeros((k, k))
-    rng = ctx.rng("selection/group0")
-    rng_cand = ctx.rng("fedfomo/candidates")
-    prev = np.zeros(0, dtype=np.int64)
-    selected, downloaded = [], []
-    for t in range(ctx.cfg.rounds):
-        clients = sample_clients(rng, everyone, ctx.cfg.fraction)
+
+    def step(t: int, state: dict) -> dict:  # one round; everything FedFomo carries is in `state`
+        local, affinity, mass = state["local"], state["affinity"], state["mass"]
+        clients = sample_clients(state["rng"], everyone, ctx.cfg.fraction)
         eps = max(0.0, hp.epsilon - t * hp.epsilon_decay)
-        cand = choose_candidates(affinity, clients, prev, hp.m, rng_cand, eps)
+        cand = choose_candidates(affinity, clients, state["prev"], hp.m, state["rng_cand"], eps)
         start = take(local, clients)
         if (cand >= 0).any():
             loss_old, loss_cand, dist = _round_scores(ctx, local, clients, cand, names)
@@ -374,10 +369,17 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
         res = ctx.train(start, clients, t)
         for name, value in res.params.items():
             local[name][torch.as_tensor(clients, device=value.device)] = value
-        selected.append(clients.tolist())
-        downloaded.append([[int(c) for c in row if c >= 0] for row in cand])
-        prev = clients
         ctx.log_round(t, local, everyone)
+        return {**state, "local": local, "affinity": affinity, "mass": mass, "prev": clients,
+                "selected": [*state["selected"], clients.tolist()],
+                "downloaded": [*state["downloaded"], [[int(c) for c in row if c >= 0] for row in cand]]}
+
+    state = {"local": broadcast(ctx.init_state(), k), "affinity": np.eye(k), "mass": np.zeros((k, k)),
+             "rng": ctx.rng("selection/group0"), "rng_cand": ctx.rng("fedfomo/candidates"),
+             "prev": np.zeros(0, dtype=np.int64), "selected": [], "downloaded": []}
+    state = run_rounds(ctx, range(ctx.cfg.rounds), state, step)
+    local, affinity, mass = state["local"], state["affinity"], state["mass"]
+    selected, downloaded = state["selected"], state["downloaded"]
     trained = np.unique(np.concatenate([np.asarray(s, dtype=np.int64) for s in selected]))
     off = affinity.copy()
     np.fill_diagonal(off, -np.inf)
@@ -390,4 +392,4 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
     return Outcome(local, everyone.copy(), info)
 
 
-INFO = MethodInfo(NAME, "FedFomo", Hyper, run, grid=GRID, needs_validation=needs_validation)
+INFO = MethodInfo(NAME, "FedFomo", Hyper, run, grid=GRID, needs_validation=needs_validation, resumable=True)

@@ -77,7 +77,7 @@ from ..engine.predict import NearestPrototype
 from ..engine.prototypes import class_embeddings
 from ..models import head
 from ..validation import check_choice, check_int, check_number, fail
-from .base import Context, Outcome, State, sample_clients, take
+from .base import Context, Outcome, State, run_rounds, sample_clients, take
 from .contract import MethodInfo
 
 NAME = "fedproto"
@@ -195,12 +195,9 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
     weight = pull_weight(hp.lam, dim, hp.scale)
     models = {name: t.unsqueeze(0).expand(k, *t.shape).clone() for name, t in ctx.init_state().items()}
     everyone = np.arange(k, dtype=np.int64)
-    glob = torch.zeros(n_classes, dim, dtype=torch.float64, device=device)
-    mask = torch.zeros(n_classes, dtype=torch.bool, device=device)
-    rng = ctx.rng("selection/group0")
-    selected, classes = [], []
-    predictor = None
-    for t in range(ctx.cfg.rounds):
+
+    def step(t: int, state: tuple) -> tuple:  # one round; everything it carries is in `state`
+        models, glob, mask, rng, selected, classes = state
         clients = sample_clients(rng, everyone, ctx.cfg.fraction)
         m = len(clients)
         pull = EmbeddingPull(torch.full((m,), weight if bool(mask.any()) else 0.0, device=device),
@@ -211,14 +208,18 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
         means, _ = local.means()
         new, new_mask = aggregate_prototypes(means, local.counts, hp.weighting)
         glob, mask = merge_prototypes(glob, mask, new, new_mask, hp.unseen)
-        predictor = _predictor(hp, glob, mask, k)
-        selected.append(clients.tolist())
-        classes.append(np.flatnonzero(to_host(mask, np.bool_)).tolist())
-        ctx.log_round(t, models, everyone, predictor)
+        ctx.log_round(t, models, everyone, _predictor(hp, glob, mask, k))
+        return (models, glob, mask, rng, [*selected, clients.tolist()],
+                [*classes, np.flatnonzero(to_host(mask, np.bool_)).tolist()])
+
+    state = (models, torch.zeros(n_classes, dim, dtype=torch.float64, device=device),
+             torch.zeros(n_classes, dtype=torch.bool, device=device), ctx.rng("selection/group0"), [], [])
+    models, glob, mask, _, selected, classes = run_rounds(ctx, range(ctx.cfg.rounds), state, step)
+    predictor = _predictor(hp, glob, mask, k) if ctx.cfg.rounds else None
     info = {"selected": selected, "prototype_classes": classes,
             "final_prototype_classes": classes[-1] if classes else [],
             "pull_weight": float(weight), "predict": hp.predict}
     return Outcome(models, everyone.copy(), info, predictor)
 
 
-INFO = MethodInfo(NAME, "FedProto", Hyper, run, grid=GRID)
+INFO = MethodInfo(NAME, "FedProto", Hyper, run, grid=GRID, resumable=True)
