@@ -3,6 +3,7 @@ committed docs/findings.md and README block are a fresh render of the committed 
 import json
 import re
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -162,28 +163,66 @@ def test_committed_findings_and_readme_block_are_a_fresh_render():
     assert report.check() == [], "run: python -m fedlib.analysis.report --write"
 
 
-def test_notebook_00s_committed_printed_outputs_are_a_fresh_render():
-    """Every cell of notebook 00 that prints (and draws nothing) is run again here from the
-    committed records; what it prints must equal the committed output, as the page must."""
+def _text(value) -> str:
+    return "".join(value) if isinstance(value, list) else value
+
+
+def _is_markdown_or_stream(output) -> bool:
+    return output["output_type"] == "stream" or (
+        output["output_type"] == "display_data" and "text/markdown" in output.get("data", {}))
+
+
+def check_notebook_00_outputs(path, monkeypatch) -> int:
+    """Run again, from the committed records, every code cell of the notebook at ``path`` that
+    displays markdown or prints (and draws nothing: a cell with a figure, or one that saves a
+    figure, is skipped); what it displays (the Markdown objects' text, in order) and prints must
+    equal the cell's outputs in the notebook. Returns how many cells with outputs were compared."""
     import contextlib
     import io
 
-    nb = json.loads((ROOT / "notebooks" / "00_report.ipynb").read_text())
+    import IPython.display
+
+    shown: list = []
+    monkeypatch.setattr(IPython.display, "display", lambda *objs, **kw: shown.extend(objs))
+    nb = json.loads(Path(path).read_text())
     scope: dict = {"records": None}
     compared = 0
     for cell in nb["cells"]:
-        if cell["cell_type"] != "code":
+        if cell["cell_type"] != "code" or "parameters" in cell["metadata"].get("tags", []):
             continue
+        source = "".join(cell["source"])
         outputs = cell.get("outputs", [])
-        if any(o["output_type"] != "stream" for o in outputs):
+        if "save_figure" in source or not all(_is_markdown_or_stream(o) for o in outputs):
             continue  # a figure: drawn, not compared here (nbval compares the notebook in CI)
+        shown.clear()
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
-            exec("".join(cell["source"]), scope)
-        committed = "".join("".join(o["text"]) for o in outputs if o.get("name") == "stdout")
-        assert out.getvalue() == committed, "re-execute notebooks/00_report.ipynb (make refresh-notebooks)"
+            exec(source, scope)
+        assert all(isinstance(o, IPython.display.Markdown) for o in shown), source
+        committed = [_text(o["data"]["text/markdown"]) for o in outputs if o["output_type"] == "display_data"]
+        printed = "".join(_text(o["text"]) for o in outputs if o.get("name") == "stdout")
+        assert [o.data for o in shown] == committed, "re-execute notebooks/00_report.ipynb (make refresh-notebooks)"
+        assert out.getvalue() == printed, "re-execute notebooks/00_report.ipynb (make refresh-notebooks)"
         compared += bool(outputs)
-    assert compared >= 5
+    return compared
+
+
+def test_notebook_00s_committed_displayed_tables_are_a_fresh_render(monkeypatch):
+    """Notebook 00 displays the report's tables as rendered Markdown (report.sections, report.show):
+    each such cell's committed output must be what it displays from the committed records now, as
+    docs/findings.md must be a fresh render."""
+    assert check_notebook_00_outputs(ROOT / "notebooks" / "00_report.ipynb", monkeypatch) >= 5
+
+
+def test_notebook_00_displays_the_very_tables_of_the_page():
+    df = report.frame()
+    page = report.findings_markdown(df)
+    sec = report.sections(df)
+    for name in ("scoreboard", "vocabularies", "beyond_label", "cross_paper"):
+        assert sec[name] in page, name
+    for paper in report_cells.PAPERS:  # the page's copy carries the rows' anchors
+        page_copy = re.sub(r'<a id="[^"]*"></a>', "", "\n".join(report.paper_section(df, paper))).lstrip("\n")
+        assert page_copy == sec[paper] and page_copy in re.sub(r'<a id="[^"]*"></a>', "", page), paper
 
 
 def test_readme_block_links_to_rows_of_the_report():

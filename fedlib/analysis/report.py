@@ -21,8 +21,11 @@ chance-level rows apart, and rows with n ≥ 3 apart. Above the tables, each pap
 claims are judged from the same records (:mod:`fedlib.analysis.paper_claims`).
 
 Notebook 00 and ``docs/findings.md`` render the same frame (:func:`frame`), so they cannot
-disagree; the README's findings block is :func:`readme_block`. ``python -m fedlib.analysis.report
---write`` rewrites both files, ``--check`` fails if either is stale.
+disagree: the notebook displays, as rendered Markdown, the same tables (:func:`sections`,
+:func:`show`) and draws each paper's rows as a forest plot (:mod:`fedlib.analysis.forest`). The
+README's findings block is :func:`readme_block`.
+``python -m fedlib.analysis.report --write`` rewrites both files, ``--check`` fails if either is
+stale.
 """
 from __future__ import annotations
 
@@ -45,7 +48,7 @@ from .report_cells import METRICS, PAPERS, REASONS, RECORD_COMMANDS, cells
 from .psi_pfl_study import paper_variant_records
 
 __all__ = ["RECORDS", "VERDICTS", "DERIVATIONS", "record_value", "cl_distance", "matches", "row_values", "frame", "scoreboard", "VERDICT_RULE", "EVIDENCE_RULE", "NOT_RUN_SEEDS", "not_run_groups",
-           "matched_records", "anchor_slug", "format_ours", "paper_section", "cpu_hours", "cross_paper_markdown", "beyond_label_markdown", "findings_markdown", "readme_block", "write", "check", "main"]
+           "matched_records", "anchor_slug", "format_ours", "paper_section", "cpu_hours", "cross_paper_markdown", "beyond_label_markdown", "findings_markdown", "sections", "show", "readme_block", "write", "check", "main"]
 
 RECORDS = ROOT / "benchmarks" / "records"
 """The committed paper-protocol records (present in a project checkout)."""
@@ -591,16 +594,57 @@ def findings_markdown(df: pd.DataFrame, root: Path | str = RECORDS) -> str:
            "others.", ""]
     out += _scoreboard_md(scoreboard(df))
     out += ["", *paper_claims.markdown(paper_claims.frame(root), link="")]
-    out += ["", "## Reasons", "", "| reason | meaning |", "|---|---|"]
-    out += [f"| {k} | {v} |" for k, v in REASONS.items()]
-    out += ["", "## Metrics", "", "| metric | definition |", "|---|---|"]
-    used = set(df.metric)
-    out += [f"| {k} | {v} |" for k, v in METRICS.items() if k in used]
+    out += ["", *_vocabularies_md(df)]
     for p in PAPERS:
         out += ["", *paper_section(df, p, root=root)]
     out += ["", *beyond_label_markdown(root)]
     out += ["", *cross_paper_markdown(root)]  # last: every method on every seed paper's partition
     return "\n".join(out) + "\n"
+
+
+def _vocabularies_md(df: pd.DataFrame) -> list[str]:
+    """The sections "Reasons" and "Metrics" (the metrics ``df``'s rows use), as markdown lines."""
+    out = ["## Reasons", "", "| reason | meaning |", "|---|---|"]
+    out += [f"| {k} | {v} |" for k, v in REASONS.items()]
+    out += ["", "## Metrics", "", "| metric | definition |", "|---|---|"]
+    used = set(df.metric)
+    return out + [f"| {k} | {v} |" for k, v in METRICS.items() if k in used]
+
+
+def _rules_md(df: pd.DataFrame) -> list[str]:
+    return [f"{len(df)} rows (cell × reading) from {df.n.sum()} runs.", "",
+            f"**Verdict**: {VERDICT_RULE}", "", f"**Causes**: {EVIDENCE_RULE}"]
+
+
+def sections(df: pd.DataFrame, root: Path | str = RECORDS, claims: pd.DataFrame | None = None,
+             link: str = "../docs/findings.md") -> dict[str, str]:
+    """The report as notebook 00 displays it: section name -> markdown text, in the report's order.
+
+    ``rules`` (the row count and the rules), ``scoreboard`` (its table, as docs/findings.md has it),
+    ``claims`` (:func:`fedlib.analysis.paper_claims.markdown` of ``claims``, default
+    ``paper_claims.frame(root)``, linking to the rows of the page at ``link``), ``vocabularies``
+    (the reasons and the metrics the rows use), one entry per paper of :data:`PAPERS` (its key:
+    :func:`paper_section` without anchors), ``beyond_label`` and ``cross_paper``
+    (:func:`beyond_label_markdown`, :func:`cross_paper_markdown`). The tables are the very lines
+    :func:`findings_markdown` writes into docs/findings.md; :func:`show` displays one."""
+    from . import paper_claims
+
+    if claims is None:
+        claims = paper_claims.frame(root)
+    out = {"rules": _rules_md(df), "scoreboard": _scoreboard_md(scoreboard(df)),
+           "claims": paper_claims.markdown(claims, link=link), "vocabularies": _vocabularies_md(df)}
+    out.update({p: paper_section(df, p, anchors=False, root=root) for p in PAPERS})
+    out["beyond_label"] = beyond_label_markdown(root)
+    out["cross_paper"] = cross_paper_markdown(root)
+    return {k: "\n".join(v) for k, v in out.items()}
+
+
+def show(markdown: str) -> None:
+    """Display ``markdown`` in the notebook as rendered Markdown (tables as tables):
+    ``IPython.display.display(IPython.display.Markdown(markdown))``."""
+    from IPython.display import Markdown, display
+
+    display(Markdown(markdown))
 
 
 def paper_section(df: pd.DataFrame, paper: str, anchors: bool = True, root: Path | str = RECORDS) -> list[str]:

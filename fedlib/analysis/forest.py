@@ -1,0 +1,312 @@
+"""Forest plots of the reproduction report (notebook 00): each row of the report drawn as its
+difference from the paper, and each paper claim drawn as its margin.
+
+Two pure functions build the tidy frames the figures draw, two draw them:
+
+forest_rows   the report's rows (:func:`fedlib.analysis.report.frame`) -> one row per cell × reading
+              that ran or is infeasible: Δ = ours − paper (pp for % values, else the value's own
+              unit), our interval Δ ± our sample sd (none for one seed), the paper's spread, the
+              verdict's tolerance and the largest |Δ| the verdict rule calls reproduced, the colour
+              of the verdict; rows not run are left out (they have no Δ).
+forest_plot   one figure of those rows: one panel per table (per table and column where a table
+              has more rows than ``split_over``; per table and metric for values that are not %),
+              a marker per row coloured by verdict, our interval as an error bar, the paper's
+              spread as a grey bar about 0, the verdict's bound ± max(tolerance, spread + sd) as a
+              shaded band.
+claims_rows   the papers' claims (:func:`fedlib.analysis.paper_claims.frame`) -> one row per claim:
+              our A − B with its sd, the margin, and the region the claim needs.
+claims_plot   one figure of those rows: the region each claim needs shaded, our A − B as a marker
+              coloured by whether the claim holds, the paper's own A − B as an open diamond.
+
+The figures are saved by :func:`fedlib.analysis.plots.save_figure` (fixed dpi, PNG metadata
+without the matplotlib version, so the files are deterministic).
+"""
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from ..methods import display_name
+from .plots import DPI
+
+__all__ = ["VERDICT_COLOURS", "VERDICT_LABELS", "CLAIM_COLOURS", "MARKER_GID", "verdict_colour", "forest_rows",
+           "forest_plot", "claims_rows", "claims_plot"]
+
+VERDICT_COLOURS = {"reproduced": "tab:green", "differs": "tab:red", "infeasible": "0.6"}
+"""Verdict of a report row -> its marker's colour (rows not run are not drawn)."""
+VERDICT_LABELS = {"reproduced": "reproduced", "differs": "not reproduced", "infeasible": "infeasible (no Δ; drawn at 0)"}
+CLAIM_COLOURS = {"holds": "tab:green", "does not hold": "tab:red", "not run": "0.6"}
+"""Verdict of a claim -> its marker's colour."""
+MARKER_GID = "forest-marker"
+"""The ``gid`` of the marker collections: one marker per drawn row (tests count them)."""
+
+FOREST_COLUMNS = ["paper", "table", "panel", "label", "row", "column", "reading", "unit", "metric", "verdict", "n",
+                  "paper_value", "ours", "delta", "sd", "lo", "hi", "spread", "tolerance", "allowed", "colour", "id"]
+CLAIM_COLUMNS = ["paper", "label", "kind", "unit", "verdict", "n", "delta", "sd", "lo", "hi", "margin", "need_lo",
+                 "need_hi", "paper_delta", "colour"]
+
+
+def verdict_colour(verdict: str) -> str:
+    """The marker colour of a report row's verdict (:data:`VERDICT_COLOURS`); ValueError for
+    "not run" and unknown verdicts (those rows are not drawn)."""
+    if verdict not in VERDICT_COLOURS:
+        raise ValueError(f"verdict must be one of {sorted(VERDICT_COLOURS)} to be drawn, got {verdict!r}")
+    return VERDICT_COLOURS[verdict]
+
+
+def _num(x) -> float:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return float("nan")
+    return v
+
+
+def _method(row: str) -> str:
+    method, _, rest = str(row).partition(" ")
+    return display_name(method) + (f" {rest}" if rest else "")
+
+
+def forest_rows(cells, split_over: int = 40) -> pd.DataFrame:
+    """The forest plot's rows (:data:`FOREST_COLUMNS`) from report rows.
+
+    ``cells``: :func:`fedlib.analysis.report.frame`'s DataFrame (or a list of dicts with its
+    columns paper, table, row, column, reading, unit, metric, paper_value, spread, tolerance, n,
+    mean, sd, verdict; ``id`` optional). Rows not run are left out. ``delta`` = mean − paper value;
+    ``lo``/``hi`` = delta ∓ sd where our sd exists (n ≥ 2), else NaN; ``spread`` the paper's (NaN
+    where it gives none); ``allowed`` = max(tolerance, spread + sd), the verdict rule's bound;
+    infeasible rows keep a NaN delta. ``panel``: the table, with the metric where the unit is not
+    %, and with the column where the table (within one paper) has more than ``split_over`` drawn
+    rows; ``label`` names the row within its panel."""
+    df = pd.DataFrame(cells) if not isinstance(cells, pd.DataFrame) else cells
+    df = df[df["verdict"] != "not run"]
+    # which (paper, table) get one panel per column
+    counts = df.groupby(["paper", "table"]).size() if len(df) else pd.Series(dtype=int)
+    split = {k for k, v in counts.items() if v > split_over}
+    out = []
+    for r in df.to_dict("records"):
+        verdict = r["verdict"]
+        unit = r.get("unit", "%")
+        by_column = (r["paper"], r["table"]) in split
+        panel = str(r["table"])
+        if unit != "%":
+            panel += f" · {r.get('metric', '')}"
+        if by_column:
+            panel += f" · {r['column']}"
+        label = _method(r["row"]) + ("" if by_column else f" · {r['column']}") + f" · {r['reading']}"
+        n = int(r.get("n", 0) or 0)
+        paper_value, mean, sd = _num(r["paper_value"]), _num(r.get("mean")), _num(r.get("sd"))
+        spread, tolerance = _num(r.get("spread")), _num(r["tolerance"])
+        delta = mean - paper_value if verdict != "infeasible" and n > 0 else float("nan")
+        has_sd = n >= 2 and np.isfinite(sd) and np.isfinite(delta)
+        allowed = max(tolerance, (spread if np.isfinite(spread) else 0.0) + (sd if np.isfinite(sd) else 0.0))
+        out.append(dict(paper=r["paper"], table=r["table"], panel=panel, label=label, row=r["row"],
+                        column=r["column"], reading=r["reading"], unit=unit, metric=r.get("metric", ""),
+                        verdict=verdict, n=n, paper_value=paper_value, ours=mean if n else float("nan"),
+                        delta=delta, sd=sd if has_sd else float("nan"),
+                        lo=delta - sd if has_sd else float("nan"), hi=delta + sd if has_sd else float("nan"),
+                        spread=spread, tolerance=tolerance, allowed=allowed, colour=verdict_colour(verdict),
+                        id=r.get("id", "")))
+    return pd.DataFrame(out, columns=FOREST_COLUMNS)
+
+
+def _extent(rows: pd.DataFrame, *cols) -> float:
+    vals = np.concatenate([np.abs(rows[c].to_numpy(float)) for c in cols]) if len(rows) else np.array([])
+    vals = vals[np.isfinite(vals)]
+    return float(vals.max()) * 1.08 if vals.size and vals.max() > 0 else 1.0
+
+
+def _panel_axes(keys: list, heights: list, ncols: int, width: float, title: str | None):
+    ncols = max(1, min(ncols, len(keys)))
+    nrows = int(np.ceil(len(keys) / ncols))
+    row_h = [max(heights[i * ncols:(i + 1) * ncols]) for i in range(nrows)]
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, sum(row_h)), dpi=DPI, squeeze=False,
+                             gridspec_kw={"height_ratios": row_h})
+    for ax in axes.flat[len(keys):]:
+        ax.set_visible(False)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return fig, list(axes.flat)
+
+
+def _forest_panel(ax, rows: pd.DataFrame, title: str | None) -> None:
+    y = np.arange(len(rows))[::-1].astype(float)  # first row at the top
+    tol = rows["allowed"].to_numpy(float)  # the verdict's bound: max(tolerance, spread + sd)
+    ax.barh(y, 2 * tol, left=-tol, height=0.8, color="tab:green", alpha=0.12, linewidth=0, zorder=0)
+    spread = rows["spread"].to_numpy(float)
+    has = np.isfinite(spread)
+    if has.any():
+        ax.hlines(y[has] - 0.28, -spread[has], spread[has], color="0.45", linewidth=2.0, zorder=1)
+    delta = rows["delta"].to_numpy(float)
+    sd = rows["sd"].to_numpy(float)
+    colours = rows["colour"].tolist()
+    ran = np.isfinite(delta)
+    with_sd = ran & np.isfinite(sd)
+    for i in np.flatnonzero(with_sd):
+        ax.errorbar(delta[i], y[i], xerr=sd[i], fmt="none", ecolor=colours[i], elinewidth=1.2, capsize=2, zorder=2)
+    if ran.any():
+        m = ax.scatter(delta[ran], y[ran], c=[colours[i] for i in np.flatnonzero(ran)], s=18, zorder=3,
+                       edgecolors="none")
+        m.set_gid(MARKER_GID)
+    if (~ran).any():  # infeasible: no Δ
+        m = ax.scatter(np.zeros(int((~ran).sum())), y[~ran], c=[colours[i] for i in np.flatnonzero(~ran)],
+                       marker="x", s=22, zorder=3)
+        m.set_gid(MARKER_GID)
+    ax.axvline(0, color="0.3", linewidth=0.6, zorder=1)
+    lim = _extent(rows, "delta", "hi", "lo", "spread", "allowed")
+    ax.set_xlim(-lim, lim)
+    ax.set_ylim(-0.7, len(rows) - 0.3)
+    ax.set_yticks(y)
+    ax.set_yticklabels(rows["label"], fontsize=6.5)
+    unit = rows["unit"].iloc[0] if len(rows) else "%"
+    ax.set_xlabel("Δ = ours − paper" + (" (pp)" if unit == "%" else " (the value's own unit)"), fontsize=7.5)
+    ax.tick_params(axis="x", labelsize=7)
+    ax.grid(axis="x", alpha=0.3)
+    if title:
+        ax.set_title(title, fontsize=8.5)
+
+
+def _legend(fig, handles) -> None:
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=7, frameon=False,
+               bbox_to_anchor=(0.5, 0.0))
+
+
+def forest_plot(rows: pd.DataFrame, ax=None, ncols: int = 3, panel_width: float = 5.6, title: str | None = None):
+    """The forest plot of ``rows`` (:func:`forest_rows`), as a Figure: one marker per row at its
+    Δ (coloured by verdict, :data:`VERDICT_COLOURS`; an infeasible row an × at 0), our interval
+    Δ ± sd as an error bar (none for one seed), the paper's spread ± s as a grey bar about 0
+    below the marker, and the verdict's bound as a green band about 0: ± max(tolerance, the paper's
+    spread + our sd), the |Δ| within which the row reproduces (:data:`fedlib.analysis.report.VERDICT_RULE`). With ``ax`` every row is
+    drawn on it (one panel); else one panel per ``panel``, ``ncols`` to a line."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    handles = [Line2D([], [], marker="o", linestyle="", color=VERDICT_COLOURS[v], label=VERDICT_LABELS[v])
+               for v in ("reproduced", "differs")]
+    handles += [Line2D([], [], marker="x", linestyle="", color=VERDICT_COLOURS["infeasible"],
+                       label=VERDICT_LABELS["infeasible"]),
+                Line2D([], [], color="0.45", linewidth=2, label="paper's spread (±)"),
+                Patch(color="tab:green", alpha=0.12, label="reproduced within: ± max(tolerance, paper's spread + our sd)")]
+    if ax is not None:
+        _forest_panel(ax, rows, title)
+        return ax.figure
+    if rows.empty:
+        fig, ax = plt.subplots(figsize=(panel_width, 1.2), dpi=DPI)
+        ax.text(0.5, 0.5, "no row of this paper ran", ha="center", va="center", transform=ax.transAxes)
+        ax.set_axis_off()
+        return fig
+    keys = list(dict.fromkeys(rows["panel"]))
+    heights = [0.9 + 0.16 * int((rows["panel"] == k).sum()) for k in keys]
+    fig, axes = _panel_axes(keys, heights, ncols, panel_width, title)
+    for a, k in zip(axes, keys):
+        _forest_panel(a, rows[rows["panel"] == k], k)
+    fig.tight_layout(rect=(0, 0.035 if len(axes) > 1 else 0.06, 1, 0.97 if title else 1))
+    _legend(fig, handles)
+    return fig
+
+
+# ----------------------------------------------------------------------------- the claims
+def claims_rows(claims) -> pd.DataFrame:
+    """One row per claim (:data:`CLAIM_COLUMNS`) of :func:`fedlib.analysis.paper_claims.frame`
+    (or a list of dicts with its columns paper, short, kind, unit, verdict, n, mean, sd, margin,
+    paper_delta): ``delta`` our A − B (NaN not run), ``lo``/``hi`` = delta ∓ sd where the sd exists,
+    the margin, and the region the claim needs: a gain (margin, ∞), a reduction (−∞, −margin), a
+    match [−margin, margin] (``need_lo``/``need_hi``, ±inf for open ends; NaN when not run)."""
+    from .report_cells import PAPERS
+
+    df = pd.DataFrame(claims) if not isinstance(claims, pd.DataFrame) else claims
+    out = []
+    for r in df.to_dict("records"):
+        verdict, kind = r["verdict"], r["kind"]
+        if verdict not in CLAIM_COLOURS:
+            raise ValueError(f"claim verdict must be one of {sorted(CLAIM_COLOURS)}, got {verdict!r}")
+        ran = verdict != "not run"
+        delta, sd, margin = (_num(r.get("mean")), _num(r.get("sd")), _num(r.get("margin"))) if ran else (np.nan,) * 3
+        if not ran:
+            need = (np.nan, np.nan)
+        elif kind == "gain":
+            need = (margin, np.inf)
+        elif kind == "lower":
+            need = (-np.inf, -margin)
+        elif kind == "matches":
+            need = (-margin, margin)
+        else:
+            raise ValueError(f"claim kind must be gain, lower or matches, got {kind!r}")
+        has_sd = np.isfinite(sd)
+        out.append(dict(paper=r["paper"], label=f"{PAPERS.get(r['paper'], r['paper'])}: {r.get('short') or r.get('statement', '')}",
+                        kind=kind, unit=r.get("unit", "%"), verdict=verdict, n=int(r.get("n", 0) or 0),
+                        delta=delta, sd=sd if has_sd else np.nan, lo=delta - sd if has_sd else np.nan,
+                        hi=delta + sd if has_sd else np.nan, margin=margin, need_lo=need[0], need_hi=need[1],
+                        paper_delta=_num(r.get("paper_delta")), colour=CLAIM_COLOURS[verdict]))
+    return pd.DataFrame(out, columns=CLAIM_COLUMNS)
+
+
+def _claims_panel(ax, rows: pd.DataFrame, title: str | None) -> None:
+    y = np.arange(len(rows))[::-1].astype(float)
+    lim = _extent(rows, "delta", "lo", "hi", "margin", "paper_delta")
+    lo = np.clip(rows["need_lo"].to_numpy(float), -lim, lim)
+    hi = np.clip(rows["need_hi"].to_numpy(float), -lim, lim)
+    ok = np.isfinite(lo) & np.isfinite(hi)
+    ax.barh(y[ok], (hi - lo)[ok], left=lo[ok], height=0.8, color="tab:blue", alpha=0.13, linewidth=0, zorder=0)
+    delta, sd = rows["delta"].to_numpy(float), rows["sd"].to_numpy(float)
+    colours = rows["colour"].tolist()
+    ran = np.isfinite(delta)
+    for i in np.flatnonzero(ran & np.isfinite(sd)):
+        ax.errorbar(delta[i], y[i], xerr=sd[i], fmt="none", ecolor=colours[i], elinewidth=1.2, capsize=2, zorder=2)
+    if ran.any():
+        m = ax.scatter(delta[ran], y[ran], c=[colours[i] for i in np.flatnonzero(ran)], s=22, zorder=3,
+                       edgecolors="none")
+        m.set_gid(MARKER_GID)
+    if (~ran).any():
+        m = ax.scatter(np.zeros(int((~ran).sum())), y[~ran], c=[colours[i] for i in np.flatnonzero(~ran)],
+                       marker="x", s=24, zorder=3)
+        m.set_gid(MARKER_GID)
+    pd_ = rows["paper_delta"].to_numpy(float)
+    has = np.isfinite(pd_)
+    if has.any():
+        ax.scatter(pd_[has], y[has], marker="D", s=16, facecolors="none", edgecolors="0.25", linewidths=0.8, zorder=3)
+    ax.axvline(0, color="0.3", linewidth=0.6, zorder=1)
+    ax.set_xlim(-lim, lim)
+    margins = rows["margin"].to_numpy(float)
+    margins = margins[np.isfinite(margins) & (margins > 0)]
+    if margins.size and lim > 20 * margins.min():  # a few claims far out: keep the margins readable
+        ax.set_xscale("symlog", linthresh=float(np.median(margins)), linscale=1.5)
+    ax.set_ylim(-0.7, len(rows) - 0.3)
+    ax.set_yticks(y)
+    ax.set_yticklabels(rows["label"], fontsize=7)
+    unit = rows["unit"].iloc[0] if len(rows) else "%"
+    ax.set_xlabel("A − B" + (" (pp)" if unit == "%" else " (the value's own unit)")
+                  + ("; symmetric log scale beyond ±" + f"{ax.xaxis.get_transform().linthresh:g}"
+                     if ax.get_xscale() == "symlog" else ""), fontsize=8)
+    ax.tick_params(axis="x", labelsize=7)
+    ax.grid(axis="x", alpha=0.3)
+    if title:
+        ax.set_title(title, fontsize=8.5)
+
+
+def claims_plot(rows: pd.DataFrame, ax=None, width: float = 9.0):
+    """The papers' claims (:func:`claims_rows`) as a Figure: per claim, the region of A − B the
+    claim needs (shaded; clipped to the axis), our A − B ± sd as a marker coloured by verdict
+    (:data:`CLAIM_COLOURS`; a claim not run an × at 0), the paper's own A − B as an open diamond.
+    With ``ax`` every row is drawn on it; else one panel per unit (pp, then the others)."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    if ax is not None:
+        _claims_panel(ax, rows, None)
+        return ax.figure
+    units = sorted(dict.fromkeys(rows["unit"]), key=lambda u: u != "%") or ["%"]
+    heights = [0.9 + 0.24 * max(1, int((rows["unit"] == u).sum())) for u in units]
+    fig, axes = plt.subplots(len(units), 1, figsize=(width, sum(heights) + 0.4), dpi=DPI, squeeze=False,
+                             gridspec_kw={"height_ratios": heights})
+    for a, u in zip(axes.flat, units):
+        _claims_panel(a, rows[rows["unit"] == u], "claims in pp" if u == "%" else "claims on scores and counts")
+    handles = [Line2D([], [], marker="o", linestyle="", color=CLAIM_COLOURS[v], label=v)
+               for v in ("holds", "does not hold")]
+    handles += [Line2D([], [], marker="x", linestyle="", color=CLAIM_COLOURS["not run"], label="not run (drawn at 0)"),
+                Line2D([], [], marker="D", linestyle="", markerfacecolor="none", color="0.25", label="paper's A − B"),
+                Patch(color="tab:blue", alpha=0.13, label="what the claim needs")]
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    _legend(fig, handles)
+    return fig
