@@ -12,14 +12,20 @@ seed, the round, k) — so it trains as it would alone. Then each run's rows are
 its own model and its own server step (FedProx's μ, a FedOpt optimiser state) applies; method
 state, selection streams, evaluations and records stay per run.
 
-:func:`run_together` returns the record :func:`fedlib.experiment.run` gives each spec. On the
-CPU, with the engine's default chunking, they agree bit for bit (``tests/test_together.py``
-checks it on adult's MLP; a client's result does not depend on which other clients train in
-the same call, :func:`fedlib.engine.local_train`). Where the engine's kernels round a client's
-sums differently at another chunk size (:func:`~fedlib.engine.local_train`'s
-``max_clients_per_chunk``: measured 1.5e-8 on the FMNIST CNN, 2e-10 on the MLP) the weights
-agree to that rounding and the records to the engine's stated tolerance, not bit for bit — as
-for :func:`fedlib.methods.base.global_model_runs_together`.
+:func:`run_together` returns the record :func:`fedlib.experiment.run` gives each spec: the same
+fields, the same clients every round (each run's own selection stream), the same batch orders
+and dropout masks, the same server steps. The weights agree **up to kernel rounding, not bit
+for bit by guarantee**: a run's rows sit in chunks of other sizes beside other runs' rows, and
+the engine's batched kernels may round a client's sums differently in the last bit at another
+chunk size or row count (docs/performance.md: "another chunk size sums in another order, so it
+moves the last bits"; :func:`~fedlib.engine.local_train`'s ``max_clients_per_chunk`` measures
+1.5e-8 on the FMNIST CNN, 2e-10 on the MLP) — the tolerance of
+:func:`fedlib.methods.base.global_model_runs_together`, PSI-PFL's "together" schedule. So an
+accuracy may move by a test sample. Measured on this project's CPU (AVX-512, one thread): the
+records of ``tests/test_together.py``'s mix (adult's MLP, FedAvg/FedProx/FedAdam, 2 seeds × 2
+levels) and of the FMNIST CNN, kept optimiser states and the sequential path were equal to
+:func:`~fedlib.experiment.run`'s bit for bit; the engine alone, on a toy federation, moved a
+bias by 1 ulp (4.7e-10) between 2 and 4 rows in a call. On a GPU expect the rounding.
 
 What must match, checked by :func:`check_together` before any data is loaded (:data:`SHARED`
 and the effective training protocol): the data set, architecture, K, ``n_train``, the splits'
