@@ -177,26 +177,25 @@ class _Run:
     failed: bool = False
 
 
-def _share_pools(runs: list[_Run]) -> None:
-    """Runs of one data set hold equal pools: let them hold the first's tensors (one copy on
-    the device instead of one per run)."""
-    first = runs[0].ctx.fed
-    for r in runs[1:]:
-        fed = r.ctx.fed
-        swap = {}
-        for name in ("x", "y", "x_test", "y_test", "x_global", "y_global"):
-            mine, theirs = getattr(fed, name), getattr(first, name)
-            if mine is not None and theirs is not None and mine is not theirs and \
-                    mine.shape == theirs.shape and mine.dtype == theirs.dtype and torch.equal(mine, theirs):
-                swap[name] = theirs
-        if swap:
-            r.ctx.fed = dataclasses.replace(fed, **swap)
+def _share_pools(first: _Run, r: _Run) -> None:
+    """Runs of one data set hold equal pools: let ``r`` hold ``first``'s tensors (one copy on the
+    device instead of one per run; called as each run is built, so the copies never pile up)."""
+    first = first.ctx.fed
+    fed = r.ctx.fed
+    swap = {}
+    for name in ("x", "y", "x_test", "y_test", "x_global", "y_global"):
+        mine, theirs = getattr(fed, name), getattr(first, name)
+        if mine is not None and theirs is not None and mine is not theirs and \
+                mine.shape == theirs.shape and mine.dtype == theirs.dtype and torch.equal(mine, theirs):
+            swap[name] = theirs
+    if swap:
+        r.ctx.fed = dataclasses.replace(fed, **swap)
 
 
-def _start(spec: X.RunSpec, device, dev: torch.device, n: int):
+def _start(spec: X.RunSpec, device, dev: torch.device):
     """(the spec's _Run, None), or (None, its infeasible record)."""
     base = {"record_version": X.RECORD_VERSION, "key": spec.key(), "spec": spec.to_dict(),
-            "versions": X.library_versions(), "host": {**X.host_of(dev), "together": n}}
+            "versions": X.library_versions(), "host": X.host_of(dev)}
     try:
         ctx, ds = X.build_context(spec, device)
     except P.InfeasiblePartitionError as err:
@@ -226,16 +225,17 @@ def run_together(specs, device="auto") -> list[dict]:
     runs: list[_Run] = []
     where: list[int] = []
     for i, spec in enumerate(specs):
-        run, record = _start(spec, device, dev, len(specs))
+        run, record = _start(spec, device, dev)
         if run is None:
             records[i] = record
         else:
+            if runs:
+                _share_pools(runs[0], run)
             runs.append(run)
             where.append(i)
     if runs:
-        _share_pools(runs)
         _train(runs)
-        n = len(specs)
+        n = len(runs)
         for i, r in zip(where, runs):
             if not r.failed:
                 records[i] = _record(r, t0, c0, n)
@@ -327,4 +327,5 @@ def _record(r: _Run, t0: float, c0: float, share: int) -> dict:
     except DivergenceError:
         r.failed = True
         return None
-    return X.outcome_record(r.spec, r.base, r.ctx, r.ds, outcome, t0, c0, share)
+    base = {**r.base, "host": {**r.base["host"], "together": share}}
+    return X.outcome_record(r.spec, base, r.ctx, r.ds, outcome, t0, c0, share)

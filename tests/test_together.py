@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedlib import experiment as X, records, together as T
+from fedlib import experiment as X, together as T
 from fedlib.engine import Federation, local_train
 from fedlib.engine.schedule import batch_plans
 from fedlib.models import build_model, init_params
