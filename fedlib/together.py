@@ -10,7 +10,10 @@ chunk of Σ m_r rows instead of R calls of m_r rows). The federations are merged
 each row is seeded as its own run seeds it — batch order and dropout masks from (its run's
 seed, the round, k) — so it trains as it would alone. Then each run's rows are averaged into
 its own model and its own server step (FedProx's μ, a FedOpt optimiser state) applies; method
-state, selection streams, evaluations and records stay per run.
+state, selection streams, evaluations and records stay per run. The per-round evaluations are
+batched too where a run's entry is its weighted test accuracy alone: one
+:func:`fedlib.engine.evaluate` call on the merged federation, each client scored with its own
+run's model (``model_of``).
 
 :func:`run_together` returns the record :func:`fedlib.experiment.run` gives each spec: the same
 fields, the same clients every round (each run's own selection stream), the same batch orders
@@ -52,7 +55,9 @@ import numpy as np
 import torch
 
 from . import experiment as X, partition as P
-from .engine import Federation, broadcast, resolve_device, weighted_average
+from .engine import Federation, broadcast, evaluate, resolve_device, weighted_average
+from .engine.host import to_host
+from .evaluation import global_accuracy
 from .engine.errors import DivergenceError
 from .methods import Context, FLConfig, make_hyper
 from .methods.base import Outcome, check_finite_models, sample_clients, take_rows
@@ -289,7 +294,32 @@ def _train(runs: list[_Run]) -> None:
             r.model = model
             if r.spec.method != "fedavg":
                 r.selected.append(picks[id(r)].tolist())
-            r.ctx.log_round(t, broadcast(model, 1), assignment)
+        _log_round(merged, [r for r in live if not r.failed], t, assignment)
+
+
+def _log_round(merged: Context, runs: list[_Run], t: int, assignment: np.ndarray) -> None:
+    """Each run's :meth:`Context.log_round` for round ``t``. Runs whose entry is the weighted
+    test accuracy alone (no official test set, no pooled evaluation) are evaluated in **one**
+    call on the merged federation, each client with its own run's model (``model_of``): the
+    correct counts, and so the entries, of R calls (a per-run call when only one run logs)."""
+    cfg = merged.cfg
+    if not runs or ((t + 1) % cfg.eval_every and t != cfg.rounds - 1):
+        return
+    plain = [r for r in runs if not r.ctx.fed.has_global_test and not r.ctx.pooled_models_eval]
+    if len(plain) > 1:
+        k = plain[0].ctx.n_clients
+        clients = np.concatenate([r.offset + np.arange(k) for r in plain])
+        models = {name: torch.stack([r.model[name] for r in plain]) for name in plain[0].model}
+        res = evaluate(merged.model, models, merged.fed, clients, split="test", model_of=np.repeat(np.arange(len(plain)), k))
+        correct, n = to_host(res.correct, np.int64), to_host(res.n, np.int64)
+        for i, r in enumerate(plain):
+            rows = slice(i * k, (i + 1) * k)
+            r.ctx.history.append({"round": t + 1, "global_accuracy": global_accuracy(correct[rows], n[rows])})
+    else:
+        plain = []
+    for r in runs:
+        if not any(r is p for p in plain):
+            r.ctx.log_round(t, broadcast(r.model, 1), assignment)
 
 
 def _round(merged: Context, live: list[_Run], picks: dict, t: int, spare):
