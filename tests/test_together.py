@@ -171,3 +171,18 @@ def test_run_grid_together_writes_the_records_of_runs_alone(tmp_path):
     assert [r["seconds"] for r in again] == [r["seconds"] for r in got]
     with pytest.raises(ValueError, match="together"):
         X.run_grid(specs, tmp_path / "b", progress=False, together=True, budget=60)
+
+
+@pytest.mark.cross_cpu
+def test_the_throughput_benchmark_times_a_pool_and_one_process_and_compares_their_records(capsys):
+    """benchmarks/grid_throughput.py at its smallest: one worker process, three one-round runs."""
+    import pathlib
+    import sys
+
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
+    import grid_throughput
+
+    row = grid_throughput.main(["--runs", "3", "--processes", "1", "--rounds", "1", "--n-train", "500"])
+    assert row["pool_seconds"] > 0 and row["together_seconds"] > 0 and 0 <= row["bitwise_equal"] <= 3
+    assert row["max_delta_accuracy"] <= 0.05
+    assert "together/pool=" in capsys.readouterr().out
