@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The checks that need a GPU, in one go (about six minutes on one H200): the device-parametrised
 # tests on CUDA (tests/fl_fixtures.py: DEVICES), the paths' gap with and without TF32
-# (benchmarks/tf32_gap.py), then the engine benchmark and the paper-protocol run with --device cuda.
+# (benchmarks/tf32_gap.py), then the engine benchmark and the paper-protocol run with --device cuda, and
+# the throughput of many runs in one process against a pool (benchmarks/grid_throughput.py; its log only).
 # Usage (from the repository root, on a machine with CUDA and the project's packages):
 #   bash benchmarks/cuda_checks.sh [LOG_DIR]
 # The benchmarks' runs are recorded in $RECORDS/<benchmark>/ (default benchmarks/records/speed):
@@ -42,4 +43,6 @@ step paper_run_nondeterministic 120 $py benchmarks/paper_run.py --device cuda --
 step paper_run_tf32 120 $py benchmarks/paper_run.py --device cuda --tf32 --record "$rec/paper_run"
 step paper_run_tf32_nondeterministic 120 $py benchmarks/paper_run.py --device cuda --tf32 --nondeterministic \
     --record "$rec/paper_run"
+step grid_throughput 240 $py benchmarks/grid_throughput.py --device cuda --runs 48 --processes 4 --dataset fmnist \
+    --n-train 10000 --clients 50 --rounds 3
 exit $failed

@@ -53,6 +53,12 @@ is set, recording ``host['processes'] = N``). Several commands (or machines)
 sharing one folder split the runs: a run another live process has claimed is taken last, when
 its record is then read (or waited for), so no process queues behind another's run.
 
+``--together`` (not with ``--budget``): the filtered runs of the FedAvg family that share data
+set, K and protocol (e.g. PSI-PFL's FedAvg, FedProx and FedOpt rows over seeds and α) first train
+side by side, one engine call per round (``run_grid(..., together=True)``, :mod:`fedlib.together`:
+the same records up to kernel rounding, their ``seconds`` the group's divided among its runs);
+then the other runs as usual (``--workers`` included).
+
 ``--budget SECONDS`` (from the command's start, computed once): a run starts only if
 ``fedlib.experiment.SAFETY_FACTOR`` × its estimated seconds end before the budget does; the
 others are left for a later call (a line each, and a total), a started run is never stopped. The
@@ -389,12 +395,16 @@ def list_runs(specs, out, kind: str, estimate_from=None, echo=print) -> dict:
 
 def run_table(table: str, out, *, params=None, seeds=None, methods=None, alphas=None, settings=None,
               iid_fractions=None, datasets=None, n_clients=None, device: str | None = None, workers: int = 1,
-              budget: float | None = None, estimate_from=None, echo=print) -> dict:
+              budget: float | None = None, estimate_from=None, echo=print, together: bool = False) -> dict:
     """Run the filtered part of ``table`` into ``out``; print (``echo``) a line per finished run.
 
     ``budget``: seconds from this call; a run starts only if it is estimated to end before then
     (the module's docstring; ``estimate_from``: the folders of records the estimates read besides
     ``out``, default the committed records).
+
+    ``together`` (not with a budget): first the runs that may train together
+    (:func:`fedlib.together.group_specs`: the FedAvg family, one data set, K and protocol) train
+    in groups, one engine call per round (``run_grid(..., together=True)``); the rest as usual.
 
     Returns
     -------
@@ -429,6 +439,19 @@ def run_table(table: str, out, *, params=None, seeds=None, methods=None, alphas=
     if budget is not None and todo:
         echo(f"{table}: budget {budget:g} s: a run starts only if {SAFETY_FACTOR} × its estimated seconds end before it")
     computed, skipped = [], []
+    if together:
+        if budget is not None:
+            raise ValueError("--together trains groups of runs at once and cannot keep --budget; leave one out")
+        from fedlib.experiment import run_grid
+        from fedlib.together import group_specs, together_key
+
+        batched = [s for g in group_specs(todo) if len(g) > 1 and together_key(g[0]) is not None for s in g]
+        if batched:
+            echo(f"{table}: {len(batched)} runs train together in groups (fedlib.together)")
+            for s, record in zip(batched, run_grid(batched, out, device=device, progress=False, together=True)):
+                computed.append(record)
+                echo(_line(s, record))
+        todo = [s for s in todo if not _recorded(out, s)]
     if workers == 1 or len(todo) <= 1:
         pending = list(todo)
         while pending := [s for s in pending if not _recorded(out, s)]:  # another process may have recorded some
@@ -503,6 +526,9 @@ def main(argv=None) -> dict | None:
     ap.add_argument("--n-clients", nargs="+", type=int, help="PSI-PFL's numbers of clients K")
     ap.add_argument("--device", help="auto, cpu, cuda, cuda:N (default: the params file's)")
     ap.add_argument("--workers", type=int, default=1, help="runs computed at once, one process each")
+    ap.add_argument("--together", action="store_true",
+                    help="train the FedAvg family's compatible runs side by side, one engine call per round "
+                         "(fedlib.together; not with --budget), then the rest as usual")
     ap.add_argument("--budget", type=float, default=None, metavar="SECONDS",
                     help="start a run only if it is estimated to end within SECONDS of the command's start "
                          "(the others are left for a later call; a started run is never stopped)")
@@ -527,7 +553,7 @@ def main(argv=None) -> dict | None:
         return run_table(a.table, a.out, params=a.params, seeds=a.seeds, methods=a.methods, alphas=a.alphas,
                          settings=a.settings, iid_fractions=a.iid_fractions, datasets=a.datasets,
                          n_clients=a.n_clients, device=a.device, workers=a.workers, budget=a.budget,
-                         estimate_from=a.estimate_from)
+                         estimate_from=a.estimate_from, together=a.together)
     except ValueError as e:
         ap.exit(2, f"{ap.prog}: error: {e}\n")
 

@@ -18,13 +18,18 @@ Usage: python benchmarks/table3_like_for_like.py [--dataset fmnist|adult] [--set
        [--methods cfl,fedsoft,...] [--seeds 0] [--rounds 40] [--epochs 5] [--clients 100]
        [--name table3_like_for_like] [--results DIR] [--device auto] [--reproductions paper_text,paper_code]
        [--hyper '{"fedyogi": {"eta": 0.3162, "tau": 0.1}}'] [--report] [--markdown]
-       [--budget SECONDS [--estimate-from DIR ...]]
+       [--budget SECONDS [--estimate-from DIR ...]] [--together]
 
 ``--budget SECONDS`` (from the training's start): a run starts only if it is estimated to end
 before then, the others are left for a later call (``fedlib.experiment.run_grid``'s ``budget``:
 the median wall time of comparable finished runs in the records' folder and ``--estimate-from``,
 default the committed ``benchmarks/records``, times ``SAFETY_FACTOR``); a started run is never
 stopped. ``benchmarks/gpu_lease.sh`` runs this command on a GPU lease with it.
+
+``--together`` (not with ``--budget``): the runs of the FedAvg family that share the protocol
+(FedAvg, FedProx, FedAvgM, FedAdagrad, FedYogi, FedAdam over the seeds and settings) train side
+by side, their clients in one engine call per round (``run_grid(..., together=True)``,
+:mod:`fedlib.together`): the same records up to kernel rounding, faster on a GPU.
 
 ``--hyper`` (JSON: method -> hyperparameter overrides) runs a sensitivity check beside the table;
 give it its own ``--name``/``--results`` so its records do not mix with the table's.
@@ -85,7 +90,11 @@ def main(argv=None) -> None:
     ap.add_argument("--estimate-from", nargs="+", default=None, metavar="DIR",
                     help="with --budget: folders of records whose seconds estimate the runs, besides the "
                          "records' folder (default: benchmarks/records)")
+    ap.add_argument("--together", action="store_true",
+                    help="train the FedAvg family's runs side by side, one engine call per round (fedlib.together)")
     a = ap.parse_args(argv)
+    if a.together and a.budget is not None:
+        ap.error("--together trains groups of runs at once and cannot keep --budget; leave one out")
     protocols = _settings(a.settings or DEFAULT_SETTINGS[a.dataset])
     methods = [m.strip() for m in a.methods.split(",") if m.strip()]
     try:
@@ -99,6 +108,8 @@ def main(argv=None) -> None:
     folder = Path(a.results) if a.results else results_dir() / a.name
     if not a.report:
         extra = {} if a.budget is None else {"budget": a.budget, "estimate_from": a.estimate_from or [COMMITTED_RECORDS]}
+        if a.together:
+            extra["together"] = True
         run_grid(specs, folder, device=a.device, progress="lines", **extra)
     keys = {s.key() for s in specs}
     records = [r for r in load_records(folder) if r.get("key") in keys] if folder.exists() else []

@@ -359,6 +359,17 @@ def run(spec: RunSpec, device="auto") -> dict:
                 "history_before_divergence": ctx.history,
                 "dataset_source": ds.source, "paper_name": ds.paper_name, "fl": asdict(cfg),
                 "device": str(fed.device), "seconds": time.perf_counter() - t0}
+    return outcome_record(spec, base, ctx, ds, outcome, t0, c0)
+
+
+def outcome_record(spec: RunSpec, base: dict, ctx: Context, ds, outcome, t0: float, c0: float,
+                   share: int = 1) -> dict:
+    """The ``"ok"`` record of a finished run (:func:`run`'s): ``outcome`` evaluated on ``ctx``'s
+    federation, ``base`` its first fields. ``seconds`` and ``cpu_seconds`` are measured from
+    ``t0`` (``time.perf_counter``) and ``c0`` (``time.process_time``), divided by ``share``:
+    the number of runs that trained together in that time (:mod:`fedlib.together`)."""
+    fed, cfg = ctx.fed, ctx.cfg
+    hyper, _, settings = spec.effective()
     correct, n = ctx.evaluate(outcome.models, outcome.assignment, predictor=outcome.predictor)
     metrics = summarise_clients(correct, n)
     extra = {}
@@ -392,8 +403,8 @@ def run(spec: RunSpec, device="auto") -> dict:
         **extra,
         "history": ctx.history,
         "info": outcome.info,
-        "seconds": time.perf_counter() - t0,  # wall time of the run (data, training, evaluation)
-        "cpu_seconds": time.process_time() - c0,  # CPU time of this process, every thread summed
+        "seconds": (time.perf_counter() - t0) / share,  # wall time of the run (data, training, evaluation)
+        "cpu_seconds": (time.process_time() - c0) / share,  # CPU time of this process, every thread summed
     }
 
 

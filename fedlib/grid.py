@@ -284,6 +284,46 @@ def _run_claimed(specs, results_dir: Path, device, bar, report, budget: _Budget 
     return held
 
 
+def _run_together(specs, results_dir: Path, device, bar, report, max_group: int | None) -> list:
+    """Train each group of ``specs`` that may train together (:func:`fedlib.together.group_specs`)
+    in one :func:`fedlib.together.run_together` call, the runs this process can claim; return
+    the specs left for :func:`_run_local` (other methods, groups of one, runs held elsewhere)."""
+    from . import together as T
+
+    left = []
+    for group in T.group_specs(specs, max_group):
+        if len(group) < 2 or T.together_key(group[0]) is None:
+            left.extend(group)
+            continue
+        mine = []
+        try:
+            for s in group:
+                path = record_path(results_dir, s)
+                if not (claims.try_claim(path) or (claims.is_stale(path) and claims.take_over(path))):
+                    left.append(s)  # another process holds it: _run_local waits for it
+                elif _is_complete(path, s):
+                    claims.release(path)
+                    report(s, None)
+                else:
+                    mine.append(s)
+            if len(mine) == 1:  # nothing to train it with: alone, as usual
+                claims.release(record_path(results_dir, mine[0]))
+                left.extend(mine)
+                mine = []
+                continue
+            if not mine:
+                continue
+            if bar is not None:
+                bar.set_postfix_str(f"{len(mine)} runs together: {_describe(mine[0])} …")
+            for s, record in zip(mine, T.run_together(mine, device)):
+                records.write(record_path(results_dir, s), record)
+                report(s, record)
+        finally:
+            for s in mine:
+                claims.release(record_path(results_dir, s))
+    return left
+
+
 BACKENDS = ("local", "ray")
 
 
@@ -300,7 +340,8 @@ def _ray_backend():
 
 def run_grid(specs, results_dir, *, device="auto", progress=True, backend: str = "local",
              ray_address: str | None = None, num_cpus: float = 1, num_gpus: float = 0,
-             max_retries: int = 3, budget: float | None = None, estimate_from=()) -> list[dict]:
+             max_retries: int = 3, budget: float | None = None, estimate_from=(),
+             together: bool = False, max_together: int | None = None) -> list[dict]:
     """Run every spec not already recorded in ``results_dir``; return the records of the specs
     that have one (all of them, unless a ``budget`` left some for a later call).
 
@@ -341,6 +382,15 @@ def run_grid(specs, results_dir, *, device="auto", progress=True, backend: str =
     estimate and is started (said so in ``'lines'`` mode): the budget cannot protect it. Once
     the budget has ended nothing starts, and runs that other processes hold are no longer waited
     for. The records returned are then only those that exist.
+
+    ``together`` (local backend, no budget): the runs that may train together
+    (:func:`fedlib.together.group_specs`: the FedAvg family, one data set, architecture, K and
+    training protocol; at most ``max_together`` a group) train as one group each, their clients
+    in one engine call per round (:func:`fedlib.together.run_together`), each record written by
+    :func:`fedlib.records.write` as it would be alone — on the CPU the same record bit for bit,
+    its ``seconds`` the group's divided among its runs (``host['together']``). Runs of other
+    methods, and runs another process holds, go the usual way. Worth it on a GPU, where one call
+    of many rows costs little more than one of few.
     """
     mode = _progress_mode(progress)
     check_choice(backend, "backend", BACKENDS)
@@ -355,6 +405,13 @@ def run_grid(specs, results_dir, *, device="auto", progress=True, backend: str =
     for folder in estimate_from:
         if not Path(folder).is_dir():
             fail("estimate_from", "existing folders of records", str(folder))
+    check_choice(together, "together", (False, True))
+    if together and (backend != "local" or budget is not None):
+        fail("together", "False with backend='ray' or a budget (runs train together in this process, all "
+                         "rounds at once); use backend='local' without budget", together)
+    if max_together is not None and not together:
+        fail("max_together", "None unless together=True", max_together)
+    check_int(max_together, "max_together", 1, optional=True)
     sharing()  # a bad $FEDLIB_SHARING fails here, before any training
     if backend != "local":
         _ray_backend().check_options(ray_address, num_cpus, num_gpus, max_retries)
@@ -406,6 +463,8 @@ def run_grid(specs, results_dir, *, device="auto", progress=True, backend: str =
         if backend == "ray":
             _run_ray(todo, results_dir, device, report, ray_address, num_cpus, num_gpus, max_retries)
         else:
+            if together:
+                todo = _run_together(todo, results_dir, device, bar, report, max_together)
             _run_local(todo, results_dir, device, bar, report, mode, plan, say)
     finally:
         if bar is not None:

@@ -231,6 +231,23 @@ def test_runs_are_recorded_and_a_second_call_computes_nothing(tmp_path):
     assert lines == [f"fedprism-table1: 1 runs, 1 already recorded in {out}, 0 to compute"]
 
 
+@pytest.mark.cross_cpu
+def test_together_trains_the_fedavg_family_in_groups_and_the_rest_as_usual(tmp_path):
+    """--together: Table 1's FedAvg at two α train side by side (one group), Local alone;
+    every record is written, the batched ones marked host['together'] = 2."""
+    pg = _script()
+    out = tmp_path / "table1"
+    lines = []
+    result = pg.run_table("fedprism-table1", out, params=str(SMOKE09), seeds=[0], methods=["fedavg", "local"],
+                          alphas=[0.1, 0.3], device="cpu", echo=lines.append, together=True)
+    assert len(result["computed"]) == 4 and lines[1] == "fedprism-table1: 2 runs train together in groups (fedlib.together)"
+    together = {(r["spec"]["method"], r["spec"]["level"]): r["host"].get("together") for r in load_records(out)}
+    assert together == {("fedavg", 0.1): 2, ("fedavg", 0.3): 2, ("local", 0.1): None, ("local", 0.3): None}
+    with pytest.raises(ValueError, match="--together"):
+        pg.run_table("fedprism-table1", tmp_path / "b", params=str(SMOKE09), seeds=[0], together=True, budget=60,
+                     echo=lines.append)
+
+
 def test_a_run_another_process_is_computing_is_taken_last(tmp_path, monkeypatch):
     """Two commands sharing a folder: the second skips ahead of the run the first has claimed
     (a claim of a live process: this test's own pid) instead of waiting behind it."""

@@ -204,6 +204,55 @@ class Federation:
                              "(and at least 2 classes are needed)")
         return cls(x_t, y_t, xt_t, yt_t, tr, te, int(n_classes), va, xg_t, yg_t)
 
+    @classmethod
+    def concat(cls, feds: Sequence["Federation"]) -> tuple["Federation", np.ndarray]:
+        """The clients of several federations side by side in one: client k of ``feds[r]`` is
+        client ``offsets[r] + k`` of the result, with the same train, validation and test
+        samples (what :mod:`fedlib.together` trains several runs' clients in one call on).
+
+        Federations whose pools are the same tensors (or equal ones: one data set, partitioned
+        differently) share them; otherwise the pools are concatenated and the indices shifted.
+        Every federation must be on one device, with one input shape and dtype and one number
+        of classes. The global test set is the first federation's when all have an equal one,
+        else none.
+
+        Returns
+        -------
+        (Federation, offsets (R,) int64)
+        """
+        feds = list(feds)
+        if not feds or not all(isinstance(f, Federation) for f in feds):
+            fail("feds", "a non-empty sequence of Federations", feds)
+        first = feds[0]
+        for f in feds[1:]:
+            same = (f.device == first.device, f.x.shape[1:] == first.x.shape[1:], f.x.dtype == first.x.dtype,
+                    f.n_classes == first.n_classes)
+            if not all(same):
+                fail("feds", "federations on one device with one input shape, dtype and number of classes",
+                     [(str(g.device), tuple(g.x.shape[1:]), str(g.x.dtype), g.n_classes) for g in feds])
+        offsets = np.cumsum([0] + [f.n_clients for f in feds[:-1]]).astype(np.int64)
+
+        def pool(xs, ys):  # (x, y, per-federation index shifts)
+            if all(_same_tensor(x, xs[0]) and _same_tensor(y, ys[0]) for x, y in zip(xs, ys)):
+                return xs[0], ys[0], [0] * len(xs)
+            shift = np.cumsum([0] + [len(y) for y in ys[:-1]]).tolist()
+            return torch.cat(xs), torch.cat(ys), shift
+
+        x, y, shift = pool([f.x for f in feds], [f.y for f in feds])
+        separate = any(f.x_test is not f.x for f in feds)
+        if separate:
+            x_test, y_test, shift_test = pool([f.x_test for f in feds], [f.y_test for f in feds])
+        else:
+            x_test, y_test, shift_test = x, y, shift
+        train = tuple(p + s for f, s in zip(feds, shift) for p in f.train_parts)
+        val = tuple(p + s for f, s in zip(feds, shift) for p in f.val_parts)
+        test = tuple(p + s for f, s in zip(feds, shift_test) for p in f.test_parts)
+        glob = first.has_global_test and all(f.has_global_test and _same_tensor(f.x_global, first.x_global)
+                                             and _same_tensor(f.y_global, first.y_global) for f in feds)
+        merged = cls(x, y, x_test, y_test, train, test, first.n_classes, val,
+                     first.x_global if glob else None, first.y_global if glob else None)
+        return merged, offsets
+
     @property
     def n_clients(self) -> int:
         """K."""
@@ -287,6 +336,11 @@ class Federation:
         if c.min() < 0 or c.max() >= self.n_clients:
             raise ValueError(f"client ids must lie in 0..{self.n_clients - 1}, got {c.min()}..{c.max()}")
         return c.astype(np.int64)
+
+
+def _same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """The same tensor, or equal ones (shape, dtype and values)."""
+    return a is b or (a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b)))
 
 
 def _as_tensor(v, name: str, what: str) -> torch.Tensor:

@@ -169,7 +169,10 @@ def batch_plans(parts, epochs: int, batch_size: int, seed: int, round_idx: int, 
         Client ``clients[i]``'s train indices, an (n_i,) int array — or an int n_i, meaning
         positions within its own split (``arange(n_i)``, what the vectorised path indexes);
         a (M,) int array is M such sizes.
-    epochs, batch_size, seed, round_idx, shuffle : as :func:`batch_plan`
+    epochs, batch_size, round_idx, shuffle : as :func:`batch_plan`
+    seed : int, or int array of shape (M,)
+        The experiment seed of every plan, or one per plan (rows of several runs trained in one
+        call, :mod:`fedlib.together`: each row's plan is the one its own run would draw).
     clients : sequence of int, length M
         The client ids that seed each plan's generator.
 
@@ -183,7 +186,7 @@ def batch_plans(parts, epochs: int, batch_size: int, seed: int, round_idx: int, 
         ≈ 4 µs instead of ≈ 55 (500 clients of 26 samples) — at K = 1,000 the plans were most of
         a logistic round.
     """
-    states = shuffle_states(seed, round_idx, clients) if shuffle else None
+    states = _row_states(seed, round_idx, clients) if shuffle else None
     if isinstance(parts, np.ndarray) and parts.ndim == 1 and parts.dtype.kind in "iu":
         sizes, own = parts.astype(np.int64), None  # sizes only: positions (the vectorised path's call)
     else:
@@ -231,6 +234,23 @@ def batch_plans(parts, epochs: int, batch_size: int, seed: int, round_idx: int, 
         for i, plan in zip(rows, map(BatchPlan._make, zip(steps, itertools.repeat(count), itertools.repeat(last_epoch)))):
             plans[i] = plan
     return plans
+
+
+def _row_states(seed, round_idx: int, clients) -> np.ndarray:
+    """:func:`shuffle_states` of every row, (M, 4) uint64: one seed for all rows, or one per row
+    (an (M,) array; the rows of each distinct seed in one :func:`shuffle_states` call — a row's
+    words depend only on its own (seed, round, client), so the split changes no bit)."""
+    if np.ndim(seed) == 0:
+        return shuffle_states(int(seed), round_idx, clients)
+    seeds = np.asarray(seed, dtype=np.int64).reshape(-1)
+    clients = np.asarray(clients, dtype=np.int64).reshape(-1)
+    if seeds.shape != clients.shape:
+        raise ValueError(f"seed must be an int or one per client ({len(clients)},), got shape {seeds.shape}")
+    states = np.empty((len(clients), 4), dtype=np.uint64)
+    for value in np.unique(seeds):
+        rows = np.flatnonzero(seeds == value)
+        states[rows] = shuffle_states(int(value), round_idx, clients[rows])
+    return states
 
 
 @functools.cache

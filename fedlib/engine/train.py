@@ -124,14 +124,14 @@ _ADAM_DEFAULTS = (1e-3, (0.9, 0.999), 1e-7)  # local_train's lr, betas, eps
 
 
 @exact
-def local_train(model: nn.Module, params: State, fed: Federation, clients, *, epochs: int, seed: int,
+def local_train(model: nn.Module, params: State, fed: Federation, clients, *, epochs: int, seed,
                 batch_size: int = 32, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                 eps: float = 1e-7, round_idx: int = 0, prox_center: State | None = None,
                 prox_mu=0.0, path: str = "auto", max_clients_per_chunk: int | None = None,
                 optimizer: Adam | SGD | None = None, opt_state: AdamState | SGDState | None = None,
                 return_opt_state: bool = False, embedding_pull: EmbeddingPull | None = None,
                 shuffle: bool = True, out: State | None = None,
-                sink: Callable[[np.ndarray, State], None] | None = None) -> TrainResult:
+                sink: Callable[[np.ndarray, State], None] | None = None, seed_clients=None) -> TrainResult:
     """Train M clients locally, each from its own row of ``params``.
 
     Parameters
@@ -146,10 +146,12 @@ def local_train(model: nn.Module, params: State, fed: Federation, clients, *, ep
         Client ids; row ``i`` of ``params`` belongs to ``clients[i]``.
     epochs : int
         Local epochs E ≥ 1 over the client's whole train split.
-    seed : int
+    seed : int, or int array-like of shape (M,)
         Experiment seed. Client ``k``'s shuffles come from (seed, round_idx, k, epoch),
         its dropout masks from (seed, round_idx, k), so results do not depend on the
-        path or on which other clients are trained in the same call.
+        path or on which other clients are trained in the same call. One seed per row
+        (with ``seed_clients``): rows of several runs in one call (:mod:`fedlib.together`),
+        row i's batches and masks those of its own run, (seed[i], round_idx, seed_clients[i]).
     batch_size : int, default 32
         The last partial batch of each epoch is kept (loss = mean over its samples).
     lr, betas, eps : Adam hyperparameters
@@ -212,6 +214,11 @@ def local_train(model: nn.Module, params: State, fed: Federation, clients, *, ep
         returning. Every row is handed over exactly once, with the values ``params`` would
         hold; ``TrainResult.params`` is then None and no tensor holds every client's model
         (what a streamed FedAvg needs: ``FLConfig.stream_average``). Not with ``out``.
+    seed_clients : int array-like of shape (M,), optional
+        The client id each row's batch order and dropout masks are seeded with (default:
+        ``clients``). A federation that merges several runs' clients (client k of run r is
+        row ``offset_r + k`` of :meth:`Federation.concat`) trains row i on its data and seeds
+        it as client ``seed_clients[i]`` of its run.
 
     Returns
     -------
@@ -230,7 +237,7 @@ def local_train(model: nn.Module, params: State, fed: Federation, clients, *, ep
     clients = fed.check_clients(clients)
     check_int(epochs, "epochs", 1)
     check_int(batch_size, "batch_size", 1)
-    check_int(seed, "seed", 0)
+    seed, ids = _check_seeds(seed, seed_clients, clients)
     check_int(round_idx, "round_idx", 0)
     opt = check_optimizer(optimizer, lr, betas, eps, _ADAM_DEFAULTS)
     if not isinstance(return_opt_state, (bool, np.bool_)):
@@ -253,12 +260,13 @@ def local_train(model: nn.Module, params: State, fed: Federation, clients, *, ep
         embedding_pull, len(clients), fed.n_classes, head(template).in_features, fed.device)
     want_opt = bool(return_opt_state) or opt_state is not None
     if chosen == "sequential":
-        plans = batch_plans([fed.train_parts[c] for c in clients], epochs, batch_size, seed, round_idx, clients,
+        plans = batch_plans([fed.train_parts[c] for c in clients], epochs, batch_size, seed, round_idx, ids,
                             bool(shuffle))
         new_state, loss_sum, new_opt, bad = _train_sequential(template, state, fed, clients, plans, opt, prox,
-                                                              seed, round_idx, start_opt, want_opt, pull, out, sink)
+                                                              seed, round_idx, start_opt, want_opt, pull, out, sink,
+                                                              ids)
     else:  # the same batches, as positions within each client's own split
-        plans = batch_plans(fed.n_train[clients], epochs, batch_size, seed, round_idx, clients, bool(shuffle))
+        plans = batch_plans(fed.n_train[clients], epochs, batch_size, seed, round_idx, ids, bool(shuffle))
         chunk = clients_per_chunk(template, fed.x[:1], batch_size, True, max_clients_per_chunk,
                                   autograd=pull is not None, clients=len(clients))
         new_state, loss_sum, new_opt, bad = _train_vectorised(template, names, state, fed, clients, plans,
@@ -268,6 +276,26 @@ def local_train(model: nn.Module, params: State, fed: Federation, clients, *, ep
     n = torch.as_tensor(fed.n_train[clients], device=fed.device)
     mean_loss = torch.where(n > 0, loss_sum / n.clamp(min=1), torch.full_like(loss_sum, float("nan")))
     return TrainResult(new_state, n, mean_loss, chosen, new_opt)
+
+
+def _check_seeds(seed, seed_clients, clients: np.ndarray) -> tuple[int | np.ndarray, np.ndarray]:
+    """(seed: an int, or an (M,) int64 array; the (M,) client ids the schedule is seeded with)."""
+    if seed_clients is None:
+        ids = clients
+    else:
+        ids = np.asarray(seed_clients)
+        if ids.shape != clients.shape or (ids.size and not np.issubdtype(ids.dtype, np.integer)) \
+                or (ids.size and ids.min() < 0):
+            raise ValueError(f"seed_clients must be {len(clients)} non-negative integer client ids (one per row), "
+                             f"got {seed_clients!r}")
+        ids = ids.astype(np.int64)
+    if np.ndim(seed) == 0:
+        check_int(seed, "seed", 0)
+        return seed, ids
+    seeds = np.asarray(seed)
+    if seeds.shape != clients.shape or not np.issubdtype(seeds.dtype, np.integer) or seeds.min() < 0:
+        raise ValueError(f"seed must be an int ≥ 0 or {len(clients)} of them (one per row), got {seed!r}")
+    return seeds.astype(np.int64), ids
 
 
 def _template(model: nn.Module, device: torch.device, path: str, needs_autograd: bool = False) -> nn.Module:
@@ -289,7 +317,7 @@ def _train_sequential(template: nn.Module, state: State, fed: Federation, client
                       plans: list[BatchPlan], opt: Adam | SGD, prox: _Prox | None, seed: int,
                       round_idx: int, opt_state: AdamState | SGDState | None, want_opt: bool,
                       pull: EmbeddingPull | None, out: State | None = None,
-                      sink: Callable[[np.ndarray, State], None] | None = None
+                      sink: Callable[[np.ndarray, State], None] | None = None, ids: np.ndarray | None = None
                       ) -> tuple[State | None, torch.Tensor, AdamState | SGDState | None, dict[int, str]]:
     """Client after client: load row i into ``template``, train it, write it back (into
     ``out`` when given, else into a copy of ``state``) or hand it to ``sink``.
@@ -311,7 +339,8 @@ def _train_sequential(template: nn.Module, state: State, fed: Federation, client
     new_opt = None
     if want_opt:
         new_opt = clone_state(opt_state) if opt_state is not None else fresh_state(opt, state, names)
-    for i, (client, plan) in enumerate(zip(clients, plans)):
+    ids = clients if ids is None else ids
+    for i, (client, plan) in enumerate(zip(ids, plans)):
         with torch.no_grad():
             for name, tensor in live.items():
                 tensor.copy_(source[name][i])
@@ -322,7 +351,8 @@ def _train_sequential(template: nn.Module, state: State, fed: Federation, client
         mu = float(prox.mu[i]) if prox is not None else 0.0
         loss_fn = _sequential_loss(template, pull, i)
         index = torch.as_tensor(plan.index, device=fed.device)
-        with _seeded_rng(client_torch_seed(seed, round_idx, int(client)), fed.device):
+        row_seed = int(seed) if np.ndim(seed) == 0 else int(seed[i])
+        with _seeded_rng(client_torch_seed(row_seed, round_idx, int(client)), fed.device):
             for s, count in enumerate(plan.count.tolist()):
                 batch = index[s, :count]
                 optimizer.zero_grad()

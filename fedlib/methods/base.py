@@ -270,7 +270,7 @@ class Context:
 
     def train(self, start: State, clients, round_idx: int, *, epochs: int | None = None,
               prox_center: State | None = None, prox_mu=0.0, embedding_pull: EmbeddingPull | None = None,
-              out: State | None = None, sink=None):
+              out: State | None = None, sink=None, seed=None, seed_clients=None):
         """Local training of ``clients`` (M,) from the rows of ``start`` (stacked, (M, ...)).
 
         ``out``: tensors the trained rows are written into (``local_train``'s ``out``: e.g. an
@@ -282,6 +282,10 @@ class Context:
         resumes its own optimiser state and leaves its new state behind (a client listed
         twice in one call keeps the state of its last row).
 
+        ``seed``, ``seed_clients``: ``local_train``'s per-row seeds and seed ids (default: the
+        run's seed and ``clients``), for a context whose federation merges several runs'
+        clients (:mod:`fedlib.together`).
+
         Raises :class:`~fedlib.engine.errors.DivergenceError` (naming the clients, the round
         and the protocol's lr and optimiser) when local training leaves non-finite weights.
         """
@@ -292,7 +296,7 @@ class Context:
             res = local_train(
                 self.model, start, self.fed, clients,
                 epochs=self.cfg.local_epochs if epochs is None else epochs, batch_size=self.cfg.batch_size,
-                seed=self.seed, round_idx=round_idx, prox_center=prox_center, prox_mu=prox_mu,
+                seed=self.seed if seed is None else seed, seed_clients=seed_clients, round_idx=round_idx, prox_center=prox_center, prox_mu=prox_mu,
                 path=self.cfg.path, optimizer=optimizer, embedding_pull=embedding_pull, shuffle=self.cfg.shuffle,
                 opt_state=self._opt_state.take(clients) if keep and self._opt_state is not None else None,
                 return_opt_state=keep, out=out if _fits(out, start) else None, sink=sink,
