@@ -60,8 +60,10 @@ the same records up to kernel rounding, their ``seconds`` the group's divided am
 then the other runs as usual (``--workers`` included).
 
 ``--budget SECONDS`` (from the command's start, computed once): a run starts only if
-``fedlib.experiment.SAFETY_FACTOR`` × its estimated seconds end before the budget does; the
-others are left for a later call (a line each, and a total), a started run is never stopped. The
+``fedlib.experiment.SAFETY_FACTOR`` × its estimated seconds end before the budget does — a
+resumable method's run (``MethodInfo.resumable``) only its first rounds' (:func:`fedlib.grid.seconds_to_start`):
+the budget stops it at a round boundary with a checkpoint that the next call resumes
+(:mod:`fedlib.checkpoint`); the others are left for a later call (a line each, and a total). The
 estimate (:func:`fedlib.experiment.estimate_seconds`) is the median wall time of comparable
 finished runs in ``--out`` and ``--estimate-from`` (default: the committed ``benchmarks/records``):
 the same data set, training length and kind of device, the same sharing (``$FEDLIB_SHARING``) where
@@ -231,7 +233,8 @@ def _compute_star(args):
     """``(spec, record, elsewhere, estimate)``: ``elsewhere`` when another process sharing the
     folder had recorded or claimed the run before this one reached it (run_grid then returned or
     waited for that process's record instead of computing it). With a deadline (a ``time.time()``
-    value) the run starts only if it fits (:func:`fedlib.experiment.fits_budget`); else
+    value) the run starts only if it fits (:func:`fedlib.experiment.fits_budget`; a resumable method's
+    run only needs its first rounds to fit: :func:`fedlib.grid.seconds_to_start`); else
     ``record`` is None and ``estimate`` says what it needs."""
     spec, out, device, deadline, estimate_from = args
     _kill_once_for_tests()
@@ -241,22 +244,31 @@ def _compute_star(args):
         return spec, _compute(spec, out, device), elsewhere, None
     from fedlib.engine import resolve_device
     from fedlib.experiment import fits_budget
+    from fedlib.grid import seconds_to_start
 
     est = None if recorded else estimate(spec, out, resolve_device(device).type, estimate_from)
     left = deadline - time.time()
-    if not recorded and (left <= 0 or not (elsewhere or fits_budget(est, deadline))):
+    if not recorded and (left <= 0 or not (elsewhere or fits_budget(seconds_to_start(spec, est), deadline))):
         return spec, None, elsewhere, est
     return spec, _compute(spec, out, device, max(left, 1e-3), estimate_from), elsewhere, est
 
 
 def _collect(results, computed: list, skipped: list, echo, budget: bool = False) -> None:
     """Echo a line per finished run; append the records this process computed to ``computed``
-    and ``(spec, estimate)`` of the runs a budget left for a later call to ``skipped``."""
+    and ``(spec, estimate)`` of the runs a budget left for a later call to ``skipped`` (not started,
+    or stopped at a round boundary with a checkpoint)."""
+    from fedlib.checkpoint import checkpoint_path, saved_round
+
     for spec, record, elsewhere, est in results:
         if record is None and elsewhere:
             echo(f"{describe(spec)}: another process is computing it; not waited for (the budget has ended)")
         elif record is None:
             skipped.append((spec, est))
+            resumes = saved_round(spec.key())
+            if resumes is not None:  # started, then stopped at a round boundary by the budget
+                echo(f"{describe(spec)}: stopped by the budget before round {resumes + 1}; its checkpoint "
+                     f"({checkpoint_path(spec.key())}) resumes it in a later call")
+                continue
             why = ("the budget has ended" if est is None else
                    f"estimated {est:.0f} s; it would not end before the budget does")
             echo(f"{describe(spec)}: left for a later call ({why})")
@@ -418,6 +430,7 @@ def run_table(table: str, out, *, params=None, seeds=None, methods=None, alphas=
     deadline = None if budget is None else time.time() + check_number(budget, "--budget", 0, low_open=True)
     from fedlib.engine import resolve_device
     from fedlib.experiment import ENV_SHARING, SAFETY_FACTOR
+    from fedlib.grid import FIRST_ROUNDS
     from fedlib.validation import check_int
 
     check_int(workers, "--workers", 1)
@@ -437,7 +450,8 @@ def run_table(table: str, out, *, params=None, seeds=None, methods=None, alphas=
     check_data(todo)  # every data set the runs need, before the first one trains
     echo(f"{table}: {len(specs)} runs, {len(specs) - len(todo)} already recorded in {out}, {len(todo)} to compute")
     if budget is not None and todo:
-        echo(f"{table}: budget {budget:g} s: a run starts only if {SAFETY_FACTOR} × its estimated seconds end before it")
+        echo(f"{table}: budget {budget:g} s: a run starts only if {SAFETY_FACTOR} × its estimated seconds end before it "
+             f"(a resumable method's run: those of its first {FIRST_ROUNDS} rounds; it stops at a round boundary)")
     computed, skipped = [], []
     if together:
         if budget is not None:

@@ -23,8 +23,9 @@ Usage: python benchmarks/table3_like_for_like.py [--dataset fmnist|adult] [--set
 ``--budget SECONDS`` (from the training's start): a run starts only if it is estimated to end
 before then, the others are left for a later call (``fedlib.experiment.run_grid``'s ``budget``:
 the median wall time of comparable finished runs in the records' folder and ``--estimate-from``,
-default the committed ``benchmarks/records``, times ``SAFETY_FACTOR``); a started run is never
-stopped. ``benchmarks/gpu_lease.sh`` runs this command on a GPU lease with it.
+default the committed ``benchmarks/records``, times ``SAFETY_FACTOR``); a resumable method's run
+starts when its first rounds fit and the budget stops it at a round boundary with a checkpoint
+(:mod:`fedlib.checkpoint`) that the next call resumes. ``benchmarks/gpu_lease.sh`` runs this command on a GPU lease with it.
 
 ``--together`` (not with ``--budget``): the runs of the FedAvg family that share the protocol
 (FedAvg, FedProx, FedAvgM, FedAdagrad, FedYogi, FedAdam over the seeds and settings) train side

@@ -203,6 +203,16 @@ def fits_budget(estimate: float | None, deadline: float, now: float | None = Non
 FIRST_ROUNDS = 2
 
 
+def seconds_to_start(spec: RunSpec, estimate: float | None) -> float | None:
+    """The seconds a budget must still hold for ``spec``'s run to start, from its whole run's
+    ``estimate`` (None: unknown): a resumable method's run (:attr:`fedlib.methods.contract.
+    MethodInfo.resumable`) needs its first :data:`FIRST_ROUNDS` rounds, since the deadline stops
+    it at a round boundary with a checkpoint; any other run needs all of it."""
+    if estimate is None or not _experiment.method_info(spec.method).resumable:
+        return estimate
+    return estimate * min(1.0, FIRST_ROUNDS / FLConfig.from_dict(spec.effective()[1]).rounds)
+
+
 class _Budget:
     """run_grid's budget: the deadline, where the estimates come from, the runs it left."""
 
@@ -222,10 +232,7 @@ class _Budget:
         its first :data:`FIRST_ROUNDS` rounds fit: the deadline stops it at a round boundary with a
         checkpoint. Any other run starts only when all of it fits."""
         est = self.estimate(s)
-        needed = est
-        if est is not None and _experiment.method_info(s.method).resumable:
-            needed = est * min(1.0, FIRST_ROUNDS / FLConfig.from_dict(s.effective()[1]).rounds)
-        if fits_budget(needed, self.deadline):
+        if fits_budget(seconds_to_start(s, est), self.deadline):
             if est is None:
                 self.say(f"run_grid: no comparable record estimates {_describe(s)} on {self.kind}: started; "
                          "the budget cannot protect it")
@@ -447,7 +454,8 @@ def run_grid(specs, results_dir, *, device="auto", progress=True, backend: str =
         plan = _Budget(budget, [results_dir, *estimate_from], kind, say)
         if todo:
             say(f"run_grid: budget {budget:g} s: a run starts only if {SAFETY_FACTOR} × its estimated "
-                "seconds end before it")
+                f"seconds end before it (a resumable method's run: those of its first {FIRST_ROUNDS} rounds; it "
+                "stops at a round boundary)")
 
     def report(s: RunSpec, record: dict | None) -> None:
         nonlocal done

@@ -121,7 +121,8 @@ def test_a_run_that_cannot_end_within_the_budget_is_left_unclaimed_and_unwritten
     assert sorted(p.name for p in out.iterdir()) == ["fake.json"]
     err = capsys.readouterr().err.splitlines()
     assert err[0] == "run_grid: 1 runs, 0 already recorded, 1 to train"
-    assert err[1] == "run_grid: budget 600 s: a run starts only if 1.15 × its estimated seconds end before it"
+    assert err[1] == ("run_grid: budget 600 s: a run starts only if 1.15 × its estimated seconds end before it "
+                      "(a resumable method's run: those of its first 2 rounds; it stops at a round boundary)")
     assert err[-1] == "run_grid: budget: 1 runs left for a later call, estimated 1000000 s of runs"
 
 

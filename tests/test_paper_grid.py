@@ -424,7 +424,8 @@ def test_a_budget_leaves_the_runs_that_would_not_fit_for_a_later_call(tmp_path, 
     result = pg.run_table("fedprism-table1", out, params=str(SMOKE09), seeds=[0], methods=["fedavg", "local"],
                           alphas=[0.1], device="cpu", budget=600, estimate_from=[str(times)], echo=lines.append)
     assert started == ["local"] and result["skipped"] == [specs[0]] and len(result["computed"]) == 1
-    assert lines[1] == "fedprism-table1: budget 600 s: a run starts only if 1.15 × its estimated seconds end before it"
+    assert lines[1] == ("fedprism-table1: budget 600 s: a run starts only if 1.15 × its estimated seconds end "
+                        "before it (a resumable method's run: those of its first 2 rounds; it stops at a round boundary)")
     assert (f"{pg.describe(specs[0])}: left for a later call (estimated 100000 s; it would not end before the "
             "budget does)") in lines
     assert lines[-1] == "fedprism-table1: budget: 1 runs left for a later call, estimated 100000 s of runs"
@@ -434,3 +435,25 @@ def test_a_budget_leaves_the_runs_that_would_not_fit_for_a_later_call(tmp_path, 
         pg.run_table("fedprism-table1", tmp_path / "none", params=str(SMOKE09), budget=5,
                      estimate_from=[str(tmp_path / "nowhere")], echo=lines.append)
     assert not (tmp_path / "none").exists()
+
+
+def test_a_run_the_budget_stopped_is_reported_with_its_checkpoint(tmp_path, monkeypatch):
+    """A run that started and was stopped at a round boundary (its checkpoint is there) is not
+    reported as "left for a later call" but as stopped, with where it resumes."""
+    from types import SimpleNamespace
+
+    from fedlib.checkpoint import Checkpointer, checkpoint_path
+
+    monkeypatch.setenv("FEDLIB_CHECKPOINTS", str(tmp_path))
+    pg = _script()
+    spec = pg.select("fedprism-table1", pg.load_params("09_fedprism", str(SMOKE09)), seeds=[0],
+                     methods=["fedavg"], alphas=[0.1])[0]
+    lines, computed, skipped = [], [], []
+    pg._collect([(spec, None, False, 100.0)], computed, skipped, lines.append, True)
+    assert lines == [f"{pg.describe(spec)}: left for a later call (estimated 100 s; it would not end before the budget does)"]
+    Checkpointer(checkpoint_path(spec.key()), spec.key()).write(0, 3, {}, SimpleNamespace(history=[], _opt_state=None))
+    lines.clear()
+    pg._collect([(spec, None, False, 100.0)], computed, skipped, lines.append, True)
+    assert lines == [f"{pg.describe(spec)}: stopped by the budget before round 4; its checkpoint "
+                     f"({checkpoint_path(spec.key())}) resumes it in a later call"]
+    assert [s for s, _ in skipped] == [spec, spec] and computed == []
