@@ -6,11 +6,12 @@
 #
 # Usage (from the repository root, on the machine with the GPU):
 #   bash benchmarks/gpu_lease.sh SECONDS WORKERS -- COMMAND...
-# COMMAND: a benchmarks/paper_grid.py or benchmarks/table3_like_for_like.py command line without
+# COMMAND: a paper-grid command line (python -m fedlib.grid, fedlib-grid, or its old path
+# benchmarks/paper_grid.py) or a benchmarks/table3_like_for_like.py one, without
 # --budget, --device and --workers (this script adds --device cuda --budget B), e.g.
 #   bash benchmarks/gpu_lease.sh 560 16 -- python benchmarks/table3_like_for_like.py \
 #       --results benchmarks/records/clust_psi_pfl/table3_like_for_like --seeds 3
-#   bash benchmarks/gpu_lease.sh 560 16 -- python benchmarks/paper_grid.py psi-pfl \
+#   bash benchmarks/gpu_lease.sh 560 16 -- python -m fedlib.grid psi-pfl \
 #       --out benchmarks/records/psi_pfl/comparison --datasets fmnist
 # SECONDS: the whole script's time, start to archive; give the lease command a limit a little
 # above it (SECONDS=560 in a 600 s command). The workers' budget is what is left after the data
@@ -35,7 +36,7 @@
 set -u
 
 usage() {
-    echo "usage: bash benchmarks/gpu_lease.sh SECONDS WORKERS -- python benchmarks/paper_grid.py ... |" \
+    echo "usage: bash benchmarks/gpu_lease.sh SECONDS WORKERS -- python -m fedlib.grid ... |" \
          "python benchmarks/table3_like_for_like.py ... (without --budget, --device, --workers)" >&2
 }
 refuse() {  # refuse MESSAGE: exit 2 before any work
@@ -54,17 +55,20 @@ total=$1 workers=$2
 shift 3
 cmd=("$@")
 kind=""
+prev=""
 for arg in "${cmd[@]}"; do
     case $arg in
-        *paper_grid.py) kind=paper_grid ;;
+        *paper_grid.py|fedlib-grid|*/fedlib-grid) kind=paper_grid ;;  # the grid command, its old path, its script
+        fedlib.grid) [ "$prev" = -m ] && kind=paper_grid ;;  # python -m fedlib.grid
         *table3_like_for_like.py) kind=table3 ;;
         --budget|--budget=*|--device|--device=*|--workers|--workers=*)
             refuse "leave $arg out of the command: this script sets --device cuda and --budget, and runs WORKERS copies" ;;
         --list|--list-datasets|--report)
             refuse "$arg computes nothing: give the command that trains" ;;
     esac
+    prev=$arg
 done
-[ -n "$kind" ] || refuse "the command must run benchmarks/paper_grid.py or benchmarks/table3_like_for_like.py"
+[ -n "$kind" ] || refuse "the command must run python -m fedlib.grid (or benchmarks/paper_grid.py) or benchmarks/table3_like_for_like.py"
 option() {  # option NAME: the value of --NAME in the command (last one wins), else empty
     local i value=""
     for ((i = 0; i < ${#cmd[@]}; i++)); do
@@ -76,7 +80,7 @@ option() {  # option NAME: the value of --NAME in the command (last one wins), e
     echo "$value"
 }
 case ${cmd[0]##*/} in python*) py=${cmd[0]} ;; *) py=${PYTHON:-python3} ;; esac
-[ "$kind" = table3 ] || [ -n "$(option out)" ] || refuse "the paper_grid.py command needs --out (the records folder)"
+[ "$kind" = table3 ] || [ -n "$(option out)" ] || refuse "the grid command (python -m fedlib.grid) needs --out (the records folder)"
 
 # ---------------------------------------------------------------- the GPU
 command -v nvidia-smi > /dev/null 2>&1 || refuse "no CUDA here: nvidia-smi is not on PATH; run this on the GPU machine"

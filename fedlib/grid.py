@@ -15,6 +15,16 @@ is imported here when a grid runs on Ray.
 """
 from __future__ import annotations
 
+if __name__ == "__main__":  # ``python -m fedlib.grid``: the paper-grid command (fedlib.grid_cli; --help).
+    # Here, before this module's imports: run as __main__ it would otherwise be executed twice
+    # (as __main__ and as fedlib.grid, which the command imports), torch and all.
+    import sys
+
+    from fedlib.grid_cli import main
+
+    main()
+    sys.exit(0)
+
 import json
 import os
 import statistics
@@ -58,11 +68,11 @@ def _check_writable(results_dir: Path) -> None:
                          "choose another folder (results_dir= or $FEDLIB_RESULTS)") from None
 
 
-PROGRESS_MODES = ("bar", "lines", "off")
+PROGRESS_MODES = ("bar", "lines", "rounds", "off")
 
 
 def _progress_mode(progress) -> str:
-    """'bar', 'lines' or 'off' from run_grid's ``progress`` argument and ``$FEDLIB_PROGRESS``."""
+    """'bar', 'lines', 'rounds' or 'off' from run_grid's ``progress`` argument and ``$FEDLIB_PROGRESS``."""
     if progress is False or progress is None:
         return "off"
     if progress is True or progress == "auto":
@@ -70,7 +80,7 @@ def _progress_mode(progress) -> str:
     if progress not in PROGRESS_MODES:
         raise ValueError(f"progress={progress!r} (or $FEDLIB_PROGRESS) is not one of "
                          f"{PROGRESS_MODES}: use 'bar' for a progress bar, 'lines' for one line per "
-                         "run (headless/papermill logs), 'off' for silence")
+                         "run (headless/papermill logs), 'rounds' for only the lines of runs in progress, 'off' for silence")
     return progress
 
 
@@ -375,8 +385,11 @@ def run_grid(specs, results_dir, *, device="auto", progress=True, backend: str =
 
     ``progress``: True (default) follows ``$FEDLIB_PROGRESS`` and else draws a tqdm bar over
     the finished runs (a widget in JupyterLab); ``'lines'`` prints one line per finished run
-    to stderr (what ``make workbook`` shows through papermill's log); ``'bar'``; False or
-    ``'off'``.
+    to stderr (what ``make workbook`` shows through papermill's log), and for a run in progress a
+    line a minute (:class:`fedlib.checkpoint.Checkpointer`: its round, last accuracy, seconds per
+    round and when it ends); ``'rounds'``: only the lines of the runs in progress (and of a run
+    resumed or stopped at a round boundary), for a caller that prints its own line per run
+    (``python -m fedlib.grid``); ``'bar'``; False or ``'off'``.
 
     ``budget`` (seconds from this call; local backend only): before claiming each run, its
     seconds are estimated (:func:`estimate_seconds`: the median wall time of comparable finished
@@ -446,14 +459,18 @@ def run_grid(specs, results_dir, *, device="auto", progress=True, backend: str =
     def say(line: str) -> None:
         if bar is not None:
             bar.write(line, file=sys.stderr)
-        elif mode == "lines":
+        elif mode in ("lines", "rounds"):
             print(line, file=sys.stderr, flush=True)
+
+    def summary(line: str) -> None:  # the grid's own lines: 'rounds' leaves them to its caller
+        if mode != "rounds":
+            say(line)
 
     plan = None
     if budget is not None:
-        plan = _Budget(budget, [results_dir, *estimate_from], kind, say)
+        plan = _Budget(budget, [results_dir, *estimate_from], kind, summary)
         if todo:
-            say(f"run_grid: budget {budget:g} s: a run starts only if {SAFETY_FACTOR} × its estimated "
+            summary(f"run_grid: budget {budget:g} s: a run starts only if {SAFETY_FACTOR} × its estimated "
                 f"seconds end before it (a resumable method's run: those of its first {FIRST_ROUNDS} rounds; it "
                 "stops at a round boundary)")
 
@@ -480,10 +497,10 @@ def run_grid(specs, results_dir, *, device="auto", progress=True, backend: str =
     if plan is not None and plan.skipped:
         known = [e for _, e in plan.skipped if e is not None]
         unknown = len(plan.skipped) - len(known)
-        say(f"run_grid: budget: {len(plan.skipped)} runs left for a later call, estimated {sum(known):.0f} s "
+        summary(f"run_grid: budget: {len(plan.skipped)} runs left for a later call, estimated {sum(known):.0f} s "
             f"of runs{f' ({unknown} without an estimate: the budget had ended)' if unknown else ''}")
     if plan is not None and plan.stopped:
-        say(f"run_grid: budget: {len(plan.stopped)} runs stopped at a round boundary; the next call resumes "
+        summary(f"run_grid: budget: {len(plan.stopped)} runs stopped at a round boundary; the next call resumes "
             f"them from their checkpoints ({checkpoint.checkpoint_folder()})")
     return [r for r in (_read_complete(record_path(results_dir, s), s) for s in specs) if r is not None]
 
@@ -605,3 +622,4 @@ def load_grid(results_dir, name: str = "manifest.json") -> list[dict]:
         raise FileNotFoundError(f"{len(missing)} of {len(keys)} runs of the grid have no record in "
                                 f"{results_dir}: re-run notebook 05 to finish them")
     return found
+

@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu_lease.sh"
 BASH = shutil.which("bash")
 GRID = [sys.executable, "benchmarks/paper_grid.py", "fedprism-table1", "--params", "params/smoke/09_fedprism.yaml"]
+MODULE = [sys.executable, "-m", "fedlib.grid", "fedprism-table1", "--params", "params/smoke/09_fedprism.yaml"]
 
 
 def lease(args, tmp_path, **env):
@@ -55,12 +56,17 @@ def test_without_nvidia_smi_on_path_it_refuses_with_exit_2(tmp_path):
     (["600", "0", "--", *GRID, "--out", "r"], "WORKERS must be a whole number in [1, 64], got '0'"),
     (["600", "4", *GRID, "--out", "r"], f"expected -- after WORKERS, got '{sys.executable}'"),
     (["600", "4", "--", sys.executable, "benchmarks/report.py"],
-     "the command must run benchmarks/paper_grid.py or benchmarks/table3_like_for_like.py"),
+     "the command must run python -m fedlib.grid (or benchmarks/paper_grid.py) or benchmarks/table3_like_for_like.py"),
+    (["600", "4", "--", sys.executable, "-m", "fedlib.datasets", "prepare"],
+     "the command must run python -m fedlib.grid (or benchmarks/paper_grid.py)"),
     (["600", "4", "--", *GRID, "--out", "r", "--budget", "100"], "leave --budget out of the command"),
     (["600", "4", "--", *GRID, "--out", "r", "--device=cpu"], "leave --device=cpu out of the command"),
     (["600", "4", "--", *GRID, "--out", "r", "--workers", "2"], "leave --workers out of the command"),
     (["600", "4", "--", *GRID, "--out", "r", "--list"], "--list computes nothing"),
-    (["600", "4", "--", *GRID], "the paper_grid.py command needs --out"),
+    (["600", "4", "--", *GRID], "the grid command (python -m fedlib.grid) needs --out"),
+    (["600", "4", "--", *MODULE], "the grid command (python -m fedlib.grid) needs --out"),
+    (["600", "4", "--", *MODULE, "--out", "r", "--list"], "--list computes nothing"),
+    (["600", "4", "--", "fedlib-grid", "fedprism-table1"], "the grid command (python -m fedlib.grid) needs --out"),
 ])
 def test_bad_arguments_are_refused_with_exit_2(tmp_path, args, message):
     done = lease(args, tmp_path)

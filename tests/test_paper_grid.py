@@ -1,4 +1,4 @@
-"""benchmarks/paper_grid.py: a filtered part of notebook 09's / 10's grid, built by the notebooks'
+"""python -m fedlib.grid (fedlib.grid_cli; benchmarks/paper_grid.py its alias): a filtered part of notebook 09's / 10's grid, built by the notebooks'
 own grid functions, run into a records folder and resumed; bad filters fail before any work."""
 from __future__ import annotations
 
@@ -21,10 +21,10 @@ SMOKE10 = ROOT / "params" / "smoke" / "10_pfedlia.yaml"
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("paper_grid", ROOT / "benchmarks" / "paper_grid.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """The command's module (``python -m fedlib.grid``; ``benchmarks/paper_grid.py`` is its alias)."""
+    from fedlib import grid_cli
+
+    return grid_cli
 
 
 @pytest.mark.parametrize("study, name", [(psi_pfl_study, "07_psi_pfl"), (cafa_study, "08_cafa"), (fedprism_study, "09_fedprism"),
