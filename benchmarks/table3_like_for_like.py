@@ -27,7 +27,8 @@ default the committed ``benchmarks/records``, times ``SAFETY_FACTOR``); a resuma
 starts when its first rounds fit and the budget stops it at a round boundary with a checkpoint
 (:mod:`fedlib.checkpoint`) that the next call resumes. ``benchmarks/gpu_lease.sh`` runs this command on a GPU lease with it.
 
-``--together`` (not with ``--budget``): the runs of the FedAvg family that share the protocol
+``--together`` (with ``--budget`` too: a group starts when its first rounds fit and stops at a
+round boundary with one checkpoint for the group): the runs of the FedAvg family that share the protocol
 (FedAvg, FedProx, FedAvgM, FedAdagrad, FedYogi, FedAdam over the seeds and settings) train side
 by side, their clients in one engine call per round (``run_grid(..., together=True)``,
 :mod:`fedlib.together`): the same records up to kernel rounding, faster on a GPU.
@@ -86,16 +87,15 @@ def main(argv=None) -> None:
     ap.add_argument("--markdown", action="store_true", help="also print them as one markdown table "
                     "(method x setting, each cell paper · paper_text · paper_code)")
     ap.add_argument("--budget", type=float, default=None, metavar="SECONDS",
-                    help="start a run only if it is estimated to end within SECONDS (the others are left "
-                         "for a later call; a started run is never stopped)")
+                    help="start a run only if it is estimated to end within SECONDS (a resumable method's run, "
+                         "or a group with --together: its first rounds; the budget stops it at a round "
+                         "boundary with a checkpoint the next call resumes)")
     ap.add_argument("--estimate-from", nargs="+", default=None, metavar="DIR",
                     help="with --budget: folders of records whose seconds estimate the runs, besides the "
                          "records' folder (default: benchmarks/records)")
     ap.add_argument("--together", action="store_true",
                     help="train the FedAvg family's runs side by side, one engine call per round (fedlib.together)")
     a = ap.parse_args(argv)
-    if a.together and a.budget is not None:
-        ap.error("--together trains groups of runs at once and cannot keep --budget; leave one out")
     protocols = _settings(a.settings or DEFAULT_SETTINGS[a.dataset])
     methods = [m.strip() for m in a.methods.split(",") if m.strip()]
     try:

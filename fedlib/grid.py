@@ -301,10 +301,30 @@ def _run_claimed(specs, results_dir: Path, device, bar, report, budget: _Budget 
     return held
 
 
-def _run_together(specs, results_dir: Path, device, bar, report, max_group: int | None) -> list:
+def _group_fits(group, budget: _Budget | None) -> bool:
+    """Whether a group may start under ``budget``: its first rounds, at the summed estimates of its
+    runs (a group trains faster than its runs one by one: the sum errs on the safe side). A
+    group that does not fit leaves its runs for a later call (``budget.skipped``)."""
+    if budget is None:
+        return True
+    estimates = [budget.estimate(s) for s in group]
+    total = None if any(e is None for e in estimates) else sum(estimates)
+    if fits_budget(seconds_to_start(group[0], total), budget.deadline):
+        if total is None:
+            budget.say(f"run_grid: no comparable record estimates every run of {len(group)} runs together "
+                       f"({_describe(group[0])} …): started; the budget stops them at a round boundary")
+        return True
+    budget.skipped.extend(zip(group, estimates))
+    return False
+
+
+def _run_together(specs, results_dir: Path, device, bar, report, max_group: int | None,
+                  budget: _Budget | None = None, say=print) -> list:
     """Train each group of ``specs`` that may train together (:func:`fedlib.together.group_specs`)
     in one :func:`fedlib.together.run_together` call, the runs this process can claim; return
-    the specs left for :func:`_run_local` (other methods, groups of one, runs held elsewhere)."""
+    the specs left for :func:`_run_local` (other methods, groups of one, runs held elsewhere).
+    Each group checkpoints as one run (key :func:`fedlib.together.group_key`); under a ``budget``
+    a group starts when its first rounds fit and is stopped at a round boundary before the end."""
     from . import together as T
 
     left = []
@@ -328,13 +348,27 @@ def _run_together(specs, results_dir: Path, device, bar, report, max_group: int 
                 left.extend(mine)
                 mine = []
                 continue
-            if not mine:
+            if not mine or not _group_fits(mine, budget):
                 continue
             if bar is not None:
                 bar.set_postfix_str(f"{len(mine)} runs together: {_describe(mine[0])} …")
-            for s, record in zip(mine, T.run_together(mine, device)):
+            label = f"{len(mine)} runs together ({_describe(mine[0])} …)"
+            ck = checkpoint.Checkpointer.open(T.group_key(mine), deadline=None if budget is None else budget.deadline,
+                                              say=say, label=label)
+            if ck.resumed_at is not None:
+                say(f"run_grid: {label} resume at round {ck.resumed_at[1] + 1} from {ck.path}")
+            try:
+                done = T.run_together(mine, device, checkpointer=ck)
+            except checkpoint.RunStopped as stop:
+                say(f"run_grid: {label}: stopped before round {stop.round_idx + 1} by the budget; checkpoint "
+                    f"{stop.path} ({stop.size / 2**20:.1f} MiB) resumes them")
+                if budget is not None:
+                    budget.stopped.extend((s, stop) for s in mine)
+                continue
+            for s, record in zip(mine, done):
                 records.write(record_path(results_dir, s), record)
                 report(s, record)
+            ck.delete()  # every record of the group is written
         finally:
             for s in mine:
                 claims.release(record_path(results_dir, s))
@@ -403,7 +437,7 @@ def run_grid(specs, results_dir, *, device="auto", progress=True, backend: str =
     the budget has ended nothing starts, and runs that other processes hold are no longer waited
     for. The records returned are then only those that exist.
 
-    ``together`` (local backend, no budget): the runs that may train together
+    ``together`` (local backend): the runs that may train together
     (:func:`fedlib.together.group_specs`: the FedAvg family, one data set, architecture, K and
     training protocol; at most ``max_together`` a group) train as one group each, their clients
     in one engine call per round (:func:`fedlib.together.run_together`), each record written by
@@ -426,9 +460,9 @@ def run_grid(specs, results_dir, *, device="auto", progress=True, backend: str =
         if not Path(folder).is_dir():
             fail("estimate_from", "existing folders of records", str(folder))
     check_choice(together, "together", (False, True))
-    if together and (backend != "local" or budget is not None):
-        fail("together", "False with backend='ray' or a budget (runs train together in this process, all "
-                         "rounds at once); use backend='local' without budget", together)
+    if together and backend != "local":
+        fail("together", "False with backend='ray' (runs train together in this process); use backend='local'",
+             together)
     if max_together is not None and not together:
         fail("max_together", "None unless together=True", max_together)
     check_int(max_together, "max_together", 1, optional=True)
@@ -489,7 +523,7 @@ def run_grid(specs, results_dir, *, device="auto", progress=True, backend: str =
             _run_ray(todo, results_dir, device, report, ray_address, num_cpus, num_gpus, max_retries)
         else:
             if together:
-                todo = _run_together(todo, results_dir, device, bar, report, max_together)
+                todo = _run_together(todo, results_dir, device, bar, report, max_together, plan, say)
             _run_local(todo, results_dir, device, bar, report, mode, plan, say)
     finally:
         if bar is not None:

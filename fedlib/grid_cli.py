@@ -51,7 +51,8 @@ is set, recording ``host['processes'] = N``). Several commands (or machines)
 sharing one folder split the runs: a run another live process has claimed is taken last, when
 its record is then read (or waited for), so no process queues behind another's run.
 
-``--together`` (not with ``--budget``): the filtered runs of the FedAvg family that share data
+``--together`` (with ``--budget`` too: a group starts when its first rounds fit and is stopped at a
+round boundary with one checkpoint for the group): the filtered runs of the FedAvg family that share data
 set, K and protocol (e.g. PSI-PFL's FedAvg, FedProx and FedOpt rows over seeds and α) first train
 side by side, one engine call per round (``run_grid(..., together=True)``, :mod:`fedlib.together`:
 the same records up to kernel rounding, their ``seconds`` the group's divided among its runs);
@@ -481,7 +482,7 @@ def run_table(table: str, out, *, params=None, seeds=None, methods=None, alphas=
     (the module's docstring; ``estimate_from``: the folders of records the estimates read besides
     ``out``, default the committed records).
 
-    ``together`` (not with a budget): first the runs that may train together
+    ``together`` (a budget stops a group at a round boundary): first the runs that may train together
     (:func:`fedlib.together.group_specs`: the FedAvg family, one data set, K and protocol) train
     in groups, one engine call per round (``run_grid(..., together=True)``); the rest as usual.
 
@@ -526,15 +527,21 @@ def run_table(table: str, out, *, params=None, seeds=None, methods=None, alphas=
              f"(a resumable method's run: those of its first {FIRST_ROUNDS} rounds; it stops at a round boundary)")
     computed, skipped = [], []
     if together:
-        if budget is not None:
-            raise ValueError("--together trains groups of runs at once and cannot keep --budget; leave one out")
         from fedlib.experiment import run_grid
         from fedlib.together import group_specs, together_key
 
         batched = [s for g in group_specs(todo) if len(g) > 1 and together_key(g[0]) is not None for s in g]
         if batched:
             echo(f"{table}: {len(batched)} runs train together in groups (fedlib.together)")
-            for s, record in zip(batched, run_grid(batched, out, device=device, progress=_PROGRESS, together=True)):
+            kw = {} if deadline is None else {"budget": max(deadline - time.time(), 1e-3), "estimate_from": folders}
+            got = {r["key"]: r for r in run_grid(batched, out, device=device, progress=_PROGRESS, together=True, **kw)}
+            for s in batched:
+                record = got.get(s.key())
+                if record is None:  # its group did not fit the budget, or the budget stopped it (a checkpoint)
+                    skipped.append((s, None))
+                    echo(f"{describe(s)}: left for a later call (its group of runs trained together did not fit "
+                         "the budget, or was stopped at a round boundary with a checkpoint)")
+                    continue
                 computed.append(record)
                 echo(_line(s, record))
         todo = [s for s in todo if not _recorded(out, s)]
@@ -637,7 +644,7 @@ def main(argv=None) -> dict | None:
     ap.add_argument("--workers", type=int, default=1, help="runs computed at once, one process each")
     ap.add_argument("--together", action="store_true",
                     help="train the FedAvg family's compatible runs side by side, one engine call per round "
-                         "(fedlib.together; not with --budget), then the rest as usual")
+                         "(fedlib.together; a budget stops a group at a round boundary), then the rest as usual")
     ap.add_argument("--budget", type=float, default=None, metavar="SECONDS",
                     help="start a run only if it is estimated to end within SECONDS of the command's start "
                          "(the others are left for a later call; a started run is never stopped)")

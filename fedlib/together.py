@@ -41,11 +41,13 @@ splits any list of specs into groups that may train together.
 by the number of runs trained together, kept in ``host['together']``. A run whose training
 diverges is dropped from the group at that round (the others continue: their rows do not
 depend on it) and run alone afterwards with :func:`fedlib.experiment.run`, so its ``"failed"``
-record is exactly that function's. Checkpoints (:mod:`fedlib.checkpoint`) are not taken.
+record is exactly that function's. A group checkpoints and resumes as one run does
+(:mod:`fedlib.checkpoint`, key :func:`group_key`), so a budget can stop it at a round boundary.
 """
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import time
 from dataclasses import asdict, dataclass, field
@@ -60,7 +62,7 @@ from .engine.host import to_host
 from .evaluation import global_accuracy
 from .engine.errors import DivergenceError
 from .methods import Context, FLConfig, make_hyper
-from .methods.base import Outcome, check_finite_models, sample_clients, take_rows
+from .methods.base import Outcome, check_finite_models, run_rounds, sample_clients, take_rows
 from .methods.fedopt import METHODS as FEDOPT, flatten, server_update
 from .validation import fail
 
@@ -218,14 +220,27 @@ def _start(spec: X.RunSpec, device, dev: torch.device):
     return run, None
 
 
-def run_together(specs, device="auto") -> list[dict]:
+def group_key(specs) -> str:
+    """The checkpoint key of a group of runs trained together (:mod:`fedlib.checkpoint`): the
+    same runs in the same order resume the same group."""
+    digest = hashlib.sha256("\n".join(s.key() for s in specs).encode()).hexdigest()[:16]
+    return f"together-{digest}"
+
+
+def run_together(specs, device="auto", *, checkpointer=None) -> list[dict]:
     """Train ``specs`` side by side (one engine call per round) and return their records, in
     order: what :func:`fedlib.experiment.run` returns for each (see the module's docstring for
     the equivalence and ``seconds``). Refuses, before any data is loaded, specs that may not
-    train together (:func:`check_together`); use :func:`group_specs` to split a list."""
+    train together (:func:`check_together`); use :func:`group_specs` to split a list.
+
+    ``checkpointer``: a :class:`fedlib.checkpoint.Checkpointer` for the group (key
+    :func:`group_key`): the group resumes from it and checkpoints at round boundaries like one
+    run, and its deadline stops the group (:class:`fedlib.checkpoint.RunStopped`)."""
     specs = check_together(specs)
     dev = resolve_device(device)
     t0, c0 = time.perf_counter(), time.process_time()
+    if checkpointer is not None:  # a resumed group's seconds include its earlier executions'
+        t0, c0 = t0 - checkpointer.elapsed, c0 - checkpointer.cpu_elapsed
     records: list[dict | None] = [None] * len(specs)
     runs: list[_Run] = []
     where: list[int] = []
@@ -239,7 +254,7 @@ def run_together(specs, device="auto") -> list[dict]:
             runs.append(run)
             where.append(i)
     if runs:
-        _train(runs)
+        _train(runs, checkpointer)
         n = len(runs)
         for i, r in zip(where, runs):
             if not r.failed:
@@ -250,23 +265,40 @@ def run_together(specs, device="auto") -> list[dict]:
     return records
 
 
-def _train(runs: list[_Run]) -> None:
+def _carried(runs: list[_Run]) -> list[tuple]:
+    """What each run carries from one round to the next (a checkpoint's state of the group)."""
+    return [(r.model, r.state, r.rng, r.selected, r.failed, r.ctx.history) for r in runs]
+
+
+def _adopt(runs: list[_Run], carried: list[tuple]) -> None:
+    for r, (model, state, rng, selected, failed, history) in zip(runs, carried):
+        r.model, r.state, r.rng, r.selected, r.failed, r.ctx.history = model, state, rng, selected, failed, history
+
+
+def _train(runs: list[_Run], checkpointer=None) -> None:
     """Every round: each live run picks its clients, all train in one call, each run aggregates
-    and steps its server and logs its round. Runs that diverge are marked ``failed``."""
+    and steps its server and logs its round. Runs that diverge are marked ``failed``. The rounds
+    are one :func:`fedlib.methods.base.run_rounds` phase of the merged context, so a
+    ``checkpointer`` resumes and saves the whole group (each run's model, server state,
+    selection stream, picks, history; the merged clients' kept optimiser states)."""
     cfg = runs[0].ctx.cfg
     merged_fed, offsets = Federation.concat([r.ctx.fed for r in runs])
     for r, off in zip(runs, offsets.tolist()):
         r.offset = off
     merged = Context(fed=merged_fed, model=runs[0].ctx.model, cfg=cfg, seed=0,
-                     counts_train=np.zeros((merged_fed.n_clients, merged_fed.n_classes), dtype=np.int64))
+                     counts_train=np.zeros((merged_fed.n_clients, merged_fed.n_classes), dtype=np.int64),
+                     checkpoints=checkpointer)
     k = runs[0].ctx.n_clients
     pool = np.arange(k)
     assignment = np.zeros(k, dtype=np.int64)
     spare = None
-    for t in range(cfg.rounds):
+
+    def step(t: int, carried: list) -> list:
+        nonlocal spare
+        _adopt(runs, carried)
         live = [r for r in runs if not r.failed]
         if not live:
-            return
+            return _carried(runs)
         picks = {id(r): sample_clients(r.rng, pool, cfg.fraction, cfg.min_clients) for r in live}
         while live:
             res, owner = _round(merged, live, picks, t, spare)
@@ -274,7 +306,7 @@ def _train(runs: list[_Run]) -> None:
                 break
             live = [r for r in live if not r.failed]
         else:
-            return
+            return _carried(runs)
         spare = res.params
         n = res.n_samples
         for i, r in enumerate(live):
@@ -293,8 +325,11 @@ def _train(runs: list[_Run]) -> None:
                 continue
             r.model = model
             if r.spec.method != "fedavg":
-                r.selected.append(picks[id(r)].tolist())
+                r.selected = [*r.selected, picks[id(r)].tolist()]
         _log_round(merged, [r for r in live if not r.failed], t, assignment)
+        return _carried(runs)
+
+    _adopt(runs, run_rounds(merged, range(cfg.rounds), _carried(runs), step))
 
 
 def _log_round(merged: Context, runs: list[_Run], t: int, assignment: np.ndarray) -> None:

@@ -243,9 +243,6 @@ def test_together_trains_the_fedavg_family_in_groups_and_the_rest_as_usual(tmp_p
     assert len(result["computed"]) == 4 and lines[1] == "fedprism-table1: 2 runs train together in groups (fedlib.together)"
     together = {(r["spec"]["method"], r["spec"]["level"]): r["host"].get("together") for r in load_records(out)}
     assert together == {("fedavg", 0.1): 2, ("fedavg", 0.3): 2, ("local", 0.1): None, ("local", 0.3): None}
-    with pytest.raises(ValueError, match="--together"):
-        pg.run_table("fedprism-table1", tmp_path / "b", params=str(SMOKE09), seeds=[0], together=True, budget=60,
-                     echo=lines.append)
 
 
 def test_a_run_another_process_is_computing_is_taken_last(tmp_path, monkeypatch):

@@ -170,7 +170,51 @@ def test_run_grid_together_writes_the_records_of_runs_alone(tmp_path):
     again = X.run_grid(specs, tmp_path / "together", progress=False, together=True)  # all recorded: nothing trains
     assert [r["seconds"] for r in again] == [r["seconds"] for r in got]
     with pytest.raises(ValueError, match="together"):
-        X.run_grid(specs, tmp_path / "b", progress=False, together=True, budget=60)
+        X.run_grid(specs, tmp_path / "b", progress=False, together=True, backend="ray")
+
+
+@pytest.mark.cross_cpu
+def test_a_group_stopped_at_a_round_boundary_resumes_with_the_records_of_runs_alone(tmp_path, monkeypatch):
+    """A group trained together checkpoints as one run: stopped after its 2nd round, then resumed
+    from the checkpoint (a fresh process would do the same), its records are those of each run
+    alone, and the checkpoint is gone."""
+    from fedlib import checkpoint as C
+    from fedlib import together as T
+
+    monkeypatch.setenv(C.ENV_FOLDER, str(tmp_path / "ck"))
+    specs = [spec(m, s) for s in (0, 1) for m in ("fedavg", "fedadam")]
+
+    class StopAfter(C.Checkpointer):
+        def _at_boundary(self, ctx, phase, next_round, state, round_seconds):
+            if next_round == 2:
+                raise C.RunStopped(self.key, next_round, self.path, self.write(phase, next_round, state, ctx))
+
+    ck = StopAfter(C.checkpoint_path(T.group_key(specs)), T.group_key(specs), every=1e9)
+    with pytest.raises(C.RunStopped):
+        T.run_together(specs, checkpointer=ck)
+    resumed = C.Checkpointer.open(T.group_key(specs), every=1e9)
+    assert resumed.resumed_at == (0, 2)
+    got = T.run_together(specs, checkpointer=resumed)
+    for a, s in zip(got, specs):
+        assert_same_run(a, X.run(s))
+    resumed.delete()  # as run_grid does once the records are written
+    # run_grid under a budget too short for the group: stopped with its checkpoint, then resumed
+    calls = []
+    real = C.Checkpointer._at_boundary
+
+    def stop_once(self, ctx, phase, next_round, state, round_seconds):
+        calls.append(next_round)
+        if len(calls) == 1:
+            raise C.RunStopped(self.key, next_round, self.path, self.write(phase, next_round, state, ctx))
+        return real(self, ctx, phase, next_round, state, round_seconds)
+
+    monkeypatch.setattr(C.Checkpointer, "_at_boundary", stop_once)
+    assert X.run_grid(specs, tmp_path / "grid", progress=False, together=True, budget=600) == []
+    assert C.checkpoint_path(T.group_key(specs)).exists()
+    done = X.run_grid(specs, tmp_path / "grid", progress=False, together=True, budget=600)
+    for a, b in zip(done, X.run_grid(specs, tmp_path / "alone", progress=False)):
+        assert_same_run(a, b)
+    assert not C.checkpoint_path(T.group_key(specs)).exists()
 
 
 @pytest.mark.cross_cpu
