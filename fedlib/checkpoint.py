@@ -28,7 +28,8 @@ One file per run, ``<folder>/<record key>.pt`` (``$FEDLIB_CHECKPOINTS``, default
 ``~/.cache/fedlib/checkpoints``), written atomically (a temporary file, fsync, rename) every
 ``every`` seconds of training (``$FEDLIB_CHECKPOINT_EVERY``, default 300; 0: every round) and
 when a deadline stops the run; :func:`fedlib.grid.run_grid` deletes it once the run's record is
-written. A file from another fedlib version or another spec is not used (said on stderr).
+written. A file from another fedlib version, other fedlib source code (:func:`code_fingerprint`)
+or another spec is not used (said on stderr).
 Its size is about the phase's models plus the finished phases' final models: one model for
 FedAvg, τ for Clust-PSI-PFL, one per candidate for PSI-PFL.
 
@@ -39,11 +40,13 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import hashlib
 import io
 import os
 import sys
 import time
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 import torch
@@ -95,6 +98,19 @@ def _every_from_env() -> float:
         raise ValueError(f"${ENV_EVERY} must be a number of seconds ≥ 0 (0: a checkpoint every round), got "
                          f"{raw!r}; unset it for the default {DEFAULT_EVERY:g}")
     return every
+
+
+@lru_cache(maxsize=1)
+def code_fingerprint() -> str:
+    """A hash of fedlib's source files: a checkpoint resumes only under the code that wrote it (a
+    phase's state is whatever its loop carries, and another revision may carry something else,
+    without any change of ``fedlib.__version__``)."""
+    root = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def _dumps(value) -> bytes:
@@ -181,6 +197,9 @@ class Checkpointer:
             return f"it belongs to run {blob.get('key')!r}"
         if blob.get("fedlib") != __version__:
             return f"written by fedlib {blob.get('fedlib')}, this is {__version__} (a resumed run must run the same code)"
+        if blob.get("code") != code_fingerprint():
+            return (f"written by other fedlib code (source fingerprint {blob.get('code')}, this is {code_fingerprint()}: "
+                    "a resumed run must run the same code)")
         return None
 
     # ------------------------------------------------------------------ a phase
@@ -240,7 +259,7 @@ class Checkpointer:
         from .records import write_bytes
 
         done = self._finished[:phase] + [None] * (phase - len(self._finished[:phase]))
-        blob = {"checkpoint_version": CHECKPOINT_VERSION, "key": self.key, "fedlib": __version__,
+        blob = {"checkpoint_version": CHECKPOINT_VERSION, "key": self.key, "fedlib": __version__, "code": code_fingerprint(),
                 "finished": done, "current": (phase, next_round, _dumps(state), _dumps(_ctx_snapshot(ctx))),
                 "seconds": self.seconds(), "cpu_seconds": self.cpu_seconds()}
         data = _dumps(blob)

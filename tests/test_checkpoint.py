@@ -142,6 +142,11 @@ def test_a_checkpoint_of_another_run_or_version_is_not_used(tmp_path, capsys):
     torch.save({**blob, "key": "other", "fedlib": "0.0.0"}, other)
     assert C.Checkpointer.open("other", tmp_path).resumed_at is None
     assert "written by fedlib 0.0.0" in capsys.readouterr().err
+    torch.save({**blob, "key": "other", "code": "0" * 16}, other)
+    assert C.Checkpointer.open("other", tmp_path).resumed_at is None
+    assert "written by other fedlib code (source fingerprint 0000000000000000" in capsys.readouterr().err
+    torch.save({**blob, "key": "other"}, other)  # the same run, version and code: used
+    assert C.Checkpointer.open("other", tmp_path).resumed_at == (0, 1)
     other.write_bytes(b"torn")
     assert C.Checkpointer.open("other", tmp_path).resumed_at is None
     assert "unreadable" in capsys.readouterr().err
