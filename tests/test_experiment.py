@@ -244,7 +244,7 @@ def test_progress_lines_one_per_trained_run(tmp_path, capsys, monkeypatch):
 
 
 def test_bad_progress_fails_before_any_work(tmp_path, monkeypatch):
-    with pytest.raises(ValueError, match=r"progress='loud'.*'bar', 'lines', 'off'"):
+    with pytest.raises(ValueError, match=r"progress='loud'.*'bar', 'lines', 'rounds', 'off'"):
         X.run_grid([spec()], tmp_path, progress="loud")
     monkeypatch.setenv("FEDLIB_PROGRESS", "verbose")
     with pytest.raises(ValueError, match=r"FEDLIB_PROGRESS"):
