@@ -21,14 +21,9 @@ and dropout masks, the same server steps. The weights agree **up to kernel round
 for bit by guarantee**: a run's rows sit in chunks of other sizes beside other runs' rows, and
 the engine's batched kernels may round a client's sums differently in the last bit at another
 chunk size or row count (docs/performance.md: "another chunk size sums in another order, so it
-moves the last bits"; :func:`~fedlib.engine.local_train`'s ``max_clients_per_chunk`` measures
-1.5e-8 on the FMNIST CNN, 2e-10 on the MLP) — the tolerance of
-:func:`fedlib.methods.base.global_model_runs_together`, PSI-PFL's "together" schedule. So an
-accuracy may move by a test sample. Measured on this project's CPU (AVX-512, one thread): the
-records of ``tests/test_together.py``'s mix (adult's MLP, FedAvg/FedProx/FedAdam, 2 seeds × 2
-levels) and of the FMNIST CNN, kept optimiser states and the sequential path were equal to
-:func:`~fedlib.experiment.run`'s bit for bit; the engine alone, on a toy federation, moved a
-bias by 1 ulp (4.7e-10) between 2 and 4 rows in a call. On a GPU expect the rounding.
+moves the last bits") — the tolerance of :func:`fedlib.methods.base.global_model_runs_together`,
+PSI-PFL's "together" schedule. So an accuracy may move by a test sample; ``tests/test_together.py``
+allows that rounding and nothing else.
 
 What must match, checked by :func:`check_together` before any data is loaded (:data:`SHARED`
 and the effective training protocol): the data set, architecture, K, ``n_train``, the splits'
