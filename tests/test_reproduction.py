@@ -158,7 +158,8 @@ def test_paper_values_and_the_side_by_side_table(cfl_records):
     cl = X.run(spec("cl"))
     t = beside_paper(records_frame([cl, *cfl_records.values()])).set_index("method")
     assert bool(t.loc["cfl", "own_run"]) and not bool(t.loc["cl", "own_run"])
-    assert t.loc["cfl", "paper_text"] == f"{cfl_records['paper_text']['global_accuracy']:.2f}"  # one seed: no ± 0.00
-    assert t.loc["cfl", "paper_code"] == f"{cfl_records['paper_code']['reported_accuracy']:.2f}"
+    # in percent, the workbook's unit for accuracies; one seed: no ± 0.00
+    assert t.loc["cfl", "paper_text"] == f"{100 * cfl_records['paper_text']['global_accuracy']:.2f}"
+    assert t.loc["cfl", "paper_code"] == f"{100 * cfl_records['paper_code']['reported_accuracy']:.2f}"
     assert t.loc["cl", "paper_code"] == t.loc["cl", "paper_text"]
     assert t.paper.isna().all() and (t.paper_dataset == "acs_income").all()  # α = 0.5 is not in the table

@@ -97,8 +97,8 @@ def report_lines(table: dict) -> list[str]:
 
 def markdown(table: dict, protocols: dict | None = None, methods=METHODS) -> str:
     """The cells as one markdown table: one row per method, one column per setting, each cell
-    ``paper · paper_text · paper_code`` ("=" where the code ran the method as Table II says, so one
-    run is both readings; "—" where there is no value)."""
+    ``paper · paper_text · paper_code`` in percent ("=" where the code ran the method as Table II
+    says, so one run is both readings; "—" where there is no value)."""
     protocols = SETTINGS if protocols is None else protocols
     settings = [(p, float(lv)) for p, levels in protocols.items() for lv in levels]
     head = ["method"] + [setting_name(p, lv, " = ") for p, lv in settings]
@@ -107,7 +107,7 @@ def markdown(table: dict, protocols: dict | None = None, methods=METHODS) -> str
         row = [m]
         for p, lv in settings:
             paper, t, c, same = table[(p, lv, m)]
-            code_text = "=" if same and np.isfinite(t) else _fmt(c, 3)
-            row.append(f"{_fmt(paper, 2)} · {_fmt(t, 3)} · {code_text}")
+            code_text = "=" if same and np.isfinite(t) else _fmt(100 * c, 1)
+            row.append(f"{_fmt(100 * paper, 0)} · {_fmt(100 * t, 1)} · {code_text}")
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)

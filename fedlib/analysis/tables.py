@@ -134,8 +134,8 @@ def beside_paper(df: pd.DataFrame, n_clients: int | None = None) -> pd.DataFrame
     """Table III in both readings beside the paper's K = 100 value, one row per (data set,
     setting, method): ``paper`` (the published mean, of the paper's data set that ``dataset``
     stands in for — :data:`fedlib.analysis.paper_table3.STAND_INS`; NaN where the table has
-    none), ``paper_text`` and ``paper_code`` as "mean ± std" over seeds (:func:`table3`), and
-    ``own_run`` (whether the two readings are two runs here). ``n_clients`` keeps one K."""
+    none), ``paper_text`` and ``paper_code`` as "mean ± std" over seeds (:func:`table3`), all in
+    percent (the workbook's unit for accuracies), and ``own_run`` (whether the two readings are two runs here). ``n_clients`` keeps one K."""
     from .paper_table3 import STAND_INS, paper_value
 
     keys = _KEYS
@@ -149,9 +149,10 @@ def beside_paper(df: pd.DataFrame, n_clients: int | None = None) -> pd.DataFrame
         c = code.loc[key] if key in code.index else None
         rows.append({"dataset": name, "paper_dataset": STAND_INS.get(name, name),
                      "setting": f"{setting_name(protocol, level)}, K={k}", "method": method,
-                     "paper": paper_value(name, method, protocol, level) or np.nan,
-                     "paper_text": _fmt(t["mean"], t["std"], t["n_seeds"], n_failed=t.get("n_failed", 0)),
-                     "paper_code": "—" if c is None else _fmt(c["mean"], c["std"], c["n_seeds"],
+                     "paper": 100.0 * (paper_value(name, method, protocol, level) or np.nan),
+                     "paper_text": _fmt(100.0 * t["mean"], 100.0 * t["std"], t["n_seeds"],
+                                        n_failed=t.get("n_failed", 0)),
+                     "paper_code": "—" if c is None else _fmt(100.0 * c["mean"], 100.0 * c["std"], c["n_seeds"],
                                                               n_failed=c.get("n_failed", 0)),
                      "own_run": key in own})
     return pd.DataFrame(rows)
@@ -194,9 +195,19 @@ def mean_sd(values, digits: int = 2) -> str:
     return f"{v.mean():.{digits}f} ± {v.std():.{digits}f} (n = {v.size})"
 
 
-def to_markdown(table: pd.DataFrame, value: str = "mean", spread: str = "std") -> str:
-    """Paper layout: one block per dataset, methods as rows, (protocol, level, K) as columns."""
+def to_markdown(table: pd.DataFrame, value: str = "mean", spread: str = "std", percent: bool = True) -> str:
+    """Paper layout: one block per dataset, methods as rows, (protocol, level, K) as columns.
+
+    ``percent``: the values are fractions of 1 (accuracies, AD/SDAD: Tables III–IV) and print in
+    percent, the workbook's one unit for accuracies (the paper prints 0.82, we print 82.00); each
+    block's heading says "(%)". ``percent=False`` prints the values as they are (a count, a ratio
+    such as PSI-PFL's CP)."""
+    from ..validation import check_choice
+
+    check_choice(percent, "percent", (True, False))
     t = table.copy()
+    if percent:
+        t[[value, spread]] = t[[value, spread]] * 100.0
     t["setting"] = [
         f"{setting_name(p, lv)}, K={k}" for p, lv, k in zip(t.protocol, t.level, t.n_clients)
     ]
@@ -213,7 +224,7 @@ def to_markdown(table: pd.DataFrame, value: str = "mean", spread: str = "std") -
         pv = pv.loc[sorted(pv.index, key=lambda m: order.get(m, 99))]
         header = "| Method | " + " | ".join(settings) + " |"
         sep = "|---" * (len(settings) + 1) + "|"
-        lines = [f"**{ds}**", "", header, sep]
+        lines = [f"**{ds}**" + (" (%)" if percent else ""), "", header, sep]
         lines += [f"| {m} | " + " | ".join(pv.loc[m]) + " |" for m in pv.index]
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
