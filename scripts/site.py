@@ -283,16 +283,19 @@ def on_page_context(context, page, config, nav):
 
     mkdocs-jupyter slugs the contents from a Markdown export of the notebook and the headings'
     ids from nbconvert's HTML, and the two differ where a heading holds inline code (the export
-    drops it) or repeats. Both list the same headings in document order: when the counts agree,
-    each entry takes the id of its heading; otherwise the contents are left as they are (and
-    ``tests/test_site.py`` reports the anchors that miss)."""
+    drops it, from the slug and from the entry's text) or repeats. Both list the same headings in
+    document order: when the counts agree, each entry takes the id and the text of its heading;
+    otherwise the contents are left as they are (and ``tests/test_site.py`` reports the anchors
+    that miss)."""
     if not page.file.src_uri.endswith(".ipynb"):
         return context
     links = _toc_links(page.toc)
-    ids = re.findall(r"<h[1-6]\b[^>]*\bid=\"([^\"]+)\"", page.content or "")
-    if len(links) == len(ids):
-        for link, id_ in zip(links, ids):
+    headings = re.findall(r"<h([1-6])\b[^>]*\bid=\"([^\"]+)\"[^>]*>(.*?)</h\1>", page.content or "", flags=re.S)
+    if len(links) == len(headings):
+        for link, (_, id_, inner) in zip(links, headings):
             link.id = id_
+            inner = re.sub(r"<a\b[^>]*class=\"anchor-link\".*?</a>", "", inner, flags=re.S)
+            link.title = re.sub(r"<[^>]+>", "", inner).strip()  # entities kept: the theme prints it as HTML
     return context
 
 
