@@ -2,11 +2,10 @@
 #   make workbook   set everything up, fetch the offline real data, run every notebook headless
 #   make test       every notebook's executed copy compared with the committed one, unit tests
 #                   (among them the site's: built, then opened in headless Chromium)
-#   make site       the workbook as a static site in build/site/, from the committed notebooks
 # Neither modifies a tracked file: their figures go to build/figures/, executed notebooks to
 # build/executed/<profile>/, run records to results/ (`make lab` too: its notebooks' figures go to
-# build/figures/). `make refresh-notebooks` is the one step that rewrites the committed notebooks
-# and figures/.
+# build/figures/; `make site` writes the static site to build/site/). `make refresh-notebooks` is
+# the one step that rewrites the committed notebooks and figures/.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
