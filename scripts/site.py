@@ -235,6 +235,9 @@ def stage(root: Path = ROOT, stage_dir: Path = STAGE, site_dir: Path = SITE) -> 
     pages = site_pages(root)
     out = stage_dir / PAGES_DIR
     if stage_dir.exists():
+        if any(stage_dir.iterdir()) and not (stage_dir / "mkdocs.yml").is_file():
+            raise SystemExit(f"site: stage_dir={stage_dir} holds files this script did not write; "
+                             "give an empty or new folder (default build/site-src)")
         shutil.rmtree(stage_dir)
     assets: set[str] = set()
     for repo, staged in pages.items():
@@ -258,11 +261,10 @@ def stage(root: Path = ROOT, stage_dir: Path = STAGE, site_dir: Path = SITE) -> 
 
 
 def build(site_dir: Path = SITE, stage_dir: Path = STAGE, root: Path = ROOT) -> Path:
-    """Stage the pages and build the site into ``site_dir`` with MkDocs (strict: a warning fails);
-    returns ``site_dir``. Runs ``python -m mkdocs`` of this interpreter, from ``root``."""
+    """Stage the pages and build the site into ``site_dir`` with MkDocs (strict: a warning fails;
+    MkDocs empties ``site_dir`` first); returns ``site_dir``. Runs ``python -m mkdocs`` of this
+    interpreter, from ``root``."""
     config = stage(root, stage_dir, site_dir)
-    if site_dir.exists():
-        shutil.rmtree(site_dir)
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}  # Material's notice about its successor
     subprocess.run([sys.executable, "-m", "mkdocs", "build", "-q", "-f", str(config)],
                    cwd=root, env=env, check=True)
