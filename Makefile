@@ -1,10 +1,11 @@
 # The workbook's two commands (see README):
 #   make workbook   set everything up, fetch the offline real data, run every notebook headless
 #   make test       every notebook's executed copy compared with the committed one, unit tests
+#                   (among them the site's: built, then opened in headless Chromium)
 # Neither modifies a tracked file: their figures go to build/figures/, executed notebooks to
 # build/executed/<profile>/, run records to results/ (`make lab` too: its notebooks' figures go to
-# build/figures/). `make refresh-notebooks` is the one step that rewrites the committed notebooks
-# and figures/.
+# build/figures/; `make site` writes the static site to build/site/). `make refresh-notebooks` is
+# the one step that rewrites the committed notebooks and figures/.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -49,7 +50,7 @@ ONE_THREAD := OMP_NUM_THREADS=1
 LAB_IP ?= 127.0.0.1
 LAB_PORT ?= 8888
 
-.PHONY: setup data workbook executed-notebooks test unit nbval test-other-cpu lab bench bench-record cuda-checks refresh-notebooks clean
+.PHONY: setup data workbook executed-notebooks test unit nbval test-other-cpu lab site browser bench bench-record cuda-checks refresh-notebooks clean
 
 # --no-compile: Python compiles a module's bytecode when it is first imported, instead of pip
 # compiling every file of the ~6 GB stack at install time (most are never imported here).
@@ -60,7 +61,7 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q --no-compile -r requirements.txt
 	$(PIP) install -q --no-deps -e .
-	$(BIN)/python -c "import fedlib, torch, torchvision, lightgbm, papermill, nbval, ipywidgets, ray, flwr; print('setup: ok, torch', torch.__version__, 'ray', ray.__version__, 'flwr', flwr.__version__)"
+	$(BIN)/python -c "import fedlib, torch, torchvision, lightgbm, papermill, nbval, ipywidgets, ray, flwr, mkdocs, mkdocs_jupyter; print('setup: ok, torch', torch.__version__, 'ray', ray.__version__, 'flwr', flwr.__version__)"
 	touch $@
 
 data: $(FEDLIB_DATA)/.ready
@@ -106,13 +107,13 @@ $(EXECUTED)/%.ipynb: notebooks/%.ipynb params/$(PROFILE)/%.yaml $(FEDLIB_SOURCES
 # numbers nbval does not compare (training's) moved from the committed ones: a measurement that
 # never fails the build (docs/reproducibility.md, "Results that move across CPUs").
 test: export FEDLIB_FIGURES := $(BUILD_FIGURES)
-test: setup data
+test: setup data browser
 	$(MAKE) --no-print-directory -j$(WORKBOOK_JOBS) PROFILE=smoke executed-notebooks
 	$(BIN)/python scripts/compare_notebooks.py build/executed/smoke
 	$(BIN)/python scripts/cross_cpu_drift.py build/executed/smoke
 	env $(ONE_THREAD) $(BIN)/python -m pytest tests $(XDIST) -q
 
-unit: setup data
+unit: setup data browser
 	env $(ONE_THREAD) $(BIN)/python -m pytest tests $(XDIST) -q
 
 nbval: export FEDLIB_FIGURES := $(BUILD_FIGURES)
@@ -145,6 +146,25 @@ lab: setup data
 	@echo "lab: JupyterLab at http://$(LAB_IP):$(LAB_PORT)/lab (the token is in the URL printed below; Ctrl-C stops it)"
 	JUPYTER_CONFIG_PATH=$(CURDIR)/scripts/jupyter $(BIN)/jupyter lab --notebook-dir=notebooks --no-browser --ip=$(LAB_IP) --port=$(LAB_PORT) \
 	  $$( [ "$$(id -u)" = 0 ] && echo --allow-root )
+
+# The workbook as a static site (MkDocs with mkdocs-jupyter, pinned in requirements.txt; builds
+# offline): the report (notebook 00) as its front page, every notebook with its committed outputs
+# (nothing is executed), docs/, the README and the changelog, into build/site/ (open
+# build/site/index.html). scripts/site.py stages the pages and the navigation in build/site-src/.
+# tests/test_site.py builds it the same way and opens it in headless Chromium.
+site: setup
+	$(BIN)/python scripts/site.py
+
+# Debian's chromium (from Debian's archive, as root or with sudo), which tests/test_site.py drives
+# headless; `make test` and `make unit` run this first. Nothing to do when CHROMIUM names a browser
+# or `chromium` is on the PATH.
+browser:
+	@if [ -n "$$CHROMIUM" ] || command -v chromium >/dev/null; then exit 0; fi; \
+	  command -v apt-get >/dev/null || { echo "browser: no apt-get here: install Chromium and set CHROMIUM=<its binary>" >&2; exit 1; }; \
+	  sudo=$$( [ "$$(id -u)" = 0 ] || echo sudo ); mkdir -p build; echo "browser: apt-get install chromium (log: build/browser.log)"; \
+	  { $$sudo apt-get update -q && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium; } \
+	    > build/browser.log 2>&1 || { tail -20 build/browser.log >&2; echo "browser: installing chromium failed (needs Debian's archive; log: build/browser.log)" >&2; exit 1; }; \
+	  chromium --version
 
 bench: setup data
 	$(BIN)/python benchmarks/engine_vs_sequential.py
