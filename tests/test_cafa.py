@@ -91,6 +91,40 @@ def test_cbcc_takes_k_from_a_given_curve():
         cafa.cbcc(counts, random_state=0, curve={11: 0.5})
 
 
+def test_fixed_k_is_the_authors_kmeans_without_a_search():
+    """The authors' train.py: KMeans(n_clusters=k, random_state=0), no silhouette search. By hand:
+    4 clients at e1 (A), 2 at e2 (B), 1 at e3 (C). The search scores k = 3 at (4 + 2)/7 (a
+    singleton's silhouette is 0) above k = 2 at (4·1 + 2·½ + 0)/7 (B in {B, C}: a = √2/2, b = √2)
+    and takes 3; a fixed k = 2 forms {A}, {B, C}
+    (within-cluster SSE 12/9, below {A, C}, {B}'s 8/5 and {A, B}, {C}'s 12/5)."""
+    counts = np.array([[10, 0, 0]] * 4 + [[0, 10, 0]] * 2 + [[0, 0, 10]])
+    searched = cafa.cbcc(counts, random_state=0)
+    assert searched.k == 3 and searched.silhouettes == pytest.approx({2: 5 / 7, 3: 6 / 7})
+    assert np.allclose(searched.weights, [4 / 7] * 4 + [2 / 7] * 2 + [1 / 7])
+    fixed = cafa.cbcc(counts, random_state=0, k=2)
+    assert fixed.k == 2 and fixed.silhouettes == {}
+    assert fixed.labels[4] == fixed.labels[5] == fixed.labels[6] != fixed.labels[0]
+    assert np.allclose(fixed.weights, [4 / 7] * 4 + [3 / 7] * 3)
+    assert fixed.iid_mask.tolist() == [True] * 4 + [False] * 3  # the largest cluster, {A}
+    three = cafa.cbcc(counts, random_state=0, k=3)
+    assert np.allclose(three.weights, searched.weights) and three.silhouettes == {}
+    with pytest.raises(ValueError, match=r"k must be an integer in \[1, 7\], got 8"):
+        cafa.cbcc(counts, random_state=0, k=8)
+    with pytest.raises(ValueError, match="curve must be None when k is given"):
+        cafa.cbcc(counts, random_state=0, k=2, curve={2: 0.5})
+
+
+def test_run_with_the_authors_clustering_uses_k_fixed_and_random_state_0():
+    out = cafa.run(val_context(rounds=1), cafa.Hyper(clustering="fixed", k_fixed=2))
+    assert out.info["k"] <= 2 and out.info["silhouettes"] == {} and out.info["kmeans_random_state"] == 0
+    searched = cafa.run(val_context(rounds=1), cafa.Hyper())
+    assert searched.info["silhouettes"] and searched.info["kmeans_random_state"] != 0
+    ctx = val_context()
+    with pytest.raises(ValueError, match=r"k_fixed must be ≤ K = 10"):
+        cafa.run(ctx, cafa.Hyper(clustering="fixed", k_fixed=11))
+    assert ctx.history == []
+
+
 def test_mean_silhouette_curve_is_the_mean_of_the_curves():
     rng = np.random.default_rng(1)
     vs = [cafa.class_distribution(rng.integers(1, 50, size=(8, 4))) for _ in range(3)]
@@ -338,6 +372,8 @@ def test_no_validation_split_fails_before_training():
     ({"k_min": 1}, r"k_min must be an integer ≥ 2, got 1"),
     ({"k_min": 4, "k_max": 3}, r"k_max must be an integer ≥ 4"),
     ({"n_init": 0}, r"n_init must be an integer ≥ 1, got 0"),
+    ({"clustering": "kmeans"}, r"clustering must be one of \['silhouette', 'fixed'\], got 'kmeans'"),
+    ({"k_fixed": 0}, r"k_fixed must be an integer ≥ 1, got 0"),
 ])
 def test_bad_hyper(values, match):
     with pytest.raises(ValueError, match=match):
