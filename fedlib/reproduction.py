@@ -13,7 +13,9 @@ proof, of what produced the published numbers:
   Clust-PSI-PFL) train Keras Adam, batch 32 — the workbook's protocol — but Flower samples
   max(⌊q·n⌋, 2) clients (``FLConfig.min_clients = 2``); Clust-PSI-PFL falls back to τ = 1 when
   every silhouette is ≤ 0;
-* FedProx's client never read μ, so it ran as FedAvg (μ = 0); PSI-PFL chose ζ on the test set;
+* FedProx's client never read μ, so it ran as FedAvg (μ = 0); PSI-PFL chose ζ on the test set,
+  one percentile per setting by the best mean over the seeds
+  (:func:`fedlib.analysis.psi_pfl_study.authors_zeta_choice`);
 * the FedLab baselines (PoC, HACCS, FedCLS, CFL, FedSoft) train **plain SGD, lr 0.001, batch
   64, no shuffling** (:data:`FEDLAB_FL`; FedSoft shuffled) and the server takes the plain mean
   of the clients' models (FedSoft: importance-weighted); each method's own rules as that code

@@ -83,7 +83,9 @@ def grid_specs(datasets, alphas, n_clients, seeds, baselines, *, hyper=None, fl=
     baselines as the authors' PSI-PFL code ran them (PoC, HACCS, FedCLS on plain SGD lr 0.001,
     batch 64, :data:`fedlib.reproduction.PAPER_CODE`), where that differs at the run's K and q.
     ``psi_pfl`` gets no ``paper_code`` run: the code's only change is choosing ζ on the test
-    set, which :func:`paper_variant_records` rebuilds from the ``paper_text`` record."""
+    set, which :func:`paper_variant_records` rebuilds from the ``paper_text`` records (one ζ per
+    setting over its seeds, :func:`authors_zeta_choice`; the ×4 copy of a ≤ 2-client pool is not
+    replayed)."""
     from .. import experiment
 
     specs = experiment.grid_specs(datasets, {"dirichlet": alphas}, n_clients, seeds, [*baselines, METHOD],

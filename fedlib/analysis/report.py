@@ -78,7 +78,8 @@ def _load(directory: str) -> tuple:
 DERIVATIONS = {"psi_pfl_paper_variant": paper_variant_records}
 """Transforms a :class:`report_cells.Reading` may name (``derive``): name -> function of a
 folder's records returning the records the reading matches. ``psi_pfl_paper_variant``: the
-run PSI-PFL's paper reports (ζ chosen on the test set) for every validation-selected
+run PSI-PFL's paper reports (ζ chosen on the test set as the authors' ``main.py``: one
+percentile per setting by the best mean over its seeds) for every validation-selected
 ``psi_pfl`` record (:func:`fedlib.analysis.psi_pfl_study.paper_variant_records`)."""
 
 

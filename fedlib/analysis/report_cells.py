@@ -281,7 +281,8 @@ def _psi_pfl_cells() -> list[Cell]:
     (:data:`psi_pfl_study.PAPER_EQ3`) at the most heterogeneous setting
     (:data:`psi_pfl_study.PAPER_MOST_HETEROGENEOUS`: α = 0.05, K = 100). The text names no data
     set for them; they are read on the ACSIncome stand-in. PSI-PFL's AD/SDAD are the paper's
-    test-selected variant's (derived from the validation-selected records, ``derive``); ours
+    test-selected variant's (derived from the validation-selected records, ``derive``: one ζ per
+    setting by the best mean test accuracy over its seeds, as the authors' ``main.py``); ours
     (ζ chosen on validation) is a second reading. AD/SDAD use the CL run of the same setting and
     seed in the folder; CP leaves the clients at accuracy 0 out (``cp_nonzero``). Every reading is
     repeated at the most heterogeneous α that ran here, since the stand-in's partition can be
