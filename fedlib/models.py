@@ -10,6 +10,10 @@ mlp          3 hidden layers of 500 ReLU units (Serengeti, Letter)
 fmnist_cnn   3×3 convs with 8/16/32 maps, each + ReLU + 2×2 max-pool, dense 2048 ReLU.
              The authors' code used valid padding with Dense(8·8·32) for 32×32 inputs;
              here padding=1 so the same stack fits 28×28 (28→14→7→3, flatten 288).
+fmnist_cnn_bn  ``fmnist_cnn`` with a BatchNorm after every conv (conv → BN → ReLU → pool), torch's
+             BN defaults (eps 1e-5, momentum 0.1), the dense layers as ``fmnist_cnn``. Not a
+             paper's model: a labelled reading for CAFA's FMNIST stand-in, whose authors' VGG-19
+             has a BatchNorm after every conv (:mod:`fedlib.analysis.cafa_study`).
 cifar_cnn    three blocks of two 3×3 convs (32/64/128, same padding, BN, ReLU) + 2×2
              max-pool + dropout 0.2/0.3/0.4, then dense 128 (BN, ReLU, dropout 0.5).
              BatchNorm uses Keras's defaults (momentum 0.99 ⇒ torch momentum 0.01,
@@ -32,8 +36,9 @@ resnet18     ResNet-18 (He et al. 2016): BasicBlocks [2, 2, 2, 2] with 64/128/25
 vgg19        VGG-19 configuration E (Simonyan & Zisserman 2015) with BatchNorm after
              every conv (torchvision's vgg19_bn feature stack; convs keep their bias)
              (CAFA: "The VGG19 [14] was used as the image classification model"), then
-             the CIFAR classifier: flatten 512 → Linear(512, C) (20 040 522 weights for
-             3×32×32 and 10 classes). The 2×2 max-pools use ceil_mode, which changes
+             the authors' classifier (their ``models/vgg.py``): flatten 512 → Linear(512, 512)
+             → ReLU → Linear(512, 512) → ReLU → Linear(512, C), no dropout (20 565 834
+             weights for 3×32×32 and 10 classes). The 2×2 max-pools use ceil_mode, which changes
              nothing for sides divisible by 32 but lets 28×28 inputs through
              (28→14→7→4→2→1 instead of reaching 0); AdaptiveAvgPool2d(1) before the
              flatten is the identity on 32×32 inputs and keeps D = 512 for larger ones.
@@ -85,7 +90,7 @@ ARCH_FOR_DATASET = {
 
 _TEXT_ARCHS = ("lstm", "embed_dnn")
 _OPTIONS = {"mlp": {"hidden"}, "lstm": {"embed_dim", "hidden"}, "embed_dnn": {"embed_dim", "hidden"}}
-_IMAGE_ARCHS = ("fmnist_cnn", "cifar_cnn", "lenet5", "cnn", "resnet18", "vgg19")
+_IMAGE_ARCHS = ("fmnist_cnn", "fmnist_cnn_bn", "cifar_cnn", "lenet5", "cnn", "resnet18", "vgg19")
 # Smallest input side per architecture with a bound: the last BatchNorm must see ≥ 2×2
 # positions per sample. resnet18: 3 stride-2 stages, ⌈h/8⌉ ≥ 2 ⇔ h ≥ 9; vgg19: its last
 # block follows 4 ceil-mode 2×2 max-pools, ⌈h/16⌉ ≥ 2 ⇔ h ≥ 17.
@@ -152,16 +157,19 @@ def _mlp(n_classes, input_shape, hidden=500, **_):
     )
 
 
-def _fmnist_cnn(n_classes, input_shape, **_):
-    c = input_shape[0]
-    features = nn.Sequential(
-        nn.Conv2d(c, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(),
-    )
-    n_flat = _conv_out_features(features, input_shape)
-    return nn.Sequential(features, nn.Linear(n_flat, 2048), nn.ReLU(), nn.Linear(2048, n_classes))
+def _fmnist_cnn(n_classes, input_shape, batch_norm=False, **_):
+    layers, c_in = [], input_shape[0]
+    for c_out in (8, 16, 32):
+        layers += [nn.Conv2d(c_in, c_out, 3, padding=1), *([nn.BatchNorm2d(c_out)] if batch_norm else []),
+                   nn.ReLU(), nn.MaxPool2d(2)]
+        c_in = c_out
+    features = nn.Sequential(*layers, nn.Flatten())
+    n_flat = _conv_out_features(features.eval(), input_shape)
+    return nn.Sequential(features.train(), nn.Linear(n_flat, 2048), nn.ReLU(), nn.Linear(2048, n_classes))
+
+
+def _fmnist_cnn_bn(n_classes, input_shape, **_):
+    return _fmnist_cnn(n_classes, input_shape, batch_norm=True)
 
 
 def _cifar_cnn(n_classes, input_shape, **_):
@@ -269,7 +277,8 @@ def _vgg19(n_classes, input_shape, **_):
         else:
             layers += [nn.Conv2d(c_in, v, 3, padding=1), nn.BatchNorm2d(v), nn.ReLU()]
             c_in = v
-    features = nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten())
+    features = nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                             nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU())
     return nn.Sequential(features, nn.Linear(512, n_classes))
 
 
@@ -277,6 +286,7 @@ ARCHITECTURES = {
     "logistic": _logistic,
     "mlp": _mlp,
     "fmnist_cnn": _fmnist_cnn,
+    "fmnist_cnn_bn": _fmnist_cnn_bn,
     "cifar_cnn": _cifar_cnn,
     "lstm": _lstm,
     "embed_dnn": _embed_dnn,

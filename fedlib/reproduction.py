@@ -13,7 +13,9 @@ proof, of what produced the published numbers:
   Clust-PSI-PFL) train Keras Adam, batch 32 — the workbook's protocol — but Flower samples
   max(⌊q·n⌋, 2) clients (``FLConfig.min_clients = 2``); Clust-PSI-PFL falls back to τ = 1 when
   every silhouette is ≤ 0;
-* FedProx's client never read μ, so it ran as FedAvg (μ = 0); PSI-PFL chose ζ on the test set;
+* FedProx's client never read μ, so it ran as FedAvg (μ = 0); PSI-PFL chose ζ on the test set,
+  one percentile per setting by the best mean over the seeds
+  (:func:`fedlib.analysis.psi_pfl_study.authors_zeta_choice`);
 * the FedLab baselines (PoC, HACCS, FedCLS, CFL, FedSoft) train **plain SGD, lr 0.001, batch
   64, no shuffling** (:data:`FEDLAB_FL`; FedSoft shuffled) and the server takes the plain mean
   of the clients' models (FedSoft: importance-weighted); each method's own rules as that code
@@ -26,6 +28,13 @@ proof, of what produced the published numbers:
   mean over their cluster models of each model's accuracy on the pooled test set**
   (``'best_round_pooled_cluster_mean'``, from the per-round ``pooled_model_accuracy`` that
   :meth:`fedlib.methods.Context.log_round` records for them).
+
+The same two readings serve CAFA's training (notebook 08, Tables IV–V), whose authors' code is
+another repository (Gengsheng-Li/Non-IID-Robust-Federated-Learning-Algorithms): ``paper_code``
+runs CAFA with that code's clustering, K-means with a fixed k and random_state 0 instead of the
+paper text's silhouette search (``Hyper(clustering='fixed')``, :mod:`fedlib.methods.cafa`). The
+grids apply it to CAFA only there (:func:`fedlib.analysis.cafa_study.training_specs`): the CAFA
+code's FedAvg and FedProx are not the PSI code's.
 
 What each method changes is :data:`PAPER_CODE` (training settings ``fl`` and hyperparameters
 ``hyper`` that override a spec's own for the fields they name, and the reporting rule); a
@@ -93,6 +102,10 @@ PAPER_CODE = {
                     report="best_round_pooled_cluster_mean",
                     note=_FEDLAB + "; mean-of-norms split test, no warm-up; best round, cluster models on the "
                                    "pooled test set"),
+    # CAFA's authors' train.py (not the PSI code): k fixed (cafa.AUTHORS_TRAIN_K = 6), random_state 0
+    "cafa": Settings(hyper={"clustering": "fixed", "k_fixed": 6},
+                     note="CAFA's authors' train.py: KMeans(n_clusters=6, random_state=0) on the label histograms, "
+                          "no silhouette search"),
     "fedsoft": Settings(fl={**FEDLAB_FL, "shuffle": True}, hyper={"variant": "psi_code", "estimation_interval": 2},
                         report="best_round_pooled_cluster_mean",
                         note="FedLab: SGD 0.001, batch 64, shuffled; uniform sampling, λ not λ/2, importance "

@@ -91,6 +91,40 @@ def test_cbcc_takes_k_from_a_given_curve():
         cafa.cbcc(counts, random_state=0, curve={11: 0.5})
 
 
+def test_fixed_k_is_the_authors_kmeans_without_a_search():
+    """The authors' train.py: KMeans(n_clusters=k, random_state=0), no silhouette search. By hand:
+    4 clients at e1 (A), 2 at e2 (B), 1 at e3 (C). The search scores k = 3 at (4 + 2)/7 (a
+    singleton's silhouette is 0) above k = 2 at (4·1 + 2·½ + 0)/7 (B in {B, C}: a = √2/2, b = √2)
+    and takes 3; a fixed k = 2 forms {A}, {B, C}
+    (within-cluster SSE 12/9, below {A, C}, {B}'s 8/5 and {A, B}, {C}'s 12/5)."""
+    counts = np.array([[10, 0, 0]] * 4 + [[0, 10, 0]] * 2 + [[0, 0, 10]])
+    searched = cafa.cbcc(counts, random_state=0)
+    assert searched.k == 3 and searched.silhouettes == pytest.approx({2: 5 / 7, 3: 6 / 7})
+    assert np.allclose(searched.weights, [4 / 7] * 4 + [2 / 7] * 2 + [1 / 7])
+    fixed = cafa.cbcc(counts, random_state=0, k=2)
+    assert fixed.k == 2 and fixed.silhouettes == {}
+    assert fixed.labels[4] == fixed.labels[5] == fixed.labels[6] != fixed.labels[0]
+    assert np.allclose(fixed.weights, [4 / 7] * 4 + [3 / 7] * 3)
+    assert fixed.iid_mask.tolist() == [True] * 4 + [False] * 3  # the largest cluster, {A}
+    three = cafa.cbcc(counts, random_state=0, k=3)
+    assert np.allclose(three.weights, searched.weights) and three.silhouettes == {}
+    with pytest.raises(ValueError, match=r"k must be an integer in \[1, 7\], got 8"):
+        cafa.cbcc(counts, random_state=0, k=8)
+    with pytest.raises(ValueError, match="curve must be None when k is given"):
+        cafa.cbcc(counts, random_state=0, k=2, curve={2: 0.5})
+
+
+def test_run_with_the_authors_clustering_uses_k_fixed_and_random_state_0():
+    out = cafa.run(val_context(rounds=1), cafa.Hyper(clustering="fixed", k_fixed=2))
+    assert out.info["k"] <= 2 and out.info["silhouettes"] == {} and out.info["kmeans_random_state"] == 0
+    searched = cafa.run(val_context(rounds=1), cafa.Hyper())
+    assert searched.info["silhouettes"] and searched.info["kmeans_random_state"] != 0
+    ctx = val_context()
+    with pytest.raises(ValueError, match=r"k_fixed must be ≤ K = 10"):
+        cafa.run(ctx, cafa.Hyper(clustering="fixed", k_fixed=11))
+    assert ctx.history == []
+
+
 def test_mean_silhouette_curve_is_the_mean_of_the_curves():
     rng = np.random.default_rng(1)
     vs = [cafa.class_distribution(rng.integers(1, 50, size=(8, 4))) for _ in range(3)]
@@ -338,6 +372,8 @@ def test_no_validation_split_fails_before_training():
     ({"k_min": 1}, r"k_min must be an integer ≥ 2, got 1"),
     ({"k_min": 4, "k_max": 3}, r"k_max must be an integer ≥ 4"),
     ({"n_init": 0}, r"n_init must be an integer ≥ 1, got 0"),
+    ({"clustering": "kmeans"}, r"clustering must be one of \['silhouette', 'fixed'\], got 'kmeans'"),
+    ({"k_fixed": 0}, r"k_fixed must be an integer ≥ 1, got 0"),
 ])
 def test_bad_hyper(values, match):
     with pytest.raises(ValueError, match=match):
@@ -529,22 +565,98 @@ def test_one_table_per_iid_share_and_the_noniid_claim():
     assert S.noniid_verdicts(split[0.0]) == []  # one share: no claim
 
 
-def test_the_report_reads_cafa_training_records_of_the_authors_protocol(tmp_path):
+def _authors_record(method, seed, official, level=0.0, status="ok", **spec):
+    rec = _record(method, seed, official, [0.99] * len(official), fl=S.AUTHORS_FL, level=level, n_clients=20, **spec)
+    rec["spec"]["fl"] = dict(S.AUTHORS_FL)
+    rec.update(record_version=1, global_accuracy=0.99, key=f"{method}-{seed}-{level}-{spec}", status=status)
+    if status == "failed":  # a diverged run: no history, its round kept
+        rec.update(history_before_divergence=rec.pop("history"), error="diverged",
+                   divergence={"round_idx": 4, "optimizer": "sgd", "lr": 0.1})
+    return rec
+
+
+def _write_records(root, recs):
     import json
+    (root / "cafa" / "training").mkdir(parents=True, exist_ok=True)
+    for i, rec in enumerate(recs):
+        (root / "cafa" / "training" / f"r{i}.json").write_text(json.dumps(rec))
+
+
+def _cafa_values(root, reading_name):
     from fedlib.analysis.report import row_values
     from fedlib.analysis.report_cells import cells
 
-    official, pooled = [0.5] * 29 + [0.9] + [0.6] * 120, [0.99] * 150
-    rec = _record("cafa", 0, official, pooled, fl=S.AUTHORS_FL, level=0.0)  # IID share 0, as the grid
-    rec["spec"]["fl"] = dict(S.AUTHORS_FL)
-    (tmp_path / "cafa" / "training").mkdir(parents=True)
-    rec.update(record_version=1, global_accuracy=pooled[-1])  # what every run record holds (fedlib.records)
-    (tmp_path / "cafa" / "training" / "r.json").write_text(json.dumps(rec))
-    ours = {(c.table, c.column): row_values(c.readings[0], root=tmp_path)[0]
-            for c in cells() if c.paper == "cafa" and c.row == "cafa" and c.table in ("Table IV", "Table V")}
-    assert ours[("Table IV", "rounds 0–29")] == pytest.approx([100 * (0.5 * 29 + 0.9) / 30])  # rounds 1-30
-    assert ours[("Table IV", "rounds 30–59")] == pytest.approx([60.0])
-    assert ours[("Table V", "best accuracy")] == pytest.approx([90.0])  # official test, not the pooled 99 %
+    return {(c.row, c.table, c.column): row_values(next(r for r in c.readings if r.name == reading_name), root=root)
+            for c in cells() if c.paper == "cafa" and c.table in ("Table IV", "Table V")
+            and any(r.name == reading_name for r in c.readings)}
+
+
+def test_the_report_reads_cafa_training_records_of_the_authors_protocol(tmp_path):
+    official = [0.5] * 29 + [0.9] + [0.6] * 120
+    _write_records(tmp_path, [_authors_record(m, 0, official) for m in ("fedavg", "fedprox", "cafa")])
+    ours = _cafa_values(tmp_path, "authors' protocol")
+    assert ours[("cafa", "Table IV", "rounds 0–29")][0] == pytest.approx([100 * (0.5 * 29 + 0.9) / 30])  # rounds 1-30
+    assert ours[("cafa", "Table IV", "rounds 30–59")][0] == pytest.approx([60.0])
+    assert ours[("cafa", "Table V", "best accuracy")][0] == pytest.approx([90.0])  # official test, not the pooled 99 %
+
+
+def test_the_report_reads_tables_4_and_5_over_the_seeds_every_method_finished(tmp_path):
+    """IID share 0: FedAvg seeds 0, 1; FedProx seed 1; CAFA seed 1 and a diverged seed 0 → every row
+    rests on seed 1 only, FedAvg's seed 0 named as left out. IID share 0.5 (beside it): FedAvg and
+    FedProx seed 0, CAFA none → no row. CAFA's paper_code run (seed 1) is read against the same
+    FedAvg and FedProx runs."""
+    best = {0: [0.7], 1: [0.8]}
+    recs = [_authors_record("fedavg", 0, best[0]), _authors_record("fedavg", 1, best[1]),
+            _authors_record("fedprox", 1, [0.75]), _authors_record("cafa", 1, [0.85]),
+            _authors_record("cafa", 0, [0.2], status="failed"),
+            _authors_record("fedavg", 0, [0.6], level=0.5), _authors_record("fedprox", 0, [0.65], level=0.5),
+            _authors_record("cafa", 1, [0.9], reproduction="paper_code")]
+    _write_records(tmp_path, recs)
+    at0 = _cafa_values(tmp_path, "authors' protocol")
+    values, other = at0[("fedavg", "Table V", "best accuracy")]
+    assert values == pytest.approx([80.0])  # seed 1 only, not the mean of 70 and 80
+    assert other == ["seed 0: not finished by every method of the table (no FedProx, CAFA run)"]
+    assert at0[("fedprox", "Table V", "best accuracy")] == (pytest.approx([75.0]), [])
+    values, other = at0[("cafa", "Table V", "best accuracy")]
+    assert values == pytest.approx([85.0]) and other[0].startswith("failed (CAFA seed 0: diverged in round 5")
+    half = _cafa_values(tmp_path, "authors' protocol, IID share 0.5")
+    assert half[("fedavg", "Table V", "best accuracy")] == (
+        [], ["seed 0: not finished by every method of the table (no CAFA run)"])
+    code = _cafa_values(tmp_path, "authors' protocol, authors' fixed-k clustering")
+    assert set(code) == {("cafa", "Table IV", f"rounds {a}–{b}") for a, b in S.PAPER_WINDOWS} | {
+        ("cafa", "Table V", "best accuracy")}
+    assert code[("cafa", "Table V", "best accuracy")] == (pytest.approx([90.0]), [])
+
+
+def test_shared_seeds_keep_the_seeds_every_method_finished():
+    recs = [_authors_record("fedavg", 0, [0.7]), _authors_record("fedavg", 1, [0.8]),
+            _authors_record("fedprox", 1, [0.75]), _authors_record("fedprox", 2, [0.75]),
+            _authors_record("cafa", 1, [0.85]), _authors_record("cafa", 2, [0.2], status="failed")]
+    assert S.shared_seeds(recs) == [1]
+    assert S.shared_seeds(recs, ["fedavg", "fedprox"]) == [1]
+    assert S.shared_seeds(recs, ["fedprox"]) == [1, 2]
+    assert S.shared_seeds(recs, ["fedavg", "fedprox", "cafa", "local"]) == []  # a method with no run
+    assert sorted((r["spec"]["method"], r["spec"]["seed"]) for r in S.shared_seed_records(recs)) == [
+        ("cafa", 1), ("fedavg", 1), ("fedprox", 1)]
+    # the §V-C gains read the shared seeds too: at share 0 seed 1 only (CAFA 0.85 − FedAvg 0.8)
+    gains = S.gain_by_iid_fraction(recs).set_index("method").gain
+    assert gains["fedavg"] == pytest.approx(0.05) and gains["fedprox"] == pytest.approx(0.1)
+
+
+def test_training_specs_add_cafas_paper_code_run_only():
+    specs = S.training_specs("fmnist", 400, [0.0], 20, [0, 1], ["fedavg", "fedprox", "cafa"], {}, {}, 0.2,
+                             reproductions=["paper_text", "paper_code"])
+    assert sorted((s.method, s.reproduction) for s in specs if s.seed == 0) == [
+        ("cafa", "paper_code"), ("cafa", "paper_text"), ("fedavg", "paper_text"), ("fedprox", "paper_text")]
+    code = next(s for s in specs if s.reproduction == "paper_code")
+    assert code.effective()[0] == {"clustering": "fixed", "k_fixed": 6}  # the authors' train.py clustering
+    plain = S.training_specs("fmnist", 400, [0.0], 20, [0], ["fedavg", "cafa"], {}, {}, 0.2)
+    assert {s.reproduction for s in plain} == {"paper_text"}  # the default: the keys of the committed records
+    with pytest.raises(ValueError, match="reproductions must be a non-empty list"):
+        S.training_specs("fmnist", 400, [0.0], 20, [0], ["cafa"], {}, {}, 0.2, reproductions="paper_code")
+    mixed = [_authors_record("cafa", 0, [0.5]), _authors_record("cafa", 0, [0.6], reproduction="paper_code")]
+    with pytest.raises(ValueError, match="records must be runs of one reproduction"):
+        S.history_frame(mixed)
 
 
 def test_runspec_without_validation_split_is_refused_before_any_work():

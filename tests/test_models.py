@@ -18,6 +18,7 @@ SHAPES = {  # arch: (input_shape, vocab_size)
     "logistic": ((107,), None),
     "mlp": ((16,), None),
     "fmnist_cnn": ((1, 28, 28), None),
+    "fmnist_cnn_bn": ((1, 28, 28), None),
     "cifar_cnn": ((3, 32, 32), None),
     "lstm": ((25,), 300),
     "embed_dnn": ((20,), 300),
@@ -192,12 +193,13 @@ def _resnet18_weights(c_in, n_classes):
 
 
 def _vgg19_bn_weights(c_in, n_classes):
-    """Configuration E, every 3×3 conv with bias + BN, classifier Linear(512, C)."""
+    """Configuration E, every 3×3 conv with bias + BN, then the authors' classifier (their
+    models/vgg.py): Linear(512, 512), ReLU, Linear(512, 512), ReLU, Linear(512, C)."""
     total = 0
     for c_out in (64, 64, 128, 128, 256, 256, 256, 256) + (512,) * 8:
         total += _conv(c_in, c_out, 3, True) + 2 * c_out
         c_in = c_out
-    return total + 512 * n_classes + n_classes
+    return total + 2 * (512 * 512 + 512) + 512 * n_classes + n_classes
 
 
 def _n_weights(model):
@@ -205,9 +207,10 @@ def _n_weights(model):
 
 
 def test_resnet18_and_vgg19_weight_counts():
-    # the published CIFAR-10 sizes: ResNet-18 ≈ 11.17 M, VGG-19-bn ≈ 20.04 M
+    # the published CIFAR-10 sizes: ResNet-18 ≈ 11.17 M; VGG-19-bn 20.04 M with one Linear(512, 10),
+    # + 2·(512·512 + 512) = 525 312 for the authors' 512-512-10 classifier
     assert _resnet18_weights(3, 10) == 11_173_962
-    assert _vgg19_bn_weights(3, 10) == 20_040_522
+    assert _vgg19_bn_weights(3, 10) == 20_040_522 + 525_312 == 20_565_834
     for shape in ((3, 32, 32), (1, 28, 28)):
         assert _n_weights(build_model("resnet18", 10, shape)) == _resnet18_weights(shape[0], 10)
         assert _n_weights(build_model("vgg19", 10, shape)) == _vgg19_bn_weights(shape[0], 10)
@@ -226,8 +229,28 @@ def test_resnet18_and_vgg19_layers():
     assert convs == [64, 64, 128, 128, 256, 256, 256, 256] + [512] * 8
     assert sum(isinstance(m, nn.BatchNorm2d) for m in vgg.modules()) == 16
     assert sum(isinstance(m, nn.MaxPool2d) for m in vgg.modules()) == 5
+    linears = [(m.in_features, m.out_features) for m in vgg.modules() if isinstance(m, nn.Linear)]
+    assert linears == [(512, 512), (512, 512), (512, 10)]  # the authors' classifier, no dropout
+    assert not any(isinstance(m, nn.Dropout) for m in vgg.modules())
+    assert body(vgg)(torch.zeros(2, 3, 32, 32)).shape == (2, 512) and head(vgg).in_features == 512
     bns = [m for m in list(resnet.modules()) + list(vgg.modules()) if isinstance(m, nn.BatchNorm2d)]
     assert all(bn.eps == 1e-5 and bn.momentum == 0.1 for bn in bns)  # torch's defaults
+
+
+def test_fmnist_cnn_bn_is_fmnist_cnn_with_a_batchnorm_after_every_conv():
+    plain, bn = build_model("fmnist_cnn", 10, (1, 28, 28)), build_model("fmnist_cnn_bn", 10, (1, 28, 28))
+    mods = list(bn.modules())
+    convs = [i for i, m in enumerate(mods) if isinstance(m, nn.Conv2d)]
+    assert [m.out_channels for m in mods if isinstance(m, nn.Conv2d)] == [8, 16, 32]
+    assert all(isinstance(mods[i + 1], nn.BatchNorm2d) and isinstance(mods[i + 2], nn.ReLU) for i in convs)
+    assert all(m.eps == 1e-5 and m.momentum == 0.1 for m in mods if isinstance(m, nn.BatchNorm2d))  # torch's
+    assert not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in plain.modules())
+    # the same weights plus γ, β of 8 + 16 + 32 maps; the same dense layers
+    assert _n_weights(bn) == _n_weights(plain) + 2 * (8 + 16 + 32)
+    assert [tuple(p.shape) for n, p in bn.named_parameters() if p.ndim == 2] == \
+           [tuple(p.shape) for n, p in plain.named_parameters() if p.ndim == 2]
+    bn.train()
+    assert bn(torch.randn(1, 1, 28, 28)).shape == (1, 10)  # a one-sample training batch passes
 
 
 @pytest.mark.parametrize("arch", ["resnet18", "vgg19"])

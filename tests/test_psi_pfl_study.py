@@ -183,3 +183,60 @@ def test_an_infeasible_setting_stays_infeasible_for_the_paper_variant():
     (v,) = study.paper_variant_records([infeasible])
     assert v["status"] == "infeasible" and v["spec"]["method"] == study.PAPER_VARIANT
     assert infeasible["spec"]["method"] == "psi_pfl"  # the original record is untouched
+
+
+# ----------------------------------------------------------------------------- the authors' ζ choice
+def _c(p, z, acc, n_selected=3):
+    return {"percentile": float(p), "threshold": z, "test_accuracy": acc, "n_selected": n_selected}
+
+
+def test_authors_zeta_is_one_percentile_by_the_mean_over_seeds_duplicates_dropped():
+    """By hand. Seed 0: the 25th percentile's threshold equals the 10th's (dropped); seed 1 has
+    three distinct thresholds. Means over the seeds that kept each percentile: 10th (0.9 + 0.6)/2
+    = 0.75, 25th 0.65 (seed 1 only), 50th (0.5 + 0.7)/2 = 0.6 → the 10th for both seeds; seed 1
+    reports 0.6, not its own best 0.7. Keeping the duplicate would have made the 25th
+    (0.9 + 0.65)/2 = 0.775 the best."""
+    by_seed = {0: [_c(10, 0.1, 0.9), _c(25, 0.1, 0.9), _c(50, 0.3, 0.5)],
+               1: [_c(10, 0.1, 0.6), _c(25, 0.2, 0.65), _c(50, 0.3, 0.7)]}
+    got = study.authors_zeta_choice(by_seed)
+    assert got["kept"] == {0: [10.0, 50.0], 1: [10.0, 25.0, 50.0]}
+    assert got["mean"] == pytest.approx({10.0: 0.75, 25.0: 0.65, 50.0: 0.6})
+    assert got["percentile"] == 10.0 and got["chosen"] == {0: 0, 1: 0}
+
+
+def test_authors_zeta_reports_the_kept_run_of_a_dropped_percentile_and_ties_take_the_lower():
+    # the 25th wins on seed 1's 0.95 alone; seed 0 dropped it, so it reports the 10th's run (same pool)
+    by_seed = {0: [_c(10, 0.1, 0.9), _c(25, 0.1, 0.9), _c(50, 0.3, 0.5)],
+               1: [_c(10, 0.1, 0.6), _c(25, 0.2, 0.95), _c(50, 0.3, 0.7)]}
+    got = study.authors_zeta_choice(by_seed)
+    assert got["percentile"] == 25.0 and got["chosen"] == {0: 0, 1: 1}
+    tie = study.authors_zeta_choice({0: [_c(10, 0.1, 0.8), _c(25, 0.2, 0.8)]})
+    assert tie["percentile"] == 10.0 and tie["chosen"] == {0: 0}
+    with pytest.raises(ValueError, match="candidates_by_seed must be every seed's candidates at the same percentiles"):
+        study.authors_zeta_choice({0: [_c(10, 0.1, 0.8)], 1: [_c(25, 0.1, 0.8)]})
+    with pytest.raises(ValueError, match="candidates_by_seed must be a non-empty dict"):
+        study.authors_zeta_choice({})
+
+
+def test_authors_pool_copies_a_pool_of_at_most_two_clients_four_times():
+    assert study.authors_pool([3]) == [3, 3, 3, 3]
+    assert study.authors_pool([1, 2]) == [1, 2, 1, 2, 1, 2, 1, 2]
+    assert study.authors_pool([1, 2, 3]) == [1, 2, 3]
+
+
+def test_paper_variant_chooses_one_zeta_per_setting_over_its_seeds():
+    # seed 0's best test candidate is the 10th (0.85), seed 1's the 50th (0.9); means: 10th
+    # (0.85 + 0.2)/2 = 0.525, 25th (0.7 + 0.6)/2 = 0.65, 50th (0.5 + 0.9)/2 = 0.7 → the 50th for
+    # both seeds (seed 0: 0.5, not its best 0.85)
+    c1 = [cand(10, 0.5, (2, 2)), cand(25, 0.5, (6, 6)), cand(50, 0.9, (9, 9)),
+          cand(75, 0.5, (5, 4)), cand(90, 0.4, (4, 4))]
+    recs = [record("psi_pfl", 0.1, seed=0, candidates=CANDS), record("psi_pfl", 0.1, seed=1, candidates=c1),
+            record("psi_pfl", 0.5, seed=0, candidates=CANDS)]  # another setting: its own choice
+    out = {(v["spec"]["level"], v["spec"]["seed"]): v for v in study.paper_variant_records(recs)}
+    assert {k: v["info"]["percentile"] for k, v in out.items()} == {(0.1, 0): 50.0, (0.1, 1): 50.0, (0.5, 0): 10.0}
+    assert out[(0.1, 0)]["correct"] == [5, 5] and out[(0.1, 0)]["global_accuracy"] == pytest.approx(0.5)
+    assert out[(0.1, 1)]["global_accuracy"] == pytest.approx(0.9)
+    assert out[(0.1, 0)]["info"]["zeta_seeds"] == [0, 1] and out[(0.5, 0)]["info"]["zeta_seeds"] == [0]
+    assert out[(0.1, 0)]["info"]["zeta_mean_test_accuracy"] == pytest.approx(0.7)
+    # cand()'s 50th pool holds 1 + 50 // 50 = 2 clients: the authors' code copied it ×4
+    assert out[(0.1, 0)]["info"]["authors_pool_copied"] and out[(0.5, 0)]["info"]["authors_pool_copied"]

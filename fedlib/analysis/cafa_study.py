@@ -55,10 +55,23 @@ Two options of the training grid the paper leaves open (departures or readings, 
   share. The paper profile runs 0 (§IV-B as written) and 0.5 (Table III's share);
   :func:`by_iid_fraction` splits the records into one Tables IV–V per setting and
   :func:`noniid_verdicts` computes §V-C's claim across them.
-* **VGG-19** (``arch='vgg19'``, :mod:`fedlib.models`: configuration E with BatchNorm, a
-  Linear(512, C) classifier). Randomly initialised: no pretrained weights can be fetched
+* **VGG-19** (``arch='vgg19'``, :mod:`fedlib.models`: configuration E with BatchNorm, the
+  authors' 512-512-C classifier). Randomly initialised: no pretrained weights can be fetched
   offline, and the paper does not say whether its VGG19 was pretrained. The default
-  (``arch`` None) is the data set's workbook model (FMNIST: ``fmnist_cnn``).
+  (``arch`` None) is the data set's workbook model (FMNIST: ``fmnist_cnn``, no BatchNorm);
+  ``arch='fmnist_cnn_bn'`` is that CNN with a BatchNorm after every conv, as every conv of the
+  authors' VGG-19 has (a labelled reading: whether BatchNorm keeps lr 0.1 finite,
+  ``benchmarks/cafa_bn_probe.py``, records in ``benchmarks/records/cafa/bn_probe``).
+
+Two readings of CAFA's training (``reproductions``, :mod:`fedlib.reproduction`): ``paper_text``
+clusters by §III-A.2's silhouette search; ``paper_code`` by the authors' ``train.py``, K-means with
+a fixed k and random_state 0 (``cafa.Hyper(clustering='fixed')``). Only CAFA gets a ``paper_code``
+run here (:data:`PAPER_CODE_METHODS`): the PSI code's FedAvg/FedProx quirks that
+:data:`fedlib.reproduction.PAPER_CODE` lists are not the CAFA code's.
+
+Tables IV–V compare methods: a row is read only over the seeds that every method of the table
+ran to the end (:func:`shared_seeds`, :func:`shared_seed_records`); a seed that one method lacks
+or diverged in leaves the table for every method, and the table says which seeds it rests on.
 """
 from __future__ import annotations
 
@@ -84,7 +97,8 @@ __all__ = ["PAPER_TABLE2", "PAPER_TABLE3", "PAPER_TABLE4", "PAPER_TABLE5", "PAPE
            "pca_frame", "fig_silhouette", "fig_pca", "training_specs", "history_frame", "window_table",
            "best_table", "ordering_holds", "fig_curves", "table_markdown", "AUTHORS_FL", "OFFICIAL_TEST", "POOLED_SPLIT",
            "run_label", "is_paper_protocol", "verdicts", "GRID_PARAMS", "notebook_grid", "by_iid_fraction",
-           "gain_by_iid_fraction", "noniid_verdicts", "diverged_round", "run_status", "diverged_history_frame"]
+           "gain_by_iid_fraction", "noniid_verdicts", "diverged_round", "run_status", "diverged_history_frame",
+           "PAPER_CODE_METHODS", "shared_seeds", "shared_seed_records"]
 
 # CAFA Table II (25 % IID clients) and Table III (50 %): (n_IID, n_non-IID) -> k, Acc, Precision,
 # Recall, F1, as printed in the paper.
@@ -313,9 +327,13 @@ def fig_pca(df: pd.DataFrame, title: str):
     return fig
 
 
+PAPER_CODE_METHODS = ("cafa",)
+"""The methods of the training grid that get a ``paper_code`` run (the authors' fixed-k clustering)."""
+
+
 def training_specs(dataset: str, n_train, iid_fractions, n_clients: int, seeds, methods,
                    hyper: dict | None, fl: dict, val_fraction: float, n_global_test: int | None = None,
-                   arch: str | None = None):
+                   arch: str | None = None, reproductions=("paper_text",)):
     """The RunSpecs of Tables IV–V: every method on the same CAFA partitions with a validation
     split (the paper's 20 %, for every method so that all train on the same data), scored on the
     data set's official test set every round (``global_test=True``; ``n_global_test``: its
@@ -327,7 +345,9 @@ def training_specs(dataset: str, n_train, iid_fractions, n_clients: int, seeds, 
     ``'vgg19'``, the paper's VGG-19 with BatchNorm, randomly initialised: no pretrained weights
     offline); None = the data set's workbook model (:data:`fedlib.models.ARCH_FOR_DATASET`).
     ``arch=None`` and ``n_global_test=None`` leave the RunSpecs (and their record keys) as they
-    were before these options existed."""
+    were before these options existed. ``reproductions``: ``'paper_text'`` (every method) and/or
+    ``'paper_code'`` (a second run of the methods of :data:`PAPER_CODE_METHODS` only: CAFA with the
+    authors' fixed-k clustering)."""
     check_number(val_fraction, "val_fraction", 0, 1, low_open=True, high_open=True)
     if arch is not None:
         check_choice(arch, "arch", tuple(ARCHITECTURES))
@@ -336,26 +356,51 @@ def training_specs(dataset: str, n_train, iid_fractions, n_clients: int, seeds, 
         fail("iid_fractions", "a non-empty list of IID shares in [0, 1], e.g. [0.0, 0.5]", iid_fractions)
     for f in levels:
         check_number(f, "iid_fractions entries", 0, 1)
+    if isinstance(reproductions, str) or not list(reproductions):
+        fail("reproductions", "a non-empty list of 'paper_text' / 'paper_code'", reproductions)
     specs = grid_specs([dataset], {"iid_fraction_classes": levels}, [n_clients], seeds, methods,
-                       hyper=hyper, fl=fl, n_train=n_train)
+                       hyper=hyper, fl=fl, n_train=n_train, reproductions=list(reproductions))
     return [dataclasses.replace(s, val_fraction=float(val_fraction), global_test=True, n_global_test=n_global_test,
                                 arch=arch)
-            for s in specs]
+            for s in specs if s.reproduction == "paper_text" or s.method in PAPER_CODE_METHODS]
 
 
 GRID_PARAMS = ("dataset", "n_train", "iid_fractions", "n_clients", "seeds", "methods", "hyper", "fl", "val_fraction",
-               "n_global_test", "arch")
+               "n_global_test", "arch", "reproductions")
 """The parameters of notebook 08 (``params/*/08_cafa.yaml``) that its training grid depends on:
 :func:`notebook_grid`'s keywords."""
 
 
 def notebook_grid(*, dataset: str, n_train, iid_fractions, n_clients: int, seeds, methods, hyper, fl: dict,
-                  val_fraction: float, n_global_test: int | None, arch: str | None) -> dict[str, list]:
+                  val_fraction: float, n_global_test: int | None, arch: str | None,
+                  reproductions=("paper_text",)) -> dict[str, list]:
     """Notebook 08's training grid from its parameters (:data:`GRID_PARAMS`), by table:
     ``'table4'`` — Tables IV–V and Fig. 6 (:func:`training_specs`), every IID share of
-    ``iid_fractions``."""
+    ``iid_fractions`` (and CAFA's ``paper_code`` run where ``reproductions`` asks for it)."""
     return {"table4": training_specs(dataset, n_train, iid_fractions, n_clients, seeds, methods, hyper, fl,
-                                     val_fraction, n_global_test=n_global_test, arch=arch)}
+                                     val_fraction, n_global_test=n_global_test, arch=arch,
+                                     reproductions=reproductions)}
+
+
+def shared_seeds(records, methods=None) -> list[int]:
+    """The seeds every method of a table ran to the end: for each method of ``methods`` (default:
+    every method among ``records``, failed runs included), the seeds of its ``ok`` records;
+    their intersection, ascending. A method without an ok record leaves none."""
+    records = list(records)
+    methods = list(dict.fromkeys(r["spec"]["method"] for r in records)) if methods is None else list(methods)
+    if not methods:
+        return []
+    ok = {m: {int(r["spec"]["seed"]) for r in records if r["spec"]["method"] == m and r["status"] == "ok"}
+          for m in methods}
+    return sorted(set.intersection(*ok.values()))
+
+
+def shared_seed_records(records, methods=None) -> list:
+    """The ok records of :func:`shared_seeds` (the seeds every method of the table ran to the end):
+    what Tables IV–V are read from, so every row rests on the same seeds."""
+    records = list(records)
+    keep = set(shared_seeds(records, methods))
+    return [r for r in records if r["status"] == "ok" and int(r["spec"]["seed"]) in keep]
 
 
 def by_iid_fraction(records) -> dict[float, list]:
@@ -383,6 +428,10 @@ def history_frame(records) -> pd.DataFrame:
     if len(shares) > 1:
         fail("records", "runs of one IID share (split them with by_iid_fraction: one table per setting)",
              f"IID shares {shares}")
+    readings = sorted({r["spec"].get("reproduction") or "paper_text" for r in ok})
+    if len(readings) > 1:
+        fail("records", "runs of one reproduction (paper_text or paper_code: one table per reading)",
+             f"reproductions {readings}")
     rows = [{"method": r["spec"]["method"], "seed": r["spec"]["seed"], "round": h["round"],
              "accuracy": h["global_test_accuracy"], "pooled_split_accuracy": h["global_accuracy"]}
             for r in ok for h in r["history"]]
@@ -498,12 +547,17 @@ def verdicts(records, windows_df: pd.DataFrame, best_df: pd.DataFrame) -> list[s
 
 
 def gain_by_iid_fraction(records) -> pd.DataFrame:
-    """CAFA's best-accuracy gain (official test set, mean over seeds) over each other method, per
-    IID share of the training partition: columns iid_fraction, n_noniid (the non-IID clients
+    """CAFA's best-accuracy gain (official test set, mean over the seeds every method ran to the
+    end, :func:`shared_seed_records`; ``paper_text`` runs) over each other method, per
+    IID share of the training partition (a share without a shared seed gives no row): columns iid_fraction, n_noniid (the non-IID clients
     of K, :func:`true_iid_mask`), method, gain. §V-C's claim — "the improvement accumulates more
     when there are more non-IID clients" — reads as the gain falling as the IID share grows."""
     rows = []
-    for f, recs in by_iid_fraction([r for r in records if r["status"] == "ok"]).items():
+    text = [r for r in records if (r["spec"].get("reproduction") or "paper_text") == "paper_text"]
+    for f, recs in by_iid_fraction(text).items():
+        recs = shared_seed_records(recs)  # every method of the share (failed runs too) on the same seeds
+        if not recs:
+            continue
         best = best_table(history_frame(recs)).set_index("method")
         k = int(recs[0]["spec"]["n_clients"])
         for m in best.index:

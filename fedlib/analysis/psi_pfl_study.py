@@ -2,8 +2,10 @@
 
 ``candidates_frame`` reads every candidate threshold a ``psi_pfl`` record trained (one row per
 run × percentile); ``fig5_thresholds`` draws Fig. 5 (global accuracy per percentile × K × α);
-``paper_variant_records`` derives from each validation-selected record the run the paper
-reports (the threshold with the best **test** accuracy — optimistic, labelled as such);
+``paper_variant_records`` derives from the validation-selected records the runs the paper
+reports, ζ chosen on the **test** set as the authors' ``main.py`` chose it (:func:`authors_zeta_choice`:
+one percentile per setting, by the best mean test accuracy over the setting's seeds, duplicate
+thresholds dropped — optimistic, labelled as such);
 ``fairness_table`` gives CP, AD and SDAD against CL (Fig. 7's numbers); ``fig7_ecdfs`` the ECDFs
 of local accuracy, one panel per (dataset, α); ``observations`` computes whether Observations
 2–4 hold here, each on both variants, naming the one the paper's statement is about;
@@ -27,6 +29,7 @@ from the records' local accuracies, so no run is repeated.
 from __future__ import annotations
 
 import copy
+import json
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -36,11 +39,13 @@ import seaborn as sns
 from ..evaluation import client_parity, summarise_clients
 from ..experiment import present_records
 from ..methods.psi_pfl import rule_changes
+from ..validation import fail
 from .tables import SETTING_KEYS
 from .training_plots import REFERENCES, method_legend, method_order, ecdf_panel
 
 __all__ = ["PAPER_VARIANT", "VARIANTS", "LOW_PERCENTILES", "PAPER_EQ3", "PAPER_MOST_HETEROGENEOUS",
            "grid_specs", "GRID_PARAMS", "notebook_grid", "candidates_frame", "fig5_thresholds",
+           "AUTHORS_SMALL_POOL", "AUTHORS_POOL_COPIES", "authors_pool", "authors_zeta_choice",
            "paper_variant_records", "with_finite_cp",
            "fairness_table", "fig7_ecdfs", "observations", "paper_comparison", "threshold_ties",
            "threshold_tie_lines", "present_records"]
@@ -78,7 +83,9 @@ def grid_specs(datasets, alphas, n_clients, seeds, baselines, *, hyper=None, fl=
     baselines as the authors' PSI-PFL code ran them (PoC, HACCS, FedCLS on plain SGD lr 0.001,
     batch 64, :data:`fedlib.reproduction.PAPER_CODE`), where that differs at the run's K and q.
     ``psi_pfl`` gets no ``paper_code`` run: the code's only change is choosing ζ on the test
-    set, which :func:`paper_variant_records` rebuilds from the ``paper_text`` record."""
+    set, which :func:`paper_variant_records` rebuilds from the ``paper_text`` records (one ζ per
+    setting over its seeds, :func:`authors_zeta_choice`; the ×4 copy of a ≤ 2-client pool is not
+    replayed)."""
     from .. import experiment
 
     specs = experiment.grid_specs(datasets, {"dirichlet": alphas}, n_clients, seeds, [*baselines, METHOD],
@@ -138,12 +145,84 @@ def fig5_thresholds(cands: pd.DataFrame) -> plt.Figure:
     return fig
 
 
+AUTHORS_SMALL_POOL = 2
+AUTHORS_POOL_COPIES = 4
+"""The authors' Flower workaround: a pool of ≤ :data:`AUTHORS_SMALL_POOL` clients trains on its
+client list copied :data:`AUTHORS_POOL_COPIES` times (reference-notes, "Clust-PSI-PFL clustering")."""
+
+
+def authors_pool(clients) -> list:
+    """The client list the authors' code trains a candidate ζ on: ``clients`` (ids) copied ×4
+    when it holds ≤ 2 clients (Flower samples max(⌊q·n⌋, 2) of the list), else unchanged."""
+    clients = [int(c) for c in clients]
+    return clients * AUTHORS_POOL_COPIES if len(clients) <= AUTHORS_SMALL_POOL else clients
+
+
+def authors_zeta_choice(candidates_by_seed: dict) -> dict:
+    """ζ as the authors' ``main.py`` picks it for one setting: one percentile for every seed.
+
+    Per seed, a candidate whose threshold equals that of a lower percentile is dropped (its pool
+    is the same; the code trains each distinct threshold once). The percentile with the best
+    mean test accuracy over the seeds that kept it is chosen (ties: the lower percentile); each
+    seed reports its candidate at that percentile or, where that one was dropped, the kept
+    candidate of the same threshold (the same run).
+
+    Parameters
+    ----------
+    candidates_by_seed : dict seed -> list of dict
+        That seed's candidates in percentile order (a ``psi_pfl`` record's ``info['candidates']``:
+        ``percentile``, ``threshold``, ``test_accuracy``), every seed the same percentiles.
+
+    Returns
+    -------
+    dict with ``percentile`` (the chosen one), ``mean`` (percentile -> mean test accuracy over
+    the seeds that kept it), ``kept`` (seed -> the percentiles kept) and ``chosen`` (seed -> the
+    index of the reported candidate in that seed's list).
+    """
+    if not isinstance(candidates_by_seed, dict) or not candidates_by_seed:
+        fail("candidates_by_seed", "a non-empty dict seed -> list of candidates", candidates_by_seed)
+    grids = {s: [float(c["percentile"]) for c in cands] for s, cands in candidates_by_seed.items()}
+    first = next(iter(grids.values()))
+    if not first or any(g != first for g in grids.values()) or first != sorted(first):
+        fail("candidates_by_seed", "every seed's candidates at the same percentiles, in ascending order", grids)
+    kept, scores = {}, {p: [] for p in first}
+    for s, cands in candidates_by_seed.items():
+        seen, kept[s] = set(), []
+        for c in cands:
+            z = float(c["threshold"])
+            if z in seen:
+                continue
+            seen.add(z)
+            kept[s].append(float(c["percentile"]))
+            scores[float(c["percentile"])].append(float(c["test_accuracy"]))
+    mean = {p: float(np.mean(v)) for p, v in scores.items() if v}
+    best = max(mean.values())
+    chosen_p = min(p for p, m in mean.items() if m == best)
+    chosen = {}
+    for s, cands in candidates_by_seed.items():
+        z = float(cands[first.index(chosen_p)]["threshold"])
+        chosen[s] = next(i for i, c in enumerate(cands) if float(c["threshold"]) == z)  # the kept one
+    return {"percentile": chosen_p, "mean": mean, "kept": kept, "chosen": chosen}
+
+
+def _setting_key(spec: dict) -> str:
+    """Every spec field but the seed: the runs one ζ choice spans."""
+    return json.dumps({k: v for k, v in spec.items() if k != "seed"}, sort_keys=True, default=str)
+
+
 def paper_variant_records(records) -> list[dict]:
-    """For every validation-selected psi_pfl record, the record of the run the paper would
-    report: the candidate with the best test accuracy (ties: lower percentile), its per-client
-    results and metrics, under the method name :data:`PAPER_VARIANT` (an infeasible record
-    stays infeasible; a failed one has no candidates and is left out)."""
-    out = []
+    """The records of the runs the paper reports, ζ chosen on the test set as the authors'
+    ``main.py`` chose it (:func:`authors_zeta_choice`): for every setting (spec but the seed) of
+    the validation-selected ``psi_pfl`` records, one percentile by the best mean test accuracy
+    over the setting's seeds, and per seed that candidate's per-client results and metrics,
+    under the method name :data:`PAPER_VARIANT`. With one seed this is the seed's best test
+    candidate; with n > 1 it is less optimistic than a best per seed.
+
+    The chosen pool's training is this workbook's: where it holds ≤ 2 clients the authors' code
+    trained it on its client list copied ×4 (:func:`authors_pool`), which a record cannot
+    replay; ``info['authors_pool_copied']`` says where. An infeasible record stays infeasible; a
+    failed one has no candidates and is left out."""
+    out, groups = [], {}
     for r in records:
         if r["spec"]["method"] != METHOD or r.get("status") == "failed":
             continue
@@ -152,14 +231,21 @@ def paper_variant_records(records) -> list[dict]:
             continue
         if r["info"]["selected_on"] != "val":
             continue
-        cands = r["info"]["candidates"]
-        best = int(np.argmax([c["test_accuracy"] for c in cands]))
-        v = copy.deepcopy(r)
-        v["spec"]["method"] = PAPER_VARIANT
-        v["correct"] = cands[best]["test_correct"]
-        v.update(summarise_clients(v["correct"], v["n_test"]))
-        v["info"].update(chosen=best, percentile=cands[best]["percentile"], selected_on="test")
-        out.append(v)
+        groups.setdefault(_setting_key(r["spec"]), []).append(r)
+    for recs in groups.values():
+        choice = authors_zeta_choice({r["spec"]["seed"]: r["info"]["candidates"] for r in recs})
+        for r in recs:
+            i = choice["chosen"][r["spec"]["seed"]]
+            c = r["info"]["candidates"][i]
+            v = copy.deepcopy(r)
+            v["spec"]["method"] = PAPER_VARIANT
+            v["correct"] = c["test_correct"]
+            v.update(summarise_clients(v["correct"], v["n_test"]))
+            v["info"].update(chosen=i, percentile=c["percentile"], selected_on="test",
+                             zeta_rule="authors: best mean test accuracy over seeds",
+                             zeta_seeds=sorted(choice["chosen"]), zeta_mean_test_accuracy=choice["mean"][choice["percentile"]],
+                             authors_pool_copied=int(c["n_selected"]) <= AUTHORS_SMALL_POOL)
+            out.append(v)
     return out
 
 

@@ -78,7 +78,8 @@ def _load(directory: str) -> tuple:
 DERIVATIONS = {"psi_pfl_paper_variant": paper_variant_records}
 """Transforms a :class:`report_cells.Reading` may name (``derive``): name -> function of a
 folder's records returning the records the reading matches. ``psi_pfl_paper_variant``: the
-run PSI-PFL's paper reports (ζ chosen on the test set) for every validation-selected
+run PSI-PFL's paper reports (ζ chosen on the test set as the authors' ``main.py``: one
+percentile per setting by the best mean over its seeds) for every validation-selected
 ``psi_pfl`` record (:func:`fedlib.analysis.psi_pfl_study.paper_variant_records`)."""
 
 
@@ -194,16 +195,34 @@ def _not_ok(record) -> str:
     return f"failed ({method} seed {record['spec'].get('seed', 0)}: diverged in round {int(div['round_idx']) + 1}{how})"
 
 
+def _ok_seeds(folder, match: tuple) -> set:
+    """The seeds of the ``ok`` records of ``folder`` that answer ``match``."""
+    return {r["spec"].get("seed", 0) for r in folder
+            if r.get("status") == "ok" and matches(r.get("spec", {}), match)}
+
+
+def _run_name(match: tuple) -> str:
+    m = dict(match)
+    return display_name(m.get("method")) + (f" ({m['reproduction']})" if m.get("reproduction") else "")
+
+
 def row_values(reading, root: Path = RECORDS) -> tuple[list[float], list[str]]:
     """(our values, one per seed in seed order; statuses of the matching records that are not
-    ``ok``) for one reading."""
+    ``ok``) for one reading. With ``reading.shared_with``, only the seeds that every run it names
+    finished count; the reading's other ok seeds are listed among the statuses ("seed s: not
+    finished by every method of the table (…)")."""
     folder, recs = matched_records(reading, root)
     by_seed, other = {}, []
+    per_run = {m: _ok_seeds(folder, m) for m in reading.shared_with}
     for r in recs:
         if r.get("status") != "ok":
             other.append(_not_ok(r))
             continue
         seed = r["spec"].get("seed", 0)
+        lacking = [_run_name(m) for m, seeds in per_run.items() if seed not in seeds]
+        if lacking:
+            other.append(f"seed {seed}: not finished by every method of the table (no {', '.join(lacking)} run)")
+            continue
         if seed in by_seed:
             fail("reading", f"a match that one record per seed answers; in {reading.records}/ two records of "
                             f"seed {seed} match {dict(reading.match)} (pin the field that tells them apart, "
@@ -433,6 +452,8 @@ def _group_of(folder: str, match: tuple) -> str:
     folder, or ``folder:variant`` where the folder's runs come from two parameter files."""
     if folder == "pfedlia/table1" and dict(match).get("pool_test") is True:
         return "pfedlia/table1:fl_bench"
+    if folder == "cafa/training" and dict(match).get("reproduction") == "paper_code":
+        return "cafa/training:paper_code"
     return folder
 
 
@@ -451,6 +472,8 @@ def not_run_groups(df: pd.DataFrame, root: Path | str = RECORDS) -> pd.DataFrame
         methods = list(dict.fromkeys(dict(m).get("method") for m in matches if dict(m).get("method")))
         settings = list(dict.fromkeys(f"{dict(m)['protocol']}:{float(dict(m)['level']):g}" for m in matches
                                       if "protocol" in dict(m) and isinstance(dict(m).get("level"), (int, float))))
+        levels = list(dict.fromkeys(f"{float(dict(m)['level']):g}" for m in matches
+                                    if isinstance(dict(m).get("level"), (int, float))))
         records = _load(str(Path(root) / folder))
         device = "cpu"
         per_run = [_cost_seconds(records, m) for m in matches]
@@ -461,6 +484,7 @@ def not_run_groups(df: pd.DataFrame, root: Path | str = RECORDS) -> pd.DataFrame
         template = RECORD_COMMANDS.get(key)
         command = "" if template is None else template.format(
             settings=",".join(settings), methods=" ".join(methods), methods_csv=",".join(methods),
+            levels=" ".join(levels),
             seeds=" ".join(map(str, NOT_RUN_SEEDS)), seeds_csv=",".join(map(str, NOT_RUN_SEEDS)))
         out.append({"records": folder, "rows": len(g), "runs": len(matches) * len(NOT_RUN_SEEDS),
                     "methods": methods, "settings": settings, "command": command, "device": device,

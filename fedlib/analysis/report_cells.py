@@ -112,6 +112,9 @@ class Reading:
     derive : None, or the name of a transform of the folder's records applied before matching
         (:data:`fedlib.analysis.report.DERIVATIONS`), e.g. ``"psi_pfl_paper_variant"``: the runs
         PSI-PFL's paper reports, rebuilt from the validation-selected records
+    shared_with : matches (tuples like ``match``) of the runs the cell's table compares this one
+        with; non-empty: only the seeds for which every one of them has an ``ok`` record in the
+        folder count (a table of methods read over one set of seeds, e.g. CAFA's Tables IV–V)
     """
     name: str
     records: str
@@ -119,6 +122,7 @@ class Reading:
     metric: str
     window: tuple | None = None
     derive: str | None = None
+    shared_with: tuple = ()
 
 
 _T3_SCRIPT = "python benchmarks/table3_like_for_like.py"
@@ -133,8 +137,12 @@ RECORD_COMMANDS = {
                                                  "--results benchmarks/records/clust_psi_pfl/table3_fedopt_code_defaults",
     "psi_pfl/comparison": "python benchmarks/paper_grid.py psi-pfl --out benchmarks/records/psi_pfl/comparison "
                           "--datasets adult --n-clients 100 --methods {methods} --seeds {seeds}",
-    "cafa/training": "python benchmarks/paper_grid.py cafa-table4 --out benchmarks/records/cafa/training "
-                     "--methods {methods} --seeds {seeds}",
+    "cafa/training": "python -m fedlib.grid cafa-table4 --out benchmarks/records/cafa/training "
+                     "--methods {methods} --seeds {seeds} --iid-fractions {levels}",
+    "cafa/training:paper_code": "sed 's/^reproductions: .*/reproductions: [paper_text, paper_code]/' "
+                                "params/paper/08_cafa.yaml > /tmp/08_cafa_paper_code.yaml && python -m fedlib.grid "
+                                "cafa-table4 --params /tmp/08_cafa_paper_code.yaml --out benchmarks/records/cafa/training "
+                                "--methods {methods} --seeds {seeds} --iid-fractions {levels}",
     "fedprism/table1": "python benchmarks/paper_grid.py fedprism-table1 --out benchmarks/records/fedprism/table1 "
                        "--methods {methods} --seeds {seeds}",
     "fedprism/table9": "python benchmarks/paper_grid.py fedprism-table9 --out benchmarks/records/fedprism/table9 "
@@ -148,7 +156,7 @@ RECORD_COMMANDS = {
 }
 """Records folder (``folder:variant`` where a folder's runs come from two parameter files: pFedLIA's
 FL-bench split) -> the command that computes its runs, resumably (``{settings}``, ``{methods}`` /
-``{methods_csv}``, ``{seeds}`` / ``{seeds_csv}``: what the rows not run need, space- or
+``{methods_csv}``, ``{seeds}`` / ``{seeds_csv}``, ``{levels}``: what the rows not run need, space- or
 comma-separated); the report prints it beside them."""
 
 
@@ -273,7 +281,8 @@ def _psi_pfl_cells() -> list[Cell]:
     (:data:`psi_pfl_study.PAPER_EQ3`) at the most heterogeneous setting
     (:data:`psi_pfl_study.PAPER_MOST_HETEROGENEOUS`: α = 0.05, K = 100). The text names no data
     set for them; they are read on the ACSIncome stand-in. PSI-PFL's AD/SDAD are the paper's
-    test-selected variant's (derived from the validation-selected records, ``derive``); ours
+    test-selected variant's (derived from the validation-selected records, ``derive``: one ζ per
+    setting by the best mean test accuracy over its seeds, as the authors' ``main.py``); ours
     (ζ chosen on validation) is a second reading. AD/SDAD use the CL run of the same setting and
     seed in the folder; CP leaves the clients at accuracy 0 out (``cp_nonzero``). Every reading is
     repeated at the most heterogeneous α that ran here, since the stand-in's partition can be
@@ -340,22 +349,40 @@ def _cafa_cells() -> list[Cell]:
                                                       "random classes with random shares; the authors' gives "
                                                       "1–2 classes with Dirichlet(0.5) shares and equal sizes",
                                     evidence="authors' generator")}))
-    cause = {"*": Cause("stand_in_dataset", "FMNIST with a small CNN stands in for CIFAR-10 with VGG-19")}
+    stand_in = Cause("stand_in_dataset", "FMNIST with a small CNN stands in for CIFAR-10 with VGG-19")
+    half_iid = Cause("partition_rule", "half the clients IID (Table III's share): §IV-B's training partition, as "
+                                       "written, has no IID client (every client 2–4 classes); §V-C's \"more non-IID "
+                                       "clients\" implies settings with some, share not given")
     # the authors' protocol (cafa_study.AUTHORS_FL, params/paper/08_cafa.yaml), scored per round on the
     # official test set (history global_test_accuracy: window_mean / best_round), the whole test set;
-    # the paper's windows count rounds from 0, the records' history from 1
-    # IID share 0 (the training partition of §IV-B), the data set's own model (not VGG-19)
-    authors = dict(global_test=True, n_global_test=None, level=0.0, arch=None,
-                   **{f"fl.{k}": v for k, v in AUTHORS_FL.items()})
+    # the paper's windows count rounds from 0, the records' history from 1; the data set's own model
+    # (not VGG-19). IID share 0 is §IV-B's training partition; 0.5 is shown beside it. Each table is
+    # read over the seeds every method of it ran to the end (shared_with); CAFA's paper_code reading
+    # (the authors' fixed-k clustering) against the same FedAvg and FedProx runs.
+    authors = dict(global_test=True, n_global_test=None, arch=None, **{f"fl.{k}": v for k, v in AUTHORS_FL.items()})
+
+    def match(m, level, reproduction=None):
+        return _m(method=m, level=level, reproduction=reproduction, **authors)
+
+    def readings(m, metric, window=None):
+        out = []
+        for name, level in (("authors' protocol", 0.0), ("authors' protocol, IID share 0.5", 0.5)):
+            table = tuple(match(o, level) for o in PAPER_TABLE5)
+            out.append(Reading(name, "cafa/training", match(m, level), metric, window=window, shared_with=table))
+        if m == "cafa":  # the authors' train.py clustering: K-means with a fixed k, random_state 0
+            table = tuple(match(o, 0.0, "paper_code" if o == "cafa" else None) for o in PAPER_TABLE5)
+            out.append(Reading("authors' protocol, authors' fixed-k clustering", "cafa/training",
+                               match(m, 0.0, "paper_code"), metric, window=window, shared_with=table))
+        return tuple(out)
+
+    causes = {"*": stand_in, "authors' protocol, IID share 0.5": half_iid}
     for m, values in PAPER_TABLE4.items():
         for (lo, hi), v in zip(PAPER_WINDOWS, values):
             out.append(Cell("cafa", "Table IV", m, f"rounds {lo}–{hi}", v,
-                            (Reading("authors' protocol", "cafa/training", _m(method=m, **authors),
-                                     "window_mean", window=(lo + 1, hi + 1)),), causes=cause, chance=10.0))  # 1-based rounds
+                            readings(m, "window_mean", (lo + 1, hi + 1)), causes=causes, chance=10.0))  # 1-based
     for m, v in PAPER_TABLE5.items():
-        out.append(Cell("cafa", "Table V", m, "best accuracy", v,
-                        (Reading("authors' protocol", "cafa/training", _m(method=m, **authors),
-                                 "best_round"),), causes=cause, chance=10.0))
+        out.append(Cell("cafa", "Table V", m, "best accuracy", v, readings(m, "best_round"), causes=causes,
+                        chance=10.0))
     return out
 
 

@@ -48,6 +48,14 @@ Choices where the paper is silent or ambiguous (each a field of :class:`Hyper`):
   the three methods see the same clients each round. Client sample counts do not enter
   Eq. 11 (no FedAvg n_i factor), as written.
 
+The clustering as the authors' training code ran it (their ``ultils.py`` ``get_data_loaders_val``, called
+by ``train.py``): ``KMeans(n_clusters=k, random_state=0)`` on the clients' normalised label
+histograms with a k fixed on the command line, no silhouette search during training. Here
+``Hyper(clustering='fixed', k_fixed=k)`` (K-means random_state 0, :func:`cbcc` with ``k=``);
+the ``paper_code`` reproduction (:mod:`fedlib.reproduction`) runs it with k = 6
+(:data:`AUTHORS_TRAIN_K`). The default, ``clustering='silhouette'``, is §III-A.2 as written. The
+authors' cluster weight |C(i)|/K and the product with the accuracy weights are this module's.
+
 The k search as the authors ran it for Tables II–III (their ``cluster_vis.py``): k over
 2 … 19, the silhouette curve s̄_k averaged over repeated fresh partitions of the same kind
 (:func:`mean_silhouette_curve`), k = its argmax, then K-means with that k on the partition
@@ -78,8 +86,15 @@ from .contract import MethodInfo
 
 NAME = "cafa"
 GRID = {}  # the paper tunes nothing
+CLUSTERINGS = ("silhouette", "fixed")
+"""CBCC's choice of k during training: §III-A.2's silhouette search, or the authors' training code's
+fixed k (K-means random_state 0)."""
+AUTHORS_TRAIN_K = 6
+"""The k of the authors' training K-means (``--num_clusters``), as issue 57 read their ``train.py``.
+Stored versions of their repository differ (``train.py`` defaults of 8, ``train_w_clientselection.py``
+of 5); ``Hyper.k_fixed`` runs any of them."""
 
-__all__ = ["NAME", "GRID", "Hyper", "CBCC", "class_distribution", "silhouette_curve", "mean_silhouette_curve",
+__all__ = ["NAME", "GRID", "CLUSTERINGS", "AUTHORS_TRAIN_K", "Hyper", "CBCC", "class_distribution", "silhouette_curve", "mean_silhouette_curve",
            "select_k", "kmeans_labels", "n_clusters", "iid_cluster", "cbcc_weights", "cbcc", "pooled_accuracy", "abfa_weights",
            "combine_weights", "needs_validation", "run"]
 
@@ -91,10 +106,14 @@ class Hyper:
     k_min: int = 2             # silhouette range (Sec. III-A.2)
     k_max: int | None = None   # None: K − 1
     n_init: int = 10           # K-means restarts
+    clustering: str = "silhouette"  # 'fixed': the authors' train.py, K-means with k_fixed, random_state 0
+    k_fixed: int = AUTHORS_TRAIN_K  # k of clustering='fixed' (unused by 'silhouette')
 
     def __post_init__(self):
         check_choice(self.combine, "combine", ("product", "sum"))
         check_choice(self.abfa_pool, "abfa_pool", ("selected", "iid"))
+        check_choice(self.clustering, "clustering", CLUSTERINGS)
+        check_int(self.k_fixed, "k_fixed", 1)
         check_int(self.k_min, "k_min", 2)
         check_int(self.k_max, "k_max", self.k_min, optional=True)
         check_int(self.n_init, "n_init", 1)
@@ -218,9 +237,14 @@ def cbcc_weights(labels) -> np.ndarray:
 
 
 def cbcc(counts, random_state: int, k_min: int = 2, k_max: int | None = None, n_init: int = 10,
-         curve: dict | None = None) -> CBCC:
+         curve: dict | None = None, k: int | None = None) -> CBCC:
     """Stage 1 on label counts (K, C): features, silhouette choice of k, K-means, IID cluster,
     weights (Eqs. 1–8). ``k_max`` None: K − 1 (both capped at the distinct histograms).
+
+    ``k`` (1 ≤ k ≤ K): K-means with exactly this k, no silhouette search (the authors' training
+    code, ``KMeans(n_clusters=k, random_state=0)``); the result's ``silhouettes`` is empty, and
+    its k counts the clusters filled (fewer than ``k`` where histograms repeat). ``k`` and
+    ``curve`` exclude each other.
 
     ``curve`` (dict k -> s̄_k, e.g. :func:`mean_silhouette_curve` over other partitions): take
     k = argmax of it instead of searching on ``counts`` (the authors' Tables II–III search);
@@ -231,7 +255,13 @@ def cbcc(counts, random_state: int, k_min: int = 2, k_max: int | None = None, n_
     n_clients = len(v)
     check_int(k_min, "k_min", 2)
     check_int(k_max, "k_max", k_min, optional=True)
-    if curve is not None:
+    if k is not None:
+        check_int(k, "k", 1, n_clients)
+        if curve is not None:
+            fail("curve", "None when k is given (a fixed k has no silhouette curve)", curve)
+        labels, centroids = kmeans_labels(v, int(k), random_state, n_init)
+        curve = {}
+    elif curve is not None:
         if not isinstance(curve, dict) or not curve or not all(
                 isinstance(k, (int, np.integer)) and 1 <= k <= n_clients for k in curve):
             fail("curve", f"a non-empty dict k -> mean silhouette with every k in [1, K = {n_clients}]", curve)
@@ -294,12 +324,18 @@ def _check_federation(ctx: Context, hp: Hyper) -> None:
              "0 validation samples")
     if hp.k_max is not None and hp.k_max > ctx.n_clients - 1:
         fail("k_max", f"≤ K − 1 = {ctx.n_clients - 1} (silhouettes need k < K)", hp.k_max)
+    if hp.clustering == "fixed" and hp.k_fixed > ctx.n_clients:
+        fail("k_fixed", f"≤ K = {ctx.n_clients} (K-means cannot form more clusters than clients)", hp.k_fixed)
 
 
 def run(ctx: Context, hp: Hyper) -> Outcome:
     _check_federation(ctx, hp)
     random_state = int(ctx.rng("cbcc").integers(0, 2**31 - 1))
-    stage1 = cbcc(ctx.counts_train, random_state, hp.k_min, hp.k_max, hp.n_init)
+    if hp.clustering == "fixed":  # the authors' train.py: KMeans(n_clusters=k, random_state=0)
+        random_state = 0
+        stage1 = cbcc(ctx.counts_train, random_state, n_init=hp.n_init, k=hp.k_fixed)
+    else:
+        stage1 = cbcc(ctx.counts_train, random_state, hp.k_min, hp.k_max, hp.n_init)
     everyone = np.arange(ctx.n_clients)
     assignment = np.zeros(ctx.n_clients, dtype=np.int64)
 
@@ -324,7 +360,7 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
             "clusters": stage1.labels.tolist(), "cluster_sizes": np.bincount(stage1.labels).tolist(),
             "iid_cluster": stage1.iid_cluster, "iid_clients": np.flatnonzero(stage1.iid_mask).tolist(),
             "cbcc_weights": stage1.weights.tolist(), "selected": selected, "weights": weights,
-            "kmeans_random_state": random_state}
+            "kmeans_random_state": random_state, "clustering": hp.clustering}
     return Outcome(broadcast(model, 1), assignment, info)
 
 

@@ -23,8 +23,11 @@ accuracy it then reports (Section 3, step 3: "Select the optimal threshold based
 highest value of our chosen performance metric"), which makes the reported number an
 optimistic maximum over five test evaluations. Here the default selects on the clients'
 **validation** split (``select_on='val'``; a run needs ``RunSpec(val_fraction > 0)``), and
-the record says which split chose (``info['selected_on']``). ``select_on='test'`` is the
-paper's variant, kept for reproducing its figures and labelled as such in the workbook.
+the record says which split chose (``info['selected_on']``). ``select_on='test'`` picks the
+best test candidate of the one run, a per-seed best; the authors' ``main.py`` instead picks one
+percentile per setting by the best mean test accuracy over its seeds, dropping duplicate
+thresholds. The workbook rebuilds that variant from the validation-selected records
+(:func:`fedlib.analysis.psi_pfl_study.authors_zeta_choice`), labelled as the paper's.
 
 Every candidate's validation and test accuracy, its selected clients and its per-client test
 correct counts are recorded (``info['candidates']``), so Fig. 5 (accuracy per percentile) and
