@@ -447,8 +447,8 @@ def _cost_seconds(records, match: tuple, device: str = "cpu") -> float:
 def _group_of(folder: str, match: tuple) -> str:
     """The key of :data:`report_cells.RECORD_COMMANDS` whose command computes ``match``: the
     folder, or ``folder:variant`` where the folder's runs come from two parameter files."""
-    if folder == "pfedlia/table1" and dict(match).get("pool_test") is True:
-        return "pfedlia/table1:fl_bench"
+    if folder == "pfedlia/table1" and dict(match).get("pool_test") is not True:
+        return "pfedlia/table1:workbook"  # the second reading's split (the paper profile runs FL-bench's)
     return folder
 
 
