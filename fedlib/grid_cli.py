@@ -240,6 +240,10 @@ def describe(spec) -> str:
         from fedlib.analysis import beyond_label  # imported only for its runs: it costs seconds
 
         row = beyond_label.variant_of(d)
+        if row == "cfl":  # the thresholds it runs (the params calibrate ε1)
+            from fedlib.methods import cfl
+
+            row += f" ({cfl.thresholds_label(d.get('hyper'))})"
     elif spec.method == "fedprism":
         row = f"fedprism ({fedprism_study.variant_of(d)})"
     elif spec.protocol in pfedlia_study.SETTINGS:

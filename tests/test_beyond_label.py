@@ -75,6 +75,31 @@ def _record(partition: str, variant: str, acc, grouping=None, seed=0, status="ok
     return rec
 
 
+def test_cfl_row_names_its_thresholds_and_cells_say_where_it_never_split():
+    k = 8
+    acc = np.linspace(0.2, 0.9, k)
+    never = {"split_log": [{"round": 1, "split": False}], "assignment": [0] * k}
+    split = {"split_log": [{"round": 1, "split": False}, {"round": 2, "split": True}], "assignment": [0, 1] * 4}
+    recs = []
+    for part, info in (("rotated", never), ("noise", split)):
+        r = _record(part, "cfl", acc)
+        r["spec"]["hyper"] = {"eps1": "auto", "auto_scale": 0.7}
+        r["info"] = info
+        recs.append(r)
+    df = B.runs_frame(recs)
+    assert list(df.never_split) == [True, False]
+    label = "CFL (ε1 = auto (0.7 × warm-up update), ε2 = 0.1, γ = 0.5)"
+    assert B.variant_row_label(df, "cfl") == label
+    table = B.cell_table(df, "weighted_local", ["rotated", "noise"]).set_index("Variant")
+    assert table.loc[label, B.PARTITIONS["rotated"].label].endswith(" (CFL never split)")
+    assert "never split" not in table.loc[label, B.PARTITIONS["noise"].label]
+    # the grid's calibrated CFL specs at Table II's thresholds: the specs of the records made before issue 57
+    specs = B.training_specs(["rotated"], [], 8, [0], ["cfl", "fedavg"], {"rounds": 4},
+                             hyper={"cfl": {"eps1": "auto", "auto_scale": 0.7}})
+    (old,) = B.table_ii_cfl_specs(specs)
+    assert old.method == "cfl" and old.hyper == {} and old.key() != specs[0].key()
+
+
 def test_runs_frame_scores_groupings_against_the_planted_groups_and_the_small_clients():
     k = 8
     truth = P.planted_clusters("rotated_groups", k, 4)  # i mod 4
@@ -95,7 +120,8 @@ def test_runs_frame_scores_groupings_against_the_planted_groups_and_the_small_cl
     assert df.status.iloc[4] == "failed" and np.isnan(df.weighted_local.iloc[4])
     table = B.cell_table(df, "ari", ["rotated"])
     cells = dict(zip(table.Variant, table[B.PARTITIONS["rotated"].label]))
-    assert cells[B.VARIANTS["fedavg"].label] == "—" and cells[B.VARIANTS["cfl"].label] == "failed"
+    # a CFL spec without eps1 ran Table II's 1e-5: its row says so
+    assert cells[B.VARIANTS["fedavg"].label] == "—" and cells["CFL (ε1 = 1e-05, ε2 = 0.1, γ = 0.5)"] == "failed"
     # the cost is the record's CPU time (cpu_seconds, every thread summed), not its wall time (seconds)
     assert df.cpu_seconds.iloc[0] == 2.0 and df.seconds.iloc[0] == 1.0
     cost = B.cell_table(df, "cpu_seconds", ["rotated"])

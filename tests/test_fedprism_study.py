@@ -104,6 +104,13 @@ def test_cfl_rows_name_their_thresholds_and_only_the_papers_gets_the_paper_value
     assert t.index.tolist() == ["FedAvg", table_ii, auto]
     assert t.loc[table_ii, "α=0.1 Loc"] == "45.00 (n = 1)" and t.loc[table_ii, "α=0.1 Loc (paper)"] == "44.86"
     assert t.loc[auto, "α=0.1 Loc"] == "80.00 (n = 1)" and t.loc[auto, "α=0.1 Loc (paper)"] == "—"
+    # with the split log of the records: the Table II row never split, the calibrated one did
+    recs[0]["info"] = {"split_log": [{"round": 1, "split": False}, {"round": 2, "split": False}]}
+    recs[1]["info"] = {"split_log": [{"round": 1, "split": False}, {"round": 2, "split": True}]}
+    t = S.main_table(S.accuracy_frame(recs), ["fedavg", "cfl"]).set_index("Method")
+    assert t.loc[table_ii, "α=0.1 Loc"] == "45.00 (n = 1) (CFL never split)"
+    assert t.loc[table_ii, "α=0.1 Glob"].endswith("(CFL never split)")
+    assert t.loc[auto, "α=0.1 Loc"] == "80.00 (n = 1)" and t.loc["FedAvg", "α=0.1 Loc"] == "70.00 (n = 1)"
 
 
 def test_ablation_and_sweep_tables(frame):

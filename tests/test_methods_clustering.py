@@ -147,6 +147,42 @@ def test_split_reasons_name_every_failed_condition_in_order():
     assert cfl.split_reasons(float("nan"), 0.5, 0.05, 0.1, 3, False) == ["mean ≥ ε1"]
 
 
+def test_auto_eps1_splits_two_opposed_populations_that_table_ii_never_splits():
+    """By hand: four clients, two populations. At the calibration round (end of warm-up) every
+    update is (1, 1): mean client-update norm √2, so ε1 = 0.7·√2 ≈ 0.99. Later the populations pull
+    apart, (1, 0.1) and (−1, 0.1): ‖mean‖ = 0.1 < 0.99 while each norm ≈ 1.005 > ε2. Table II's
+    ε1 = 1e-5 reads 0.1 ≥ ε1 and never splits; the calibrated ε1 passes the test, the bipartition
+    finds the populations, and γ_max = √((1 − cos)/2) with cos = −0.99/1.01 is above γ = 0.5."""
+    warm = torch.tensor([[1.0, 1.0]] * 4)
+    eps1 = cfl.auto_eps1(cfl.update_norms(warm)["mean_of_norms"], 0.7)
+    assert eps1 == pytest.approx(0.7 * np.sqrt(2))
+    later = torch.tensor([[1.0, 0.1], [-1.0, 0.1], [1.0, 0.1], [-1.0, 0.1]])
+    n = cfl.update_norms(later)
+    assert n["mean_norm"] == pytest.approx(0.1) and n["max_norm"] == pytest.approx(np.sqrt(1.01))
+    assert cfl.split_reasons(n["mean_norm"], n["max_norm"], 1e-5, 0.1, 4, False) == ["mean ≥ ε1"]  # Table II
+    assert cfl.split_reasons(n["mean_norm"], n["max_norm"], eps1, 0.1, 4, False) == []            # calibrated
+    a, b = cfl.bipartition(later)
+    assert a.tolist() == [0, 2] and b.tolist() == [1, 3]
+    g = cfl.gamma_max(cfl.cosine_similarity_matrix(later), a, b)
+    assert g == pytest.approx(np.sqrt((1 + 0.99 / 1.01) / 2)) and g > 0.5
+    # congruent updates (one population) keep ‖mean‖ = mean of the norms: the calibrated test does not fire
+    same = torch.tensor([[1.0, 0.1]] * 4)
+    assert cfl.split_reasons(cfl.update_norms(same)["mean_norm"], np.sqrt(1.01), eps1, 0.1, 4, False) == ["mean ≥ ε1"]
+
+
+def test_never_split_reads_the_split_log_then_the_splits():
+    log = [{"round": 1, "split": False}, {"round": 2, "split": False}]
+    assert cfl.split_rounds({"split_log": log, "splits": []}) == [] and cfl.never_split({"split_log": log})
+    log2 = log + [{"round": 3, "split": True}, {"round": 3, "split": False}, {"round": 4, "split": True}]
+    assert cfl.split_rounds({"split_log": log2}) == [3, 4] and cfl.never_split({"split_log": log2}) is False
+    assert cfl.split_rounds({"splits": [{"round": 5, "sizes": [3, 4]}]}) == [5]  # a record without a log
+    assert cfl.never_split({}) is None and cfl.never_split(None) is None  # not a finished CFL run
+    assert cfl.split_note([True, True]) == cfl.NEVER_SPLIT == "CFL never split"
+    assert cfl.split_note([True, False, None, float("nan")]) == "CFL split in 1 of 2 runs"
+    assert cfl.split_note([False]) == "" and cfl.split_note([None]) == "" and cfl.split_note([]) == ""
+    assert cfl.calibrated({"eps1": "auto"}) and not cfl.calibrated({}) and not cfl.calibrated({"eps1": 1e-5})
+
+
 def test_thresholds_label_fills_in_table_ii():
     assert cfl.thresholds_label({}) == "ε1 = 1e-05, ε2 = 0.1, γ = 0.5"
     assert cfl.thresholds_label({"eps1": 0.4, "eps2": 1.6, "gamma": 0.0, "warmup_rounds": 20}) == \
@@ -263,6 +299,21 @@ def test_cfl_auto_eps1_is_calibrated_at_the_end_of_warm_up_and_splits_the_groups
     assert out.info["eps1"] == pytest.approx(0.5 * last_warm_up[0]["mean_of_norms"])
     assert "departure" in out.info["eps1_rule"]
     assert out.info["n_clusters"] == 2 and recovery_accuracy(out.assignment, group) == 1.0
+
+
+@pytest.mark.cross_cpu
+def test_cfl_table_ii_eps1_never_splits_the_groups_that_auto_at_the_tables_scale_splits():
+    """Notebooks 11 and 12 run ε1 = auto at scale 0.7 where no protocol gives CFL's thresholds:
+    on two opposed label groups Table II's 1e-5 trains FedAvg, the calibrated ε1 finds the groups."""
+    outs = {}
+    for eps1 in (1e-5, "auto"):
+        ctx, group = opposite_label_groups()
+        ctx.cfg = dataclasses.replace(ctx.cfg, rounds=6)
+        outs[eps1] = run("cfl", ctx, eps1=eps1, auto_scale=0.7, warmup_rounds=2)
+    assert cfl.never_split(outs[1e-5].info) and outs[1e-5].info["n_clusters"] == 1
+    assert {r["reason"] for r in outs[1e-5].info["split_log"] if r["round"] > 2} == {"mean ≥ ε1"}
+    assert cfl.never_split(outs["auto"].info) is False
+    assert recovery_accuracy(outs["auto"].assignment, group) == 1.0
 
 
 @pytest.mark.cross_cpu

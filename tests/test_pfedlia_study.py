@@ -87,6 +87,31 @@ def test_tables_from_records():
     assert any("recovers the planted clusters (ARI = 1): True" in x for x in lines)
 
 
+def test_table1_reads_each_split_by_its_metric_and_refuses_mixing_them():
+    """FL-bench's split (pool_test) reads pooled accuracy Σ correct / Σ n (record global_accuracy);
+    the workbook's the mean over clients. Two clients: accuracies 0.9 and 0.5 on 30 and 10 test
+    samples: mean 70 %, pooled (27 + 5) / 40 = 80 %."""
+    fb = record("fedavg", "pathological_clusters", 0, 0.0)
+    fb["spec"]["pool_test"] = True
+    fb.update(local_accuracy=[0.9, 0.5], global_accuracy=0.8)
+    wb = record("fedavg", "pathological_clusters", 0, 0.0)
+    wb.update(local_accuracy=[0.6, 0.4], global_accuracy=0.55)
+    never = record("cfl", "pathological_clusters", 0, 0.5, hyper=study.CFL_PAPER,
+                   info={"split_log": [{"round": 21, "split": False}]})
+    df = study.accuracy_frame([fb, wb, never])
+    assert list(df.data_split) == ["fl_bench", "workbook", "workbook"]
+    assert df.pooled.iloc[0] == pytest.approx(80.0) and df.accuracy.iloc[0] == pytest.approx(70.0)
+    t_fb = study.table1(df, split="fl_bench").set_index("Method")
+    t_wb = study.table1(df, split="workbook").set_index("Method")
+    assert t_fb.loc["FedAvg", "Pathological"] == "80.00 (n = 1)"
+    assert t_wb.loc["FedAvg", "Pathological"] == "50.00 (n = 1)"  # mean of 0.6 and 0.4
+    assert t_wb.loc["CFL (ε1 = 0.4, ε2 = 1.6, γ = 0: FL-bench's)", "Pathological"] == "50.00 (n = 1) (CFL never split)"
+    with pytest.raises(ValueError, match="^split must be one of"):
+        study.table1(df)  # both splits: say which
+    assert study.table1(df[df.data_split == "workbook"]).equals(study.table1(df, split="workbook"))
+    assert study.READINGS["fl_bench"][0] == "pooled" and study.READINGS["workbook"][0] == "accuracy"
+
+
 def test_rounds_frame_and_influence_view():
     hist = [{"round": r, "global_accuracy": r / 10} for r in (1, 2)]
     recs = [record("pfedlia", "pathological_clusters", s, 0.9, history=hist) for s in (0, 1)]

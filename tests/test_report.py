@@ -265,10 +265,12 @@ def test_each_variant_of_a_method_answers_its_own_reading(tmp_path):
         rec("pfedlia", 0.90), rec("pfedlia", 0.60, clustering="p2p"),
         rec("cfl", 0.66, eps1=0.4, eps2=1.6, gamma=0.0), rec("cfl", 0.99, eps1="auto", eps2=0.0, gamma=0.0)])
     df = report.frame(tmp_path)
-    assert _pfedlia_row(df, "pfedlia", "paper protocol")["mean"] == pytest.approx(90.0)
-    assert _pfedlia_row(df, "pfedlia", "paper protocol, peer-to-peer clustering")["mean"] == pytest.approx(60.0)
-    assert _pfedlia_row(df, "cfl", "paper protocol")["mean"] == pytest.approx(66.0)
-    assert _pfedlia_row(df, "cfl", "paper protocol, CFL ε1 = auto")["mean"] == pytest.approx(99.0)
+    wb = "workbook split, mean over clients"  # records without pool_test: the second reading
+    assert _pfedlia_row(df, "pfedlia", wb)["mean"] == pytest.approx(90.0)
+    assert _pfedlia_row(df, "pfedlia", f"{wb}, peer-to-peer clustering")["mean"] == pytest.approx(60.0)
+    assert _pfedlia_row(df, "cfl", wb)["mean"] == pytest.approx(66.0)
+    assert _pfedlia_row(df, "cfl", f"{wb}, CFL ε1 = auto")["mean"] == pytest.approx(99.0)
+    assert _pfedlia_row(df, "cfl", "paper protocol, FL-bench split, pooled")["verdict"] == "not run"
 
 
 def test_two_records_of_one_seed_answering_one_reading_are_refused(tmp_path):
@@ -603,7 +605,49 @@ def test_chance_level_rows_are_counted_apart(tmp_path):
 def test_pfedlias_fl_bench_rows_get_the_command_that_runs_that_split(tmp_path):
     df = report.frame(tmp_path)  # no records: every available row is not run
     groups = report.not_run_groups(df, tmp_path)
-    fl_bench = [c for c in groups.command if "data_split: fl_bench" in c]
-    assert len(fl_bench) == 1 and "--params /tmp/10_pfedlia_fl_bench.yaml" in fl_bench[0]
-    workbook = [c for r, c in zip(groups.records, groups.command) if r == "pfedlia/table1" and "fl_bench" not in c]
-    assert len(workbook) == 1  # the workbook split's rows keep the plain command
+    workbook = [c for c in groups.command if "data_split: workbook" in c]
+    assert len(workbook) == 1 and "--params /tmp/10_pfedlia_workbook.yaml" in workbook[0]
+    assert "/^  pfedlia: {influence_samples: 100}/d" in workbook[0]  # the workbook records trained θ̂_j on everything
+    fl_bench = [c for r, c in zip(groups.records, groups.command) if r == "pfedlia/table1" and "workbook" not in c]
+    assert len(fl_bench) == 1 and "--params" not in fl_bench[0]  # the paper profile is FL-bench's split
+
+
+def test_pfedlia_table_i_reads_fl_bench_pooled_first_and_the_workbook_mean_second(tmp_path):
+    """A pooled record (FL-bench split) answers the paper-profile reading with Σ correct / Σ n; a
+    workbook record the second reading with the mean over clients; pFedLIA's readings pin
+    influence_samples (100 on FL-bench's, absent on the workbook's)."""
+    def rec(method, local, n, **fields):
+        r = _record(method, "noisy_clusters", 5, 0, 0.0)
+        hyper = fields.pop("hyper", {})
+        r["spec"].update(fields, hyper=hyper)
+        r.update(local_accuracy=local, global_accuracy=sum(a * k for a, k in zip(local, n)) / sum(n))
+        return r
+    _write(tmp_path, "pfedlia/table1", [
+        rec("fedavg", [0.9, 0.5], [30, 10], pool_test=True),       # pooled 0.8, mean 0.7
+        rec("fedavg", [0.6, 0.4], [10, 10]),                       # workbook: mean 0.5
+        rec("pfedlia", [1.0, 0.8], [10, 30], pool_test=True, hyper={"influence_samples": 100}),  # pooled 0.85
+        rec("pfedlia", [0.2, 0.2], [10, 10], pool_test=True)])     # FL-bench split, whole train split: no reading
+    df = report.frame(tmp_path)
+    fb, wb = "paper protocol, FL-bench split, pooled", "workbook split, mean over clients"
+    cells = df[(df.paper == "pfedlia") & (df.column == "FMNIST, noisy")]
+    assert list(dict.fromkeys(cells[cells.row == "fedavg"].reading)) == [fb, wb]
+    assert _pfedlia_row(df, "fedavg", fb)["mean"] == pytest.approx(80.0)
+    assert _pfedlia_row(df, "fedavg", wb)["mean"] == pytest.approx(50.0)
+    assert _pfedlia_row(df, "pfedlia", fb)["mean"] == pytest.approx(85.0)
+    assert _pfedlia_row(df, "pfedlia", wb)["verdict"] == "not run"
+
+
+def test_cfl_rows_say_their_thresholds_and_that_cfl_never_split(tmp_path):
+    def rec(split, **hyper):
+        r = _record("cfl", "noisy_clusters", 5, 0, 0.66)
+        r["spec"]["hyper"] = hyper
+        r["info"] = {"split_log": [{"round": 1, "split": False}, {"round": 2, "split": split}]}
+        return r
+    _write(tmp_path, "pfedlia/table1", [rec(False, eps1=0.4, eps2=1.6, gamma=0.0),
+                                        rec(True, eps1="auto", eps2=0.0, gamma=0.0)])
+    df = report.frame(tmp_path)
+    wb = "workbook split, mean over clients"
+    assert _pfedlia_row(df, "cfl", wb)["why"].endswith("CFL at ε1 = 0.4, ε2 = 1.6, γ = 0; CFL never split")
+    auto = _pfedlia_row(df, "cfl", f"{wb}, CFL ε1 = auto")["why"]
+    assert auto.endswith("CFL at ε1 = auto (0.5 × warm-up update), ε2 = 0, γ = 0") and "never split" not in auto
+    assert report.cfl_row_note([{"spec": {"method": "fedavg"}}]) == ""

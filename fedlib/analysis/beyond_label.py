@@ -36,6 +36,10 @@ bin), while the signed per-bin terms separate them (0.93). Both readings stay se
 that choose their own k — Clust-PSI-PFL, CFL, pFedLIA — do not have). Images are summarised for
 attribute PSI by six statistics (:func:`fedlib.noniid.image_summaries`: mean, s.d., the four
 quadrant means; the module docstring of that function says why); tabular rows use every input column.
+CFL runs the calibrated ε1 (``hyper: cfl: {eps1: auto, auto_scale: 0.7}`` in the params: no protocol
+here gives CFL's own thresholds; Table II's 1e-5 never split on any partition of this study, the
+records before issue 57, :func:`table_ii_cfl_specs`, a labelled second reading); its row names the
+thresholds and a cell says "CFL never split" where it did not.
 
 **Per run** (:func:`runs_frame`): the weighted local accuracy, the worst 10 % clients, the small
 clients' mean local accuracy (``small_*`` partitions), the ARI against the planted groups, and
@@ -55,14 +59,16 @@ from ..evaluation import cluster_recovery
 from ..experiment import RunSpec, present_records
 from ..noniid import IMAGE_SUMMARIES, psi
 from ..validation import check_choice, check_int, check_number, fail
-from .cross_paper import worst_clients_accuracy
+from ..methods import cfl
+from .cross_paper import table_ii_cfl_specs, worst_clients_accuracy
 from .tables import frame_markdown as table_markdown, mean_sd
 
 __all__ = ["Partition", "PARTITIONS", "Variant", "VARIANTS", "EXTENSIONS", "NEEDS_K", "CHANCE", "RECOVERED",
            "partition_named", "small_name", "training_specs", "GRID_PARAMS", "notebook_grid", "present_records",
            "extension_label", "variant_of", "runs_frame", "METRICS", "cell_table", "label_spread", "answer",
            "small_curve", "small_gap",
-           "fig_small_curve", "fig_ari", "n_bins_of", "dataset_shapes", "reveals_table", "partition_of_spec", "table_markdown"]
+           "fig_small_curve", "fig_ari", "n_bins_of", "dataset_shapes", "reveals_table", "partition_of_spec", "table_markdown",
+           "variant_row_label", "table_ii_cfl_specs"]
 
 
 @dataclass(frozen=True)
@@ -249,15 +255,21 @@ def runs_frame(records) -> pd.DataFrame:
     time), ``cpu_seconds`` (CPU time), and for a finished run (in %): ``weighted_local`` (record field ``global_accuracy``),
     ``worst10``, ``small`` (mean local accuracy of the planted small clients, ``small_*`` only),
     ``ari`` against the planted groups and ``groups`` found (grouping variants), and
-    ``local_accuracy`` (per client, fractions)."""
+    ``local_accuracy`` (per client, fractions), and for CFL ``thresholds``
+    (:func:`fedlib.methods.cfl.thresholds_label` of its spec: without ``eps1``, Table II's 1e-5) and
+    ``never_split`` (:func:`fedlib.methods.cfl.never_split`; None for the other variants)."""
     rows = []
     for r in records:
         s = r["spec"]
         row = {"partition": partition_of_spec(s), "variant": variant_of(s), "seed": s["seed"], "status": r["status"],
                "error": r.get("error", ""), "seconds": r.get("seconds", np.nan),
                "cpu_seconds": r.get("cpu_seconds", np.nan), "weighted_local": np.nan,
-               "worst10": np.nan, "small": np.nan, "ari": np.nan, "groups": np.nan, "local_accuracy": None}
+               "worst10": np.nan, "small": np.nan, "ari": np.nan, "groups": np.nan, "local_accuracy": None,
+               "thresholds": cfl.thresholds_label(s.get("hyper")) if s["method"] == "cfl" else "",
+               "never_split": None}
         if r["status"] == "ok":
+            if s["method"] == "cfl":
+                row["never_split"] = cfl.never_split(r.get("info"))
             acc = np.asarray(r["local_accuracy"], float)
             truth = P.planted_clusters(s["protocol"], int(s["n_clients"]), s["level"])
             row.update(weighted_local=100 * r["global_accuracy"], worst10=100 * worst_clients_accuracy(acc), local_accuracy=acc)
@@ -270,7 +282,8 @@ def runs_frame(records) -> pd.DataFrame:
                 row.update(ari=cluster_recovery(g, truth), groups=len(set(g[g >= 0].tolist())))
         rows.append(row)
     return pd.DataFrame(rows, columns=["partition", "variant", "seed", "status", "error", "seconds",
-                                       "cpu_seconds", "weighted_local", "worst10", "small", "ari", "groups", "local_accuracy"])
+                                       "cpu_seconds", "weighted_local", "worst10", "small", "ari", "groups", "local_accuracy",
+                                       "thresholds", "never_split"])
 
 
 METRICS = {
@@ -292,10 +305,21 @@ def _order(df: pd.DataFrame, column: str, names) -> list:
     return [n for n in names if n in present] + [n for n in present if n not in names]
 
 
+def variant_row_label(df: pd.DataFrame, variant: str) -> str:
+    """A row's name: the variant's label, and for CFL the thresholds its runs in ``df`` used
+    (``'CFL (ε1 = auto (0.7 × warm-up update), ε2 = 0.1, γ = 0.5)'``; several, joined by " / ")."""
+    label = VARIANTS[variant].label if variant in VARIANTS else variant
+    if variant != "cfl" or "thresholds" not in df:
+        return label
+    used = sorted({x for x in df[df.variant == "cfl"].thresholds if x})
+    return f"{label} ({' / '.join(used)})" if used else label
+
+
 def cell_table(df: pd.DataFrame, value: str, partitions=None) -> pd.DataFrame:
     """Variants × partitions of ``value`` (a key of :data:`METRICS`), "mean ± std (n = seeds)";
     a cell with an unfinished run shows its status, a variant not run "not run", a number that
-    does not exist (ARI of FedAvg) "—"."""
+    does not exist (ARI of FedAvg) "—". CFL's row names its thresholds (:func:`variant_row_label`) and
+    a cell whose CFL runs never split says so: "(CFL never split)" (:func:`fedlib.methods.cfl.split_note`)."""
     check_choice(value, "value", tuple(METRICS))
     present = set(df.partition)
     parts = ([p for p in partitions if p in present] if partitions is not None
@@ -303,12 +327,15 @@ def cell_table(df: pd.DataFrame, value: str, partitions=None) -> pd.DataFrame:
     digits = DIGITS.get(value, 2)
     rows = []
     for v in _order(df, "variant", list(VARIANTS)):
-        row = {"Variant": VARIANTS[v].label}
+        row = {"Variant": variant_row_label(df, v)}
         for p in parts:
             g = df[(df.variant == v) & (df.partition == p)]
             bad = sorted(set(g.status) - {"ok"})
             row[partition_named(p).label] = ("not run" if g.empty else "/".join(bad) if bad
                                              else "—" if g[value].isna().all() else mean_sd(g[value], digits))
+            note = cfl.split_note(g.never_split) if v == "cfl" and not g.empty and not bad else ""
+            if note:
+                row[partition_named(p).label] += f" ({note})"
         rows.append(row)
     return pd.DataFrame(rows)
 

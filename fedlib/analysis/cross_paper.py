@@ -18,6 +18,14 @@ defined on the pathological partition only — pFedLIA's Table I shows "–" for
 model on the pooled data) is the ceiling. CL and the Oracle are references: they are shown, but
 not ranked (one is not federated, the other reads the truth).
 
+**CFL's thresholds**: no seed paper's protocol here gives CFL its own, and Table II's ε1 = 1e-5
+never splits against the mean update norms of this protocol (0.36–0.95: CFL's split log reads
+"mean ≥ ε1" every round and its rows were FedAvg's, bit for bit). The params run ε1 = auto
+(``{eps1: auto, auto_scale: 0.7}``, :func:`fedlib.methods.cfl.auto_eps1`), which the spec shows;
+the tables name the thresholds in CFL's row and say "CFL never split" in a cell where it did not
+(:func:`cfl_notes`). The records at 1e-5 stay in the folder as a labelled second reading
+(:func:`table_ii_cfl_specs`); the ranking uses the calibrated ones only.
+
 **One training protocol** for every method (``fl``): Clust-PSI-PFL's Table II (Adam, lr 10⁻³,
 batch 32, E local epochs, a share q of the clients per round), rounds and E scaled to the
 budget the params state. Every method keeps its paper defaults except its schedule constants
@@ -58,14 +66,14 @@ import pandas as pd
 from .. import partition as P
 from ..evaluation import cluster_recovery
 from ..experiment import RunSpec, grid_specs, present_records
-from ..methods import GROUPING_METHODS, METHODS, display_name, method_info
+from ..methods import GROUPING_METHODS, METHODS, cfl, display_name, method_info
 from ..validation import check_choice, check_int, check_number, fail
 from .tables import frame_markdown as table_markdown, records_frame
 
 __all__ = ["Partition", "PARTITIONS", "REFERENCES", "GROUPING_METHODS", "WORST_SHARE", "worst_clients_accuracy", "ALPHA", "allowed",
            "training_specs", "GRID_PARAMS", "notebook_grid", "present_records", "partition_of", "runs_frame", "status_table",
            "score_table", "METRICS", "DIGITS", "cell_table", "ranking", "fig_cd", "fig_heatmap", "ecdf_frame", "fig_ecdf", "which_method_when",
-           "table_markdown"]
+           "table_markdown", "method_row_label", "cfl_notes", "table_ii_cfl_specs"]
 
 
 @dataclass(frozen=True)
@@ -134,6 +142,15 @@ GRID_PARAMS = ("dataset", "n_train", "n_global_test", "partitions", "n_clients",
 :func:`notebook_grid`'s keywords."""
 
 
+def table_ii_cfl_specs(specs) -> list[RunSpec]:
+    """The CFL runs of ``specs`` that calibrate ε1 (``eps1='auto'``), at Table II's thresholds instead
+    (``eps1`` and ``auto_scale`` dropped: the default 1e-5): the specs of the CFL records this grid ran
+    before issue 57 (they never split: CFL trained as FedAvg). They are not ranked; notebook 11 and
+    the report show them as a labelled second reading (:func:`fedlib.experiment.present_records`)."""
+    return [dataclasses.replace(s, hyper={k: v for k, v in s.hyper.items() if k not in ("eps1", "auto_scale")})
+            for s in specs if s.method == "cfl" and cfl.calibrated(s.hyper)]
+
+
 def notebook_grid(*, dataset: str, n_train, n_global_test, partitions, n_clients: int, seeds, methods, fl: dict,
                   hyper: dict, val_fraction: float) -> dict[str, list[RunSpec]]:
     """Notebook 11's grid from its parameters (:data:`GRID_PARAMS`), by table: ``'cross'`` —
@@ -166,7 +183,9 @@ def runs_frame(records) -> pd.DataFrame:
     ``ad_cl`` (AD from CL, same partition and seed), ``ari`` (NaN without planted clusters or a
     grouping), ``groups`` (distinct groups in the final grouping of a :data:`GROUPING_METHODS`
     method, else NaN), ``seconds`` (wall time), ``cpu_seconds`` (CPU time) and ``local_accuracy``
-    (per client, fractions)."""
+    (per client, fractions), and for CFL ``thresholds`` (:func:`fedlib.methods.cfl.thresholds_label`
+    of its spec: a spec without ``eps1`` ran Table II's 1e-5) and ``never_split``
+    (:func:`fedlib.methods.cfl.never_split` of its record; None for other methods)."""
     records = list(records)
     base = records_frame(records)
     rows = []
@@ -176,8 +195,12 @@ def runs_frame(records) -> pd.DataFrame:
                "status": r["status"], "error": r.get("error", ""), "seconds": r.get("seconds", np.nan),
                "cpu_seconds": r.get("cpu_seconds", np.nan),
                "weighted_local": np.nan, "worst10": np.nan, "official_test": np.nan, "ad_cl": np.nan,
-               "ari": np.nan, "groups": np.nan, "local_accuracy": None}
+               "ari": np.nan, "groups": np.nan, "local_accuracy": None,
+               "thresholds": cfl.thresholds_label(s.get("hyper")) if s["method"] == "cfl" else "",
+               "never_split": None}
         if r["status"] == "ok":
+            if s["method"] == "cfl":
+                row["never_split"] = cfl.never_split(r.get("info"))
             acc = np.asarray(r["local_accuracy"], float)
             row.update(weighted_local=100 * r["global_accuracy"], worst10=100 * worst_clients_accuracy(acc),
                        official_test=100 * r.get("global_test_accuracy", np.nan), ad_cl=100 * b["ad_cl"],
@@ -191,11 +214,29 @@ def runs_frame(records) -> pd.DataFrame:
                     row["ari"] = cluster_recovery(np.asarray(grouping, np.int64), truth)
         rows.append(row)
     return pd.DataFrame(rows, columns=["partition", "method", "seed", "status", "error", "seconds", "cpu_seconds", "weighted_local",
-                                       "worst10", "official_test", "ad_cl", "ari", "groups", "local_accuracy"])
+                                       "worst10", "official_test", "ad_cl", "ari", "groups", "local_accuracy",
+                                       "thresholds", "never_split"])
 
 
 def _order(df: pd.DataFrame, column: str, names) -> list:
     return [n for n in names if n in set(df[column])]
+
+
+def method_row_label(df: pd.DataFrame, method: str) -> str:
+    """A table row's name: the method's display name, and for CFL the thresholds its runs in ``df``
+    used (``'CFL (ε1 = auto (0.7 × warm-up update), ε2 = 0.1, γ = 0.5)'``; several, joined by " / ")."""
+    name = display_name(method)
+    if method != "cfl" or "thresholds" not in df:
+        return name
+    used = sorted({x for x in df[df.method == "cfl"].thresholds if x})
+    return f"{name} ({' / '.join(used)})" if used else name
+
+
+def cfl_notes(df: pd.DataFrame) -> dict:
+    """Partition -> :func:`fedlib.methods.cfl.split_note` of the CFL runs of ``df`` there
+    ("CFL never split" where none split), for the partitions with a finished CFL run."""
+    g = df[(df.method == "cfl") & (df.status == "ok")]
+    return {p: cfl.split_note(x.never_split) for p, x in g.groupby("partition", sort=False)}
 
 
 def status_table(df: pd.DataFrame) -> pd.DataFrame:
@@ -240,7 +281,8 @@ def cell_table(df: pd.DataFrame, value: str, partitions=None) -> pd.DataFrame:
     run on a partition "not run", a number that does not exist (ARI without planted clusters
     or without a grouping) "—". ``partitions``: the columns, in that order (keys of
     :data:`PARTITIONS`; a partition without any record yet is a column of "not run"); None:
-    the partitions of ``df``."""
+    the partitions of ``df``. CFL's row names its thresholds (:func:`method_row_label`) and a
+    cell whose CFL runs never split says so: "(CFL never split)" (:func:`cfl_notes`)."""
     from .tables import mean_sd
 
     check_choice(value, "value", tuple(METRICS))
@@ -253,12 +295,15 @@ def cell_table(df: pd.DataFrame, value: str, partitions=None) -> pd.DataFrame:
             check_choice(p, "partitions entries", tuple(PARTITIONS))
     rows = []
     for m in methods:
-        row = {"Method": display_name(m)}
+        row = {"Method": method_row_label(df, m)}
         for p in parts:
             g = df[(df.method == m) & (df.partition == p)]
             bad = sorted(set(g.status) - {"ok"})
             row[PARTITIONS[p].label] = ("not run" if g.empty else "/".join(bad) if bad
                                         else mean_sd(g[value], digits=DIGITS.get(value, 2)))
+            note = cfl.split_note(g.never_split) if m == "cfl" and not g.empty and not bad else ""
+            if note:
+                row[PARTITIONS[p].label] += f" ({note})"
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -248,7 +248,8 @@ def accuracy_frame(records) -> pd.DataFrame:
     ``global`` accuracy in % (module docstring), ``param_average`` (the parameter-average accuracy,
     %, :mod:`fedlib.evaluation`; NaN for FedPrism's mixture and records made before it existed),
     ``global_model`` (FedPrism's G alone, %),
-    ``seconds``; FedPrism rows carry ``sweep``: fixed expert weight → local accuracy (%)."""
+    ``seconds``; FedPrism rows carry ``sweep``: fixed expert weight → local accuracy (%); CFL rows
+    ``never_split`` (:func:`fedlib.methods.cfl.never_split` of the record)."""
     rows = []
     for r in records:
         s = r["spec"]
@@ -258,6 +259,8 @@ def accuracy_frame(records) -> pd.DataFrame:
         if r["status"] == "ok":
             acc = np.asarray(r["local_accuracy"], float)
             row["local"] = 100 * float(np.nanmean(acc))
+            if s["method"] == "cfl":
+                row["never_split"] = cfl.never_split(r.get("info"))
             row["global"] = 100 * float(r["global_test_accuracy"]) if "global_test_accuracy" in r else np.nan
             row["param_average"] = (100 * float(r["param_average_accuracy"]) if "param_average_accuracy" in r
                                     else np.nan)
@@ -270,7 +273,7 @@ def accuracy_frame(records) -> pd.DataFrame:
                                 for w, c in sweep.items()}
         rows.append(row)
     df = pd.DataFrame(rows)
-    for col in ("local", "global", "param_average", "global_model"):
+    for col in ("local", "global", "param_average", "global_model", "never_split"):
         if col not in df:
             df[col] = np.nan
     return df
@@ -338,7 +341,8 @@ def main_table(df: pd.DataFrame, methods=None, dataset: str = "fmnist") -> pd.Da
     """Tables 1/6/7: per method and α, ours (Glob, Loc: mean ± std over seeds) and the paper's
     column for ``dataset`` ('svhn', 'fmnist', 'cifar10', 'cifar100'); runs that failed or were
     infeasible show their status. CFL runs at other thresholds than :data:`CFL_PAPER` follow
-    the CFL row, without the paper's values."""
+    the CFL row, without the paper's values; a CFL cell whose runs never split says so
+    ("(CFL never split)", :func:`fedlib.methods.cfl.split_note`)."""
     paper_ds = _paper_columns(dataset)
     rows = []
     main = df[(df.method != "fedprism") | (df.variant == "full")]
@@ -358,6 +362,10 @@ def main_table(df: pd.DataFrame, methods=None, dataset: str = "fmnist") -> pd.Da
             row[f"α={a:g} Glob (paper)"] = "—" if np.isnan(paper[0]) else f"{paper[0]:.2f}"
             row[f"α={a:g} Loc"] = _cell(ok["local"]) if not bad else "/".join(bad)
             row[f"α={a:g} Loc (paper)"] = "—" if np.isnan(paper[1]) else f"{paper[1]:.2f}"
+            note = cfl.split_note(ok.never_split) if m.startswith("cfl") and not bad and len(ok) else ""
+            if note:
+                for col in (f"α={a:g} Glob", f"α={a:g} Glob, param. avg", f"α={a:g} Loc"):
+                    row[col] += f" ({note})"
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -4,21 +4,31 @@ the rounds curve of Fig. 4 on FMNIST, the influence row of Fig. 3b, and the clus
 (adjusted Rand index against the planted clusters) of pFedLIA, FeSEM, CFL and Clust-PSI-PFL —
 a table no paper has — with the paper's values beside ours.
 
-Accuracy (per run): the mean over clients of each client's accuracy on its own held-out test
-split (20 % of its partition) with the model it ends with. Every method trains on the same
-train split: each client's data is split 60/20/20 into train, validation and test, so that
-train:validation is the paper's 3:1 (Sec. IV-D); only pFedLIA and FedFomo use the validation
-split. The paper's model is a pretrained ResNet-18 (not obtainable offline): ours is the
-workbook's FMNIST CNN from random initialisation (``arch='resnet18'`` is available, from
-random initialisation too).
+Two readings of Table I (:data:`READINGS`), by the data split of the records (``data_split``,
+:data:`DATA_SPLITS`):
 
-Data split (``data_split``, :data:`DATA_SPLITS`): ``'workbook'`` (the default) partitions the
-official training set and splits each client 60/20/20 as above, the official test set unused;
-``'fl_bench'`` is how FL-bench, the paper's code base, generates FMNIST: the official training and
-test sets pooled (70,000 images, ``RunSpec.pool_test``) before the partition, each client then split
-25 % test (FL-bench's 75/25, the paper's "3:1"); the validation share pFedLIA and FedFomo need is
-taken from the remaining 75 % (20 % of the client's data, for every method alike, so that all
-still train on the same data: 55 % train). Labelled rows of their own.
+* ``'fl_bench'`` — the paper profile's (``params/paper/10_pfedlia.yaml``): how FL-bench, the
+  paper's code base, generates and scores FMNIST. Its ``generate_data.py`` pools the official
+  training and test sets (70,000 images, ``RunSpec.pool_test``) before the partition and splits
+  each client 75/25 train/test (``--test_ratio 0.25``, ``--val_ratio 0``: no validation split; the
+  paper's "train and validation set, with a ratio of 3 : 1"). Every method trains on the whole
+  75 % except those that select or weight on held-out data: FL-bench's FedFomo holds out the first
+  ``--valset_ratio`` = 20 % of its client's train set (15 % of the client's data) and trains on the
+  rest; pFedLIA's validation split for Eq. (1) is taken the same way (its code is not public; the
+  only held-out set FL-bench makes is the test split). Accuracy is pooled, Σ correct / Σ test
+  samples over the clients (FL-bench's), record field ``global_accuracy``.
+* ``'workbook'`` — ours (the committed records): the official training set only, each client
+  split 60/20/20 into train, validation and test for every method (train:validation the paper's
+  3:1), the official test set unused; accuracy is the unweighted mean over clients of each
+  client's accuracy on its own test split. A labelled second reading.
+
+The paper's model is a pretrained ResNet-18 (not obtainable offline): ours is the workbook's FMNIST
+CNN from random initialisation (``arch='resnet18'`` is available, from random initialisation too).
+
+pFedLIA's influence models θ̂_j: Sec. III-D and Fig. 2 train them on "a batch of [j's] training
+data"; the one batch size the paper states is Fig. 3a's (the influence of "a batch B (100 data
+points)"), so the paper profile sets ``influence_samples: 100``; the workbook records trained them
+on the whole train split (the method's default, ``influence_samples`` absent from their spec).
 
 CFL: the paper ran it through FL-bench, whose defaults are ε1 = 0.4, ε2 = 1.6, no γ check
 (:data:`CFL_PAPER`; the row "CFL"). Other thresholds (``cfl_variants`` of
@@ -41,15 +51,25 @@ from ..paths import ROOT
 from .tables import mean_sd, frame_markdown as table_markdown
 from ..validation import check_choice, check_int, fail
 
-__all__ = ["PAPER_RECORDS", "DATA_SPLITS", "METHODS", "SETTINGS", "PAPER_TABLE1", "RECOVERY_METHODS", "NOT_RUN_HERE", "CFL_PAPER", "local_epochs_total",
+__all__ = ["PAPER_RECORDS", "DATA_SPLITS", "READINGS", "FL_BENCH_TEST", "FL_BENCH_VAL_OF_TRAIN", "split_of", "fl_bench_val_fraction", "METHODS", "SETTINGS", "PAPER_TABLE1", "RECOVERY_METHODS", "NOT_RUN_HERE", "CFL_PAPER", "local_epochs_total",
            "training_specs", "GRID_PARAMS", "notebook_grid", "method_label", "accuracy_frame", "table1", "recovery_table", "rounds_frame",
-           "fig_rounds", "influence_frame", "fig_influence", "observations", "table_markdown"]
+           "fig_rounds", "influence_frame", "fig_influence", "observations", "table_markdown", "one_split"]
 
 METHODS = ["oracle", "local", "fedavg", "fedfomo", "fedproto", "fesem", "cfl", "pfedlia"]  # Table I's rows
 SETTINGS = {"pathological_clusters": "Pathological", "noisy_clusters": "Noisy"}
 RECOVERY_METHODS = ["pfedlia", "pfedlia (p2p)", "fesem", "cfl", "clust_psi_pfl"]
 DATA_SPLITS = ("workbook", "fl_bench")
 """Where the clients' data and test splits come from (module docstring)."""
+READINGS = {"fl_bench": ("pooled", "FL-bench split (official train + test pooled, 75/25 per client), pooled accuracy "
+                                   "Σ correct / Σ test samples: the paper's code base"),
+            "workbook": ("accuracy", "workbook split (official train set, 60/20/20 per client), mean over clients "
+                                     "of each client's accuracy")}
+"""Data split -> (the :func:`accuracy_frame` column Table I reads, its label)."""
+FL_BENCH_TEST = 0.25
+"""FL-bench's ``generate_data.py --test_ratio`` default (``--val_ratio`` defaults to 0)."""
+FL_BENCH_VAL_OF_TRAIN = 0.2
+"""FL-bench FedFomo's ``--valset_ratio``: the share of a client's train set a method that needs
+held-out data keeps from training (FedFomo; pFedLIA's Eq. (1) on the same rule)."""
 PAPER_RECORDS = ROOT / "benchmarks" / "records" / "pfedlia" / "table1"
 """The committed paper-protocol records of Table I (``benchmarks/paper_grid.py pfedlia-table1``),
 read by notebook 10 and the reproduction report without retraining."""
@@ -95,7 +115,9 @@ def training_specs(settings, n_clients: int, seeds, fl: dict, *, n_clusters: int
     ``cfl_variants`` (its hyperparameters over ``hyper['cfl']``, e.g. ``{'eps1': 'auto'}``) when
     CFL is among ``methods``. Every run splits its clients 60/20/20 (train/validation/test: the
     paper's 3:1) so every method trains on the same data; ``data_split='fl_bench'`` pools the
-    official test set into the partition and tests on 25 % of each client (module docstring)."""
+    official test set into the partition and tests on 25 % of each client, and only the methods that
+    need held-out data keep a validation split, 15 % of the client (:func:`fl_bench_val_fraction`;
+    module docstring)."""
     check_choice(data_split, "data_split", DATA_SPLITS)
     for s in settings:
         check_choice(s, "settings", tuple(SETTINGS))
@@ -119,8 +141,26 @@ def training_specs(settings, n_clients: int, seeds, fl: dict, *, n_clusters: int
             specs += grid_specs([dataset], {setting: [n_clusters]}, [n_clients], list(seeds), ["pfedlia"],
                                 hyper={"pfedlia": {**hyper.get("pfedlia", {}), "clustering": "p2p"}}, fl=fl,
                                 n_train=n_train)
-    split = {"test_fraction": 0.25, "pool_test": True} if data_split == "fl_bench" else {}
-    return [dataclasses.replace(s, val_fraction=val_fraction, arch=arch, **split) for s in specs]
+    if data_split == "fl_bench":
+        return [dataclasses.replace(s, arch=arch, test_fraction=FL_BENCH_TEST, pool_test=True,
+                                    val_fraction=fl_bench_val_fraction(s.method, s.hyper)) for s in specs]
+    return [dataclasses.replace(s, val_fraction=val_fraction, arch=arch) for s in specs]
+
+
+def fl_bench_val_fraction(method: str, hyper: dict | None = None) -> float:
+    """A run's validation share of the client's data on FL-bench's split: 0 for a method that
+    uses none, else :data:`FL_BENCH_VAL_OF_TRAIN` of the train part, (1 − 0.25) · 0.2 = 0.15
+    (FL-bench's FedFomo; the test split stays 25 %)."""
+    from ..methods import make_hyper, method_info
+
+    needs = method_info(method).needs_val(make_hyper(method, hyper or {}))
+    return round((1 - FL_BENCH_TEST) * FL_BENCH_VAL_OF_TRAIN, 12) if needs else 0.0
+
+
+def split_of(spec: dict) -> str:
+    """The data split (:data:`DATA_SPLITS`) a record's spec ran: ``'fl_bench'`` when it pooled the
+    official test set (``pool_test``), else ``'workbook'``."""
+    return "fl_bench" if spec.get("pool_test") else "workbook"
 
 
 GRID_PARAMS = ("dataset", "n_train", "settings", "n_clusters", "n_clients", "seeds", "methods", "fl", "hyper",
@@ -170,15 +210,22 @@ def _with_variants(names, present) -> list[str]:
 
 def accuracy_frame(records) -> pd.DataFrame:
     """One row per run: method (:func:`method_label`), setting (protocol), seed, status,
-    ``accuracy`` (% — the module docstring), ``ari`` (the run's grouping against the planted
-    clusters; NaN for methods without one), ``n_clusters`` found, ``seconds``."""
+    ``data_split`` (:func:`split_of`), ``accuracy`` (%, the unweighted mean over clients of each
+    client's test accuracy), ``pooled`` (%, Σ correct / Σ test samples: record field
+    ``global_accuracy``), ``ari`` (the run's grouping against the planted clusters; NaN for
+    methods without one), ``n_clusters`` found, ``never_split`` (CFL:
+    :func:`fedlib.methods.cfl.never_split`), ``seconds``."""
     rows = []
     for r in records:
         s = r["spec"]
         row = {"method": method_label(s), "setting": s["protocol"], "seed": s["seed"], "status": r["status"],
-               "seconds": r.get("seconds", np.nan), "accuracy": np.nan, "ari": np.nan, "n_clusters": np.nan}
+               "data_split": split_of(s), "seconds": r.get("seconds", np.nan), "accuracy": np.nan,
+               "pooled": np.nan, "ari": np.nan, "n_clusters": np.nan, "never_split": None}
         if r["status"] == "ok":
             row["accuracy"] = 100 * float(np.nanmean(np.asarray(r["local_accuracy"], float)))
+            row["pooled"] = 100 * float(r["global_accuracy"]) if "global_accuracy" in r else np.nan
+            if s["method"] == "cfl":
+                row["never_split"] = cfl.never_split(r.get("info"))
             info = r.get("info", {})
             grouping = info.get("cluster_of_client", info.get("assignment"))
             truth = P.planted_clusters(s["protocol"], int(s["n_clients"]), s["level"])
@@ -186,8 +233,20 @@ def accuracy_frame(records) -> pd.DataFrame:
                 row["ari"] = cluster_recovery(grouping, truth)
                 row["n_clusters"] = len(set(grouping))
         rows.append(row)
-    return pd.DataFrame(rows, columns=["method", "setting", "seed", "status", "seconds", "accuracy", "ari",
-                                       "n_clusters"])
+    return pd.DataFrame(rows, columns=["method", "setting", "seed", "status", "data_split", "seconds", "accuracy",
+                                       "pooled", "ari", "n_clusters", "never_split"])
+
+
+def one_split(df: pd.DataFrame, split: str | None = None) -> tuple[pd.DataFrame, str]:
+    """The rows of ``df`` (:func:`accuracy_frame`) of one data split and its name: ``split``, or
+    the one split of ``df`` when None (a ValueError asks to choose when ``df`` holds both)."""
+    present = sorted(set(df.data_split)) if "data_split" in df else ["workbook"]
+    if split is None:
+        if len(present) > 1:
+            fail("split", f"one of {present}: these records ran on both data splits (module docstring)", split)
+        split = present[0] if present else "workbook"
+    check_choice(split, "split", DATA_SPLITS)
+    return (df[df.data_split == split] if "data_split" in df else df), split
 
 
 def _cell(values) -> str:
@@ -201,9 +260,14 @@ def _paper(setting: str, dataset: str, method: str) -> str:
     return "—" if v is None else f"{v[0]:.2f} ± {v[1]:.2f}"
 
 
-def table1(df: pd.DataFrame, dataset: str = "fmnist") -> pd.DataFrame:
-    """Table I on ``dataset``: per method and setting, ours (mean ± std over seeds, %) and the
-    paper's; runs that failed or were infeasible show their status, missing cells "—"."""
+def table1(df: pd.DataFrame, dataset: str = "fmnist", split: str | None = None) -> pd.DataFrame:
+    """Table I on ``dataset``, read on the records of one data split (:func:`one_split`) by its
+    metric (:data:`READINGS`: FL-bench's pooled accuracy, or the mean over clients on the
+    workbook's split): per method and setting, ours (mean ± std over seeds, %) and the paper's;
+    runs that failed or were infeasible show their status, missing cells "—"; a CFL cell whose
+    runs never split says so ("(CFL never split)")."""
+    df, split = one_split(df, split)
+    column = READINGS[split][0]
     labels = _with_variants(METHODS + ["pfedlia (p2p)"], set(df.method))
     rows = []
     for m in labels:
@@ -211,15 +275,20 @@ def table1(df: pd.DataFrame, dataset: str = "fmnist") -> pd.DataFrame:
         for setting, name in SETTINGS.items():
             g = df[(df.method == m) & (df.setting == setting)]
             bad = sorted(set(g.status) - {"ok"})
-            row[name] = "/".join(bad) if bad else _cell(g.accuracy)
+            row[name] = "/".join(bad) if bad else _cell(g[column])
+            note = cfl.split_note(g.never_split) if m.startswith("cfl") and not bad and len(g) else ""
+            if note:
+                row[name] += f" ({note})"
             row[f"{name} (paper)"] = _paper(setting, dataset, m)
         rows.append(row)
     return pd.DataFrame(rows)
 
 
-def recovery_table(df: pd.DataFrame) -> pd.DataFrame:
+def recovery_table(df: pd.DataFrame, split: str | None = None) -> pd.DataFrame:
     """Adjusted Rand index (mean ± std over seeds) of each clustering method's groups against
-    the planted clusters, and the number of groups it found, per setting."""
+    the planted clusters, and the number of groups it found, per setting, on the records of one
+    data split (:func:`one_split`)."""
+    df, _ = one_split(df, split)
     rows = []
     for m in _with_variants(RECOVERY_METHODS, set(df.method)):
         row = {"Method": _display(m)}
@@ -299,10 +368,12 @@ def fig_influence(frame: pd.DataFrame, client: int, setting: str):
     return fig
 
 
-def observations(df: pd.DataFrame, dataset: str = "fmnist") -> list[str]:
-    """The paper's claims on ``dataset``, each computed from these runs (mean over seeds)."""
+def observations(df: pd.DataFrame, dataset: str = "fmnist", split: str | None = None) -> list[str]:
+    """The paper's claims on ``dataset``, each computed from these runs (mean over seeds) on one
+    data split by its metric (:func:`one_split`, :data:`READINGS`)."""
+    df, split = one_split(df, split)
     ok = df[df.status == "ok"]
-    mean = ok.groupby(["method", "setting"]).accuracy.mean()
+    mean = ok.groupby(["method", "setting"])[READINGS[split][0]].mean()
     ari = ok.groupby(["method", "setting"]).ari.mean()
     lines = []
     path, noisy = "pathological_clusters", "noisy_clusters"

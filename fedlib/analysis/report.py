@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..methods import display_name
+from ..methods import cfl, display_name
 from ..paths import ROOT
 from .. import records
 from ..validation import fail
@@ -47,7 +47,7 @@ from .tables import frame_markdown, records_frame, setting_name
 from .report_cells import METRICS, PAPERS, REASONS, RECORD_COMMANDS, cells
 from .psi_pfl_study import paper_variant_records
 
-__all__ = ["RECORDS", "VERDICTS", "DERIVATIONS", "record_value", "cl_distance", "matches", "row_values", "frame", "scoreboard", "VERDICT_RULE", "EVIDENCE_RULE", "NOT_RUN_SEEDS", "not_run_groups",
+__all__ = ["RECORDS", "VERDICTS", "DERIVATIONS", "record_value", "cfl_row_note", "cl_distance", "matches", "row_values", "frame", "scoreboard", "VERDICT_RULE", "EVIDENCE_RULE", "NOT_RUN_SEEDS", "not_run_groups",
            "matched_records", "anchor_slug", "format_ours", "paper_section", "cpu_hours", "cross_paper_markdown", "beyond_label_markdown", "findings_markdown", "sections", "show", "readme_block", "write", "check", "main"]
 
 RECORDS = ROOT / "benchmarks" / "records"
@@ -322,6 +322,9 @@ def frame(root: Path | str = RECORDS) -> pd.DataFrame:
             if n and other:  # seeds that ran but give no value: the mean is over the others
                 why = ((f"{why}; " if why else "")
                        + f"not in the mean ({len(other)} of {n + len(other)} seeds): {', '.join(sorted(set(other)))}")
+            if n and c.kind == "trained":  # CFL: the thresholds its records ran, and whether they ever split
+                note = cfl_row_note([r for r in matched_records(rd, Path(root))[1] if r.get("status") == "ok"])
+                why = (f"{why}; " if why and note else why) + note
             if n and _most_heterogeneous(rd):  # say which level answered it
                 r0 = matched_records(rd, Path(root))[1][0]["spec"]
                 why = (f"{why}; " if why else "") + f"read at {setting_name(r0['protocol'], float(r0['level']))}"
@@ -336,6 +339,19 @@ def frame(root: Path | str = RECORDS) -> pd.DataFrame:
                              records=rd.records, match=rd.match,
                              id=anchor_slug(PAPERS[c.paper], c.table, c.row, c.column, rd.name)))
     return pd.DataFrame(rows)
+
+
+def cfl_row_note(records) -> str:
+    """What a report row says of the CFL runs ``records`` it reads (other methods' records: ""):
+    the thresholds they ran (:func:`fedlib.methods.cfl.thresholds_label` of their specs; a spec
+    without ``eps1`` ran Table II's 1e-5), then :func:`fedlib.methods.cfl.split_note` ("CFL never
+    split" where no run split), e.g. ``'CFL at ε1 = 1e-05, ε2 = 0.1, γ = 0.5; CFL never split'``."""
+    runs = [r for r in records if r.get("spec", {}).get("method") == "cfl"]
+    if not runs:
+        return ""
+    used = sorted({cfl.thresholds_label(r["spec"].get("hyper")) for r in runs})
+    note = cfl.split_note(cfl.never_split(r.get("info")) for r in runs)
+    return f"CFL at {' / '.join(used)}" + (f"; {note}" if note else "")
 
 
 def _cause_status(cell, cause, delta: float, stats: dict) -> tuple[str, str]:
@@ -450,8 +466,8 @@ def _cost_seconds(records, match: tuple, device: str = "cpu") -> float:
 def _group_of(folder: str, match: tuple) -> str:
     """The key of :data:`report_cells.RECORD_COMMANDS` whose command computes ``match``: the
     folder, or ``folder:variant`` where the folder's runs come from two parameter files."""
-    if folder == "pfedlia/table1" and dict(match).get("pool_test") is True:
-        return "pfedlia/table1:fl_bench"
+    if folder == "pfedlia/table1" and dict(match).get("pool_test") is not True:
+        return "pfedlia/table1:workbook"  # the second reading's split (the paper profile runs FL-bench's)
     if folder == "cafa/training" and dict(match).get("reproduction") == "paper_code":
         return "cafa/training:paper_code"
     return folder
@@ -551,8 +567,10 @@ def cross_paper_markdown(root: Path | str = RECORDS, params: Path = CROSS_PAPER_
     if not found:
         return out + ["No run of this grid is recorded yet: `python benchmarks/paper_grid.py cross-paper "
                       "--out benchmarks/records/cross_paper` computes it, resumably."]
-    scores = X.score_table(X.runs_frame(found))
-    table = scores.reindex(columns=p["partitions"]).rename(index=display_name, columns=lambda c: X.PARTITIONS[c].label)
+    frame = X.runs_frame(found)
+    scores = X.score_table(frame)
+    table = scores.reindex(columns=p["partitions"]).rename(index=lambda m: X.method_row_label(frame, m),
+                                                          columns=lambda c: X.PARTITIONS[c].label)
     done = set(X.complete_partitions(missing))
     complete = [q for q in scores.columns if q in done]  # every run recorded
     why = X.unrankable(scores[complete])
@@ -566,7 +584,29 @@ def cross_paper_markdown(root: Path | str = RECORDS, params: Path = CROSS_PAPER_
                 + ".", ""]
     else:
         out += [f"Not ranked yet (over the partitions whose every run is recorded): {why}.", ""]
-    return out + [frame_markdown(table.reset_index(names="method"))]
+    return out + _cfl_lines(frame, specs, root) + [frame_markdown(table.reset_index(names="method"))]
+
+
+def _cfl_lines(frame: pd.DataFrame, specs, root) -> list[str]:
+    """Above the cross-paper table (each line followed by a blank one): where CFL never split
+    (:func:`fedlib.analysis.cross_paper.cfl_notes`), and CFL at Table II's ε1 = 1e-5 (the records
+    before issue 57), a labelled reading that is not ranked."""
+    from . import cross_paper as X
+
+    notes = X.cfl_notes(frame)
+    out = []
+    if notes:
+        never = [X.PARTITIONS[q].label for q, n in notes.items() if n]
+        out += [f"{X.method_row_label(frame, 'cfl')}: "
+                + (f"{', '.join(f'{X.PARTITIONS[q].label}: {n}' for q, n in notes.items() if n)}." if never
+                   else "it split on every partition it ran."), ""]
+    old, _ = X.present_records(X.table_ii_cfl_specs(specs), Path(root) / "cross_paper")
+    if old:
+        f = X.runs_frame(old)
+        cells = X.cell_table(f, "weighted_local")
+        out += [f"Not ranked, a second reading: {cells.Method.iloc[0]}, the records before issue 57 — "
+                + "; ".join(f"{c} {cells[c].iloc[0]}" for c in cells.columns[1:]) + ".", ""]
+    return out
 
 
 def beyond_label_markdown(root: Path | str = RECORDS, params: Path = BEYOND_LABEL_PARAMS) -> list[str]:

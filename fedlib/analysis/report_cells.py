@@ -135,7 +135,7 @@ RECORD_COMMANDS = {
                                                  "--hyper '{{\"fedyogi\": {{\"eta\": 0.3162, \"tau\": 0.1}}, "
                                                  "\"fedadam\": {{\"eta\": 0.3162, \"tau\": 0.1}}}}' "
                                                  "--results benchmarks/records/clust_psi_pfl/table3_fedopt_code_defaults",
-    "psi_pfl/comparison": "python benchmarks/paper_grid.py psi-pfl --out benchmarks/records/psi_pfl/comparison "
+    "psi_pfl/comparison": "python -m fedlib.grid psi-pfl --out benchmarks/records/psi_pfl/comparison "
                           "--datasets adult --n-clients 100 --methods {methods} --seeds {seeds}",
     "cafa/training": "python -m fedlib.grid cafa-table4 --out benchmarks/records/cafa/training "
                      "--methods {methods} --seeds {seeds} --iid-fractions {levels}",
@@ -143,20 +143,22 @@ RECORD_COMMANDS = {
                                 "params/paper/08_cafa.yaml > /tmp/08_cafa_paper_code.yaml && python -m fedlib.grid "
                                 "cafa-table4 --params /tmp/08_cafa_paper_code.yaml --out benchmarks/records/cafa/training "
                                 "--methods {methods} --seeds {seeds} --iid-fractions {levels}",
-    "fedprism/table1": "python benchmarks/paper_grid.py fedprism-table1 --out benchmarks/records/fedprism/table1 "
+    "fedprism/table1": "python -m fedlib.grid fedprism-table1 --out benchmarks/records/fedprism/table1 "
                        "--methods {methods} --seeds {seeds}",
-    "fedprism/table9": "python benchmarks/paper_grid.py fedprism-table9 --out benchmarks/records/fedprism/table9 "
+    "fedprism/table9": "python -m fedlib.grid fedprism-table9 --out benchmarks/records/fedprism/table9 "
                        "--seeds {seeds}",
-    "pfedlia/table1": "python benchmarks/paper_grid.py pfedlia-table1 --out benchmarks/records/pfedlia/table1 "
+    "pfedlia/table1": "python -m fedlib.grid pfedlia-table1 --out benchmarks/records/pfedlia/table1 "
                       "--methods {methods} --seeds {seeds}",
-    "pfedlia/table1:fl_bench": "sed 's/^data_split: workbook/data_split: fl_bench/' params/paper/10_pfedlia.yaml "
-                               "> /tmp/10_pfedlia_fl_bench.yaml && python benchmarks/paper_grid.py pfedlia-table1 "
-                               "--params /tmp/10_pfedlia_fl_bench.yaml --out benchmarks/records/pfedlia/table1 "
+    "pfedlia/table1:workbook": "sed -e 's/^data_split: fl_bench/data_split: workbook/' "
+                               "-e '/^  pfedlia: {{influence_samples: 100}}/d' params/paper/10_pfedlia.yaml "
+                               "> /tmp/10_pfedlia_workbook.yaml && python -m fedlib.grid pfedlia-table1 "
+                               "--params /tmp/10_pfedlia_workbook.yaml --out benchmarks/records/pfedlia/table1 "
                                "--methods {methods} --seeds {seeds}",
 }
 """Records folder (``folder:variant`` where a folder's runs come from two parameter files: pFedLIA's
-FL-bench split) -> the command that computes its runs, resumably (``{settings}``, ``{methods}`` /
-``{methods_csv}``, ``{seeds}`` / ``{seeds_csv}``, ``{levels}``: what the rows not run need, space- or
+workbook split, the second reading of its Table I; CAFA's fixed-k clustering) -> the command that computes
+its runs, resumably (``{settings}``, ``{methods}`` / ``{methods_csv}``, ``{seeds}`` / ``{seeds_csv}``,
+``{levels}``: what the rows not run need, space- or
 comma-separated); the report prints it beside them."""
 
 
@@ -453,31 +455,53 @@ def _fedprism_cells() -> list[Cell]:
 
 
 # ----------------------------------------------------------------------------- pFedLIA
-_FL_BENCH_SPLIT = ("oracle", "fedavg", "fedfomo", "pfedlia")
-"""pFedLIA Table I rows read a second time on FL-bench's FMNIST (official train and test sets
-pooled, 25 % test per client: ``pfedlia_study`` ``data_split='fl_bench'``): the paper's method, the
-Oracle, FedAvg and the best baseline."""
+_PFEDLIA_SPLITS = (
+    # (reading prefix, spec fields, metric): the paper profile's reading first
+    ("paper protocol, FL-bench split, pooled", {"pool_test": True}, "global_accuracy"),  # FL-bench's pooled Σ correct / Σ n
+    ("workbook split, mean over clients", {"pool_test": None}, "mean_local_accuracy"),
+)
+"""pFedLIA Table I's two readings (``pfedlia_study.READINGS``): FL-bench's split (official train and
+test sets pooled, 75/25 per client, no validation split but FedFomo's and pFedLIA's) scored by
+pooled accuracy, the paper's code base and the paper profile's reading; and the workbook's
+60/20/20 split scored by the mean over clients (the records committed before issue 57)."""
+_PFEDLIA_INFLUENCE = {"paper protocol, FL-bench split, pooled": 100, "workbook split, mean over clients": None}
+"""pFedLIA's ``influence_samples`` per reading: the paper profile trains θ̂_j on a batch of 100 (Fig. 3a's
+batch), the workbook records on the whole train split (absent from their spec)."""
+
+
+def _pfedlia_readings(base: dict) -> tuple[Reading, ...]:
+    """Every reading of one pFedLIA Table I cell: per data split (:data:`_PFEDLIA_SPLITS`), the
+    method's variants (:func:`_variant_readings`: CFL at FL-bench's thresholds and at ε1 = auto,
+    pFedLIA centralised and peer to peer), each named "<split>" or "<split>, <variant>"."""
+    out = []
+    for prefix, fields, metric in _PFEDLIA_SPLITS:
+        extra = dict(fields)
+        if base["method"] == "pfedlia":
+            extra["hyper.influence_samples"] = _PFEDLIA_INFLUENCE[prefix]
+        for r in _variant_readings("pfedlia/table1", {**base, **extra}, metric, PFEDLIA_CFL):
+            name = prefix + r.name[len("paper protocol"):]
+            out.append(Reading(name, r.records, r.match, r.metric))
+    return tuple(out)
+
+
 def _pfedlia_cells() -> list[Cell]:
     out = []
     defects = {"local": Cause("paper_inconsistent", "the paper prints the same Local row (84.71 ± 5.47) in both "
                                                     "settings, probably a copy error")}
     model = Cause("pretrained_unavailable", "the paper fine-tunes an ImageNet-pretrained ResNet-18 for every method; "
                                             "ours train the workbook's FMNIST CNN from random initialisation")
+    main = tuple(prefix for prefix, _, _ in _PFEDLIA_SPLITS)
     for setting, label in (("pathological_clusters", "pathological"), ("noisy_clusters", "noisy")):
         for ds in ("fmnist", "cifar10", "cifar100"):
             for m, v in PAPER_TABLE1[setting][ds].items():
                 if v is None:
                     continue
-                base = dict(dataset=ds, protocol=setting, n_clients=100, method=m, pool_test=None)
+                base = dict(dataset=ds, protocol=setting, n_clients=100, method=m)
                 cause = defects.get(m, model)
-                readings = _variant_readings("pfedlia/table1", base, "mean_local_accuracy", PFEDLIA_CFL)
-                if ds == "fmnist" and m in _FL_BENCH_SPLIT:  # FL-bench's FMNIST (data_split='fl_bench')
-                    first = readings[0]
-                    readings += (Reading("paper protocol, FL-bench split", first.records,
-                                         _m(**{**dict(first.match), "pool_test": True}), first.metric),)
+                readings = _pfedlia_readings(base)
                 # the cause concerns the paper's own variant: a variant reading (CFL's ε1 = auto,
                 # peer-to-peer clustering) differs by the variant itself, so it lists none
-                causes = {r.name: cause for r in readings if r.name in ("paper protocol", "paper protocol, FL-bench split")}
+                causes = {r.name: cause for r in readings if r.name in main}
                 out.append(Cell("pfedlia", "Table I", m, f"{_DATASETS[ds]}, {label}", v[0], readings,
                                 spread=v[1], causes=causes, chance=1.0 if ds == "cifar100" else 10.0,
                                 unavailable=None if ds == "fmnist" else "no_offline_data"))

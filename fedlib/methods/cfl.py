@@ -54,7 +54,22 @@ user sees why a run does or does not split.
 (:func:`auto_eps1`). The test then reads "the federation's mean update is smaller than
 ``auto_scale`` times a typical client's update of that time": a scale-free form of Sattler's
 stationarity condition (congruent clients' updates add up, ratio ≈ 1; incongruent ones cancel).
-It needs a warm-up of at least one round.
+It needs a warm-up of at least one round. What it claims, and what it does not: ‖Σ w_i ΔW_i‖ ≤
+Σ w_i ‖ΔW_i‖ always, with equality for parallel updates, so at scale s < 1 the test fires only
+once the clients' updates cancel by a factor s against the norms they had at the calibration round
+(tested by hand: :func:`auto_eps1` with :func:`split_reasons` on two opposed populations, which the
+fixed 1e-5 never splits). It compares with the *calibration-time* norms: where every update shrinks
+after warm-up (plain SGD near a joint optimum) an IID federation can pass it too, and Sattler's γ
+check (no cross-side cosine similarity ≥ 1 − 2γ²) is then what refuses the split. Nor is the
+calibration round a point of congruent updates everywhere: in the cross-paper records (K = 100, 50
+clients a round, Adam, R = 10, calibrated at round 2) ‖mean ΔW‖ / mean ‖ΔW_i‖ is already 0.28–0.69
+there, below 0.7 on every partition, so the ε1 test passes from the first round after warm-up
+and whether CFL splits rests on the γ check alone (it refused every round on Dirichlet α = 0.3 and
+on the per-client Dir(0.1); it split on the other five). Tables where no
+protocol gives CFL its own thresholds (notebooks 11 and 12; FedPrism's Table 1 as a second row)
+run it with s = 0.7; a record's spec shows ``eps1: auto`` and its ``info['eps1']`` the value used,
+and a spec without ``eps1`` ran Table II's 1e-5 (:func:`calibrated`). Whether a run split at all is
+:func:`never_split` of its record (:func:`split_rounds`, from ``info['split_log']``).
 
 The authors' code (reference-notes: "What produced Table III") tested the *mean of the norms* of
 the clients' deviations from the new aggregate against ε1 instead (``split_test='mean_of_norms'``:
@@ -179,6 +194,46 @@ def thresholds_label(values: dict | None = None) -> str:
 
 
 GRID = {"eps1": (1e-5, 1e-4, 1e-3), "eps2": (0.001, 0.01, 0.1), "gamma": (0.1, 0.5, 0.9)}
+
+NEVER_SPLIT = "CFL never split"
+"""What a table row says of a CFL run whose clusters never split (it trained as FedAvg)."""
+
+
+def split_rounds(info: dict | None) -> list[int] | None:
+    """The rounds (1-based) in which a CFL run bipartitioned a cluster, read from its record's
+    ``info``: the ``split_log`` entries with ``split`` true, or, for a record without a log, the
+    ``splits`` list; None when ``info`` holds neither (not a finished CFL run)."""
+    info = info or {}
+    if "split_log" in info:
+        return [int(r["round"]) for r in info["split_log"] if r.get("split")]
+    if "splits" in info:
+        return [int(s["round"]) for s in info["splits"]]
+    return None
+
+
+def never_split(info: dict | None) -> bool | None:
+    """Whether a CFL run kept one cluster to the end (:func:`split_rounds` empty): True, False,
+    or None when ``info`` is not a finished CFL run's."""
+    rounds = split_rounds(info)
+    return None if rounds is None else not rounds
+
+
+def split_note(flags) -> str:
+    """What a table row or cell adds for the CFL runs behind it, given each run's
+    :func:`never_split` (``flags``; None, NaN: not a finished CFL run, skipped): :data:`NEVER_SPLIT`
+    when none of them split, ``"CFL split in n of m runs"`` when only some did, ``""`` when all
+    did or none is a finished CFL run."""
+    flags = [bool(f) for f in flags if f is not None and f == f]  # f == f: not NaN
+    if not flags or not any(flags):
+        return ""
+    return NEVER_SPLIT if all(flags) else f"CFL split in {flags.count(False)} of {len(flags)} runs"
+
+
+def calibrated(values: dict | None) -> bool:
+    """Whether a run's CFL hyperparameters ``values`` (a spec's ``hyper``) calibrate ε1
+    (``eps1='auto'``). A spec without ``eps1`` ran Table II's 1e-5 (the default): records made
+    before a table switched to the calibrated threshold keep that meaning."""
+    return (values or {}).get("eps1") == "auto"
 
 
 def cosine_similarity_matrix(dw: torch.Tensor) -> torch.Tensor:
