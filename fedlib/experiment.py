@@ -41,7 +41,7 @@ __all__ = ["RunSpec", "run", "run_grid", "grid_specs", "load_records", "record_p
 # SAFETY_FACTOR, ENV_SHARING) are public for benchmarks/paper_grid.py but stay out of __all__, the
 # list of validated entry points (tests/test_bad_inputs.py); estimate_seconds checks its own inputs.
 
-from .records import FINISHED, RECORD_VERSION  # noqa: E402  (the record's schema lives in fedlib.records)
+from .records import FINISHED, RECORD_VERSION, with_current_defaults  # noqa: E402  (the record's schema lives in fedlib.records)
 
 _LATER_FIELDS = {"val_fraction": 0.0, "global_test": False, "n_global_test": None,  # added with the val and global test splits
                  "reproduction": "paper_text", "pool_test": False}  # added with fedlib.reproduction; defaults keep old keys
@@ -172,6 +172,7 @@ class RunSpec:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["level"] = float(self.level)
+        d["hyper"] = with_current_defaults(self.method, d["hyper"])  # a moved default is stated (records.py)
         for name, default in _LATER_FIELDS.items():  # keys of older records stay valid
             if d[name] == default:
                 del d[name]
