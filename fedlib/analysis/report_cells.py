@@ -371,20 +371,41 @@ _FEDPRISM_CLIP = "paper protocol, Alg. 2's [0, 1] clip of α"
 _DATASETS = {"fmnist": "FMNIST", "svhn": "SVHN", "cifar10": "CIFAR-10", "cifar100": "CIFAR-100"}
 
 
+FEDAMP_SOFTMAX = "paper protocol, the workbook's softmax attention (not the paper's)"
+"""FedAMP's reading under the workbook's earlier attention: a softmax over −‖wᵢ − wⱼ‖²/σ."""
+FESEM_ALL_CLIENTS = "paper protocol, FeSEM's all-clients start (not the paper's)"
+"""FeSEM's reading under the workbook's earlier start: every client trained in round 0 and
+k-means++ on all N models (``init='clients'``)."""
+_FESEM_START_CAUSE = Cause("known_defect", "this start trains every client in round 0 and seeds k-means++ on all N "
+                                           "models, so it finds the planted clusters before round 1: a stronger start "
+                                           "than the paper's random centres (issue 57); the cross-paper study runs "
+                                           "both starts on its pathological partition (notebook 11)",
+                           evidence="paper protocol")
+"""Why FeSEM's all-clients reading may stand above the paper: the start (evidence: the paper's
+start, the 'paper protocol' reading, once its records exist under this protocol)."""
+
+
 def _variant_readings(records: str, base: dict, metric: str, cfl_paper: dict) -> tuple[Reading, ...]:
     """The readings of one cell of a method that the grids run in several variants: CFL at the
-    paper's thresholds (``cfl_paper``) and at ε1 = auto; FedAMP (FedPrism's grid) with the softmax
-    attention and with Huang et al.'s A′; pFedLIA clustering centrally (the paper's Algorithm)
-    and peer to peer. Each reading pins its variant, so no two records of one seed
-    answer it (:func:`fedlib.analysis.report.row_values` refuses that)."""
+    paper's thresholds (``cfl_paper``) and at ε1 = auto; FedAMP (FedPrism's grid) with HeurFedAMP
+    (the paper's rule for deep networks, the default), Huang et al.'s A′ and the workbook's
+    earlier softmax; FeSEM with the paper's start (Forgy) and the workbook's earlier all-clients
+    start; pFedLIA clustering centrally (the paper's Algorithm) and peer to peer. Each reading
+    pins its variant, so no two records of one seed answer it
+    (:func:`fedlib.analysis.report.row_values` refuses that); a record whose spec lacks a key
+    whose default moved is matched as the value it ran (``report.matches``)."""
     method = base["method"]
     if method == "cfl":
         return (Reading("paper protocol", records, _m(**base, **{"hyper.eps1": cfl_paper["eps1"]}), metric),
                 Reading("paper protocol, CFL ε1 = auto", records, _m(**base, **{"hyper.eps1": "auto"}), metric))
     if method == "fedamp" and records.startswith("fedprism/"):
-        return (Reading("paper protocol", records, _m(**base, **{"hyper.attention": None}), metric),
+        return (Reading("paper protocol", records, _m(**base, **{"hyper.attention": "heurfedamp"}), metric),
                 Reading("paper protocol, Huang et al.'s attention", records,
-                        _m(**base, **{"hyper.attention": "paper"}), metric))
+                        _m(**base, **{"hyper.attention": "paper"}), metric),
+                Reading(FEDAMP_SOFTMAX, records, _m(**base, **{"hyper.attention": "softmax"}), metric))
+    if method == "fesem":
+        return (Reading("paper protocol", records, _m(**base, **{"hyper.init": "forgy"}), metric),
+                Reading(FESEM_ALL_CLIENTS, records, _m(**base, **{"hyper.init": "clients"}), metric))
     if method == "pfedlia":
         return (Reading("paper protocol", records, _m(**base, **{"hyper.clustering": None}), metric),
                 Reading("paper protocol, peer-to-peer clustering", records,
@@ -451,6 +472,8 @@ def _pfedlia_cells() -> list[Cell]:
                 # the cause concerns the paper's own variant: a variant reading (CFL's ε1 = auto,
                 # peer-to-peer clustering) differs by the variant itself, so it lists none
                 causes = {r.name: cause for r in readings if r.name in ("paper protocol", "paper protocol, FL-bench split")}
+                if m == "fesem":  # the old start, not the pretrained model, is the suspected cause there
+                    causes[FESEM_ALL_CLIENTS] = _FESEM_START_CAUSE
                 out.append(Cell("pfedlia", "Table I", m, f"{_DATASETS[ds]}, {label}", v[0], readings,
                                 spread=v[1], causes=causes, chance=1.0 if ds == "cifar100" else 10.0,
                                 unavailable=None if ds == "fmnist" else "no_offline_data"))
