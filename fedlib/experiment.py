@@ -182,7 +182,7 @@ class RunSpec:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["level"] = float(self.level)
-        d["hyper"] = with_current_defaults(self.method, d["hyper"])  # a moved default is stated (records.py)
+        d["hyper"] = with_current_defaults(self.method, d["hyper"])  # a moved default: stated unless the recorded value
         for name, default in _LATER_FIELDS.items():  # keys of older records stay valid
             if d[name] == default:
                 del d[name]

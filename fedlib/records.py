@@ -368,9 +368,9 @@ def with_recorded_defaults(spec: dict) -> dict:
     method's hyperparameters whose default changed after records were committed
     (``MethodInfo.recorded_defaults``), where the spec lacks it, filled with the value those
     records ran (e.g. FeSEM's ``init`` → ``'clients'``, FedAMP's ``attention`` →
-    ``'softmax'``). A spec written since carries these keys explicitly
-    (:meth:`fedlib.experiment.RunSpec.to_dict`). Returns a new dict (``spec`` itself when
-    nothing is filled)."""
+    ``'softmax'``). A spec written since states these keys unless it runs that very value
+    (:func:`with_current_defaults`). Returns a new dict (``spec`` itself when nothing is
+    filled)."""
     if not isinstance(spec, dict):
         return spec
     legacy = _recorded_defaults(spec.get("method"))
@@ -381,16 +381,20 @@ def with_recorded_defaults(spec: dict) -> dict:
 
 
 def with_current_defaults(method, hyper: dict) -> dict:
-    """``hyper`` with each of the method's ``recorded_defaults`` keys it lacks set to today's
-    default (its ``Hyper`` field's), so that a spec written now states them and is never read
-    as an old record's configuration (:func:`with_recorded_defaults`)."""
+    """``hyper`` in the one form a spec is written in for each of the method's
+    ``recorded_defaults`` keys: absent when the run uses the value the committed records ran
+    (so its record, its file name and an old record are one and the same run), stated otherwise
+    — today's default (its ``Hyper`` field's) where ``hyper`` lacks the key. A spec written now
+    is thus never read as an old record's configuration (:func:`with_recorded_defaults`), and
+    the old configuration asked for explicitly finds the old records."""
     from .methods import REGISTRY
 
     info = REGISTRY.get(method) if isinstance(method, str) else None
     if info is None or not info.recorded_defaults or not isinstance(hyper, dict):
         return hyper
     today = {f.name: f.default for f in fields(info.hyper)}
-    return {**{k: today[k] for k in info.recorded_defaults}, **hyper}
+    out = {**{k: today[k] for k in info.recorded_defaults}, **hyper}
+    return {k: v for k, v in out.items() if not (k in info.recorded_defaults and v == info.recorded_defaults[k])}
 
 
 def _hashable(value):

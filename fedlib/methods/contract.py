@@ -45,10 +45,11 @@ class MethodInfo:
     check_arch : ``check_arch(arch)``, a constraint on the model, raising ValueError.
     recorded_defaults : hyperparameter -> the value a committed record's spec that lacks the key
         was produced with, for each hyperparameter whose default changed (or that was added)
-        after records were committed: a new spec writes these keys explicitly
-        (:meth:`fedlib.experiment.RunSpec.to_dict`), and a record's spec without one reads as
-        this value (:func:`fedlib.records.recorded_hyper`), so an old record keeps its meaning
-        when the default moves.
+        after records were committed: a spec leaves such a key out exactly when it runs this
+        value and states it otherwise (:meth:`fedlib.experiment.RunSpec.to_dict`,
+        :func:`fedlib.records.with_current_defaults`), and a record's spec without it reads as
+        this value (:func:`fedlib.records.with_recorded_defaults`), so an old record keeps its
+        meaning (and its file name) when the default moves.
     """
 
     name: str
