@@ -99,6 +99,15 @@ Departures from the paper and the authors' code (their ``fedsem.py`` / ``KmeanMo
   local objective is not used (its experiments and the authors' trainer train from the centre
   without it). FL-bench (pFedLIA's code base) has no FeSEM.
 
+Which committed records ran which start (:attr:`INFO` ``recorded_defaults``: a spec without
+``init`` ran ``'clients'`` and is read so by :func:`fedlib.records.with_recorded_defaults`):
+``benchmarks/records/pfedlia/table1`` (FeSEM's GPU runs, pFedLIA Table I) and the seed-0 FeSEM
+records of ``benchmarks/records/cross_paper`` written before issue 57 ran ``'clients'``, as do
+that folder's pathological seeds 1–2 with ``init: clients`` in their spec; the cross-paper
+records with ``init: forgy`` (seven partitions, seed 0; pathological seeds 1–2) ran the paper's
+start. The report reads the pFedLIA rows as "FeSEM's all-clients start" until GPU runs with
+the paper's start exist.
+
 Memory: the latest model of every client is kept (N models, as FedFomo keeps its personal
 models); distances are computed in float64 a block of rows at a time.
 
