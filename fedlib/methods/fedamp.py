@@ -31,10 +31,12 @@ Each round t, with S_t the m = max(1, ⌊q·K⌋) clients drawn uniformly from t
 
 Which records used which rule (``MethodInfo.recorded_defaults``: a committed spec without
 ``attention`` ran ``'softmax'``, and reads so in :func:`fedlib.records.with_recorded_defaults`):
-the cross-paper records (``benchmarks/records/cross_paper``, 7) and FedPrism Table 1's main
-FedAMP rows (``benchmarks/records/fedprism/table1``, spec without ``attention``) ran
-``'softmax'``; FedPrism Table 1's ``{'attention': 'paper'}`` rows ran Huang et al.'s A′. No
-committed record ran ``'heurfedamp'`` yet (issue 57).
+the cross-paper FedAMP records written before issue 57 (``benchmarks/records/cross_paper``, 7,
+spec without ``attention``) and FedPrism Table 1's main FedAMP rows
+(``benchmarks/records/fedprism/table1``, spec without ``attention``) ran ``'softmax'``; FedPrism
+Table 1's ``{'attention': 'paper'}`` rows ran Huang et al.'s A′; the cross-paper records with
+``attention: heurfedamp`` (7 partitions, seed 0) ran HeurFedAMP, and notebook 11 reads those.
+FedPrism Table 1 has no HeurFedAMP record yet (its runs need a GPU).
 
 Evaluation: each client its own w_i (``assignment`` = 0 … K−1); a client never selected
 keeps the initial model. FedAMP forms no clusters: ``info['cluster_of_client']`` is every
