@@ -41,7 +41,7 @@ __all__ = ["RunSpec", "run", "run_grid", "grid_specs", "load_records", "record_p
 # SAFETY_FACTOR, ENV_SHARING) are public for benchmarks/paper_grid.py but stay out of __all__, the
 # list of validated entry points (tests/test_bad_inputs.py); estimate_seconds checks its own inputs.
 
-from .records import FINISHED, RECORD_VERSION  # noqa: E402  (the record's schema lives in fedlib.records)
+from .records import FINISHED, RECORD_VERSION, with_current_defaults, with_recorded_defaults  # noqa: E402  (the record's schema lives in fedlib.records)
 
 _LATER_FIELDS = {"val_fraction": 0.0, "global_test": False, "n_global_test": None,  # added with the val and global test splits
                  "reproduction": "paper_text", "pool_test": False}  # added with fedlib.reproduction; defaults keep old keys
@@ -169,9 +169,20 @@ class RunSpec:
             fail("val_fraction", f"> 0 for method {self.method!r} with hyper {self.hyper or '{}'} (it selects or "
                  "weights on the clients' validation split), e.g. 0.1", self.val_fraction)
 
+    @classmethod
+    def from_record(cls, spec: dict) -> "RunSpec":
+        """The RunSpec a committed record's ``spec`` dict ran: a hyperparameter whose default
+        moved after the record was written, and that its spec therefore leaves out, is set to
+        the value it ran (:func:`fedlib.records.with_recorded_defaults`); ``RunSpec(**spec)``
+        would give it today's default instead."""
+        if not isinstance(spec, dict):
+            fail("spec", "a record's spec dict", spec)
+        return cls(**with_recorded_defaults(spec))
+
     def to_dict(self) -> dict:
         d = asdict(self)
         d["level"] = float(self.level)
+        d["hyper"] = with_current_defaults(self.method, d["hyper"])  # a moved default: stated unless the recorded value
         for name, default in _LATER_FIELDS.items():  # keys of older records stay valid
             if d[name] == default:
                 del d[name]

@@ -39,7 +39,8 @@ from . import strict_json
 from .strict_json import NONFINITE_KEY, loads_strict, restore
 from .validation import fail
 
-__all__ = ["read", "read_strict", "write", "check", "RecordError", "RecordWriteError", "spec_fields", "find", "RECORD_VERSION",
+__all__ = ["read", "read_strict", "write", "check", "RecordError", "RecordWriteError", "spec_fields",
+           "with_recorded_defaults", "with_current_defaults", "find", "RECORD_VERSION",
            "FINISHED", "OK_METRICS"]
 
 #: The record schema's version (part of every record and of its key, :meth:`RunSpec.key`).
@@ -349,8 +350,51 @@ def spec_fields(spec) -> dict:
     if not isinstance(d, dict):
         fail("spec", "a RunSpec or a record's spec dict", spec)
     out = dict(_defaults())
-    out.update(_plain(d))
+    out.update(_plain(with_recorded_defaults(d)))
     return out
+
+
+def _recorded_defaults(method) -> dict:
+    """The method's :attr:`fedlib.methods.contract.MethodInfo.recorded_defaults` ({} for an
+    unknown method: validation names that elsewhere)."""
+    from .methods import REGISTRY  # lazily: the methods import torch
+
+    info = REGISTRY.get(method) if isinstance(method, str) else None
+    return dict(info.recorded_defaults) if info is not None else {}
+
+
+def with_recorded_defaults(spec: dict) -> dict:
+    """A record's ``spec`` dict read as the configuration it was produced with: each of its
+    method's hyperparameters whose default changed after records were committed
+    (``MethodInfo.recorded_defaults``), where the spec lacks it, filled with the value those
+    records ran (e.g. FeSEM's ``init`` → ``'clients'``, FedAMP's ``attention`` →
+    ``'softmax'``). A spec written since states these keys unless it runs that very value
+    (:func:`with_current_defaults`). Returns a new dict (``spec`` itself when nothing is
+    filled)."""
+    if not isinstance(spec, dict):
+        return spec
+    legacy = _recorded_defaults(spec.get("method"))
+    hyper = spec.get("hyper") or {}
+    if not legacy or not isinstance(hyper, dict) or set(legacy) <= set(hyper):
+        return spec
+    return {**spec, "hyper": {**legacy, **hyper}}
+
+
+def with_current_defaults(method, hyper: dict) -> dict:
+    """``hyper`` in the one form a spec is written in for each of the method's
+    ``recorded_defaults`` keys: absent when the run uses the value the committed records ran
+    (so its record, its file name and an old record are one and the same run), stated otherwise
+    — today's default (its ``Hyper`` field's) where ``hyper`` lacks the key. A spec written now
+    is thus never read as an old record's configuration (:func:`with_recorded_defaults`), and
+    the old configuration asked for explicitly finds the old records."""
+    from .methods import REGISTRY
+
+    info = REGISTRY.get(method) if isinstance(method, str) else None
+    if info is None or not info.recorded_defaults or not isinstance(hyper, dict):
+        return hyper
+    today = {f.name: f.default for f in fields(info.hyper)}
+    out = {**{k: today[k] for k in info.recorded_defaults}, **hyper}
+    return {k: v for k, v in out.items() if not (k in info.recorded_defaults and v == info.recorded_defaults[k])}
 
 
 def _hashable(value):

@@ -74,10 +74,41 @@ def test_classifier_features_flatten_and_normalise():
 
 
 # ----------------------------------------------------------------------------- FedAMP rules
-def test_attention_by_hand_rows_sum_to_one_closer_gets_more():
+def test_heurfedamp_attention_by_hand_on_three_clients():
+    """HeurFedAMP (Huang et al.'s rule for deep networks, the default): ξ_ii = ξ, the peers
+    share 1 − ξ in proportion to exp(σ·cos(w_i, w_j))."""
+    w = np.array([[1.0, 0.0], [1.0, 1.0], [0.0, 2.0]])  # cos: (0,1) = 1/√2, (0,2) = 0, (1,2) = 1/√2
+    sigma, s = 2.0, 0.4
+    xi = fedamp.attention(w, sigma, s)  # the default rule
+    e = np.exp(sigma / np.sqrt(2))  # exp(σ·cos) for the pairs at 45°; exp(0) = 1 for the orthogonal pair
+    expected = np.array([[s, (1 - s) * e / (e + 1), (1 - s) * 1 / (e + 1)],
+                         [(1 - s) / 2, s, (1 - s) / 2],  # both peers at 45°: an even split
+                         [(1 - s) * 1 / (e + 1), (1 - s) * e / (e + 1), s]])
+    np.testing.assert_allclose(xi, expected, rtol=1e-12)
+    np.testing.assert_allclose(xi.sum(1), 1.0)
+    # the same numbers: row 0 is [0.4, 0.6·4.1133/5.1133, 0.6/5.1133] = [0.4, 0.48266, 0.11734]
+    np.testing.assert_allclose(xi[0], [0.4, 0.48266, 0.11734], atol=5e-6)
+    # equal similarities: an even split of 1 − ξ
+    np.testing.assert_allclose(fedamp.heur_attention(np.ones((3, 3)), sigma, s),
+                               [[0.4, 0.3, 0.3], [0.3, 0.4, 0.3], [0.3, 0.3, 0.4]])
+    # scale-free (cosine): scaling a model does not move the weights; σ sharpens them
+    np.testing.assert_allclose(fedamp.attention(w * [[3.0], [1.0], [0.5]], sigma, s), xi, rtol=1e-12)
+    sharp = fedamp.attention(w, 25.0, s)
+    assert sharp[0, 1] > xi[0, 1] and sharp[0, 1] == pytest.approx(0.6, abs=1e-6)
+    np.testing.assert_allclose(fedamp.attention([[5.0, 1.0]], 1.0, 0.3), [[1.0]])  # alone: itself
+    with pytest.raises(ValueError, match=r"weights_flat must be models with nonzero weights"):
+        fedamp.attention([[0.0, 0.0], [1.0, 0.0]], 1.0, 0.5)
+    with pytest.raises(ValueError, match=r"cosines must be a finite \(M, M\) matrix"):
+        fedamp.heur_attention([[1.0, np.nan], [0.0, 1.0]], 1.0, 0.5)
+    assert fedamp.Hyper().attention == "heurfedamp"
+    assert fedamp.INFO.recorded_defaults == {"attention": "softmax"}  # what committed records without the key ran
+
+
+def test_softmax_attention_by_hand_rows_sum_to_one_closer_gets_more():
+    """The workbook's earlier default (``attention='softmax'``), kept for its records."""
     w = np.array([[0.0], [1.0], [3.0]])
     sigma, s = 2.0, 0.4
-    xi = fedamp.attention(w, sigma, s)
+    xi = fedamp.attention(w, sigma, s, "softmax")
 
     def row(d):  # the peers' weights from their squared distances
         e = np.exp(-np.asarray(d) / sigma)
@@ -89,9 +120,9 @@ def test_attention_by_hand_rows_sum_to_one_closer_gets_more():
     np.testing.assert_allclose(xi, expected, rtol=1e-12)
     np.testing.assert_allclose(xi.sum(1), 1.0)
     assert xi[0, 1] > xi[0, 2] and xi[2, 1] > xi[2, 0]  # the closer peer gets more
-    sym = fedamp.attention(torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, -1.0]]), 1.0, 0.2)
+    sym = fedamp.attention(torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, -1.0]]), 1.0, 0.2, "softmax")
     assert sym[0, 1] == pytest.approx(0.4) and sym[0, 2] == pytest.approx(0.4)  # equal distances
-    np.testing.assert_allclose(fedamp.attention([[5.0, 1.0]], 1.0, 0.3), [[1.0]])  # alone: itself
+    np.testing.assert_allclose(fedamp.attention([[5.0, 1.0]], 1.0, 0.3, "softmax"), [[1.0]])  # alone: itself
 
 
 def test_paper_attention_by_hand_is_huang_et_al_a_prime():
@@ -116,7 +147,7 @@ def test_paper_attention_by_hand_is_huang_et_al_a_prime():
 
 
 def test_attention_does_not_underflow_on_large_distances():
-    xi = fedamp.attention(np.array([[0.0], [100.0], [1000.0]]), 1.0, 0.5)
+    xi = fedamp.attention(np.array([[0.0], [100.0], [1000.0]]), 1.0, 0.5, "softmax")
     assert np.isfinite(xi).all()
     np.testing.assert_allclose(xi.sum(1), 1.0)
     assert xi[0, 1] == pytest.approx(0.5) and xi[2, 1] == pytest.approx(0.5)  # nearest peer takes 1 − s
@@ -327,4 +358,4 @@ def test_defaults_and_grids():
     assert (fedamp.Hyper().sigma, fedamp.Hyper().lam, fedamp.Hyper().alpha) == (1.0, 1.0, 1.0)  # PFLlib
     assert ifca.GRID == fedclust.GRID == fedamp.GRID == {}
     for mod in MODULES.values():
-        assert all(callable(getattr(mod, n)) or n in ("NAME", "GRID") for n in mod.__all__)
+        assert all(callable(getattr(mod, n)) or n in ("NAME", "GRID", "ATTENTIONS") for n in mod.__all__)

@@ -190,9 +190,12 @@ def test_clip_variants_fedamp_rows_and_the_parameter_average_column():
     recs[0]["param_average_accuracy"] = 0.625
     df = S.accuracy_frame(recs)
     t = S.main_table(df, ["fedamp"]).set_index("Method")
-    assert t.index.tolist() == ["FedAMP", "FedAMP (Huang et al.'s attention A′(x) = e^(−x/σ)/σ)"]
-    assert t.loc["FedAMP", "α=0.1 Glob, param. avg"] == "62.50 (n = 1)"
+    # a record without ``attention`` ran the workbook's softmax (its default until issue 57): its own row
+    soft = "FedAMP (the workbook's softmax over −‖wᵢ − wⱼ‖²/σ, not the paper's)"
+    assert t.index.tolist() == ["FedAMP", "FedAMP (Huang et al.'s attention A′(x) = e^(−x/σ)/σ)", soft]
+    assert t.loc[soft, "α=0.1 Glob, param. avg"] == "62.50 (n = 1)"
     assert t.iloc[1]["α=0.1 Glob, param. avg"] == "—"  # a record without the field: not invented
+    assert S.method_label(amp[0].to_dict()) == "fedamp"  # a new spec states the default, HeurFedAMP
     t9 = S.ablation_table(df, 0.1, 9).set_index("Configuration")
     assert t9.loc["Full FedPrism, α clipped by [0, 1] (Alg. 2, line 30)", "Loc"] == "80.00 (n = 1)"
 

@@ -1,8 +1,9 @@
-"""FeSEM (fedlib.methods.fesem): the E-step, M-step, k-means++ seeding, re-seeding of empty
-centres and the re-clustering schedule on hand-checkable inputs; round 0 (every client's model,
-k-means++ and Lloyd iterations), a later round and a re-clustering rebuilt from the rules; the
-planted clusters recovered, learning on a tiny real federation, determinism and bad
-hyperparameters."""
+"""FeSEM (fedlib.methods.fesem): the E-step (against every centre), M-step, Forgy and k-means++
+seeding, re-seeding of empty centres and the re-clustering schedule on hand-checkable inputs;
+round 0 under both starts (the paper's Forgy start from round 0's clients; the labelled
+all-clients start: every client's model, k-means++ and Lloyd iterations), a later round and a
+re-clustering rebuilt from the rules; the planted clusters recovered, learning on a tiny real
+federation, determinism and bad hyperparameters."""
 from __future__ import annotations
 
 import numpy as np
@@ -13,7 +14,7 @@ from fedlib.engine import broadcast, flatten_params
 from fedlib.evaluation import cluster_recovery
 from fedlib.experiment import RunSpec
 from fedlib.methods import fedprox, fesem
-from fedlib.methods.base import take
+from fedlib.methods.base import sample_clients, take
 from fl_fixtures import assert_states_close, make_context, opposite_label_groups
 
 
@@ -54,6 +55,36 @@ def test_assign_nearest_by_hand_ties_to_the_lowest_index():
     assert fesem.assign_nearest(w, c).tolist() == [1]
     out = fesem.assign_nearest(torch.zeros(3, 2), torch.ones(1, 2))
     assert out.dtype == np.int64 and out.tolist() == [0, 0, 0]
+
+
+def test_em_step_compares_a_trained_client_with_every_centre_by_hand():
+    """The paper's E-step: r(i) = argmin_k ‖W_i − c_k‖ over all K centres, W_i the client's model
+    after its local training; a client that trained from c_0 but landed nearer c_1 moves to
+    c_1, and the M-step then averages each cluster's models (a centre without one keeps its)."""
+    centres = {"w": torch.tensor([[0.0, 0.0], [10.0, 0.0], [0.0, 50.0]], dtype=torch.float64)}
+    # both clients trained from c_0 = (0, 0): one ended at (6, 0) (4 from c_1, 6 from c_0), one at (1, 0)
+    trained = {"w": torch.tensor([[6.0, 0.0], [1.0, 0.0]], dtype=torch.float64)}
+    new, choice = fesem._em(centres, trained, trained["w"], ["w"], None, 1)
+    assert choice.tolist() == [1, 0]
+    assert new["w"].tolist() == [[1.0, 0.0], [6.0, 0.0], [0.0, 50.0]]
+
+
+def test_forgy_seeds_are_the_first_k_of_a_shuffled_list():
+    rng, again = np.random.default_rng(3), np.random.default_rng(3)
+    cand = np.array([7, 2, 9, 4, 5])
+    seeds = fesem.forgy_seeds(cand, 3, rng)
+    assert seeds.dtype == np.int64 and seeds.tolist() == again.permutation(cand)[:3].tolist()
+    assert len(set(seeds.tolist())) == 3 and set(seeds.tolist()) <= set(cand.tolist())
+    full = fesem.forgy_seeds(cand, 5, np.random.default_rng(0))  # k = M: a permutation of them all
+    assert sorted(full.tolist()) == sorted(cand.tolist())
+    # every candidate is drawn first about 1/M of the time (uniform shuffle)
+    firsts = np.bincount([fesem.forgy_seeds(np.arange(4), 1, np.random.default_rng(s))[0] for s in range(4000)],
+                         minlength=4) / 4000
+    assert np.allclose(firsts, 0.25, atol=0.03)
+    with pytest.raises(ValueError, match=r"^k must be an integer in \[1, 5\], got 6$"):
+        fesem.forgy_seeds(cand, 6, rng)
+    with pytest.raises(ValueError, match=r"candidates must be a 1-D array of distinct integers"):
+        fesem.forgy_seeds([1, 1, 2], 2, rng)
 
 
 def test_squared_distances_by_hand_in_float64_over_blocks_of_rows():
@@ -171,11 +202,58 @@ def test_reclustering_schedule_is_every_tenth_round_but_the_last():
 
 
 # ----------------------------------------------------------------------------- rounds rebuilt
+def _lloyd(centres, params, flat, names, iterations=5):
+    """Round 0's Lloyd iterations rebuilt: (centres, choice, moves)."""
+    moves = []
+    for _ in range(iterations):
+        d = fesem.squared_distances(flat, flatten_params(centres, names))
+        choice, moved = fesem.reseed_empty(d, np.argmin(d, axis=1))
+        for j, i in moved:  # a re-seeded centre becomes its new member's model
+            centres = {n: v.clone() for n, v in centres.items()}
+            for n in centres:
+                centres[n][j] = params[n][i]
+        moves += moved
+        centres = fesem.update_centres(centres, params, choice)
+    return centres, choice, moves
+
+
 @pytest.mark.cross_cpu
-def test_round_zero_trains_every_client_and_runs_kmeans_on_all_their_models():
+def test_round_zero_forgy_seeds_from_the_rounds_clients_and_draws_the_others_clusters():
+    """The paper's start (the default): S_0 trains from w_0, the centres are the models of the
+    first K of a shuffled list of S_0, 5 Lloyd iterations on S_0's models; every other client a
+    uniformly drawn cluster."""
     ctx = make_context(rounds=1, fraction=0.3)
     k = 3
     out = fesem.run(ctx, fesem.Hyper(n_clusters=k))
+    ref = make_context(rounds=1, fraction=0.3)
+    names = names_of(ref)
+    clients = sample_clients(ref.rng("selection/group0"), np.arange(10), 0.3)
+    assert len(clients) == 3
+    res = ref.train(broadcast(ref.init_state(), 3), clients, 0)
+    flat = flatten_params(res.params, names)
+    rows = fesem.forgy_seeds(np.arange(3), k, ref.rng("fesem/seeding"))
+    centres, choice, moves = _lloyd(take(res.params, rows), res.params, flat, names)
+    expected = ref.rng("fesem/unassigned").integers(k, size=10)
+    expected[clients] = choice
+    assert_states_close(out.models, centres)
+    assert out.info["init"] == "forgy" and out.info["selected"] == [clients.tolist()]
+    assert out.info["seeds"] == clients[rows].tolist()
+    assert out.info["choices"][0] == choice.tolist()
+    assert out.assignment.tolist() == expected.tolist() == out.info["cluster_of_client"]
+    assert out.info["reseeded"] == [[1, j, int(clients[i])] for j, i in moves]
+
+
+def test_forgy_start_refuses_more_centres_than_round_zeros_clients():
+    with pytest.raises(ValueError, match=r"n_clusters must be at most the 3 clients of round 0 for init='forgy'"):
+        fesem.run(make_context(rounds=1, fraction=0.3), fesem.Hyper(n_clusters=4))
+
+
+@pytest.mark.cross_cpu
+def test_round_zero_trains_every_client_and_runs_kmeans_on_all_their_models():
+    """The labelled all-clients start (``init='clients'``, the workbook's earlier default)."""
+    ctx = make_context(rounds=1, fraction=0.3)
+    k = 3
+    out = fesem.run(ctx, fesem.Hyper(n_clusters=k, init="clients"))
     ref = make_context(rounds=1, fraction=0.3)
     names = names_of(ref)
     res = ref.train(broadcast(ref.init_state(), 10), np.arange(10), 0)  # every client from w_0
@@ -202,7 +280,7 @@ def test_round_zero_trains_every_client_and_runs_kmeans_on_all_their_models():
 
 @pytest.mark.cross_cpu
 def test_later_rounds_train_fedavgs_clients_from_their_centre_then_em():
-    hp = fesem.Hyper(n_clusters=2, em_iterations=2, weighting="samples")
+    hp = fesem.Hyper(n_clusters=2, em_iterations=2, weighting="samples", init="clients")
     first = fesem.run(make_context(rounds=1, fraction=0.5), hp)
     out = fesem.run(make_context(rounds=2, fraction=0.5), hp)
     fed = fedprox.run(make_context(rounds=2, fraction=0.5), fedprox.Hyper(mu=0.0))
@@ -226,7 +304,7 @@ def test_later_rounds_train_fedavgs_clients_from_their_centre_then_em():
 def test_reclustering_reassigns_the_clients_trained_since_by_their_clusters_means():
     """Re-clustering after round 2 of 3 (every 2): the clients of round 1 are compared with the
     means of each cluster's round-1 models (a cluster without one: its centre)."""
-    hp, every = fesem.Hyper(n_clusters=3), fesem.Hyper(n_clusters=3, recluster_every=2)
+    hp, every = fesem.Hyper(n_clusters=3, init="clients"), fesem.Hyper(n_clusters=3, recluster_every=2, init="clients")
     first = fesem.run(make_context(rounds=1, fraction=0.5), hp)
     second = fesem.run(make_context(rounds=2, fraction=0.5), every)  # nothing after the last round
     assert second.info["reclustered"] == []
@@ -257,11 +335,11 @@ def test_reclustering_reassigns_the_clients_trained_since_by_their_clusters_mean
 @pytest.mark.cross_cpu
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_recovers_planted_clusters_from_every_clients_first_model(seed):
-    """5 planted clusters of 4 clients, 4 clients a round: K-means on all 20 round-0 models
-    finds them exactly, and the rounds keep them (Forgy from round 0's 4 trained clients
-    cannot: 4 centres for 5 clusters)."""
+    """5 planted clusters of 4 clients, 4 clients a round: under the all-clients start K-means
+    on all 20 round-0 models finds them exactly, and the rounds keep them (Forgy from round 0's
+    4 trained clients cannot: 4 centres for 5 clusters, refused)."""
     ctx = planted(seed)
-    out = fesem.run(ctx, fesem.Hyper())
+    out = fesem.run(ctx, fesem.Hyper(init="clients"))
     assert cluster_recovery(out.assignment, ctx.planted_clusters) == 1.0
     assert out.info["cluster_sizes"] == [4] * 5
     assert final_accuracy(ctx) > 0.75  # each client sees 2 labels: chance is 0.5
@@ -271,7 +349,7 @@ def test_recovers_planted_clusters_from_every_clients_first_model(seed):
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_fesem_separates_opposite_label_groups(seed):
     ctx, group = opposite_label_groups(seed=seed)
-    out = fesem.run(ctx, fesem.Hyper(n_clusters=2))
+    out = fesem.run(ctx, fesem.Hyper(n_clusters=2, init="clients"))
     assert cluster_recovery(out.assignment, group) == 1.0
     assert sorted(out.info["cluster_sizes"]) == [5, 5]
     assert final_accuracy(ctx) > 0.9
@@ -307,10 +385,10 @@ def test_same_seed_same_numbers_other_seed_other_numbers():
 
 
 # ----------------------------------------------------------------------------- hyperparameters
-def test_random_init_is_refused_naming_the_one_choice():
-    with pytest.raises(ValueError, match=r"^init must be one of \['clients'\], got 'random'$"):
+def test_unknown_init_is_refused_naming_the_choices():
+    with pytest.raises(ValueError, match=r"^init must be one of \['forgy', 'clients'\], got 'random'$"):
         fesem.Hyper(init="random")
-    with pytest.raises(ValueError, match=r"init must be one of \['clients'\], got 'random'"):
+    with pytest.raises(ValueError, match=r"init must be one of \['forgy', 'clients'\], got 'random'"):
         RunSpec("fmnist", "pathological_clusters", 5, 10, 0, "fesem", hyper={"init": "random"}).validate()
 
 
@@ -325,7 +403,7 @@ def test_more_centres_than_clients_is_refused_before_training():
     ({"em_iterations": 0}, r"em_iterations must be an integer ≥ 1, got 0"),
     ({"em_iterations": "1"}, r"em_iterations must be an integer ≥ 1, got '1'"),
     ({"init_em_iterations": -1}, r"init_em_iterations must be an integer ≥ 1, got -1"),
-    ({"init": "kmeans++"}, r"init must be one of \['clients'\], got 'kmeans\+\+'"),
+    ({"init": "kmeans++"}, r"init must be one of \['forgy', 'clients'\], got 'kmeans\+\+'"),
     ({"recluster_every": -1}, r"recluster_every must be an integer ≥ 0, got -1"),
     ({"weighting": "uniform"}, r"weighting must be one of \['plain', 'samples'\], got 'uniform'"),
 ])
@@ -337,6 +415,6 @@ def test_bad_hyper(values, match):
 def test_defaults():
     hp = fesem.Hyper()
     assert (hp.n_clusters, hp.em_iterations, hp.init_em_iterations, hp.init, hp.recluster_every, hp.weighting) == \
-        (5, 1, 5, "clients", 10, "plain")
+        (5, 1, 5, "forgy", 10, "plain")
     assert fesem.GRID == {} and fesem.NAME == "fesem"
-    assert all(callable(getattr(fesem, n)) or n in ("NAME", "GRID") for n in fesem.__all__)
+    assert all(callable(getattr(fesem, n)) or n in ("NAME", "GRID", "INITS") for n in fesem.__all__)

@@ -41,14 +41,16 @@ def test_find_returns_the_committed_record_of_a_spec_rebuilt_from_params(grid, f
 
 
 def test_committed_specs_equal_their_rebuilt_runspec():
-    """On the real committed records: a RunSpec rebuilt from a record's spec has that spec as its
-    ``to_dict`` and the same spec fields; committed specs leave out the fields added later (at
-    their defaults), and spelling them out at their defaults changes nothing."""
+    """On the real committed records: a RunSpec rebuilt from a record's spec
+    (``RunSpec.from_record``: a hyperparameter whose default moved since is set to the value the
+    record ran) has that spec as its ``to_dict`` and the same spec fields;
+    committed specs leave out the fields added later (at their defaults), and spelling them out
+    at their defaults changes nothing."""
     n = 0
     for folder in ("cross_paper", "beyond_label", "psi_pfl/comparison"):
         for path in sorted((RECORDS / folder).glob("*.json")):
             rec = records.read(path)
-            spec = RunSpec(**rec["spec"])
+            spec = RunSpec.from_record(rec["spec"])
             assert spec.to_dict() == rec["spec"], path
             fields = records.spec_fields(rec["spec"])
             assert records.spec_fields(spec) == fields, path
@@ -57,6 +59,11 @@ def test_committed_specs_equal_their_rebuilt_runspec():
             assert records.spec_fields(explicit) == fields, path
             n += 1
     assert n > 600
+    old = next(p for p in sorted((RECORDS / "cross_paper").glob("*.json"))  # a FeSEM record from before `init`
+               if records.read(p)["spec"]["method"] == "fesem" and "init" not in records.read(p)["spec"]["hyper"])
+    spec = records.read(old)["spec"]
+    assert RunSpec.from_record(spec).hyper["init"] == "clients" and RunSpec(**spec).to_dict()["hyper"]["init"] == "forgy"
+    assert records.spec_fields(spec) == records.spec_fields(RunSpec.from_record(spec)) != records.spec_fields(RunSpec(**spec))
     assert "reproduction" not in json.loads(next((RECORDS / "cross_paper").glob("*.json")).read_text())["spec"]
 
 
@@ -144,3 +151,31 @@ def test_a_version_bump_leaves_the_whole_findings_page_and_readme_block_unchange
     _bumped(monkeypatch)
     df = report.frame()
     assert (report.findings_markdown(df), report.readme_block(df)) == before
+
+
+def test_a_moved_default_keeps_old_records_meaning(tmp_path):
+    """FedAMP's default attention moved (softmax → HeurFedAMP): a record whose spec has no
+    ``attention`` ran the softmax, so it answers a spec that asks for the softmax, never one at
+    today's default; a new spec states its attention, so its record is told apart."""
+    old = {**_record(RunSpec("fmnist", "dirichlet", 0.3, 10, 0, "fedamp"))}
+    old["spec"] = {**old["spec"], "hyper": {}}  # as written before the key existed
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    today, softmax = (RunSpec("fmnist", "dirichlet", 0.3, 10, 0, "fedamp"),
+                      RunSpec("fmnist", "dirichlet", 0.3, 10, 0, "fedamp", hyper={"attention": "softmax"}))
+    assert today.to_dict()["hyper"] == {"attention": "heurfedamp"}  # the default is stated
+    assert records.with_recorded_defaults(old["spec"])["hyper"] == {"attention": "softmax"}
+    assert softmax.to_dict()["hyper"] == {}  # the recorded value: left out, as the old records have it
+    assert softmax.to_dict() == old["spec"] and softmax.key() != today.key()  # the old record's spec and file name
+    assert records.find([today, softmax], tmp_path) == ([records.read(tmp_path / "old.json")], [today])
+    assert RunSpec.from_record(old["spec"]).hyper == {"attention": "softmax"}
+    new = _record(today)
+    (tmp_path / "new.json").write_text(json.dumps(new))
+    found, missing = records.find([today, softmax], tmp_path)
+    assert [r["spec"]["hyper"] for r in found] == [{"attention": "heurfedamp"}, {}] and missing == []
+    # the report's readings match a record as the configuration it ran
+    assert report.matches(old["spec"], (("hyper.attention", "softmax"),))
+    assert not report.matches(old["spec"], (("hyper.attention", "heurfedamp"),))
+    assert report.matches(new["spec"], (("hyper.attention", "heurfedamp"),))
+    # a method whose defaults never moved is left as it is
+    plain = SPEC.to_dict()
+    assert records.with_recorded_defaults(plain) is plain and SPEC.to_dict()["hyper"] == {}

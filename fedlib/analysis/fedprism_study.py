@@ -40,6 +40,7 @@ import numpy as np
 import pandas as pd
 
 from .. import partition as P
+from .. import records as R
 from ..experiment import RunSpec, grid_specs
 from ..methods import cfl, display_name
 from ..paths import ROOT
@@ -221,18 +222,23 @@ def variant_of(spec: dict) -> str:
     return "full"
 
 
-FEDAMP_ATTENTIONS = {"paper": "Huang et al.'s attention A′(x) = e^(−x/σ)/σ"}
-"""FedAMP's attention rules other than the workbook's default softmax, as their rows are named."""
+FEDAMP_ATTENTIONS = {"paper": "Huang et al.'s attention A′(x) = e^(−x/σ)/σ",
+                     "softmax": "the workbook's softmax over −‖wᵢ − wⱼ‖²/σ, not the paper's"}
+"""FedAMP's attention rules other than the default HeurFedAMP (the paper's rule for deep
+networks), as their rows are named. A record whose spec has no ``attention`` ran ``softmax``
+(:func:`fedlib.records.with_recorded_defaults`)."""
 
 
 def method_label(spec: dict) -> str:
     """The row name of a run: its method, and CFL's thresholds when they are not
     :data:`CFL_PAPER`, e.g. ``'cfl (ε1 = auto (0.5 × warm-up update), ε2 = 0.1, γ = 0.5)'``, or
-    FedAMP's attention when it is not the default softmax (:data:`FEDAMP_ATTENTIONS`)."""
+    FedAMP's attention when it is not the default HeurFedAMP (:data:`FEDAMP_ATTENTIONS`; a
+    record's spec is read as the attention it ran)."""
     if spec["method"] == "cfl" and cfl.thresholds(spec.get("hyper", {})) != cfl.thresholds(CFL_PAPER):
         return f"cfl ({cfl.thresholds_label(spec.get('hyper', {}))})"
-    if spec["method"] == "fedamp" and spec.get("hyper", {}).get("attention", "softmax") != "softmax":
-        return f"fedamp ({FEDAMP_ATTENTIONS[spec['hyper']['attention']]})"
+    attention = (R.with_recorded_defaults(spec).get("hyper") or {}).get("attention", "heurfedamp")
+    if spec["method"] == "fedamp" and attention != "heurfedamp":
+        return f"fedamp ({FEDAMP_ATTENTIONS[attention]})"
     return spec["method"]
 
 

@@ -49,6 +49,7 @@ from ..experiment import RunSpec, grid_specs
 from ..methods import cfl, display_name
 from ..paths import ROOT
 from .tables import mean_sd, frame_markdown as table_markdown
+from .. import records as R
 from ..validation import check_choice, check_int, fail
 
 __all__ = ["PAPER_RECORDS", "DATA_SPLITS", "READINGS", "FL_BENCH_TEST", "FL_BENCH_VAL_OF_TRAIN", "split_of", "fl_bench_val_fraction", "METHODS", "SETTINGS", "PAPER_TABLE1", "RECOVERY_METHODS", "NOT_RUN_HERE", "CFL_PAPER", "local_epochs_total",
@@ -182,8 +183,12 @@ def notebook_grid(*, dataset: str, n_train, settings, n_clusters: int, n_clients
 def method_label(spec: dict) -> str:
     """The row name of a run: the method, pFedLIA's clustering when it is peer-to-peer, CFL's
     thresholds when they are not the paper's (:data:`CFL_PAPER`), e.g. ``'cfl (ε1 = auto (0.5 ×
-    warm-up update), ε2 = 0, γ = 0)'``."""
-    hyper = spec.get("hyper", {})
+    warm-up update), ε2 = 0, γ = 0)'``, FeSEM's start when it is not the paper's
+    (``'fesem (all-clients start)'``: ``init='clients'``, which every FeSEM record written before
+    ``init`` existed ran — :func:`fedlib.records.with_recorded_defaults`)."""
+    hyper = R.with_recorded_defaults(spec).get("hyper") or {}
+    if spec["method"] == "fesem" and hyper.get("init", "forgy") != "forgy":
+        return f"fesem ({FESEM_STARTS[hyper['init']]})"
     if spec["method"] == "pfedlia" and hyper.get("clustering", "centralised") == "p2p":
         return "pfedlia (p2p)"
     if spec["method"] == "cfl" and cfl.thresholds(hyper) != cfl.thresholds(CFL_PAPER):
@@ -198,13 +203,18 @@ def _display(label: str) -> str:
     return display_name(base) + (f" {rest}" if rest else "")
 
 
+FESEM_STARTS = {"clients": "all-clients start"}
+"""FeSEM's starts other than the paper's (Forgy), as their rows are named."""
+
+
 def _with_variants(names, present) -> list[str]:
-    """``names`` present, each CFL row of other thresholds right after "cfl"."""
+    """``names`` present, each CFL row of other thresholds right after "cfl", each FeSEM row of
+    another start right after "fesem"."""
     out = []
     for m in names:
         out += [m] if m in present else []
-        if m == "cfl":
-            out += sorted(x for x in present if x.startswith("cfl ("))
+        if m in ("cfl", "fesem"):
+            out += sorted(x for x in present if x.startswith(m + " ("))
     return out
 
 

@@ -106,7 +106,10 @@ def matches(spec: dict, match: tuple) -> bool:
     """Whether a record's ``spec`` has every (field, value) of ``match``; dotted fields reach into
     nested dicts (``hyper.eta``); value None requires the field absent (``reproduction``:
     absent or ``"paper_text"``); ``level="most_heterogeneous"`` matches any level (the caller
-    keeps the smallest that ran)."""
+    keeps the smallest that ran). The spec is read as the configuration it ran
+    (:func:`fedlib.records.with_recorded_defaults`: a hyperparameter whose default moved after
+    the record was written holds the value it ran with)."""
+    spec = records.with_recorded_defaults(spec)
     for key, want in match:
         got = _field(spec, key)
         if key == "level" and want == "most_heterogeneous":

@@ -43,6 +43,13 @@ class MethodInfo:
     check_protocol : ``check_protocol(hp, cfg)``, a constraint between its hyperparameters
         and the training protocol (:class:`fedlib.methods.FLConfig`), raising ValueError.
     check_arch : ``check_arch(arch)``, a constraint on the model, raising ValueError.
+    recorded_defaults : hyperparameter -> the value a committed record's spec that lacks the key
+        was produced with, for each hyperparameter whose default changed (or that was added)
+        after records were committed: a spec leaves such a key out exactly when it runs this
+        value and states it otherwise (:meth:`fedlib.experiment.RunSpec.to_dict`,
+        :func:`fedlib.records.with_current_defaults`), and a record's spec without it reads as
+        this value (:func:`fedlib.records.with_recorded_defaults`), so an old record keeps its
+        meaning (and its file name) when the default moves.
     """
 
     name: str
@@ -58,6 +65,7 @@ class MethodInfo:
     needs_validation: Callable[[Any], bool] | None = None
     check_protocol: Callable[[Any, Any], None] | None = None
     check_arch: Callable[[str], None] | None = None
+    recorded_defaults: Mapping[str, Any] = field(default_factory=dict, hash=False)
 
     def __post_init__(self):
         for name in ("name", "display_name"):
@@ -77,6 +85,10 @@ class MethodInfo:
                                            or not all(isinstance(p, str) for p in self.protocols)):
             raise ValueError(f"MethodInfo.protocols of {self.name!r} must be None or a tuple of protocol "
                              f"names, got {self.protocols!r}")
+        known = {f.name for f in dataclasses.fields(self.hyper)}
+        if not isinstance(self.recorded_defaults, Mapping) or set(self.recorded_defaults) - known:
+            raise ValueError(f"MethodInfo.recorded_defaults of {self.name!r} must be a dict of its hyperparameters "
+                             f"({sorted(known)}) -> value, got {self.recorded_defaults!r}")
         for name in ("needs_validation", "check_protocol", "check_arch"):
             hook = getattr(self, name)
             if hook is not None and not callable(hook):

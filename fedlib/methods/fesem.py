@@ -6,21 +6,42 @@ The server keeps K centre models c_1 … c_K, each client's cluster r(i) and eac
 trained model b_i. Each round t draws S_t, the m = max(1, ⌊q·N⌋) clients drawn uniformly from
 the stream ``"selection/group0"`` (the same clients as FedAvg in every round).
 
-Round 0 — the centres from ALL clients' models (``init="clients"``, the one choice):
+Round 0 — the start, ``init``:
 
-1. every client i = 1 … N trains from the seeded initial model w_0 = ``ctx.init_state()``
-   (one round of full participation; S_0 is still drawn, so that later rounds select FedAvg's
-   clients), giving b_i;
-2. K-means on the N models: K seeds by k-means++ (:func:`kmeans_pp`, stream
-   ``"fesem/seeding"``), then ``init_em_iterations`` (5) Lloyd iterations, each an E-step
-   (:func:`assign_nearest`), the re-seeding of empty centres (:func:`reseed_empty`) and an
-   M-step (:func:`update_centres`) over all N models.
+* ``"forgy"`` (the default; the paper's random centres as the authors' code draws them):
+  1. the m clients of S_0 train from the seeded initial model w_0 = ``ctx.init_state()``,
+     giving b_i (a client that has not trained yet keeps b_i = w_0);
+  2. the K seeds are the first K of those m clients in a uniformly shuffled order
+     (:func:`forgy_seeds`, stream ``"fesem/seeding"``; K ≤ m is required): the authors' code
+     seeds its K-means with the first K entries of a shuffled client list;
+  3. ``init_em_iterations`` (5) Lloyd iterations over the m models, each an E-step
+     (:func:`assign_nearest`), the re-seeding of empty centres (:func:`reseed_empty`) and an
+     M-step (:func:`update_centres`);
+  4. each client outside S_0 gets a cluster drawn uniformly from the K (stream
+     ``"fesem/unassigned"``): the authors' code holds a random vector for a client that has
+     not trained, so its first cluster is arbitrary; the E-step after its first training
+     moves it to its nearest centre.
+* ``"clients"`` (the workbook's earlier start, a labelled option; every FeSEM record committed
+  before ``init`` existed ran it — :attr:`INFO.recorded_defaults`):
+  1. every client i = 1 … N trains from w_0 (one round of full participation, about 1/q
+     rounds of compute; S_0 is still drawn, so that later rounds select FedAvg's clients);
+  2. K-means on the N models: K seeds by k-means++ (:func:`kmeans_pp`, stream
+     ``"fesem/seeding"``), then ``init_em_iterations`` (5) Lloyd iterations as above over all
+     N models. This recovers planted clusters nearly exactly from round 0 on: a stronger start
+     than the paper's or the authors' code's (the suspected cause of FeSEM's 99.15 % against
+     the paper's 97.97 % on pFedLIA's pathological FMNIST; issue 57).
 
 Rounds t ≥ 1:
 
 1. every i ∈ S_t trains locally from its centre c_{r(i)} (one engine call); b_i ← the result;
-2. E-step: r(i) = argmin_k ‖b_i − c_k‖₂ for i ∈ S_t (trainable weights flattened, float64
-   distances, ties to the lowest index);
+2. E-step: r(i) = argmin_k ‖b_i − c_k‖₂ over every centre k = 1 … K, for i ∈ S_t (trainable
+   weights flattened, float64 distances, ties to the lowest index). This is the paper's
+   E-step: the distance of the client's local model W_i — the model its last local training
+   produced — to every centre (Algorithm 1: E-step, M-step, then local updates from the
+   centres; under the paper's full participation, "E-step on the models of the previous
+   local update" and "E-step right after the local update" are the same sequence). A client
+   that trained from c_{r(i)} is compared with all K centres and moves when another is
+   nearer (tests/test_fesem.py); it tends to stay, because it started from c_{r(i)};
 3. M-step: c_k ← Σ_{i ∈ S_t: r(i)=k} a_i b_i / Σ a_i over the round's clients, a_i = 1
    (``weighting="plain"``: the paper's W̃^(k) = Σ_i r_i^(k) W_i / Σ_i r_i^(k), the authors'
    ``KmeanModel`` — segment sum / count — and FlexCFL's FeSEM, aggregation ``'avg'``) or
@@ -39,20 +60,24 @@ Rounds t ≥ 1:
 A centre is empty when no client is nearest to it. Two identical centres are duplicates: the
 tie rule sends every client to the lower index, so the other is empty and re-seeded too.
 
-Why this start: the earlier rule drew the K centres (Forgy) from the ~q·N clients trained in
-round 0, so on pFedLIA's pathological partition planted clusters could get no centre; the
-clients then trained from their own centre and the one-pass E-step kept them there. Forgy from
-all N models would still miss clusters: with 5 planted clusters of 20 clients, 5 uniform draws
-hit every cluster with probability 5!·20⁵ / C(100, 5) ≈ 5 %, and a Lloyd iteration cannot move a
-second seed out of a cluster; k-means++ (D² sampling) picks a seed far from the chosen ones.
+What the start changes: Forgy from the ~q·N clients trained in round 0 can leave a planted
+cluster without a centre (with 5 planted clusters of 10 among m = 50 clients, 5 uniform draws
+hit every cluster with probability 10⁵ / C(50, 5) ≈ 5 %), and the clients then train from
+another cluster's centre; the Lloyd iterations and the re-seeding of empty centres repair part
+of that. The ``"clients"`` start (k-means++, D² sampling, on all N models) picks seeds far from
+the chosen ones and so finds every planted cluster: it was the workbook's default until issue 57
+and is kept, labelled, for the records that ran it.
 
 Departures from the paper and the authors' code (their ``fedsem.py`` / ``KmeanModel``):
 
 - Start. The paper initialises the centres randomly. The authors' code keeps one point per
   client for its K-means, uniform random vectors until the client has trained, sets every
   centre model to the same initial model, and seeds its K-means with the first K points of a
-  shuffled client list (Forgy), 5 iterations on the first clustering. Here: round 0 trains all
-  N clients (its cost is N/m ≈ 1/q rounds of training) and seeds by k-means++.
+  shuffled client list (Forgy), 5 iterations on the first clustering. Here (``"forgy"``): the
+  first K of a shuffled list of round 0's trained clients, 5 Lloyd iterations on their models,
+  and a uniformly drawn cluster for each client not trained yet (its random vector's arbitrary
+  cluster). ``"clients"`` (labelled option): round 0 trains all N clients and seeds by
+  k-means++.
 - Empty clusters. The authors' code re-initialises its whole K-means (Forgy, 5 iterations) at
   the next re-clustering when a cluster came out empty, which also scrambles the labels against
   the centre models; here only the empty centre is re-seeded, by the farthest-point rule
@@ -74,6 +99,15 @@ Departures from the paper and the authors' code (their ``fedsem.py`` / ``KmeanMo
   local objective is not used (its experiments and the authors' trainer train from the centre
   without it). FL-bench (pFedLIA's code base) has no FeSEM.
 
+Which committed records ran which start (:attr:`INFO` ``recorded_defaults``: a spec without
+``init`` ran ``'clients'`` and is read so by :func:`fedlib.records.with_recorded_defaults`):
+``benchmarks/records/pfedlia/table1`` (FeSEM's GPU runs, pFedLIA Table I) and the seed-0 FeSEM
+records of ``benchmarks/records/cross_paper`` written before issue 57 ran ``'clients'``, as do
+that folder's pathological seeds 1–2 with ``init: clients`` in their spec; the cross-paper
+records with ``init: forgy`` (seven partitions, seed 0; pathological seeds 1–2) ran the paper's
+start. The report reads the pFedLIA rows as "FeSEM's all-clients start" until GPU runs with
+the paper's start exist.
+
 Memory: the latest model of every client is kept (N models, as FedFomo keeps its personal
 models); distances are computed in float64 a block of rows at a time.
 
@@ -86,8 +120,9 @@ the correct k); ``em_iterations`` 1 (the authors' ``KmeanModel.num_iter = 1``);
 ``update-center-every``; 0 never re-clusters); ``weighting="plain"`` (paper, authors' code,
 FlexCFL).
 
-``info``: ``selected`` and ``choices`` per round (the clients that trained — all N in round 0
-— and their E-step clusters), ``seeds`` (the clients whose round-0 models k-means++ drew),
+``info``: ``selected`` and ``choices`` per round (the clients that trained — S_0, or all N in
+round 0 under ``"clients"`` — and their E-step clusters), ``init``, ``seeds`` (the clients whose
+round-0 models seeded the centres, in the order drawn),
 ``reclustered`` (the rounds after which a re-clustering ran, counted from 1 like the history's
 ``round``), ``reseeded`` ([round, centre, client] per re-seeding; round 1 is round 0's K-means),
 ``cluster_of_client`` / ``assignment`` (the final cluster of every client, for
@@ -109,7 +144,10 @@ from .contract import MethodInfo
 NAME = "fesem"
 GRID = {}  # pFedLIA gives FeSEM the planted number of clusters; no search
 
-__all__ = ["NAME", "GRID", "Hyper", "squared_distances", "assign_nearest", "update_centres", "kmeans_pp",
+INITS = ("forgy", "clients")  # the paper's random start (the authors' Forgy) and the workbook's earlier one
+
+__all__ = ["NAME", "GRID", "INITS", "Hyper", "squared_distances", "assign_nearest", "update_centres", "kmeans_pp",
+           "forgy_seeds",
            "reseed_empty", "reclusters", "run"]
 
 _ROWS = 16  # rows of the (M, P) weights converted to float64 at a time
@@ -119,8 +157,8 @@ _ROWS = 16  # rows of the (M, P) weights converted to float64 at a time
 class Hyper:
     n_clusters: int = 5  # K: pFedLIA's planted clusters ("we provided the correct k")
     em_iterations: int = 1  # E/M iterations per round: the authors' KmeanModel.num_iter
-    init_em_iterations: int = 5  # Lloyd iterations of round 0's K-means over all clients (authors' code: 5)
-    init: str = "clients"  # k-means++ on every client's round-0 model, the one choice
+    init_em_iterations: int = 5  # Lloyd iterations of round 0's K-means (authors' code: 5)
+    init: str = "forgy"  # 'forgy' (paper: random centres, the authors' shuffled first K) or 'clients' (old start)
     recluster_every: int = 10  # E-step over every client's latest model every this many rounds (0: never)
     weighting: str = "plain"  # M-step: "plain" mean (paper, authors' code) or "samples" (FedAvg)
 
@@ -128,7 +166,7 @@ class Hyper:
         check_int(self.n_clusters, "n_clusters", 1)
         check_int(self.em_iterations, "em_iterations", 1)
         check_int(self.init_em_iterations, "init_em_iterations", 1)
-        check_choice(self.init, "init", ("clients",))
+        check_choice(self.init, "init", INITS)
         check_int(self.recluster_every, "recluster_every", 0)
         check_choice(self.weighting, "weighting", ("plain", "samples"))
 
@@ -250,6 +288,29 @@ def kmeans_pp(weights, k: int, rng: np.random.Generator) -> np.ndarray:
     return np.asarray(seeds, dtype=np.int64)
 
 
+def forgy_seeds(candidates, k: int, rng: np.random.Generator) -> np.ndarray:
+    """Forgy seeding as the authors' FeSEM code does it: the first ``k`` entries of a uniformly
+    shuffled copy of ``candidates`` (``rng.permutation``).
+
+    Parameters
+    ----------
+    candidates : int array (M,) — the rows (or clients) the seeds are drawn from, distinct.
+    k : int, 1 ≤ k ≤ M
+    rng : numpy Generator — the one draw (a permutation of M) comes from it.
+
+    Returns
+    -------
+    ndarray, shape (k,), int64 — the seeds in the shuffled order.
+    """
+    c = np.asarray(candidates)
+    if c.ndim != 1 or not np.issubdtype(c.dtype, np.integer) or len(np.unique(c)) != len(c):
+        fail("candidates", "a 1-D array of distinct integers", candidates)
+    if len(c) == 0:
+        fail("candidates", "at least one candidate", candidates)
+    check_int(k, "k", 1, len(c))
+    return rng.permutation(c)[:k].astype(np.int64)
+
+
 def reseed_empty(sq_dist, assignment, outside=None) -> tuple[np.ndarray, list]:
     """Re-seed the empty centres: for each centre k with no member, in increasing k, the row i
     farthest from its own centre (largest D(i, r_i) > 0, ties to the lowest row) among rows
@@ -324,16 +385,16 @@ def _em(centres: State, trained: State, flat: torch.Tensor, names, weights, iter
     return centres, choice
 
 
-def _initial_kmeans(ctx: Context, bank: State, flat: torch.Tensor, names, weights, hp: Hyper):
-    """Round 0's K-means on all N models: (centres, choice, seeds, moves)."""
-    seeds = kmeans_pp(flat, hp.n_clusters, ctx.rng("fesem/seeding"))
+def _initial_kmeans(seeds: np.ndarray, bank: State, flat: torch.Tensor, names, weights, hp: Hyper):
+    """Round 0's K-means on the round's models ``bank`` (M, ...) from the seed rows ``seeds``:
+    (centres, choice (M,), moves [(centre, row)])."""
     centres = take(bank, seeds)
     moves = []
     for _ in range(hp.init_em_iterations):
         centres, choice, moved = _reseeded(centres, bank, squared_distances(flat, flatten_params(centres, names)))
         moves += moved
         centres = update_centres(centres, bank, choice, weights)
-    return centres, choice, seeds, moves
+    return centres, choice, moves
 
 
 def _means(flat: torch.Tensor, labels: np.ndarray, k: int, empty: torch.Tensor) -> torch.Tensor:
@@ -386,14 +447,30 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
     last = np.zeros(n, dtype=np.int64)  # the round each client last trained
     for t in range(ctx.cfg.rounds):
         clients = sample_clients(rng, everyone, ctx.cfg.fraction)  # round 0 too: FedAvg's stream
-        if t == 0:  # every client from w_0, then K-means on all N models
+        if t == 0 and hp.init == "clients":  # every client from w_0, then K-means++ on all N models
             clients = everyone
             res = ctx.train(broadcast(ctx.init_state(), n, copy=False), clients, t)
             bank = res.params  # b_i: every client's latest model, (N, ...)
             weights = None if hp.weighting == "plain" else to_host(res.n_samples, np.float64)
-            centres, choice, seeds, moves = _initial_kmeans(ctx, bank, flatten_params(bank, names), names,
-                                                            weights, hp)
+            flat = flatten_params(bank, names)
+            seeds = kmeans_pp(flat, k, ctx.rng("fesem/seeding"))
+            centres, choice, moves = _initial_kmeans(seeds, bank, flat, names, weights, hp)
             cluster = choice.copy()
+        elif t == 0:  # the paper's start: S_0 from w_0, Forgy seeds among them, K-means on their models
+            if k > len(clients):
+                fail("n_clusters", f"at most the {len(clients)} clients of round 0 for init='forgy' (the centres "
+                                   "are seeded from their models); raise fraction or use init='clients'", k)
+            res = ctx.train(broadcast(ctx.init_state(), len(clients), copy=False), clients, t)
+            bank = broadcast(ctx.init_state(), n)  # b_i = w_0 until client i trains
+            _set_rows(bank, clients, res.params)
+            weights = None if hp.weighting == "plain" else to_host(res.n_samples, np.float64)
+            rows = forgy_seeds(np.arange(len(clients)), k, ctx.rng("fesem/seeding"))
+            seeds = clients[rows]
+            centres, choice, moved = _initial_kmeans(rows, res.params, flatten_params(res.params, names), names,
+                                                     weights, hp)
+            moves = [(j, int(clients[i])) for j, i in moved]  # rows of the round -> client ids
+            cluster = ctx.rng("fesem/unassigned").integers(k, size=n).astype(np.int64)
+            cluster[clients] = choice
         else:
             res = ctx.train(take(centres, cluster[clients]), clients, t)
             _set_rows(bank, clients, res.params)
@@ -412,7 +489,7 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
                 centres, cluster, moved = _recluster(centres, bank, names, cluster, fresh)
                 moves += moved
             reclustered.append(t + 1)
-        reseeded += [[t + 1, j, i] for j, i in moves]  # round 0's bank rows are the client ids
+        reseeded += [[t + 1, j, i] for j, i in moves]  # (centre, client id)
         if _logged(ctx, t):
             ctx.log_round(t, centres, cluster)
     info = {"n_clusters": k, "init": hp.init, "selected": selected, "choices": choices,
@@ -422,4 +499,5 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
     return Outcome(centres, cluster, info)
 
 
-INFO = MethodInfo(NAME, "FeSEM", Hyper, run, grid=GRID, groups_clients=True)
+INFO = MethodInfo(NAME, "FeSEM", Hyper, run, grid=GRID, groups_clients=True,
+                  recorded_defaults={"init": "clients"})  # every FeSEM record before issue 57 ran the old start
