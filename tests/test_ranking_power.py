@@ -143,3 +143,76 @@ def test_client_blocks_local_and_official_test():
     assert off.a.tolist() == [0.25, 0.5, 0.75]
     with pytest.raises(ValueError, match="value"):
         RP.client_blocks([r], ["a"], "worst10")
+
+
+def test_choose_rounds_waits_for_every_run_to_plateau():
+    t = pd.DataFrame({"plateau": [12.0, 31.0], "reading": ["plateau at 12", "plateau at 31"]})
+    assert RP.choose_rounds(t) == (40, "latest plateau at round 31 of 2 runs, + w = 5, rounded up to 10")
+    assert RP.choose_rounds(t, step=5)[0] == 40 and RP.choose_rounds(t, window=10)[0] == 50
+    t2 = pd.concat([t, pd.DataFrame({"plateau": [np.nan], "reading": ["not converged by R = 200"]})])
+    R, why = RP.choose_rounds(t2)
+    assert R is None and "1 of 3 runs without a plateau (not converged by R = 200)" in why
+    assert RP.choose_rounds(t.iloc[:0]) == (None, "no run")
+
+
+def test_designs_state_n_k_cd_and_cost_from_their_params():
+    """The issue-58 designs (params/designs/): the focused one ranks k = 8 methods on N = 20 blocks,
+    CD ≤ 4 ranks by the formula; costs are measured seconds a round × R, summed over runs."""
+    from fedlib.analysis import cross_paper_design as D
+
+    per = pd.Series({m: 1.0 for m in ("cl", "oracle", "local", "fedavg", "fedprox", "fedavgm", "fedadagrad",
+                                      "fedyogi", "fedadam", "poc", "haccs", "fedcls", "cfl", "fedsoft",
+                                      "clust_psi_pfl", "psi_pfl", "cafa", "fedprism", "ifca", "fedclust", "fedamp",
+                                      "pfedlia", "fedfomo", "fedproto", "fesem")})
+    t = D.design_table(per).set_index("design")
+    foc = t.loc["focused (all)"]
+    assert (foc.blocks, foc.k, foc.seeds) == (20, 8, 3)
+    assert foc.nemenyi_cd == pytest.approx(RP.nemenyi_cd(8, 20)) and foc.nemenyi_cd <= 4
+    # 1 s a round: runs × R seconds
+    assert foc.cpu_hours == pytest.approx(foc.runs * 100 / 3600)
+    assert t.loc["budget", "blocks"] == 7 and t.loc["budget", "R"] == [10]
+    assert t.loc["pilot", "k"] == 2 and t.loc["pilot", "runs"] == 7 * 2 * 3
+    specs = D.design_specs("focused_fmnist_k20")
+    assert {s.n_clients for s in specs} == {20} and {s.method for s in specs} == set(D.FOCUSED_METHODS)
+    with pytest.raises(ValueError, match="per_round"):
+        D.design_table(per.drop("fedfomo"), ["focused_fmnist_k20"])
+    with pytest.raises(ValueError, match="design"):
+        D.design_specs("nope")
+
+
+def _run(method, part, accs, seed=0, test=None, local=None):
+    from fedlib.analysis import cross_paper as X
+    p = X.PARTITIONS[part]
+    hist = [{"round": i + 1, "global_accuracy": a} for i, a in enumerate(accs)]
+    return {"spec": {"method": method, "protocol": p.protocol, "level": p.level, "seed": seed, "n_clients": 4,
+                     "dataset": "fmnist", "fl": {"rounds": len(accs)}},
+            "status": "ok", "history": hist, "global_accuracy": accs[-1],
+            "global_test_correct": test, "n_global_test": 10, "local_accuracy": local}
+
+
+def test_budget_rankings_rank_the_last_two_rounds_of_the_histories():
+    from fedlib.analysis import cross_paper_design as D
+
+    parts = ["dirichlet_0.3", "similarity_1", "noisy"]
+    # round 2: A > B > C everywhere; round 3: B > A > C everywhere → τ(3 vs 2) = 1/3
+    recs = [_run("fedavg", p, [0.1, 0.9, 0.8]) for p in parts] + [_run("local", p, [0.1, 0.8, 0.9]) for p in parts] \
+        + [_run("fedprox", p, [0.1, 0.2, 0.3]) for p in parts] + [_run("cl", p, [1, 1, 1]) for p in parts]
+    b = D.budget_rankings(recs)
+    assert b["R"] == 3 and list(b["at_R"].index) == ["local", "fedavg", "fedprox"]
+    assert list(b["at_R_minus_1"].index) == ["fedavg", "local", "fedprox"]
+    assert b["tau"] == pytest.approx(1 / 3)
+    assert sorted(b["steps_pp"].round(6).unique()) == [0.0, 10.0]
+
+
+def test_which_method_when_official_uses_each_clients_official_test_accuracy():
+    from fedlib.analysis import cross_paper_design as D
+
+    recs = []
+    for seed in range(2):
+        recs += [_run("fedavg", "noisy", [0.5], seed, test=[9, 9, 9, 8], local=[.5] * 4),
+                 _run("local", "noisy", [0.9], seed, test=[1, 2, 1, 2], local=[.9] * 4),
+                 _run("fedprox", "noisy", [0.5], seed, test=[5, 6, 5, 6], local=[.5] * 4)]
+    w = D.which_method_when_official(recs)
+    row = w.iloc[0]
+    assert row.partition == "noisy" and row.best == "fedavg" and row.n_blocks == 8 and row.n_methods == 3
+    assert "local" not in row.not_worse  # ranked last on all 8 clients: mean rank 3 vs 1, CD < 2

@@ -40,7 +40,7 @@ from ..validation import check_int, check_number, fail
 __all__ = ["PLATEAU_WINDOW", "PLATEAU_TOLERANCE_PP", "PLATEAU_RULE", "plateau_round", "history_of", "score_at_round",
            "convergence_table", "mean_ranks", "kendall_tau", "leave_one_block_out", "nemenyi_q", "nemenyi_cd",
            "RankingPower", "ranking_power", "ties_per_block", "cost_per_run", "design_cost", "client_blocks",
-           "score_table_records"]
+           "score_table_records", "choose_rounds"]
 
 PLATEAU_WINDOW = 5
 """w: the rounds over which a plateau is judged."""
@@ -145,6 +145,22 @@ def convergence_table(records, block_of, *, methods=None, value: str = "global_a
                      "last_step_pp": float(abs(a[-1] - a[-2])) if a.size > 1 else np.nan})
     return pd.DataFrame(rows, columns=["block", "method", "seed", "R", "evaluations", "plateau", "reading",
                                        "last_step_pp"])
+
+
+def choose_rounds(table: pd.DataFrame, *, window: int = PLATEAU_WINDOW, step: int = 10) -> tuple[int | None, str]:
+    """R from a :func:`convergence_table` (e.g. a pilot's FedAvg and Local runs): the latest
+    plateau round plus the window (the plateau must be seen to hold), rounded up to a multiple of
+    ``step``; (None, why) when a run did not plateau (its R is too short to choose from)."""
+    check_int(step, "step", 1)
+    if table.empty:
+        return None, "no run"
+    bad = table[table.plateau.isna()]
+    if len(bad):
+        return None, (f"{len(bad)} of {len(table)} runs without a plateau ("
+                      + "; ".join(sorted(set(bad.reading))) + ")")
+    last = int(table.plateau.max())
+    R = int(-(-(last + window) // step) * step)
+    return R, f"latest plateau at round {last} of {len(table)} runs, + w = {window}, rounded up to {step}"
 
 
 # ----------------------------------------------------------------------------- rankings
