@@ -117,3 +117,19 @@ def test_committed_ari_rows_match_the_trained_runs_at_seed_0():
     assert len(m) == 66  # 11 partitions × 6 clustering-only variants
     np.testing.assert_allclose(m.ari, m.ari_trained, atol=1e-12)
     assert (m.groups == m.groups_trained).all()
+
+
+def test_ari_rows_recompute_each_seed_and_keep_only_clustering_variants(tmp_path):
+    specs = B.training_specs(["rotated"], [], 8, [0], ["psi_label", "psi_attribute", "fedavg"],
+                             {"rounds": 1, "local_epochs": 1}, n_train={"fmnist": 800})
+    rows = S.ari_rows(specs, [1, 2])
+    assert sorted(zip(rows.variant, rows.seed)) == [("psi_attribute", 1), ("psi_attribute", 2), ("psi_label", 1),
+                                                    ("psi_label", 2)]
+    import dataclasses
+    one = [s for s in specs if B.variant_of(s.to_dict()) == "psi_attribute"][0]
+    assert rows[(rows.variant == "psi_attribute") & (rows.seed == 2)].ari.iloc[0] == pytest.approx(
+        S.clustering_ari(dataclasses.replace(one, seed=2))["ari"])
+    path = tmp_path / "aris.csv"
+    rows.to_csv(path, index=False)
+    assert len(S.read_ari_rows(path, 8)) == 4 and S.read_ari_rows(path, 100).empty
+    assert S.read_ari_rows(tmp_path / "none.csv", 8).empty

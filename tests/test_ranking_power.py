@@ -49,7 +49,7 @@ def test_convergence_table_reads_each_run_and_never_invents_a_plateau():
             _rec("local", "b1", 0, [0.9]),
             _rec("fedavg", "b2", 0, [0.1], status="failed")]
     t = RP.convergence_table(recs, lambda r: r["spec"]["protocol"])
-    assert t.reading.tolist() == ["plateau at 2", "not converged by R = 7", "not converged by R = 1"]
+    assert t.reading.tolist() == ["plateau at 2", "not converged by R = 7", "one evaluation only (round 1): no history"]
     assert t.plateau.iloc[0] == 2 and np.isnan(t.plateau.iloc[1])
     assert t.last_step_pp.iloc[1] == pytest.approx(10.0)
     sparse = {"spec": {"method": "fedavg", "protocol": "b", "seed": 0}, "status": "ok",

@@ -41,7 +41,7 @@ from .. import partition as P
 from ..evaluation import cluster_recovery
 from ..validation import check_int, check_number, fail
 
-__all__ = ["CONFIDENCE", "t_interval", "interval_verdict", "clustering_ari", "clustering_aris", "CLUSTERING_ONLY", "ari_over_seeds",
+__all__ = ["CONFIDENCE", "t_interval", "interval_verdict", "clustering_ari", "clustering_aris", "ari_rows", "read_ari_rows", "ARI_RECORDS", "CLUSTERING_ONLY", "ari_over_seeds",
            "pooled_small_accuracy", "bootstrap_pooled", "small_pooled_frame", "collapsed_rows"]
 
 CONFIDENCE = 0.95
@@ -141,6 +141,49 @@ def clustering_aris(specs) -> list[dict]:
     for r in out:
         r["cpu_seconds"] += shared / len(out)
     return out
+
+
+ARI_RECORDS = "benchmarks/records/beyond_label_ari/aris.csv"
+"""The committed clustering-only ARIs (``benchmarks/beyond_label_ari.py`` writes them): one row per
+(partition, variant, seed) of notebook 12's paper grid, with ``n_clients``, ``ari``, ``tau``,
+``groups`` and ``cpu_seconds``."""
+
+
+def ari_rows(specs, seeds) -> pd.DataFrame:
+    """Clustering-only ARIs (:func:`clustering_aris`) of the :data:`CLUSTERING_ONLY` variants among
+    notebook 12's ``specs`` (any seed), recomputed at each of ``seeds``: one row per (partition,
+    variant, seed), the columns of :data:`ARI_RECORDS`."""
+    import dataclasses
+
+    from . import beyond_label as B
+
+    groups = {}
+    for s in specs:
+        d = s.to_dict()
+        v = B.variant_of(d)
+        if v in CLUSTERING_ONLY:
+            groups.setdefault(B.partition_of_spec(d), {})[v] = s
+    rows = []
+    for part, by_variant in groups.items():
+        for seed in seeds:
+            todo = [(v, dataclasses.replace(s, seed=int(seed))) for v, s in by_variant.items()]
+            for (v, s), r in zip(todo, clustering_aris([s for _, s in todo])):
+                rows.append({"partition": part, "variant": v, "seed": int(seed), "n_clients": s.n_clients,
+                             "dataset": s.dataset, **r})
+    return pd.DataFrame(rows, columns=["partition", "variant", "seed", "n_clients", "dataset", "ari", "tau",
+                                       "groups", "cpu_seconds"])
+
+
+def read_ari_rows(path, n_clients: int) -> pd.DataFrame:
+    """The committed clustering-only ARIs at ``path`` for ``n_clients`` clients (empty if none)."""
+    from pathlib import Path
+
+    path = Path(path)
+    if not path.is_file():
+        return pd.DataFrame(columns=["partition", "variant", "seed", "n_clients", "dataset", "ari", "tau", "groups",
+                                     "cpu_seconds"])
+    rows = pd.read_csv(path)
+    return rows[rows.n_clients == int(n_clients)].reset_index(drop=True)
 
 
 def ari_over_seeds(rows: pd.DataFrame, confidence: float = CONFIDENCE, *, chance: float = 0.1,

@@ -43,7 +43,7 @@ from . import cross_paper as X
 from . import ranking_power as RP
 
 __all__ = ["RANKED_METRICS", "DESIGNS", "FOCUSED_METHODS", "block_of", "budget_rankings", "metric_rankings",
-           "which_method_when_official", "design_specs", "design_table", "rounds_check", "run_commands"]
+           "which_method_when_official", "long_horizon_convergence", "design_specs", "design_table", "rounds_check", "run_commands"]
 
 RANKED_METRICS = ("weighted_local", "official_test", "worst10")
 """The three metrics ranked (keys of :data:`fedlib.analysis.cross_paper.METRICS`)."""
@@ -139,6 +139,49 @@ def which_method_when_official(records, *, alpha: float = X.ALPHA, exclude=X.REF
                      "left_out": []})
     return pd.DataFrame(rows, columns=["partition", "best", "not_worse", "friedman_p", "cd", "n_blocks",
                                        "n_methods", "left_out"])
+
+
+def long_horizon_convergence(root=None, *, dataset: str = "fmnist", methods=("fedavg", "local"),
+                             min_rounds: int = 40) -> pd.DataFrame:
+    """The plateau rule on every committed record of ``methods`` on ``dataset`` trained for ≥
+    ``min_rounds`` rounds (the reproduction folders under ``root``, default
+    ``benchmarks/records``): one row per (folder, protocol, level, K, E, method) with ``seeds``,
+    ``R``, ``evaluations`` per run, the plateau rounds and the readings of
+    :func:`fedlib.analysis.ranking_power.convergence_table`. Their protocols differ from notebook
+    11's (all data, E = 5 or 10): where *they* plateau, not where notebook 11's runs would."""
+    from ..grid import load_records
+
+    root = ROOT / "benchmarks" / "records" if root is None else root
+    recs = []
+    for folder in sorted({p.parent for p in root.rglob("*.json")}):
+        rel = folder.relative_to(root).as_posix()
+        if rel.startswith(("cross_paper", "beyond_label", "cross_cpu", "speed", "cafa/cbcc")):
+            continue
+        for r in load_records(folder):
+            s = r.get("spec", {})
+            if (r.get("status") == "ok" and s.get("method") in methods and s.get("dataset") == dataset
+                    and ((s.get("fl") or {}).get("rounds") or 0) >= min_rounds):
+                recs.append({**r, "_folder": rel})
+
+    def key(r):
+        s = r["spec"]
+        return f"{r['_folder']}|{s['protocol']}|{s['level']:g}|{s['n_clients']}|{s['fl'].get('local_epochs', 1)}"
+
+    t = RP.convergence_table(recs, key)
+    if t.empty:
+        return pd.DataFrame(columns=["folder", "protocol", "level", "K", "E", "method", "seeds", "R", "evaluations",
+                                     "plateaus", "readings"])
+    out = t.groupby(["block", "method"], sort=True).agg(
+        seeds=("seed", "size"), R=("R", "max"), evaluations=("evaluations", "max"),
+        plateaus=("plateau", lambda v: ", ".join("—" if np.isnan(x) else f"{x:.0f}" for x in v)),
+        readings=("reading", lambda v: "; ".join(sorted(set(v))))).reset_index()
+    parts = out.block.str.split("|", expand=True)
+    out.insert(0, "folder", parts[0])
+    out.insert(1, "protocol", parts[1])
+    out.insert(2, "level", parts[2])
+    out.insert(3, "K", parts[3].astype(int))
+    out.insert(4, "E", parts[4].astype(int))
+    return out.drop(columns="block")
 
 
 # ----------------------------------------------------------------------------- designs

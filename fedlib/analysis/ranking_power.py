@@ -137,6 +137,7 @@ def convergence_table(records, block_of, *, methods=None, value: str = "global_a
         p = plateau_round(r, a, window=window, tolerance=tolerance)
         sparse = r.size < 2 or np.all(np.diff(r) > window)  # no window can hold two evaluations
         reading = (f"plateau at {p}" if p is not None
+                   else f"one evaluation only (round {int(r[-1])}): no history" if r.size == 1
                    else f"history too sparse for w = {window} (evaluated every {int(np.diff(r).min())} rounds)"
                    if sparse and r.size > 1 else f"not converged by R = {int(r[-1])}")
         rows.append({"block": block_of(rec), "method": rec["spec"]["method"], "seed": rec["spec"]["seed"],
