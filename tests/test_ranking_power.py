@@ -201,7 +201,7 @@ def test_budget_rankings_rank_the_last_two_rounds_of_the_histories():
     assert b["R"] == 3 and list(b["at_R"].index) == ["local", "fedavg", "fedprox"]
     assert list(b["at_R_minus_1"].index) == ["fedavg", "local", "fedprox"]
     assert b["tau"] == pytest.approx(1 / 3)
-    assert sorted(b["steps_pp"].round(6).unique()) == [0.0, 10.0]
+    assert sorted(b["steps_pp"].round(6).unique()) == [0.0, 10.0] and b["left_out"] == []
 
 
 def test_which_method_when_official_uses_each_clients_official_test_accuracy():

@@ -78,7 +78,9 @@ def _partition(record: dict) -> str:
 def budget_rankings(records, *, exclude=X.REFERENCES) -> dict:
     """The ranking (mean ranks over the partitions, weighted local accuracy from each run's history)
     at the last round R and at R − 1, and Kendall's τ between them; also the per-run step between
-    the two rounds. Returns ``{'R', 'at_R', 'at_R_minus_1', 'tau', 'steps_pp'}``."""
+    the two rounds. Returns ``{'R', 'at_R', 'at_R_minus_1', 'tau', 'steps_pp', 'left_out'}`` (τ is over
+    the methods ranked at both rounds; ``left_out``: those without an evaluation at R − 1 on every
+    partition, e.g. a method whose history holds its last round only)."""
     rounds = {len(r.get("history", [])) for r in records if r.get("status") == "ok"}
     R = max(rounds) if rounds else 0
     if R < 2:
@@ -87,7 +89,9 @@ def budget_rankings(records, *, exclude=X.REFERENCES) -> dict:
     before = RP.score_at_round(records, R - 1, _partition)
     mr, mr1 = RP.mean_ranks(at_r, exclude=exclude), RP.mean_ranks(before, exclude=exclude)
     steps = (at_r - before).abs().stack()
-    return {"R": R, "at_R": mr, "at_R_minus_1": mr1, "tau": RP.kendall_tau(mr, mr1), "steps_pp": steps}
+    left_out = sorted(set(mr.index) - set(mr1.index))  # no evaluation at R − 1 (e.g. evaluated at the end only)
+    return {"R": R, "at_R": mr, "at_R_minus_1": mr1, "tau": RP.kendall_tau(mr, mr1), "steps_pp": steps,
+            "left_out": left_out}
 
 
 def metric_rankings(df: pd.DataFrame, *, exclude=X.REFERENCES, alpha: float = X.ALPHA,
