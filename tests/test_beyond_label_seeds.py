@@ -133,3 +133,20 @@ def test_ari_rows_recompute_each_seed_and_keep_only_clustering_variants(tmp_path
     rows.to_csv(path, index=False)
     assert len(S.read_ari_rows(path, 8)) == 4 and S.read_ari_rows(path, 100).empty
     assert S.read_ari_rows(tmp_path / "none.csv", 8).empty
+
+
+def test_answer_over_seeds_gives_intervals_and_verdicts():
+    rows = pd.DataFrame({"partition": ["p"] * 6 + ["q"] * 2,
+                         "variant": ["psi_label"] * 3 + ["psi_joint"] * 3 + ["psi_label", "psi_size"],
+                         "seed": [0, 1, 2] * 2 + [0, 0],
+                         "ari": [0.0, 0.02, 0.04, 0.95, 0.97, 0.99, 0.5, 0.96]})
+    t = S.answer_over_seeds(rows, ["p", "q"]).set_index("partition")
+    half = 4.302653 * 0.02 / np.sqrt(3)  # s = 0.02
+    assert t.loc["p", "label_only"] == f"0.02 [{0.02 - half:.2f}, {0.02 + half:.2f}] (n = 3)"
+    # [−0.030, 0.070]: wholly ≤ 0.1; joint 0.97 ± 0.0497 = [0.920, 1.020]: wholly ≥ 0.9
+    assert t.loc["p", "label_only_verdict"] == "cannot separate"
+    assert t.loc["p", "best_extension"] == "psi_joint" and t.loc["p", "extension_verdict"] == "recovers"
+    wide = rows.assign(ari=[0.0, 0.02, 0.04, 0.80, 0.97, 0.99, 0.5, 0.96])  # s = 0.105: [0.66, 1.18]
+    assert S.answer_over_seeds(wide, ["p"]).extension_verdict.iloc[0] == "undecided (interval crosses 0.9)"
+    assert t.loc["q", "label_only"] == "0.50 (n = 1, no interval)" and t.loc["q", "extension_verdict"] == "one run: no verdict"
+    assert S.interval_text(np.nan, np.nan, np.nan, 0) == "—"

@@ -42,7 +42,7 @@ from ..evaluation import cluster_recovery
 from ..validation import check_int, check_number, fail
 
 __all__ = ["CONFIDENCE", "t_interval", "interval_verdict", "clustering_ari", "clustering_aris", "ari_rows", "read_ari_rows", "ARI_RECORDS", "CLUSTERING_ONLY", "ari_over_seeds",
-           "pooled_small_accuracy", "bootstrap_pooled", "small_pooled_frame", "collapsed_rows"]
+           "interval_text", "answer_over_seeds", "pooled_small_accuracy", "bootstrap_pooled", "small_pooled_frame", "collapsed_rows"]
 
 CONFIDENCE = 0.95
 """The intervals' two-sided level."""
@@ -199,6 +199,43 @@ def ari_over_seeds(rows: pd.DataFrame, confidence: float = CONFIDENCE, *, chance
                     "max": float(g.ari.max()), "verdict": interval_verdict(lo, hi, chance=chance, recovered=recovered)})
     return pd.DataFrame(out, columns=["partition", "variant", "n", "mean", "low", "high", "sd", "min", "max",
                                       "verdict"])
+
+
+def interval_text(mean: float, low: float, high: float, n: int, digits: int = 2) -> str:
+    """"mean [low, high] (n = n)" — or "value (n = 1, no interval)" for one seed."""
+    if n == 0 or np.isnan(mean):
+        return "—"
+    if n == 1 or np.isnan(low):
+        return f"{mean:.{digits}f} (n = 1, no interval)"
+    return f"{mean:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}] (n = {n})"
+
+
+def answer_over_seeds(rows: pd.DataFrame, partitions=None, extensions=None,
+                      confidence: float = CONFIDENCE) -> pd.DataFrame:
+    """Notebook 12's answer from clustering-only ARIs over seeds (``rows``, :data:`ARI_RECORDS`):
+    per partition, label-only PSI's ARI and the extension with the highest mean ARI, each as
+    :func:`interval_text` with its :func:`interval_verdict` — the interval against the cut-offs."""
+    from . import beyond_label as B
+
+    t = ari_over_seeds(rows, confidence, chance=B.CHANCE, recovered=B.RECOVERED)
+    extensions = tuple(extensions or B.EXTENSIONS)
+    order = list(partitions) if partitions is not None else list(dict.fromkeys(t.partition))
+    out = []
+    for p in order:
+        here = t[t.partition == p].set_index("variant")
+        if "psi_label" not in here.index:
+            continue
+        lab = here.loc["psi_label"]
+        ext = here[here.index.isin(extensions)]
+        best = ext["mean"].idxmax() if len(ext) else None
+        e = ext.loc[best] if best is not None else None
+        out.append({"partition": p, "label_only": interval_text(lab["mean"], lab.low, lab.high, int(lab.n)),
+                    "label_only_verdict": lab.verdict, "best_extension": best,
+                    "extension": interval_text(e["mean"], e.low, e.high, int(e.n)) if e is not None else "—",
+                    "extension_verdict": e.verdict if e is not None else "none run",
+                    "seeds": int(here.n.min())})
+    return pd.DataFrame(out, columns=["partition", "label_only", "label_only_verdict", "best_extension", "extension",
+                                      "extension_verdict", "seeds"])
 
 
 def pooled_small_accuracy(correct, n_test, small) -> float:
