@@ -150,3 +150,16 @@ def test_answer_over_seeds_gives_intervals_and_verdicts():
     assert S.answer_over_seeds(wide, ["p"]).extension_verdict.iloc[0] == "undecided (interval crosses 0.9)"
     assert t.loc["q", "label_only"] == "0.50 (n = 1, no interval)" and t.loc["q", "extension_verdict"] == "one run: no verdict"
     assert S.interval_text(np.nan, np.nan, np.nan, 0) == "—"
+
+
+def test_small_pooled_table_reads_one_seed_with_its_interval_and_the_gap():
+    f = pd.DataFrame({"share": [0.1, 0.1], "variant": ["fedavg", "psi_size"], "seed": [0, 0],
+                      "small_clients": [10, 10], "small_test_samples": [20, 20], "per_client_test": ["1–4", "1–4"],
+                      "small_mean": [50.0, 40.0], "small_pooled": [55.0, 45.0], "pooled_low": [35.0, 25.0],
+                      "pooled_high": [75.0, 65.0]})
+    t = S.small_pooled_table(f, {"psi_size": "ln n"}).set_index("variant")
+    assert t.loc["ln n", "s = 0.1"] == "45.0 [25.0, 65.0] (20 test samples, 1–4 a client)"
+    assert t.loc["ln n", "Δ vs fedavg, s = 0.1 (pp)"] == -10.0 and t.loc["fedavg", "Δ vs fedavg, s = 0.1 (pp)"] == 0.0
+    two = pd.concat([f, f.assign(seed=1, small_pooled=[65.0, 35.0])])
+    t2 = S.small_pooled_table(two).set_index("variant")
+    assert t2.loc["psi_size", "s = 0.1"] == "40.0 (n = 2 seeds)" and t2.loc["psi_size", "Δ vs fedavg, s = 0.1 (pp)"] == -20.0

@@ -42,7 +42,7 @@ from ..evaluation import cluster_recovery
 from ..validation import check_int, check_number, fail
 
 __all__ = ["CONFIDENCE", "t_interval", "interval_verdict", "clustering_ari", "clustering_aris", "ari_rows", "read_ari_rows", "ARI_RECORDS", "CLUSTERING_ONLY", "ari_over_seeds",
-           "interval_text", "answer_over_seeds", "pooled_small_accuracy", "bootstrap_pooled", "small_pooled_frame", "collapsed_rows"]
+           "interval_text", "answer_over_seeds", "pooled_small_accuracy", "bootstrap_pooled", "small_pooled_frame", "small_pooled_table", "collapsed_rows"]
 
 CONFIDENCE = 0.95
 """The intervals' two-sided level."""
@@ -287,6 +287,35 @@ def small_pooled_frame(records, variant_of, *, n_boot: int = 2000) -> pd.DataFra
                      "pooled_low": 100 * lo, "pooled_high": 100 * hi})
     return pd.DataFrame(rows, columns=["share", "variant", "seed", "small_clients", "small_test_samples",
                                        "per_client_test", "small_mean", "small_pooled", "pooled_low", "pooled_high"])
+
+
+def small_pooled_table(frame: pd.DataFrame, labels=None, reference: str = "fedavg") -> pd.DataFrame:
+    """Variants × small shares of :func:`small_pooled_frame`: "pooled % [low, high] (T test samples)"
+    for one seed, the seeds' mean pooled accuracy and "(n = seeds)" for more (intervals are per
+    seed: over the small clients), then a column per share of the pooled accuracy minus
+    ``reference``'s (pp, same share and seeds). ``labels``: variant → row label."""
+    rows = []
+    shares = sorted(set(frame.share))
+    ref = frame[frame.variant == reference].groupby("share").small_pooled.mean()
+    for v in list(dict.fromkeys(frame.variant)):
+        row = {"variant": (labels or {}).get(v, v)}
+        for sh in shares:
+            g = frame[(frame.variant == v) & (frame.share == sh)]
+            if g.empty:
+                row[f"s = {sh:g}"] = "not run"
+                continue
+            if len(g) == 1:
+                r = g.iloc[0]
+                row[f"s = {sh:g}"] = (f"{r.small_pooled:.1f} [{r.pooled_low:.1f}, {r.pooled_high:.1f}] "
+                                      f"({r.small_test_samples} test samples, {r.per_client_test} a client)")
+            else:
+                row[f"s = {sh:g}"] = f"{g.small_pooled.mean():.1f} (n = {len(g)} seeds)"
+        for sh in shares:
+            g = frame[(frame.variant == v) & (frame.share == sh)]
+            row[f"Δ vs {reference}, s = {sh:g} (pp)"] = (round(g.small_pooled.mean() - ref[sh], 1)
+                                                        if len(g) and sh in ref.index else np.nan)
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def collapsed_rows(df: pd.DataFrame, variants) -> pd.DataFrame:
