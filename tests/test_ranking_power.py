@@ -216,3 +216,11 @@ def test_which_method_when_official_uses_each_clients_official_test_accuracy():
     row = w.iloc[0]
     assert row.partition == "noisy" and row.best == "fedavg" and row.n_blocks == 8 and row.n_methods == 3
     assert "local" not in row.not_worse  # ranked last on all 8 clients: mean rank 3 vs 1, CD < 2
+
+
+def test_measurable_names_the_methods_without_a_cost():
+    from fedlib.analysis import cross_paper_design as D
+
+    per = pd.Series({m: 1.0 for m in D.FOCUSED_METHODS})
+    ok, missing = D.measurable(per, ["focused_fmnist_k20", "pilot", "budget"])
+    assert ok == ["focused_fmnist_k20", "pilot"] and "fedamp" in missing["budget"] and "cl" in missing["budget"]

@@ -43,7 +43,7 @@ from . import cross_paper as X
 from . import ranking_power as RP
 
 __all__ = ["RANKED_METRICS", "DESIGNS", "FOCUSED_METHODS", "block_of", "budget_rankings", "metric_rankings",
-           "which_method_when_official", "long_horizon_convergence", "design_specs", "design_table", "rounds_check", "run_commands"]
+           "which_method_when_official", "long_horizon_convergence", "design_specs", "measurable", "design_table", "rounds_check", "run_commands"]
 
 RANKED_METRICS = ("weighted_local", "official_test", "worst10")
 """The three metrics ranked (keys of :data:`fedlib.analysis.cross_paper.METRICS`)."""
@@ -200,6 +200,16 @@ def design_specs(design: str) -> list:
     """The RunSpecs of ``design`` (a key of :data:`DESIGNS`), from its params file."""
     p = _params(design)
     return X.notebook_grid(**{k: p[k] for k in X.GRID_PARAMS})["cross"]
+
+
+def measurable(per_round: pd.Series, designs=None) -> tuple[list[str], dict]:
+    """The designs (of ``designs``, default :data:`DESIGNS`) whose every method has a measured cost
+    in ``per_round``, and for the others the methods without one."""
+    ok, missing = [], {}
+    for d in designs or DESIGNS:
+        lack = sorted({s.method for s in design_specs(d)} - set(per_round.index))
+        (missing.__setitem__(d, lack) if lack else ok.append(d))
+    return ok, missing
 
 
 def design_table(per_round: pd.Series, designs=None, alpha: float = X.ALPHA) -> pd.DataFrame:
