@@ -539,10 +539,35 @@ def cross_paper_markdown(root: Path | str = RECORDS, params: Path = CROSS_PAPER_
                 f"p = {result.pvalue:.3g}, Nemenyi critical distance {result.cd:.2f} ranks at α = {X.ALPHA}): the "
                 "last column; CL and the Oracle are references, not ranked"
                 + (f", nor are the methods without a score on every one of them ({len(left_out)})" if left_out else "")
-                + ".", ""]
+                + ".", *_ranking_power_lines(found, scores[complete]), ""]
     else:
         out += [f"Not ranked yet (over the partitions whose every run is recorded): {why}.", ""]
     return out + [frame_markdown(table.reset_index(names="method"))]
+
+
+def _ranking_power_lines(found, scores) -> list[str]:
+    """What the cross-paper ranking rests on (issue 58; :mod:`fedlib.analysis.ranking_power`): N, k,
+    the post-hoc test and CD, the seeds per block, the leave-one-block-out τ, and τ between the
+    rankings at rounds R − 1 and R from the runs' histories."""
+    from . import cross_paper as X, cross_paper_design as D, ranking_power as RP
+
+    power = RP.ranking_power(scores, exclude=X.REFERENCES, alpha=X.ALPHA)
+    lobo = RP.leave_one_block_out(scores, exclude=X.REFERENCES)
+    df = X.runs_frame(found)
+    seeds = df[df.status == "ok"].groupby(["partition", "method"]).seed.nunique()
+    lo, hi = int(seeds.min()), int(seeds.max())
+    n_seeds = f"{lo} seed{'s' if lo > 1 else ''}" if lo == hi else f"{lo}–{hi} seeds"
+    line = (f"What it rests on: N = {power.n} blocks, k = {power.k} methods, {n_seeds} per block; post-hoc test: Nemenyi, CD = {power.cd:.2f} of a possible {power.k - 1} ranks, "
+            f"{power.within_cd_of_best} methods within CD of the best; leave-one-block-out Kendall τ ≥ "
+            f"{lobo.tau.min():.2f} (without {X.PARTITIONS[lobo.block.iloc[0]].label})")
+    try:
+        b = D.budget_rankings(found)
+        line += (f"; Kendall τ between the rankings at rounds {b['R'] - 1} and {b['R']} = {b['tau']:.2f} over the "
+                 f"{len(b['at_R_minus_1'])} methods evaluated at both — a budget reading, not a converged one "
+                 "(notebook 11: the plateau rule, three metrics, the designs that would hold)")
+    except ValueError:
+        pass
+    return [line + "."]
 
 
 def beyond_label_markdown(root: Path | str = RECORDS, params: Path = BEYOND_LABEL_PARAMS) -> list[str]:
