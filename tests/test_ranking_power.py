@@ -224,3 +224,22 @@ def test_measurable_names_the_methods_without_a_cost():
     per = pd.Series({m: 1.0 for m in D.FOCUSED_METHODS})
     ok, missing = D.measurable(per, ["focused_fmnist_k20", "pilot", "budget"])
     assert ok == ["focused_fmnist_k20", "pilot"] and "fedamp" in missing["budget"] and "cl" in missing["budget"]
+
+
+def test_converged_vs_budget_waits_for_its_records_then_gives_tau(tmp_path, monkeypatch):
+    from fedlib.analysis import cross_paper_design as D
+
+    res, text = D.converged_vs_budget([], root=tmp_path)
+    assert res is None and "0 of 507 runs recorded" in text and "--params params/designs/11_cross_paper_converged.yaml" in text
+    parts = ["dirichlet_0.3", "similarity_1", "noisy", "pathological", "cafa_iid_0.25"]
+    budget = [_run(m, p, [a]) for p in parts for m, a in (("fedavg", .9), ("local", .8), ("fedprox", .7))]
+    conv = [_run(m, p, [a], seed=s) for p in parts for s in (0, 1, 2)
+            for m, a in (("fedavg", .7), ("local", .9), ("fedprox", .8))]
+    for r in budget + conv:  # what cross_paper.runs_frame reads of a finished record
+        r.update(local_accuracy=[0.5], ad=0.0, sdad=0.0, cp=0.0, wpsi=0.0, global_test_accuracy=0.5)
+    monkeypatch.setattr("fedlib.experiment.present_records", lambda specs, folder: (conv, []))
+    res, text = D.converged_vs_budget(budget, root=tmp_path)
+    # converged: local, fedprox, fedavg; budget: fedavg, local, fedprox → pairs: (fedavg,local) −,
+    # (fedavg,fedprox) −, (local,fedprox) + → τ = −1/3
+    assert res["tau"] == pytest.approx(-1 / 3) and list(res["converged"].index) == ["local", "fedprox", "fedavg"]
+    assert res["power"].n == 5 and res["power"].k == 3 and "Kendall τ = -0.33" in text

@@ -43,7 +43,7 @@ from . import cross_paper as X
 from . import ranking_power as RP
 
 __all__ = ["RANKED_METRICS", "DESIGNS", "FOCUSED_METHODS", "block_of", "budget_rankings", "metric_rankings",
-           "which_method_when_official", "long_horizon_convergence", "design_specs", "measurable", "design_table", "rounds_check", "run_commands"]
+           "which_method_when_official", "long_horizon_convergence", "design_specs", "measurable", "design_table", "rounds_check", "converged_vs_budget", "run_commands"]
 
 RANKED_METRICS = ("weighted_local", "official_test", "worst10")
 """The three metrics ranked (keys of :data:`fedlib.analysis.cross_paper.METRICS`)."""
@@ -258,6 +258,27 @@ def rounds_check(pilot_records, design: str = "converged") -> str:
         return f"{design}: R = {have}; the pilot gives none — {why}"
     verdict = "enough" if R <= have else f"too few: set fl.rounds to {R} in {DESIGNS[design]}"
     return f"{design}: R = {have}; the pilot's plateau rule gives R = {R} ({why}): {verdict}"
+
+
+def converged_vs_budget(budget_records, root=None, design: str = "converged") -> tuple[dict | None, str]:
+    """The ranking of ``design``'s records (weighted local accuracy, seeds averaged within a block)
+    beside the budget ranking of ``budget_records``, with Kendall's τ between them; (None, why)
+    while ``design``'s records are incomplete. Returns ({'tau', 'converged', 'budget', 'power'}, text)."""
+    from ..experiment import present_records
+
+    root = ROOT if root is None else root
+    specs = design_specs(design)
+    found, missing = present_records(specs, root / RECORDS_OF[design])
+    if missing or not found:
+        return None, (f"{design}: {len(found)} of {len(specs)} runs recorded in {RECORDS_OF[design]} — not ranked; "
+                      f"compute them with: {run_commands([design])[0]}")
+    conv = X.score_table(X.runs_frame(found))
+    bud = X.score_table(X.runs_frame(budget_records))
+    mr_c, mr_b = RP.mean_ranks(conv, exclude=X.REFERENCES), RP.mean_ranks(bud, exclude=X.REFERENCES)
+    power = RP.ranking_power(conv, exclude=X.REFERENCES)
+    tau = RP.kendall_tau(mr_c, mr_b)
+    return ({"tau": tau, "converged": mr_c, "budget": mr_b, "power": power},
+            f"{design} vs budget: Kendall τ = {tau:.2f}; {design}: {power.line()}")
 
 
 def run_commands(designs=None, workers: int = 2) -> list[str]:
