@@ -66,7 +66,8 @@ def test_the_grid_is_built_from_the_notebooks_parameters():
         for s in specs:
             s.validate()
     paper = yaml.safe_load((ROOT / "params" / "paper" / "11_cross_paper.yaml").read_text())
-    assert set(paper["methods"]) == set(METHODS) and set(paper["partitions"]) == set(cp.PARTITIONS)
+    assert set(paper["methods"]) == set(METHODS) and set(paper["partitions"]) == set(cp.SEED_PAPER_PARTITIONS)
+    assert set(cp.SEED_PAPER_PARTITIONS) <= set(cp.PARTITIONS)
     assert paper["n_clients"] == 100 and paper["records"] == "benchmarks/records/cross_paper"
 
 

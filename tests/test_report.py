@@ -454,8 +454,22 @@ def test_beyond_label_section_counts_the_committed_runs_and_reads_the_answer_fro
              "global_accuracy": 0.5, "info": {"assignment": grouping.tolist()}, "cpu_seconds": 2700.0}))
     lines = report.beyond_label_markdown(tmp_path)
     assert f"2 of {len(specs)} runs recorded (1.5 CPU-hours, the sum of their `cpu_seconds`)." in " ".join(lines)
+    table = [ln for ln in lines if "| n (seeds) |" in ln][0]
+    row = [ln for ln in table.splitlines() if B.PARTITIONS["rotated"].label in ln][0]
+    assert ("| 0.00 | cannot separate (one run: a single value) | joint label–attribute PSI | 1.00 | "
+            "recovers (one run: a single value) | 1 of 5 | 1 |") in row
+    assert lines[-1] == "No clustering-only ARI is committed yet."
+    # the clustering-only ARIs over seeds: an interval, and a verdict that reads it
+    (tmp_path / "beyond_label_ari").mkdir()
+    import pandas as pd
+    pd.DataFrame({"partition": "rotated", "variant": ["psi_label"] * 3 + ["psi_joint"] * 3, "seed": [0, 1, 2] * 2,
+                  "n_clients": 100, "dataset": "fmnist", "ari": [0.0, 0.01, 0.02, 0.88, 0.95, 1.0], "tau": 2,
+                  "groups": 2, "cpu_seconds": 1.0}).to_csv(tmp_path / "beyond_label_ari" / "aris.csv", index=False)
+    lines = report.beyond_label_markdown(tmp_path)
     row = [ln for ln in lines[-1].splitlines() if B.PARTITIONS["rotated"].label in ln][0]
-    assert "| 0.00 | cannot separate | joint label–attribute PSI | 1.00 | recovers | 1 of 5 |" in row
+    # label: 0.01 ± 4.303 · 0.01 / √3 = [−0.01, 0.03]; joint: 0.943 ± 4.303 · 0.0603 / √3 = [0.79, 1.09]
+    assert "| 0.01 [-0.01, 0.03] (n = 3) | cannot separate |" in row
+    assert "| joint label–attribute PSI | 0.94 [0.79, 1.09] (n = 3) | undecided (interval crosses 0.9) |" in row
 
 
 # ----------------------------------------------------------------------------- the verdict rule

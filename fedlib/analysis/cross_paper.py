@@ -93,9 +93,19 @@ PARTITIONS = {
     "noisy": Partition("noisy_clusters", 5, "pFedLIA", "noisy, 5 clusters"),
     "client_dirichlet_0.1": Partition("dirichlet_client", 0.1, "FedPrism", "per-client Dir(0.1)"),
     "cafa_iid_0.25": Partition("iid_fraction_classes_1_2", 0.25, "CAFA", "25 % IID, others 1–2 classes"),
+    # more levels of the same rules, for the focused design of issue 58 (params/designs/11_*focused*.yaml)
+    "dirichlet_0.1": Partition("dirichlet", 0.1, "Clust-PSI-PFL", "Dirichlet α = 0.1"),
+    "dirichlet_1": Partition("dirichlet", 1.0, "Clust-PSI-PFL", "Dirichlet α = 1"),
+    "similarity_0.5": Partition("similarity", 0.5, "Clust-PSI-PFL", "Similarity S = 0.5"),
+    "client_dirichlet_0.5": Partition("dirichlet_client", 0.5, "FedPrism", "per-client Dir(0.5)"),
+    "cafa_iid_0.5": Partition("iid_fraction_classes_1_2", 0.5, "CAFA", "50 % IID, others 1–2 classes"),
 }
 """The partitions by name (the notebook's ``partitions`` parameter); level: α, S, the number of
 planted clusters, or the IID share (the protocol's ``level_name``)."""
+SEED_PAPER_PARTITIONS = ("dirichlet_0.3", "similarity_0", "similarity_1", "pathological", "noisy",
+                         "client_dirichlet_0.1", "cafa_iid_0.25")
+"""Each seed paper's own partitions (the paper profile's); the other :data:`PARTITIONS` are further
+levels of the same rules, for the focused design (:mod:`fedlib.analysis.cross_paper_design`)."""
 
 REFERENCES = ("cl", "oracle")  # shown beside the ranked methods, never ranked
 WORST_SHARE = 0.10  # the worst 10 % clients

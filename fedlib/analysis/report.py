@@ -584,7 +584,7 @@ def cross_paper_markdown(root: Path | str = RECORDS, params: Path = CROSS_PAPER_
                 f"p = {result.pvalue:.3g}, Nemenyi critical distance {result.cd:.2f} ranks at α = {X.ALPHA}): the "
                 "last column; CL and the Oracle are references, not ranked"
                 + (f", nor are the methods without a score on every one of them ({len(left_out)})" if left_out else "")
-                + ".", ""]
+                + ".", *_ranking_power_lines(found, scores[complete]), ""]
     else:
         out += [f"Not ranked yet (over the partitions whose every run is recorded): {why}.", ""]
     return out + _cfl_lines(frame, specs, root) + [frame_markdown(table.reset_index(names="method"))]
@@ -612,6 +612,31 @@ def _cfl_lines(frame: pd.DataFrame, specs, root) -> list[str]:
     return out
 
 
+def _ranking_power_lines(found, scores) -> list[str]:
+    """What the cross-paper ranking rests on (issue 58; :mod:`fedlib.analysis.ranking_power`): N, k,
+    the post-hoc test and CD, the seeds per block, the leave-one-block-out τ, and τ between the
+    rankings at rounds R − 1 and R from the runs' histories."""
+    from . import cross_paper as X, cross_paper_design as D, ranking_power as RP
+
+    power = RP.ranking_power(scores, exclude=X.REFERENCES, alpha=X.ALPHA)
+    lobo = RP.leave_one_block_out(scores, exclude=X.REFERENCES)
+    df = X.runs_frame(found)
+    seeds = df[df.status == "ok"].groupby(["partition", "method"]).seed.nunique()
+    lo, hi = int(seeds.min()), int(seeds.max())
+    n_seeds = f"{lo} seed{'s' if lo > 1 else ''}" if lo == hi else f"{lo}–{hi} seeds"
+    line = (f"What it rests on: N = {power.n} blocks, k = {power.k} methods, {n_seeds} per block; post-hoc test: Nemenyi, CD = {power.cd:.2f} of a possible {power.k - 1} ranks, "
+            f"{power.within_cd_of_best} methods within CD of the best; leave-one-block-out Kendall τ ≥ "
+            f"{lobo.tau.min():.2f} (without {X.PARTITIONS[lobo.block.iloc[0]].label})")
+    try:
+        b = D.budget_rankings(found)
+        line += (f"; Kendall τ between the rankings at rounds {b['R'] - 1} and {b['R']} = {b['tau']:.2f} over the "
+                 f"{len(b['at_R_minus_1'])} methods evaluated at both — a budget reading, not a converged one "
+                 "(notebook 11: the plateau rule, three metrics, the designs that would hold)")
+    except ValueError:
+        pass
+    return [line + "."]
+
+
 def beyond_label_markdown(root: Path | str = RECORDS, params: Path = BEYOND_LABEL_PARAMS) -> list[str]:
     """The section before the cross-paper table (the report's last): notebook 12's answer (:func:`fedlib.analysis.beyond_label.answer`,
     label-only PSI's ARI and the best extension's, per partition) from the records committed in
@@ -625,20 +650,58 @@ def beyond_label_markdown(root: Path | str = RECORDS, params: Path = BEYOND_LABE
     found, missing = B.present_records(specs, Path(root) / "beyond_label")
     out = ["## PSI beyond label skew (notebook 12)", "",
            "Does label-only PSI fail where labels are balanced, and which extension recovers the groups? ARI of the",
-           "clients' grouping against the planted groups (mean over seeds; ≤ 0.1: cannot separate, ≥ 0.9: recovers),",
+           "clients' grouping against the planted groups (the mean over the trained runs' seeds, n in the last column;",
+           "≤ 0.1: cannot separate, ≥ 0.9: recovers — with n = 1 a single value, no verdict over seeds: the second table),",
            f"from the records in `benchmarks/records/beyond_label/` (`params/paper/12_beyond_label_skew.yaml`): "
            f"{len(found)} of {len(specs)} runs recorded ({cpu_hours(found):.1f} CPU-hours, the sum of their `cpu_seconds`).", ""]
     ans = B.answer(B.runs_frame(found), {}) if found else None
     if ans is None or ans.empty:
         return out + ["No label-only run of this grid is recorded yet: `python benchmarks/paper_grid.py beyond-label "
                       "--out benchmarks/records/beyond_label` computes it, resumably."]
+    n_seeds = _trained_seeds(found, ans.partition)
+    single = lambda verdicts: [f"{v} (one run: a single value)" if n == 1 and v != "not run" else v  # noqa: E731
+                               for v, n in zip(verdicts, n_seeds)]
     t = pd.DataFrame({"partition": ans.label, "label-only PSI, ARI": ans.label_only_ari.round(2),
-                      "label-only": ans.label_only,
+                      "label-only": single(ans.label_only),
                       "best extension": [B.extension_label(v) if isinstance(v, str) else "none run"
                                          for v in ans.best_extension],
-                      "its ARI": ans.best_extension_ari.round(2), "extension": ans.extension,
-                      "extensions run": [f"{n} of {len(B.EXTENSIONS)}" for n in ans.extensions_run]})
-    return out + [frame_markdown(t)]
+                      "its ARI": ans.best_extension_ari.round(2), "extension": single(ans.extension),
+                      "extensions run": [f"{n} of {len(B.EXTENSIONS)}" for n in ans.extensions_run],
+                      "n (seeds)": n_seeds})
+    return out + [frame_markdown(t), "", *_beyond_label_over_seeds(p, Path(root))]
+
+
+def _trained_seeds(found, partitions) -> list[int]:
+    """Per partition, the seeds of label-only PSI's finished trained runs."""
+    from . import beyond_label as B
+
+    df = B.runs_frame(found)
+    ok = df[(df.status == "ok") & (df.variant == "psi_label")]
+    return [int(ok[ok.partition == q].seed.nunique()) for q in partitions]
+
+
+def _beyond_label_over_seeds(p: dict, root: Path) -> list[str]:
+    """Notebook 12's verdicts over seeds: the clustering-only ARIs committed in
+    ``root/beyond_label_ari/aris.csv`` (:mod:`fedlib.analysis.beyond_label_seeds`), each
+    a mean with its 95 % t-interval over n seeds and the verdict that reads the interval."""
+    from . import beyond_label as B, beyond_label_seeds as S
+
+    rows = S.read_ari_rows(root / "beyond_label_ari" / "aris.csv", p["n_clients"])
+    head = ["Over seeds, the clustering step alone (the grouping a Clust-PSI-PFL run trains with, recomputed per seed",
+            "without training; `benchmarks/records/beyond_label_ari/aris.csv`, `python benchmarks/beyond_label_ari.py",
+            "--seeds 0-19`): mean ARI [95 % Student-t interval over the seeds] (n = seeds). A verdict reads the whole",
+            "interval: *recovers* when it lies ≥ 0.9, *cannot separate* when ≤ 0.1, *partly* between, *undecided*",
+            "when it crosses a cut-off.", ""]
+    if rows.empty:
+        return head + ["No clustering-only ARI is committed yet."]
+    names = list(p["partitions"]) + [B.small_name(s) for s in p["small_shares"]]
+    a = S.answer_over_seeds(rows, [q for q in names if q in set(rows.partition)])
+    t = pd.DataFrame({"partition": [B.partition_named(q).label for q in a.partition],
+                      "label-only PSI, ARI": a.label_only, "label-only": a.label_only_verdict,
+                      "best extension": [B.extension_label(v) if isinstance(v, str) else "none run"
+                                         for v in a.best_extension],
+                      "its ARI": a.extension, "extension": a.extension_verdict})
+    return head + [frame_markdown(t)]
 
 
 def findings_markdown(df: pd.DataFrame, root: Path | str = RECORDS) -> str:

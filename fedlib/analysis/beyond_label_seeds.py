@@ -1,0 +1,332 @@
+"""Notebook 12 over seeds (issue 58): the clustering-only ARIs with an interval over seeds, verdicts
+that read the interval against the cut-offs, and the small clients' accuracy with their test
+samples pooled.
+
+**Clustering-only ARI** (:func:`clustering_ari`). Clust-PSI-PFL's grouping is a function of the
+histograms the clients send (Algorithm 1 on the train splits' histograms), not of training: it
+costs one partition and one K-means search, no round. :func:`clustering_ari` builds the
+federation of a run exactly as a training run does (:func:`fedlib.experiment.build_federation`),
+computes the variant's grouping (:func:`fedlib.methods.clust_psi_pfl.cluster_clients`) and its
+ARI against the planted groups. What varies over seeds is the run's ``seed``: the partition, the
+train / validation / test split and, for the covariate protocols, the transforms' noise; K-means
+keeps the method's own ``kmeans_seed`` (42, the authors'), as a training run does. The clustered
+baselines that need training to group (IFCA, FedClust, CFL, pFedLIA) have no clustering-only ARI.
+
+**Interval** (:func:`t_interval`): the mean ± the two-sided Student-t interval over the seeds at
+95 % (mean ± t_{0.975, n−1} · s / √n; n = seeds). ARIs are bounded in [−0.5, 1] and pile up at
+1.0, so the t-interval is a reading of the mean's uncertainty, not a coverage guarantee near 1;
+a zero-spread sample (every seed the same ARI) gives a zero-width interval, stated as such.
+
+**Verdict** (:func:`interval_verdict`): "recovers" only when the whole interval is ≥ the cut-off
+(:data:`fedlib.analysis.beyond_label.RECOVERED`, 0.9), "cannot separate" when it is wholly ≤
+:data:`~fedlib.analysis.beyond_label.CHANCE`, "partly" when it lies between, and "undecided
+(interval crosses c)" when it straddles a cut-off c — never one value against a cut-off.
+
+**Small clients pooled** (:func:`pooled_small_accuracy`): a small client (5–20 samples) keeps
+1–4 test samples, so its A_k = CC_k / n_k moves by 25–100 pp per sample. The pooled reading sums
+the planted small clients' correct predictions over their summed test samples (Σ CC_k / Σ n_k
+over the small clients), with a bootstrap interval over the small clients (resampled with their
+counts); the records keep ``correct`` and ``n_test`` per client, so it is computed from the
+committed records, no new run.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from .. import partition as P
+from ..evaluation import cluster_recovery
+from ..validation import check_int, check_number, fail
+
+__all__ = ["CONFIDENCE", "t_interval", "interval_verdict", "clustering_ari", "clustering_aris", "ari_rows", "read_ari_rows", "ARI_RECORDS", "CLUSTERING_ONLY", "ari_over_seeds",
+           "interval_text", "answer_over_seeds", "pooled_small_accuracy", "bootstrap_pooled", "small_pooled_frame", "small_pooled_table", "collapsed_rows"]
+
+CONFIDENCE = 0.95
+"""The intervals' two-sided level."""
+
+
+def t_interval(values, confidence: float = CONFIDENCE) -> tuple[float, float, float, int]:
+    """(mean, low, high, n) of ``values`` (NaN dropped): the Student-t interval for the mean,
+    mean ± t_{(1+c)/2, n−1} · s / √n with s the sample sd. n = 1 gives (value, NaN, NaN, 1): one
+    value has no interval."""
+    check_number(confidence, "confidence", 0, 1, low_open=True, high_open=True)
+    v = np.asarray(values, dtype=np.float64)
+    v = v[~np.isnan(v)]
+    if v.size == 0:
+        return np.nan, np.nan, np.nan, 0
+    m = float(v.mean())
+    if v.size == 1:
+        return m, np.nan, np.nan, 1
+    half = float(stats.t.ppf((1 + confidence) / 2, v.size - 1) * v.std(ddof=1) / np.sqrt(v.size))
+    return m, m - half, m + half, int(v.size)
+
+
+def interval_verdict(low: float, high: float, *, chance: float = 0.1, recovered: float = 0.9) -> str:
+    """The verdict of an interval [low, high] against the cut-offs (module docstring); one value
+    (NaN bounds) is "one run: no verdict"."""
+    if np.isnan(low) or np.isnan(high):
+        return "one run: no verdict"
+    if low > high:
+        fail("low, high", "low ≤ high", (low, high))
+    if low >= recovered:
+        return "recovers"
+    if high <= chance:
+        return "cannot separate"
+    if high < recovered and low > chance:
+        return "partly"
+    crossed = recovered if high >= recovered else chance
+    return f"undecided (interval crosses {crossed:g})"
+
+
+CLUSTERING_ONLY = ("psi_label", "psi_size", "psi_downweight", "psi_attribute", "psi_attribute_bins", "psi_joint")
+"""The variants of :data:`fedlib.analysis.beyond_label.VARIANTS` whose grouping needs no training."""
+
+
+def clustering_ari(spec) -> dict:
+    """The grouping a Clust-PSI-PFL run of ``spec`` (a :class:`fedlib.experiment.RunSpec`) would
+    train with, and its ARI against the planted groups — no training.
+
+    Returns ``{'ari', 'tau', 'groups', 'cpu_seconds'}`` (``tau``: the number of clusters chosen;
+    ``cpu_seconds``: this call's process CPU time)."""
+    return clustering_aris([spec])[0]
+
+
+def clustering_aris(specs) -> list[dict]:
+    """:func:`clustering_ari` of each of ``specs`` (Clust-PSI-PFL RunSpecs that may differ in their
+    ``hyper`` only: one federation is built for all, the images summarised once); each result's
+    ``cpu_seconds`` is its share of the call's CPU time (the federation's split evenly)."""
+    import dataclasses
+
+    from ..experiment import build_federation
+    from ..methods.clust_psi_pfl import Hyper, attribute_histograms, cluster_clients
+    from ..noniid import image_summaries
+
+    specs = list(specs)
+    if not specs:
+        return []
+    for s in specs:
+        if s.method != "clust_psi_pfl":
+            fail("spec.method", "'clust_psi_pfl' (the only method whose grouping needs no training)", s.method)
+    base = dataclasses.replace(specs[0], hyper={})
+    if any(dataclasses.replace(s, hyper={}) != base for s in specs):
+        fail("specs", "Clust-PSI-PFL specs that differ in their hyper only", [s.key() for s in specs])
+    truth = P.planted_clusters(base.protocol, int(base.n_clients), base.level)
+    if truth is None:
+        fail("spec", "a partition that plants groups (fedlib.partition.planted_clusters)", (base.protocol, base.level))
+    t0 = time.process_time()
+    fed, counts, _ = build_federation(dataclasses.replace(base, method="fedavg"), "cpu")
+    x = fed.x.cpu().numpy()
+    summaries = None
+    shared = time.process_time() - t0
+    out = []
+    for s in specs:
+        t = time.process_time()
+        hp = Hyper(**dict(s.hyper or {}))
+        hist = None
+        if hp.features != "label":
+            if x.ndim == 4 and summaries is None:  # the same six summaries attribute_histograms computes
+                t_s = time.process_time()
+                summaries = image_summaries(x)
+                shared += time.process_time() - t_s
+                t += time.process_time() - t_s
+            hist = attribute_histograms(summaries if x.ndim == 4 else x, fed.y.cpu().numpy(), fed.train_parts,
+                                        hp.features, hp.n_bins, fed.n_classes)
+        labels, info = cluster_clients(counts, hp, hist)
+        out.append({"ari": float(cluster_recovery(np.asarray(labels, np.int64), truth)),
+                    "tau": int(info.get("tau", 1)), "groups": int(len(np.unique(labels))),
+                    "cpu_seconds": time.process_time() - t})
+    for r in out:
+        r["cpu_seconds"] += shared / len(out)
+    return out
+
+
+ARI_RECORDS = "benchmarks/records/beyond_label_ari/aris.csv"
+"""The committed clustering-only ARIs (``benchmarks/beyond_label_ari.py`` writes them): one row per
+(partition, variant, seed) of notebook 12's paper grid, with ``n_clients``, ``ari``, ``tau``,
+``groups`` and ``cpu_seconds``."""
+
+
+def ari_rows(specs, seeds) -> pd.DataFrame:
+    """Clustering-only ARIs (:func:`clustering_aris`) of the :data:`CLUSTERING_ONLY` variants among
+    notebook 12's ``specs`` (any seed), recomputed at each of ``seeds``: one row per (partition,
+    variant, seed), the columns of :data:`ARI_RECORDS`."""
+    import dataclasses
+
+    from . import beyond_label as B
+
+    groups = {}
+    for s in specs:
+        d = s.to_dict()
+        v = B.variant_of(d)
+        if v in CLUSTERING_ONLY:
+            groups.setdefault(B.partition_of_spec(d), {})[v] = s
+    rows = []
+    for part, by_variant in groups.items():
+        for seed in seeds:
+            todo = [(v, dataclasses.replace(s, seed=int(seed))) for v, s in by_variant.items()]
+            for (v, s), r in zip(todo, clustering_aris([s for _, s in todo])):
+                rows.append({"partition": part, "variant": v, "seed": int(seed), "n_clients": s.n_clients,
+                             "dataset": s.dataset, **r})
+    return pd.DataFrame(rows, columns=["partition", "variant", "seed", "n_clients", "dataset", "ari", "tau",
+                                       "groups", "cpu_seconds"])
+
+
+def read_ari_rows(path, n_clients: int) -> pd.DataFrame:
+    """The committed clustering-only ARIs at ``path`` for ``n_clients`` clients (empty if none)."""
+    from pathlib import Path
+
+    path = Path(path)
+    if not path.is_file():
+        return pd.DataFrame(columns=["partition", "variant", "seed", "n_clients", "dataset", "ari", "tau", "groups",
+                                     "cpu_seconds"])
+    rows = pd.read_csv(path)
+    return rows[rows.n_clients == int(n_clients)].reset_index(drop=True)
+
+
+def ari_over_seeds(rows: pd.DataFrame, confidence: float = CONFIDENCE, *, chance: float = 0.1,
+                   recovered: float = 0.9) -> pd.DataFrame:
+    """Per (partition, variant) of ``rows`` (columns ``partition``, ``variant``, ``seed``, ``ari``,
+    e.g. the committed clustering-only ARIs): ``n`` seeds, ``mean``, the t-interval ``low`` /
+    ``high`` (:func:`t_interval`), ``sd``, ``min``, ``max`` and the :func:`interval_verdict`."""
+    out = []
+    for (p, v), g in rows.groupby(["partition", "variant"], sort=False):
+        m, lo, hi, n = t_interval(g.ari, confidence)
+        out.append({"partition": p, "variant": v, "n": n, "mean": m, "low": lo, "high": hi,
+                    "sd": float(g.ari.std(ddof=1)) if n > 1 else np.nan, "min": float(g.ari.min()),
+                    "max": float(g.ari.max()), "verdict": interval_verdict(lo, hi, chance=chance, recovered=recovered)})
+    return pd.DataFrame(out, columns=["partition", "variant", "n", "mean", "low", "high", "sd", "min", "max",
+                                      "verdict"])
+
+
+def interval_text(mean: float, low: float, high: float, n: int, digits: int = 2) -> str:
+    """"mean [low, high] (n = n)" — or "value (n = 1, no interval)" for one seed."""
+    if n == 0 or np.isnan(mean):
+        return "—"
+    if n == 1 or np.isnan(low):
+        return f"{mean:.{digits}f} (n = 1, no interval)"
+    return f"{mean:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}] (n = {n})"
+
+
+def answer_over_seeds(rows: pd.DataFrame, partitions=None, extensions=None,
+                      confidence: float = CONFIDENCE) -> pd.DataFrame:
+    """Notebook 12's answer from clustering-only ARIs over seeds (``rows``, :data:`ARI_RECORDS`):
+    per partition, label-only PSI's ARI and the extension with the highest mean ARI, each as
+    :func:`interval_text` with its :func:`interval_verdict` — the interval against the cut-offs."""
+    from . import beyond_label as B
+
+    t = ari_over_seeds(rows, confidence, chance=B.CHANCE, recovered=B.RECOVERED)
+    extensions = tuple(extensions or B.EXTENSIONS)
+    order = list(partitions) if partitions is not None else list(dict.fromkeys(t.partition))
+    out = []
+    for p in order:
+        here = t[t.partition == p].set_index("variant")
+        if "psi_label" not in here.index:
+            continue
+        lab = here.loc["psi_label"]
+        ext = here[here.index.isin(extensions)]
+        best = ext["mean"].idxmax() if len(ext) else None
+        e = ext.loc[best] if best is not None else None
+        out.append({"partition": p, "label_only": interval_text(lab["mean"], lab.low, lab.high, int(lab.n)),
+                    "label_only_verdict": lab.verdict, "best_extension": best,
+                    "extension": interval_text(e["mean"], e.low, e.high, int(e.n)) if e is not None else "—",
+                    "extension_verdict": e.verdict if e is not None else "none run",
+                    "seeds": int(here.n.min())})
+    return pd.DataFrame(out, columns=["partition", "label_only", "label_only_verdict", "best_extension", "extension",
+                                      "extension_verdict", "seeds"])
+
+
+def pooled_small_accuracy(correct, n_test, small) -> float:
+    """Σ correct / Σ test samples over the clients where ``small`` (K,) is True (a fraction);
+    NaN when they hold no test sample."""
+    c, n, s = (np.asarray(correct, np.float64), np.asarray(n_test, np.float64), np.asarray(small, bool))
+    if not (c.shape == n.shape == s.shape):
+        fail("correct, n_test, small", "three arrays of shape (K,)", (c.shape, n.shape, s.shape))
+    total = n[s].sum()
+    return float(c[s].sum() / total) if total > 0 else np.nan
+
+
+def bootstrap_pooled(correct, n_test, *, n_boot: int = 2000, seed: int = 0,
+                     confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Percentile bootstrap interval of Σ correct / Σ n_test, resampling the clients (with their
+    counts) ``n_boot`` times from ``default_rng(seed)``; clients with n_test = 0 carry no weight."""
+    check_int(n_boot, "n_boot", 10)
+    c, n = np.asarray(correct, np.float64), np.asarray(n_test, np.float64)
+    if c.size == 0 or n.sum() == 0:
+        return np.nan, np.nan
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, c.size, size=(n_boot, c.size))
+    tot = n[idx].sum(axis=1)
+    vals = np.where(tot > 0, c[idx].sum(axis=1) / np.where(tot > 0, tot, 1), np.nan)
+    a = (1 - confidence) / 2
+    return float(np.nanquantile(vals, a)), float(np.nanquantile(vals, 1 - a))
+
+
+def small_pooled_frame(records, variant_of, *, n_boot: int = 2000) -> pd.DataFrame:
+    """Per finished ``small_clients`` record: ``share``, ``variant`` (``variant_of(spec)``), ``seed``,
+    ``small_clients`` (planted small clients), ``small_test_samples`` (their test samples, total and
+    the per-client min–max), the per-client mean A_k (``small_mean``, %, the notebook's ``small``),
+    the pooled accuracy (``small_pooled``, %) and its bootstrap interval over the small clients
+    (``pooled_low``, ``pooled_high``, %)."""
+    rows = []
+    for r in records:
+        s = r["spec"]
+        if r.get("status") != "ok" or s["protocol"] != "small_clients":
+            continue
+        small = P.planted_clusters(s["protocol"], int(s["n_clients"]), s["level"]) == 1
+        c, n = np.asarray(r["correct"], np.float64), np.asarray(r["n_test"], np.float64)
+        acc = np.asarray(r["local_accuracy"], np.float64)
+        lo, hi = bootstrap_pooled(c[small], n[small], n_boot=n_boot, seed=int(s["seed"]))
+        rows.append({"share": float(s["level"]), "variant": variant_of(s), "seed": s["seed"],
+                     "small_clients": int(small.sum()), "small_test_samples": int(n[small].sum()),
+                     "per_client_test": f"{int(n[small].min())}–{int(n[small].max())}",
+                     "small_mean": 100 * float(np.nanmean(acc[small])),
+                     "small_pooled": 100 * pooled_small_accuracy(c, n, small),
+                     "pooled_low": 100 * lo, "pooled_high": 100 * hi})
+    return pd.DataFrame(rows, columns=["share", "variant", "seed", "small_clients", "small_test_samples",
+                                       "per_client_test", "small_mean", "small_pooled", "pooled_low", "pooled_high"])
+
+
+def small_pooled_table(frame: pd.DataFrame, labels=None, reference: str = "fedavg") -> pd.DataFrame:
+    """Variants × small shares of :func:`small_pooled_frame`: "pooled % [low, high] (T test samples)"
+    for one seed, the seeds' mean pooled accuracy and "(n = seeds)" for more (intervals are per
+    seed: over the small clients), then a column per share of the pooled accuracy minus
+    ``reference``'s (pp, same share and seeds). ``labels``: variant → row label."""
+    rows = []
+    shares = sorted(set(frame.share))
+    ref = frame[frame.variant == reference].groupby("share").small_pooled.mean()
+    for v in list(dict.fromkeys(frame.variant)):
+        row = {"variant": (labels or {}).get(v, v)}
+        for sh in shares:
+            g = frame[(frame.variant == v) & (frame.share == sh)]
+            if g.empty:
+                row[f"s = {sh:g}"] = "not run"
+                continue
+            if len(g) == 1:
+                r = g.iloc[0]
+                row[f"s = {sh:g}"] = (f"{r.small_pooled:.1f} [{r.pooled_low:.1f}, {r.pooled_high:.1f}] "
+                                      f"({r.small_test_samples} test samples, {r.per_client_test} a client)")
+            else:
+                row[f"s = {sh:g}"] = f"{g.small_pooled.mean():.1f} (n = {len(g)} seeds)"
+        for sh in shares:
+            g = frame[(frame.variant == v) & (frame.share == sh)]
+            row[f"Δ vs {reference}, s = {sh:g} (pp)"] = (round(g.small_pooled.mean() - ref[sh], 1)
+                                                        if len(g) and sh in ref.index else np.nan)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def collapsed_rows(df: pd.DataFrame, variants) -> pd.DataFrame:
+    """Per variant of ``variants`` in ``df`` (:func:`fedlib.analysis.beyond_label.runs_frame`): in how
+    many of its finished runs the final grouping has one group (a clustered method that collapsed
+    to FedAvg), out of how many, and the partitions where it did."""
+    ok = df[(df.status == "ok") & df.variant.isin(list(variants))]
+    rows = []
+    for v in [v for v in variants if v in set(ok.variant)]:
+        g = ok[ok.variant == v]
+        one = g[g.groups == 1]
+        rows.append({"variant": v, "collapsed": len(one), "runs": len(g),
+                     "partitions": ", ".join(sorted(set(one.partition)))})
+    return pd.DataFrame(rows, columns=["variant", "collapsed", "runs", "partitions"])

@@ -1,0 +1,298 @@
+"""Notebook 11's designs and what each ranking rests on (issue 58), built on
+:mod:`fedlib.analysis.cross_paper` (the grid, the per-run frame) and
+:mod:`fedlib.analysis.ranking_power` (plateau rule, τ, CD, cost).
+
+**Readings of the committed grid** (R = 10, one seed: the *budget* reading):
+
+* :func:`budget_rankings` — the ranking at round R − 1 and at R from each run's ``history``, with
+  Kendall's τ between them: how much one more round moves the order;
+* :func:`metric_rankings` — one ranking per metric (:data:`RANKED_METRICS`: weighted local
+  accuracy, official-test accuracy, worst-10 % clients), each with N, k, Friedman's p, the Nemenyi
+  CD, τ against the weighted-local ranking and the leave-one-block-out τ;
+* :func:`which_method_when_official` — the per-partition "which method when" under the
+  official-test accuracy (each client's model on the official test set; the clients as blocks);
+  the module :func:`fedlib.analysis.cross_paper.which_method_when` gives it under local accuracy.
+
+**Designs not run yet** (:data:`DESIGNS`: params files of notebook 11 under ``params/designs/``):
+
+* ``pilot`` — FedAvg and Local only, 3 seeds, R = 200 on the seven seed-paper partitions: where
+  their accuracy plateaus (:data:`fedlib.analysis.ranking_power.PLATEAU_RULE`);
+  :func:`fedlib.analysis.ranking_power.choose_rounds` turns the pilot's records into R;
+* ``converged`` — every method, 3 seeds, at the R the pilot gives (the file holds R = 100 until the
+  pilot is run; :func:`rounds_check` compares);
+* ``focused_*`` — the five seed-paper methods + FedAvg, Local and FedFomo (k = 8) on more levels of
+  each rule and K ∈ {20, 100}: N blocks = (data set, K, partition). Adult is not among them: its
+  default model is logistic regression, which FedPrism refuses (its prototype needs layers before
+  the classifier: ``RunSpec.validate``), notebook 11's grid has no ``arch`` parameter to give adult
+  an MLP, and Dirichlet α = 0.1 is infeasible on 12,000 adult rows at K = 100 (no draw gives every
+  client ≥ 10 samples). Adding adult needs that parameter (an MLP for every method on adult).
+  :func:`design_table` gives each design's N, k, runs, the Nemenyi CD by the formula and the
+  CPU-hours estimated from the committed records' ``cpu_seconds`` per round per method
+  (:func:`fedlib.analysis.ranking_power.cost_per_run`; FMNIST, K = 100, 12,000 images — K = 20 and
+  adult are estimated at that cost, not measured in this protocol).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..methods import display_name
+from ..paths import ROOT
+from ..validation import check_choice, fail
+from . import cross_paper as X
+from . import ranking_power as RP
+
+__all__ = ["RANKED_METRICS", "DESIGNS", "FOCUSED_METHODS", "block_of", "budget_rankings", "metric_rankings",
+           "which_method_when_official", "long_horizon_convergence", "design_specs", "measurable", "design_table", "rounds_check", "converged_vs_budget", "run_commands"]
+
+RANKED_METRICS = ("weighted_local", "official_test", "worst10")
+"""The three metrics ranked (keys of :data:`fedlib.analysis.cross_paper.METRICS`)."""
+
+DESIGNS = {
+    "budget": "params/paper/11_cross_paper.yaml",
+    "pilot": "params/designs/11_cross_paper_pilot.yaml",
+    "converged": "params/designs/11_cross_paper_converged.yaml",
+    "focused_fmnist_k100": "params/designs/11_cross_paper_focused_fmnist_k100.yaml",
+    "focused_fmnist_k20": "params/designs/11_cross_paper_focused_fmnist_k20.yaml",
+}
+"""Notebook 11's designs by name: a params file each (run with ``python -m fedlib.grid cross-paper
+--params FILE --out FOLDER``)."""
+FOCUSED = ("focused_fmnist_k100", "focused_fmnist_k20")
+FOCUSED_METHODS = ("clust_psi_pfl", "psi_pfl", "cafa", "fedprism", "pfedlia", "fedavg", "local", "fedfomo")
+RECORDS_OF = {"budget": "benchmarks/records/cross_paper", "pilot": "benchmarks/records/cross_paper_pilot",
+              "converged": "benchmarks/records/cross_paper_converged",
+              **{d: "benchmarks/records/cross_paper_focused" for d in FOCUSED}}
+
+
+def block_of(record: dict) -> str:
+    """A run's block across designs: ``dataset/K/partition`` (e.g. ``fmnist/K=100/dirichlet_0.3``)."""
+    s = record["spec"]
+    return f"{s['dataset']}/K={s['n_clients']}/{X.partition_of(s['protocol'], s['level'])}"
+
+
+def _partition(record: dict) -> str:
+    return X.partition_of(record["spec"]["protocol"], record["spec"]["level"])
+
+
+# ----------------------------------------------------------------------------- readings of a grid
+def budget_rankings(records, *, exclude=X.REFERENCES) -> dict:
+    """The ranking (mean ranks over the partitions, weighted local accuracy from each run's history)
+    at the last round R and at R − 1, and Kendall's τ between them; also the per-run step between
+    the two rounds. Returns ``{'R', 'at_R', 'at_R_minus_1', 'tau', 'steps_pp', 'left_out'}`` (τ is over
+    the methods ranked at both rounds; ``left_out``: those without an evaluation at R − 1 on every
+    partition, e.g. a method whose history holds its last round only)."""
+    rounds = {len(r.get("history", [])) for r in records if r.get("status") == "ok"}
+    R = max(rounds) if rounds else 0
+    if R < 2:
+        fail("records", "finished runs with a history of ≥ 2 rounds", sorted(rounds))
+    at_r = RP.score_at_round(records, R, _partition)
+    before = RP.score_at_round(records, R - 1, _partition)
+    mr, mr1 = RP.mean_ranks(at_r, exclude=exclude), RP.mean_ranks(before, exclude=exclude)
+    steps = (at_r - before).abs().stack()
+    left_out = sorted(set(mr.index) - set(mr1.index))  # no evaluation at R − 1 (e.g. evaluated at the end only)
+    return {"R": R, "at_R": mr, "at_R_minus_1": mr1, "tau": RP.kendall_tau(mr, mr1), "steps_pp": steps,
+            "left_out": left_out}
+
+
+def metric_rankings(df: pd.DataFrame, *, exclude=X.REFERENCES, alpha: float = X.ALPHA,
+                    metrics=RANKED_METRICS) -> pd.DataFrame:
+    """One row per metric of ``metrics`` over :func:`fedlib.analysis.cross_paper.runs_frame`'s
+    ``df``: ``metric``, ``n`` blocks, ``k`` methods, ``friedman_p``, ``cd`` (Nemenyi), ``test``,
+    ``within_cd`` (methods within CD of the best), ``best``, ``tau_vs_weighted_local``,
+    ``lobo_min_tau`` (leave-one-block-out, the lowest τ) with its block, the seeds per block
+    (``seeds_min``), and ``ranks`` (the mean ranks, a Series)."""
+    base = RP.mean_ranks(X.score_table(df, "weighted_local"), exclude=exclude)
+    ok = df[df.status == "ok"]
+    seeds = ok.groupby(["partition", "method"]).seed.nunique()
+    rows = []
+    for m in metrics:
+        check_choice(m, "metrics", tuple(X.METRICS))
+        scores = X.score_table(df, m)
+        power = RP.ranking_power(scores, exclude=exclude, alpha=alpha)
+        ranks = RP.mean_ranks(scores, exclude=exclude)
+        lobo = RP.leave_one_block_out(scores, exclude=exclude)
+        rows.append({"metric": m, "n": power.n, "k": power.k, "friedman_p": power.p, "cd": power.cd,
+                     "test": power.test, "within_cd": power.within_cd_of_best, "best": ranks.index[0],
+                     "tau_vs_weighted_local": RP.kendall_tau(base, ranks), "lobo_min_tau": float(lobo.tau.min()),
+                     "lobo_block": lobo.block.iloc[0], "seeds_min": int(seeds.min()) if len(seeds) else 0,
+                     "ranks": ranks})
+    return pd.DataFrame(rows)
+
+
+def which_method_when_official(records, *, alpha: float = X.ALPHA, exclude=X.REFERENCES) -> pd.DataFrame:
+    """:func:`fedlib.analysis.cross_paper.which_method_when` under the official-test accuracy: per
+    partition, the clients as blocks (each client's model on the official test set, every seed's
+    clients), Friedman then Nemenyi at ``alpha``; the same columns."""
+    records = [r for r in records if r.get("status") == "ok" and "global_test_correct" in r]
+    rows = []
+    for p in X.PARTITIONS:
+        here = [r for r in records if _partition(r) == p]
+        if not here:
+            continue
+        methods = [m for m in X.METHODS if m not in exclude and any(r["spec"]["method"] == m for r in here)]
+        data = RP.client_blocks(here, methods, "official_test")
+        if len(methods) < 3 or len(data) < 5:
+            rows.append({"partition": p, "best": None, "not_worse": [], "friedman_p": np.nan, "cd": np.nan,
+                         "n_blocks": len(data), "n_methods": len(methods), "left_out": []})
+            continue
+        res = X._autorank(data, alpha)
+        ranks = res.rankdf.meanrank.sort_values()
+        best = ranks.index[0]
+        rows.append({"partition": p, "best": best, "not_worse": [m for m in ranks.index if ranks[m] - ranks[best] <= res.cd],
+                     "friedman_p": res.pvalue, "cd": res.cd, "n_blocks": len(data), "n_methods": len(methods),
+                     "left_out": []})
+    return pd.DataFrame(rows, columns=["partition", "best", "not_worse", "friedman_p", "cd", "n_blocks",
+                                       "n_methods", "left_out"])
+
+
+def long_horizon_convergence(root=None, *, dataset: str = "fmnist", methods=("fedavg", "local"),
+                             min_rounds: int = 40) -> pd.DataFrame:
+    """The plateau rule on every committed record of ``methods`` on ``dataset`` trained for ≥
+    ``min_rounds`` rounds (the reproduction folders under ``root``, default
+    ``benchmarks/records``): one row per (folder, protocol, level, K, E, method) with ``seeds``,
+    ``R``, ``evaluations`` per run, the plateau rounds and the readings of
+    :func:`fedlib.analysis.ranking_power.convergence_table`. Their protocols differ from notebook
+    11's (all data, E = 5 or 10): where *they* plateau, not where notebook 11's runs would."""
+    from ..grid import load_records
+
+    root = ROOT / "benchmarks" / "records" if root is None else root
+    recs = []
+    for folder in sorted({p.parent for p in root.rglob("*.json")}):
+        rel = folder.relative_to(root).as_posix()
+        if rel.startswith(("cross_paper", "beyond_label", "cross_cpu", "speed", "cafa/cbcc")):
+            continue
+        for r in load_records(folder):
+            s = r.get("spec", {})
+            if (r.get("status") == "ok" and s.get("method") in methods and s.get("dataset") == dataset
+                    and ((s.get("fl") or {}).get("rounds") or 0) >= min_rounds):
+                recs.append({**r, "_folder": rel})
+
+    def key(r):
+        s = r["spec"]
+        return f"{r['_folder']}|{s['protocol']}|{s['level']:g}|{s['n_clients']}|{s['fl'].get('local_epochs', 1)}"
+
+    t = RP.convergence_table(recs, key)
+    if t.empty:
+        return pd.DataFrame(columns=["folder", "protocol", "level", "K", "E", "method", "seeds", "R", "evaluations",
+                                     "plateaus", "readings"])
+    out = t.groupby(["block", "method"], sort=True).agg(
+        seeds=("seed", "size"), R=("R", "max"), evaluations=("evaluations", "max"),
+        plateaus=("plateau", lambda v: ", ".join("—" if np.isnan(x) else f"{x:.0f}" for x in v)),
+        readings=("reading", lambda v: "; ".join(sorted(set(v))))).reset_index()
+    parts = out.block.str.split("|", expand=True)
+    out.insert(0, "folder", parts[0])
+    out.insert(1, "protocol", parts[1])
+    out.insert(2, "level", parts[2])
+    out.insert(3, "K", parts[3].astype(int))
+    out.insert(4, "E", parts[4].astype(int))
+    return out.drop(columns="block")
+
+
+# ----------------------------------------------------------------------------- designs
+def _params(design: str) -> dict:
+    from ..grid_cli import load_params
+
+    check_choice(design, "design", tuple(DESIGNS))
+    return load_params("11_cross_paper", ROOT / DESIGNS[design])
+
+
+def design_specs(design: str) -> list:
+    """The RunSpecs of ``design`` (a key of :data:`DESIGNS`), from its params file."""
+    p = _params(design)
+    return X.notebook_grid(**{k: p[k] for k in X.GRID_PARAMS})["cross"]
+
+
+def measurable(per_round: pd.Series, designs=None) -> tuple[list[str], dict]:
+    """The designs (of ``designs``, default :data:`DESIGNS`) whose every method has a measured cost
+    in ``per_round``, and for the others the methods without one."""
+    ok, missing = [], {}
+    for d in designs or DESIGNS:
+        lack = sorted({s.method for s in design_specs(d)} - set(per_round.index))
+        (missing.__setitem__(d, lack) if lack else ok.append(d))
+    return ok, missing
+
+
+def design_table(per_round: pd.Series, designs=None, alpha: float = X.ALPHA) -> pd.DataFrame:
+    """One row per design (:data:`DESIGNS`, or ``designs``) and a ``focused (all)`` row for the
+    focused files together: ``blocks`` N (data set × K × partition), ``k`` methods ranked
+    (references aside), ``seeds``, ``R``, ``runs``, ``nemenyi_cd`` (:func:`fedlib.analysis.ranking_power.nemenyi_cd`,
+    NaN for k < 2) and ``cpu_hours`` (each run at its method's measured CPU seconds a round,
+    ``per_round``, × R)."""
+    rows = []
+    designs = list(designs or DESIGNS)
+
+    def row(name, specs):
+        blocks = {(s.dataset, s.n_clients, X.partition_of(s.protocol, s.level)) for s in specs}
+        ranked = sorted({s.method for s in specs} - set(X.REFERENCES))
+        missing = sorted({s.method for s in specs} - set(per_round.index))
+        if missing:
+            fail("per_round", f"a measured cost for every method of design {name}", missing)
+        secs = sum(per_round[s.method] * s.fl["rounds"] for s in specs)
+        return {"design": name, "blocks": len(blocks), "k": len(ranked), "seeds": len({s.seed for s in specs}),
+                "R": sorted({s.fl["rounds"] for s in specs}), "runs": len(specs),
+                "nemenyi_cd": RP.nemenyi_cd(len(ranked), len(blocks), alpha) if len(ranked) >= 2 else np.nan,
+                "cpu_hours": secs / 3600.0}
+
+    focused = []
+    for d in designs:
+        specs = design_specs(d)
+        rows.append(row(d, specs))
+        if d in FOCUSED:
+            focused += specs
+    if focused:
+        rows.append(row("focused (all)", focused))
+    return pd.DataFrame(rows)
+
+
+def rounds_check(pilot_records, design: str = "converged") -> str:
+    """What the pilot's records say about ``design``'s R: the R of
+    :func:`fedlib.analysis.ranking_power.choose_rounds` against the params file's."""
+    p = _params(design)
+    have = int(p["fl"]["rounds"])
+    if not pilot_records:
+        return (f"{design}: R = {have} in {DESIGNS[design]}; the pilot ({DESIGNS['pilot']}) has no record yet, "
+                "so R is not yet chosen by the plateau rule")
+    table = RP.convergence_table(pilot_records, block_of, methods=("fedavg", "local"))
+    R, why = RP.choose_rounds(table)
+    if R is None:
+        return f"{design}: R = {have}; the pilot gives none — {why}"
+    verdict = "enough" if R <= have else f"too few: set fl.rounds to {R} in {DESIGNS[design]}"
+    return f"{design}: R = {have}; the pilot's plateau rule gives R = {R} ({why}): {verdict}"
+
+
+def converged_vs_budget(budget_records, root=None, design: str = "converged") -> tuple[dict | None, str]:
+    """The ranking of ``design``'s records (weighted local accuracy, seeds averaged within a block)
+    beside the budget ranking of ``budget_records``, with Kendall's τ between them; (None, why)
+    while ``design``'s records are incomplete. Returns ({'tau', 'converged', 'budget', 'power'}, text)."""
+    from ..experiment import present_records
+
+    root = ROOT if root is None else root
+    specs = design_specs(design)
+    found, missing = present_records(specs, root / RECORDS_OF[design])
+    if missing or not found:
+        return None, (f"{design}: {len(found)} of {len(specs)} runs recorded in {RECORDS_OF[design]} — not ranked; "
+                      f"compute them with: {run_commands([design])[0]}")
+    conv = X.score_table(X.runs_frame(found))
+    bud = X.score_table(X.runs_frame(budget_records))
+    mr_c, mr_b = RP.mean_ranks(conv, exclude=X.REFERENCES), RP.mean_ranks(bud, exclude=X.REFERENCES)
+    power = RP.ranking_power(conv, exclude=X.REFERENCES)
+    tau = RP.kendall_tau(mr_c, mr_b)
+    return ({"tau": tau, "converged": mr_c, "budget": mr_b, "power": power},
+            f"{design} vs budget: Kendall τ = {tau:.2f}; {design}: {power.line()}")
+
+
+def run_commands(designs=None, workers: int = 2) -> list[str]:
+    """The command that computes each design's records (resumably)."""
+    return [f"python -m fedlib.grid cross-paper --params {DESIGNS[d]} --out {RECORDS_OF[d]} --workers {workers}"
+            for d in (designs or DESIGNS)]
+
+
+def label(block: str) -> str:
+    """A block's display label (``fmnist/K=100/dirichlet_0.3`` → ``FMNIST K=100 Dirichlet α = 0.3``)."""
+    ds, k, p = block.split("/")
+    return f"{ds} {k} {X.PARTITIONS[p].label}"
+
+
+def rename_methods(index) -> list[str]:
+    return [display_name(m) for m in index]
+

@@ -1,0 +1,165 @@
+"""fedlib.analysis.beyond_label_seeds (issue 58): the t-interval and the verdict that reads it
+against the cut-offs, the clustering-only ARI against a trained run's grouping, and the small
+clients' pooled accuracy — by hand on tiny cases."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fedlib import partition as P
+from fedlib.analysis import beyond_label as B, beyond_label_seeds as S
+from fedlib.experiment import RunSpec
+
+
+def test_t_interval_by_hand():
+    # values 1, 2, 3: mean 2, s = 1, n = 3 → half-width t_{0.975, 2} / √3 = 4.3027 / 1.7321
+    m, lo, hi, n = S.t_interval([1.0, 2.0, 3.0, np.nan])
+    assert (m, n) == (2.0, 3)
+    assert hi - m == pytest.approx(4.302653 / np.sqrt(3), rel=1e-5) and m - lo == pytest.approx(hi - m)
+    assert S.t_interval([0.9]) [0] == 0.9 and np.isnan(S.t_interval([0.9])[1])
+    assert S.t_interval([1.0, 1.0, 1.0])[1:3] == (1.0, 1.0)  # no spread: zero width
+    with pytest.raises(ValueError, match="confidence"):
+        S.t_interval([1, 2], confidence=1.5)
+
+
+def test_interval_verdict_reads_the_whole_interval():
+    assert S.interval_verdict(0.92, 0.99) == "recovers"
+    assert S.interval_verdict(0.85, 0.95) == "undecided (interval crosses 0.9)"
+    assert S.interval_verdict(0.3, 0.6) == "partly"
+    assert S.interval_verdict(-0.01, 0.05) == "cannot separate"
+    assert S.interval_verdict(0.05, 0.3) == "undecided (interval crosses 0.1)"
+    assert S.interval_verdict(np.nan, np.nan) == "one run: no verdict"
+    # one value at 0.933 is no verdict; an interval 0.80–1.06 around it crosses the cut-off
+    rows = pd.DataFrame({"partition": "age", "variant": "v", "seed": [0, 1, 2], "ari": [0.933, 0.80, 0.99]})
+    t = S.ari_over_seeds(rows)
+    assert t.n.iloc[0] == 3 and t.verdict.iloc[0] == "undecided (interval crosses 0.9)"
+    assert t["mean"].iloc[0] == pytest.approx(np.mean([0.933, 0.80, 0.99]))
+    assert S.ari_over_seeds(rows.head(1)).verdict.iloc[0] == "one run: no verdict"
+
+
+def test_pooled_small_accuracy_and_bootstrap():
+    correct, n_test = [1, 0, 3, 40], [1, 2, 4, 50]
+    small = [True, True, True, False]
+    # Σ correct / Σ n over the small ones: (1 + 0 + 3) / (1 + 2 + 4) = 4/7 — not the mean of
+    # 1, 0, 0.75 (= 0.583)
+    assert S.pooled_small_accuracy(correct, n_test, small) == pytest.approx(4 / 7)
+    assert np.isnan(S.pooled_small_accuracy([0], [0], [True]))
+    lo, hi = S.bootstrap_pooled([1, 0, 3], [1, 2, 4], n_boot=500, seed=1)
+    assert 0 <= lo <= 4 / 7 <= hi <= 1
+    assert S.bootstrap_pooled([2, 2], [2, 2], n_boot=50) == (1.0, 1.0)  # every client perfect
+    assert S.bootstrap_pooled([2, 2], [2, 2], n_boot=50, seed=3) == S.bootstrap_pooled([2, 2], [2, 2], n_boot=50,
+                                                                                         seed=3)
+    with pytest.raises(ValueError, match="correct, n_test, small"):
+        S.pooled_small_accuracy([1], [1, 2], [True])
+
+
+def test_small_pooled_frame_from_a_record():
+    K, share = 10, 0.3
+    small = P.planted_clusters("small_clients", K, share) == 1
+    n_test = np.where(small, 2, 20)
+    correct = np.where(small, [1] * K, 15)
+    acc = correct / n_test
+    rec = {"spec": {"protocol": "small_clients", "level": share, "n_clients": K, "seed": 0, "method": "fedavg",
+                    "hyper": {}},
+           "status": "ok", "correct": correct.tolist(), "n_test": n_test.tolist(), "local_accuracy": acc.tolist()}
+    f = S.small_pooled_frame([rec], B.variant_of, n_boot=100)
+    row = f.iloc[0]
+    assert row.variant == "fedavg" and row.small_clients == small.sum() and row.small_test_samples == 2 * small.sum()
+    assert row.small_pooled == pytest.approx(50.0) and row.small_mean == pytest.approx(50.0)
+    assert row.per_client_test == "2–2" and row.pooled_low == row.pooled_high == pytest.approx(50.0)
+
+
+def test_collapsed_rows_counts_one_group_runs():
+    df = pd.DataFrame({"variant": ["ifca", "ifca", "ifca", "cfl"], "partition": ["a", "b", "c", "a"],
+                       "status": ["ok", "ok", "failed", "ok"], "groups": [1, 4, np.nan, 2]})
+    t = S.collapsed_rows(df, ["ifca", "cfl", "fedclust"])
+    assert t.to_dict("records") == [{"variant": "ifca", "collapsed": 1, "runs": 2, "partitions": "a"},
+                                    {"variant": "cfl", "collapsed": 0, "runs": 1, "partitions": ""}]
+
+
+def test_clustering_ari_equals_the_grouping_a_training_run_uses():
+    """The clustering-only grouping is the one Clust-PSI-PFL's run() trains with: compare with the
+    method's own cluster_clients on the same federation, and the ARI against the planted groups."""
+    from fedlib.experiment import build_federation
+    from fedlib.evaluation import cluster_recovery
+    from fedlib.methods.clust_psi_pfl import Hyper, attribute_histograms, cluster_clients
+
+    spec = RunSpec("fmnist", "rotated_groups", 4, 8, 3, "clust_psi_pfl", n_train=800,
+                   hyper={"features": "attribute", "standardize": False})
+    label = RunSpec("fmnist", "rotated_groups", 4, 8, 3, "clust_psi_pfl", n_train=800)
+    got = S.clustering_aris([spec, label])
+    fed, counts, _ = build_federation(spec, "cpu")
+    hp = Hyper(features="attribute", standardize=False)
+    hist = attribute_histograms(fed.x.numpy(), fed.y.numpy(), fed.train_parts, "attribute", hp.n_bins, fed.n_classes)
+    labels, info = cluster_clients(counts, hp, hist)
+    truth = P.planted_clusters("rotated_groups", 8, 4)
+    assert got[0]["ari"] == pytest.approx(cluster_recovery(labels, truth)) and got[0]["tau"] == info["tau"]
+    labels2, _ = cluster_clients(counts, Hyper(), None)
+    assert got[1]["ari"] == pytest.approx(cluster_recovery(labels2, truth))
+    assert S.clustering_ari(label)["ari"] == got[1]["ari"]
+    with pytest.raises(ValueError, match="spec.method"):
+        S.clustering_ari(RunSpec("fmnist", "rotated_groups", 4, 8, 3, "fedavg", n_train=800))
+    with pytest.raises(ValueError, match="specs"):
+        S.clustering_aris([spec, RunSpec("fmnist", "rotated_groups", 4, 8, 4, "clust_psi_pfl", n_train=800)])
+
+
+def test_committed_ari_rows_match_the_trained_runs_at_seed_0():
+    """The committed clustering-only ARIs (benchmarks/records/beyond_label_ari) at seed 0 are the
+    ARIs of the committed trained runs (benchmarks/records/beyond_label): the same grouping."""
+    from fedlib.grid import load_records
+    from fedlib.paths import ROOT
+
+    rows = pd.read_csv(ROOT / "benchmarks/records/beyond_label_ari/aris.csv")
+    df = B.runs_frame(load_records(ROOT / "benchmarks/records/beyond_label"))
+    m = rows[rows.seed == 0].merge(df[["partition", "variant", "seed", "ari", "groups"]],
+                                   on=["partition", "variant", "seed"], suffixes=("", "_trained"))
+    assert len(m) == 66  # 11 partitions × 6 clustering-only variants
+    np.testing.assert_allclose(m.ari, m.ari_trained, atol=1e-12)
+    assert (m.groups == m.groups_trained).all()
+
+
+def test_ari_rows_recompute_each_seed_and_keep_only_clustering_variants(tmp_path):
+    specs = B.training_specs(["rotated"], [], 8, [0], ["psi_label", "psi_attribute", "fedavg"],
+                             {"rounds": 1, "local_epochs": 1}, n_train={"fmnist": 800})
+    rows = S.ari_rows(specs, [1, 2])
+    assert sorted(zip(rows.variant, rows.seed)) == [("psi_attribute", 1), ("psi_attribute", 2), ("psi_label", 1),
+                                                    ("psi_label", 2)]
+    import dataclasses
+    one = [s for s in specs if B.variant_of(s.to_dict()) == "psi_attribute"][0]
+    assert rows[(rows.variant == "psi_attribute") & (rows.seed == 2)].ari.iloc[0] == pytest.approx(
+        S.clustering_ari(dataclasses.replace(one, seed=2))["ari"])
+    path = tmp_path / "aris.csv"
+    rows.to_csv(path, index=False)
+    assert len(S.read_ari_rows(path, 8)) == 4 and S.read_ari_rows(path, 100).empty
+    assert S.read_ari_rows(tmp_path / "none.csv", 8).empty
+
+
+def test_answer_over_seeds_gives_intervals_and_verdicts():
+    rows = pd.DataFrame({"partition": ["p"] * 6 + ["q"] * 2,
+                         "variant": ["psi_label"] * 3 + ["psi_joint"] * 3 + ["psi_label", "psi_size"],
+                         "seed": [0, 1, 2] * 2 + [0, 0],
+                         "ari": [0.0, 0.02, 0.04, 0.95, 0.97, 0.99, 0.5, 0.96]})
+    t = S.answer_over_seeds(rows, ["p", "q"]).set_index("partition")
+    half = 4.302653 * 0.02 / np.sqrt(3)  # s = 0.02
+    assert t.loc["p", "label_only"] == f"0.02 [{0.02 - half:.2f}, {0.02 + half:.2f}] (n = 3)"
+    # [−0.030, 0.070]: wholly ≤ 0.1; joint 0.97 ± 0.0497 = [0.920, 1.020]: wholly ≥ 0.9
+    assert t.loc["p", "label_only_verdict"] == "cannot separate"
+    assert t.loc["p", "best_extension"] == "psi_joint" and t.loc["p", "extension_verdict"] == "recovers"
+    wide = rows.assign(ari=[0.0, 0.02, 0.04, 0.80, 0.97, 0.99, 0.5, 0.96])  # s = 0.105: [0.66, 1.18]
+    assert S.answer_over_seeds(wide, ["p"]).extension_verdict.iloc[0] == "undecided (interval crosses 0.9)"
+    assert t.loc["q", "label_only"] == "0.50 (n = 1, no interval)" and t.loc["q", "extension_verdict"] == "one run: no verdict"
+    assert S.interval_text(np.nan, np.nan, np.nan, 0) == "—"
+
+
+def test_small_pooled_table_reads_one_seed_with_its_interval_and_the_gap():
+    f = pd.DataFrame({"share": [0.1, 0.1], "variant": ["fedavg", "psi_size"], "seed": [0, 0],
+                      "small_clients": [10, 10], "small_test_samples": [20, 20], "per_client_test": ["1–4", "1–4"],
+                      "small_mean": [50.0, 40.0], "small_pooled": [55.0, 45.0], "pooled_low": [35.0, 25.0],
+                      "pooled_high": [75.0, 65.0]})
+    t = S.small_pooled_table(f, {"psi_size": "ln n"}).set_index("variant")
+    assert t.loc["ln n", "s = 0.1"] == "45.0 [25.0, 65.0] (20 test samples, 1–4 a client)"
+    assert t.loc["ln n", "Δ vs fedavg, s = 0.1 (pp)"] == -10.0 and t.loc["fedavg", "Δ vs fedavg, s = 0.1 (pp)"] == 0.0
+    two = pd.concat([f, f.assign(seed=1, small_pooled=[65.0, 35.0])])
+    t2 = S.small_pooled_table(two).set_index("variant")
+    assert t2.loc["psi_size", "s = 0.1"] == "40.0 (n = 2 seeds)" and t2.loc["psi_size", "Δ vs fedavg, s = 0.1 (pp)"] == -20.0

@@ -1,0 +1,245 @@
+"""fedlib.analysis.ranking_power (issue 58): the plateau rule, mean ranks and Kendall τ, the
+leave-one-block-out line, the Nemenyi CD against Demšar's table and autorank, and the cost
+arithmetic — each on a case small enough to count by hand."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fedlib.analysis import ranking_power as RP
+
+
+def test_plateau_round_is_the_first_window_that_moves_less_than_the_tolerance():
+    rounds = np.arange(1, 11)
+    # rises by 5 pp a round until round 4, then moves by 0.1 pp a round
+    acc = np.array([50, 55, 60, 65, 65.1, 65.2, 65.3, 65.2, 65.1, 65.2])
+    # window 4..9: max 65.3 − min 65.0 = 0.3 < 0.5 → r = 4; window 3..8 holds 60 → not
+    assert RP.plateau_round(rounds, acc, window=5, tolerance=0.5) == 4
+    # a tighter tolerance: window 5..10 moves 0.2, 0.2 < 0.25 → 5; 4..9 moves 0.3 → not
+    assert RP.plateau_round(rounds, acc, window=5, tolerance=0.25) == 5
+    # a window that ends after the last round never counts: R = 10, w = 5 → r ≤ 5
+    late = np.array([10, 20, 30, 40, 50, 60, 61, 61, 61, 61])
+    assert RP.plateau_round(rounds, late, window=5) is None
+    assert RP.plateau_round(rounds, late, window=3) == 7  # 7..10 flat
+
+
+def test_plateau_round_with_sparse_evaluations_and_bad_input():
+    # evaluated every 5 rounds: window r..r+5 holds two evaluations
+    assert RP.plateau_round([5, 10, 15, 20], [40, 60, 60.3, 60.4], window=5) == 10
+    # evaluated every 10 rounds: no window of 5 holds two → none
+    assert RP.plateau_round([10, 20, 30], [60, 60, 60], window=5) is None
+    with pytest.raises(ValueError, match="window"):
+        RP.plateau_round([1, 2], [1, 1], window=0)
+    with pytest.raises(ValueError, match="rounds"):
+        RP.plateau_round([2, 1], [1, 1])
+    with pytest.raises(ValueError, match="rounds, accuracy_pp"):
+        RP.plateau_round([1, 2, 3], [1, 1])
+
+
+def _rec(method, block, seed, accs, status="ok", cpu=None, rounds=None):
+    hist = [{"round": i + 1, "global_accuracy": a} for i, a in enumerate(accs)]
+    spec = {"method": method, "protocol": block, "seed": seed, "fl": {"rounds": rounds or len(accs)}}
+    return {"spec": spec, "status": status, "history": hist, "global_accuracy": accs[-1], "cpu_seconds": cpu}
+
+
+def test_convergence_table_reads_each_run_and_never_invents_a_plateau():
+    recs = [_rec("fedavg", "b1", 0, [0.5, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6]),
+            _rec("fedavg", "b1", 1, [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7]),
+            _rec("local", "b1", 0, [0.9]),
+            _rec("fedavg", "b2", 0, [0.1], status="failed")]
+    t = RP.convergence_table(recs, lambda r: r["spec"]["protocol"])
+    assert t.reading.tolist() == ["plateau at 2", "not converged by R = 7", "one evaluation only (round 1): no history"]
+    assert t.plateau.iloc[0] == 2 and np.isnan(t.plateau.iloc[1])
+    assert t.last_step_pp.iloc[1] == pytest.approx(10.0)
+    sparse = {"spec": {"method": "fedavg", "protocol": "b", "seed": 0}, "status": "ok",
+              "history": [{"round": 10, "global_accuracy": .5}, {"round": 20, "global_accuracy": .5}]}
+    assert RP.convergence_table([sparse], lambda r: "b").reading.iloc[0].startswith("history too sparse")
+
+
+def test_score_at_round_reads_the_history_and_averages_seeds():
+    recs = [_rec("a", "b1", 0, [0.1, 0.3]), _rec("a", "b1", 1, [0.2, 0.5]), _rec("b", "b1", 0, [0.4, 0.2])]
+    s1 = RP.score_at_round(recs, 1, lambda r: r["spec"]["protocol"])
+    s2 = RP.score_at_round(recs, 2, lambda r: r["spec"]["protocol"])
+    assert s1.loc["a", "b1"] == pytest.approx(15.0) and s1.loc["b", "b1"] == pytest.approx(40.0)
+    assert s2.loc["a", "b1"] == pytest.approx(40.0) and s2.loc["b", "b1"] == pytest.approx(20.0)
+    # a seed without an evaluation at that round makes the cell NaN, never the other seed's value
+    recs.append(_rec("b", "b1", 1, [0.3]))
+    assert np.isnan(RP.score_at_round(recs, 2, lambda r: r["spec"]["protocol"]).loc["b", "b1"])
+
+
+SCORES = pd.DataFrame({"p1": [90, 80, 70], "p2": [60, 70, 50], "p3": [30, 20, 40]}, index=["A", "B", "C"])
+
+
+def test_mean_ranks_by_hand_and_ties_share_their_mean_rank():
+    # p1: A1 B2 C3; p2: B1 A2 C3; p3: C1 A2 B3 → A 5/3, B 2, C 7/3
+    r = RP.mean_ranks(SCORES)
+    assert r.to_dict() == pytest.approx({"A": 5 / 3, "B": 2.0, "C": 7 / 3})
+    assert list(r.index) == ["A", "B", "C"]
+    tied = SCORES.assign(p1=[90, 90, 70])
+    assert RP.mean_ranks(tied[["p1"]]).to_dict() == pytest.approx({"A": 1.5, "B": 1.5, "C": 3.0})
+    assert RP.ties_per_block(tied).to_dict() == {"p1": 2, "p2": 0, "p3": 0}
+    # a method missing a block is left out; excluded methods too
+    assert list(RP.mean_ranks(SCORES.assign(p3=[30, np.nan, 40])).index) == ["A", "C"]
+    assert "A" not in RP.mean_ranks(SCORES, exclude=("A",)).index
+
+
+def test_kendall_tau_and_leave_one_block_out():
+    a = pd.Series({"A": 1.0, "B": 2.0, "C": 3.0})
+    assert RP.kendall_tau(a, a) == pytest.approx(1.0)
+    assert RP.kendall_tau(a, a[::-1].set_axis(a.index)) == pytest.approx(-1.0)
+    # one swapped pair of three: concordant 2, discordant 1 → τ = 1/3
+    assert RP.kendall_tau(a, pd.Series({"A": 2.0, "B": 1.0, "C": 3.0})) == pytest.approx(1 / 3)
+    lobo = RP.leave_one_block_out(SCORES)
+    # without p3: A 1.5, B 1.5, C 3 (tie A–B) vs A < B < C
+    by = dict(zip(lobo.block, lobo.tau))
+    assert set(by) == {"p1", "p2", "p3"}
+    from scipy import stats
+    expect = stats.kendalltau([5 / 3, 2, 7 / 3], [1.5, 1.5, 3]).statistic
+    assert by["p3"] == pytest.approx(expect)
+    # without p1 every method has mean rank 2: no order, τ undefined (NaN), listed last
+    assert np.isnan(by["p1"]) and lobo.block.tolist() == ["p2", "p3", "p1"]
+
+
+def test_nemenyi_q_matches_demsar_table_and_cd_matches_autorank():
+    # Demšar (2006) Table 5(a), α = 0.05
+    for k, q in {2: 1.960, 3: 2.343, 5: 2.728, 8: 3.031, 10: 3.164}.items():
+        assert RP.nemenyi_q(k) == pytest.approx(q, abs=1e-3)
+    # CD = q sqrt(k(k+1)/(6N)): k = 8, N = 14 → 3.031 · sqrt(72/84)
+    assert RP.nemenyi_cd(8, 14) == pytest.approx(3.031 * np.sqrt(72 / 84), abs=2e-3)
+    rng = np.random.default_rng(0)
+    data = pd.DataFrame(rng.normal(size=(9, 6)), columns=list("abcdef"))
+    from autorank import autorank
+    import contextlib
+    import io
+    with contextlib.redirect_stdout(io.StringIO()):
+        res = autorank(data, alpha=0.05, order="descending", force_mode="nonparametric")
+    assert RP.nemenyi_cd(6, 9) == pytest.approx(res.cd, rel=1e-3)
+    power = RP.ranking_power(data.T)
+    assert (power.n, power.k) == (9, 6) and power.cd == pytest.approx(RP.nemenyi_cd(6, 9))
+    assert power.p == pytest.approx(res.pvalue, rel=1e-6)
+    assert "N = 9 blocks, k = 6 methods" in power.line()
+
+
+def test_cost_per_round_and_design_cost():
+    recs = [_rec("a", "b", 0, [0.1] * 10, cpu=100.0), _rec("a", "b", 1, [0.1] * 10, cpu=300.0),
+            _rec("b", "b", 0, [0.1] * 5, cpu=50.0), _rec("c", "b", 0, [0.1] * 5, cpu=None)]
+    per = RP.cost_per_run(recs, lambda r: r["spec"]["method"])
+    assert per.to_dict() == pytest.approx({"a": 20.0, "b": 10.0})
+    c = RP.design_cost(per, ["a", "b"], blocks=2, seeds=3, rounds=100)
+    # (20 + 10) s a round · 100 rounds = 3000 s per block and seed; × 2 × 3 = 18,000 s = 5 h
+    assert c == {"runs": 12, "cpu_hours": pytest.approx(5.0), "cpu_seconds_per_block_and_seed": pytest.approx(3000)}
+    with pytest.raises(ValueError, match="methods"):
+        RP.design_cost(per, ["a", "c"], blocks=1, seeds=1, rounds=1)
+
+
+def test_client_blocks_local_and_official_test():
+    r = {"spec": {"method": "a", "seed": 0}, "status": "ok", "local_accuracy": [0.5, np.nan, 1.0],
+         "global_test_correct": [10, 20, 30], "n_global_test": 40}
+    s = {**r, "spec": {"method": "b", "seed": 0}, "local_accuracy": [0.25, 0.5, 0.75]}
+    loc = RP.client_blocks([r, s], ["a", "b"], "local")
+    assert loc.to_dict("list") == {"a": [0.5, 1.0], "b": [0.25, 0.75]}  # the client without a test split dropped
+    off = RP.client_blocks([r, s], ["a", "b"], "official_test")
+    assert off.a.tolist() == [0.25, 0.5, 0.75]
+    with pytest.raises(ValueError, match="value"):
+        RP.client_blocks([r], ["a"], "worst10")
+
+
+def test_choose_rounds_waits_for_every_run_to_plateau():
+    t = pd.DataFrame({"plateau": [12.0, 31.0], "reading": ["plateau at 12", "plateau at 31"]})
+    assert RP.choose_rounds(t) == (40, "latest plateau at round 31 of 2 runs, + w = 5, rounded up to 10")
+    assert RP.choose_rounds(t, step=5)[0] == 40 and RP.choose_rounds(t, window=10)[0] == 50
+    t2 = pd.concat([t, pd.DataFrame({"plateau": [np.nan], "reading": ["not converged by R = 200"]})])
+    R, why = RP.choose_rounds(t2)
+    assert R is None and "1 of 3 runs without a plateau (not converged by R = 200)" in why
+    assert RP.choose_rounds(t.iloc[:0]) == (None, "no run")
+
+
+def test_designs_state_n_k_cd_and_cost_from_their_params():
+    """The issue-58 designs (params/designs/): the focused one ranks k = 8 methods on N = 20 blocks,
+    CD ≤ 4 ranks by the formula; costs are measured seconds a round × R, summed over runs."""
+    from fedlib.analysis import cross_paper_design as D
+
+    per = pd.Series({m: 1.0 for m in ("cl", "oracle", "local", "fedavg", "fedprox", "fedavgm", "fedadagrad",
+                                      "fedyogi", "fedadam", "poc", "haccs", "fedcls", "cfl", "fedsoft",
+                                      "clust_psi_pfl", "psi_pfl", "cafa", "fedprism", "ifca", "fedclust", "fedamp",
+                                      "pfedlia", "fedfomo", "fedproto", "fesem")})
+    t = D.design_table(per).set_index("design")
+    foc = t.loc["focused (all)"]
+    assert (foc.blocks, foc.k, foc.seeds) == (20, 8, 3)
+    assert foc.nemenyi_cd == pytest.approx(RP.nemenyi_cd(8, 20)) and foc.nemenyi_cd <= 4
+    # 1 s a round: runs × R seconds
+    assert foc.cpu_hours == pytest.approx(foc.runs * 100 / 3600)
+    assert t.loc["budget", "blocks"] == 7 and t.loc["budget", "R"] == [10]
+    assert t.loc["pilot", "k"] == 2 and t.loc["pilot", "runs"] == 7 * 2 * 3
+    specs = D.design_specs("focused_fmnist_k20")
+    assert {s.n_clients for s in specs} == {20} and {s.method for s in specs} == set(D.FOCUSED_METHODS)
+    with pytest.raises(ValueError, match="per_round"):
+        D.design_table(per.drop("fedfomo"), ["focused_fmnist_k20"])
+    with pytest.raises(ValueError, match="design"):
+        D.design_specs("nope")
+
+
+def _run(method, part, accs, seed=0, test=None, local=None):
+    from fedlib.analysis import cross_paper as X
+    p = X.PARTITIONS[part]
+    hist = [{"round": i + 1, "global_accuracy": a} for i, a in enumerate(accs)]
+    return {"spec": {"method": method, "protocol": p.protocol, "level": p.level, "seed": seed, "n_clients": 4,
+                     "dataset": "fmnist", "fl": {"rounds": len(accs)}},
+            "status": "ok", "history": hist, "global_accuracy": accs[-1],
+            "global_test_correct": test, "n_global_test": 10, "local_accuracy": local}
+
+
+def test_budget_rankings_rank_the_last_two_rounds_of_the_histories():
+    from fedlib.analysis import cross_paper_design as D
+
+    parts = ["dirichlet_0.3", "similarity_1", "noisy"]
+    # round 2: A > B > C everywhere; round 3: B > A > C everywhere → τ(3 vs 2) = 1/3
+    recs = [_run("fedavg", p, [0.1, 0.9, 0.8]) for p in parts] + [_run("local", p, [0.1, 0.8, 0.9]) for p in parts] \
+        + [_run("fedprox", p, [0.1, 0.2, 0.3]) for p in parts] + [_run("cl", p, [1, 1, 1]) for p in parts]
+    b = D.budget_rankings(recs)
+    assert b["R"] == 3 and list(b["at_R"].index) == ["local", "fedavg", "fedprox"]
+    assert list(b["at_R_minus_1"].index) == ["fedavg", "local", "fedprox"]
+    assert b["tau"] == pytest.approx(1 / 3)
+    assert sorted(b["steps_pp"].round(6).unique()) == [0.0, 10.0] and b["left_out"] == []
+
+
+def test_which_method_when_official_uses_each_clients_official_test_accuracy():
+    from fedlib.analysis import cross_paper_design as D
+
+    recs = []
+    for seed in range(2):
+        recs += [_run("fedavg", "noisy", [0.5], seed, test=[9, 9, 9, 8], local=[.5] * 4),
+                 _run("local", "noisy", [0.9], seed, test=[1, 2, 1, 2], local=[.9] * 4),
+                 _run("fedprox", "noisy", [0.5], seed, test=[5, 6, 5, 6], local=[.5] * 4)]
+    w = D.which_method_when_official(recs)
+    row = w.iloc[0]
+    assert row.partition == "noisy" and row.best == "fedavg" and row.n_blocks == 8 and row.n_methods == 3
+    assert "local" not in row.not_worse  # ranked last on all 8 clients: mean rank 3 vs 1, CD < 2
+
+
+def test_measurable_names_the_methods_without_a_cost():
+    from fedlib.analysis import cross_paper_design as D
+
+    per = pd.Series({m: 1.0 for m in D.FOCUSED_METHODS})
+    ok, missing = D.measurable(per, ["focused_fmnist_k20", "pilot", "budget"])
+    assert ok == ["focused_fmnist_k20", "pilot"] and "fedamp" in missing["budget"] and "cl" in missing["budget"]
+
+
+def test_converged_vs_budget_waits_for_its_records_then_gives_tau(tmp_path, monkeypatch):
+    from fedlib.analysis import cross_paper_design as D
+
+    res, text = D.converged_vs_budget([], root=tmp_path)
+    assert res is None and "0 of 507 runs recorded" in text and "--params params/designs/11_cross_paper_converged.yaml" in text
+    parts = ["dirichlet_0.3", "similarity_1", "noisy", "pathological", "cafa_iid_0.25"]
+    budget = [_run(m, p, [a]) for p in parts for m, a in (("fedavg", .9), ("local", .8), ("fedprox", .7))]
+    conv = [_run(m, p, [a], seed=s) for p in parts for s in (0, 1, 2)
+            for m, a in (("fedavg", .7), ("local", .9), ("fedprox", .8))]
+    for r in budget + conv:  # what cross_paper.runs_frame reads of a finished record
+        r.update(local_accuracy=[0.5], ad=0.0, sdad=0.0, cp=0.0, wpsi=0.0, global_test_accuracy=0.5)
+    monkeypatch.setattr("fedlib.experiment.present_records", lambda specs, folder: (conv, []))
+    res, text = D.converged_vs_budget(budget, root=tmp_path)
+    # converged: local, fedprox, fedavg; budget: fedavg, local, fedprox → pairs: (fedavg,local) −,
+    # (fedavg,fedprox) −, (local,fedprox) + → τ = −1/3
+    assert res["tau"] == pytest.approx(-1 / 3) and list(res["converged"].index) == ["local", "fedprox", "fedavg"]
+    assert res["power"].n == 5 and res["power"].k == 3 and "Kendall τ = -0.33" in text
