@@ -3,6 +3,7 @@ differences, the verdict rule (gain, reversal, tie, match, reduction, one seed, 
 conversion-artefact cleaning, and, on the committed records and seed texts, that every quote is
 the paper's own sentence and every claim gets a verdict."""
 import json
+import re
 
 import numpy as np
 import pytest
@@ -212,3 +213,18 @@ def test_frame_gives_every_claim_a_verdict_on_the_committed_records():
         assert "#nan)" not in line
     for r in df[df.verdict == "not run"].itertuples():
         assert f"#{r.a_id})" not in "\n".join(md)
+
+
+def test_a_claim_links_only_to_rows_the_report_shows():
+    """A claim pairs the seeds its two rows share, so it can hold a value where the report, which
+    reads CAFA's Tables IV–V over the seeds the whole table shares, shows the rows as not run:
+    docs/findings.md then has no anchor for them, and the claim names them without a link."""
+    df = pc.frame()
+    ran = df[df.verdict != "not run"]
+    assert len(ran)
+    r = ran.iloc[0]
+    text = "\n".join(pc.markdown(df, link="", shown={r.b_id}))
+    assert f"(#{r.b_id})" in text and f"(#{r.a_id})" not in text
+    page = report.findings_markdown(report.frame())
+    anchors = set(re.findall(r'<a id="([^"]+)"></a>', page))
+    assert set(re.findall(r"\]\(#([^)]+)\)", page)) <= anchors

@@ -539,10 +539,15 @@ def _linked(name: str, row_id: str | None, link: str) -> str:
     return f"[{name}]({link}#{row_id})" if isinstance(row_id, str) and row_id else name
 
 
-def markdown(df: pd.DataFrame, link: str = "docs/findings.md") -> list[str]:
+def markdown(df: pd.DataFrame, link: str = "docs/findings.md", shown: set | None = None) -> list[str]:
     """The section "The papers' claims" (markdown lines): per paper, each claim's quote as a
     blockquote, our operationalisation (A and B linking to their rows of the report at ``link``;
-    ``""`` inside docs/findings.md itself), then ``ours: A − B = … · paper: … · verdict``."""
+    ``""`` inside docs/findings.md itself), then ``ours: A − B = … · paper: … · verdict``.
+
+    ``shown``: the ids of the rows the report's tables show (those it ran); A or B links only
+    there. A claim pairs the seeds its two rows share, so it can have a value where a row the
+    report restricts to the seeds its whole table shares (CAFA's Tables IV–V) is not run.
+    None: the claim's own verdict decides (a claim not run links to neither row)."""
     out = ["## The papers' claims", "",
            "Each paper's headline claims in its own words, each tested on the committed records as a difference",
            "A − B of two of the report's rows (paired over the seeds both ran; mean ± sample sd, n = seeds). The",
@@ -557,8 +562,10 @@ def markdown(df: pd.DataFrame, link: str = "docs/findings.md") -> list[str]:
             continue
         out += [f"### {name}: claims", ""]
         for r in d.itertuples():
-            ran = r.verdict != "not run"  # rows not run have no anchor in the report's tables
-            a, b = _linked(r.a, r.a_id if ran else None, link), _linked(r.b, r.b_id if ran else None, link)
+            def target(row_id):  # rows not run have no anchor in the report's tables
+                ok = (row_id in shown) if shown is not None else r.verdict != "not run"
+                return row_id if ok else None
+            a, b = _linked(r.a, target(r.a_id), link), _linked(r.b, target(r.b_id), link)
             margin = (f" · margin {_num(r.margin, r.unit, False)}" if np.isfinite(r.margin) else "")
             paper = f" · {_paper(r)}" if _paper(r) else ""
             why = f" ({r.why})" if r.why else ""

@@ -723,13 +723,19 @@ def findings_markdown(df: pd.DataFrame, root: Path | str = RECORDS) -> str:
            "of chance, e.g. 10 % for ten classes), and rows resting on three seeds or more apart from the",
            "others.", ""]
     out += _scoreboard_md(scoreboard(df))
-    out += ["", *paper_claims.markdown(paper_claims.frame(root), link="")]
+    out += ["", *paper_claims.markdown(paper_claims.frame(root), link="", shown=_shown_ids(df))]
     out += ["", *_vocabularies_md(df)]
     for p in PAPERS:
         out += ["", *paper_section(df, p, root=root)]
     out += ["", *beyond_label_markdown(root)]
     out += ["", *cross_paper_markdown(root)]  # last: every method on every seed paper's partition
     return "\n".join(out) + "\n"
+
+
+def _shown_ids(df: pd.DataFrame) -> set:
+    """The ids of the rows :func:`paper_section`'s tables show (every row but those not run): the
+    anchors a link into docs/findings.md can reach."""
+    return set(df.loc[df.verdict != "not run", "id"])
 
 
 def _vocabularies_md(df: pd.DataFrame) -> list[str]:
@@ -762,7 +768,8 @@ def sections(df: pd.DataFrame, root: Path | str = RECORDS, claims: pd.DataFrame 
     if claims is None:
         claims = paper_claims.frame(root)
     out = {"rules": _rules_md(df), "scoreboard": _scoreboard_md(scoreboard(df)),
-           "claims": paper_claims.markdown(claims, link=link), "vocabularies": _vocabularies_md(df)}
+           "claims": paper_claims.markdown(claims, link=link, shown=_shown_ids(df)),
+           "vocabularies": _vocabularies_md(df)}
     out.update({p: paper_section(df, p, anchors=False, root=root) for p in PAPERS})
     out["beyond_label"] = beyond_label_markdown(root)
     out["cross_paper"] = cross_paper_markdown(root)
