@@ -94,8 +94,8 @@ def test_markdown_table_holds_every_committed_record_in_its_cell(capsys):
         spec = record["spec"]
         paper, text, code = rows[spec["method"]][columns[(spec["protocol"], spec["level"])]].split(" · ")
         if spec.get("reproduction", "paper_text") == "paper_text":
-            assert text == f"{record['global_accuracy']:.3f}", (path.name, text)
+            assert text == f"{100 * record['global_accuracy']:.1f}", (path.name, text)  # percent
             if not runs_differently(spec["method"], 100, 0.5):
                 assert code == "=", (path.name, code)
         else:
-            assert code == f"{record['reported_accuracy']:.3f}", (path.name, code)
+            assert code == f"{100 * record['reported_accuracy']:.1f}", (path.name, code)
