@@ -61,7 +61,7 @@ __all__ = [
     "level_log_scale",
     "partition_inputs",
     "dirichlet",
-    "dirichlet_client",
+    "dirichlet_client", "dirichlet_client_mixes",
     "similarity",
     "shards",
     "classes_per_client",
@@ -296,6 +296,24 @@ def dirichlet_client(labels, n_clients: int, alpha: float, seed: int) -> list[np
     -------
     list of K sorted int64 arrays, each of length ⌊N/K⌋, disjoint.
     """
+    parts, _, _ = _dirichlet_client_draw(labels, n_clients, alpha, seed)
+    return parts
+
+
+def dirichlet_client_mixes(labels, n_clients: int, alpha: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """What :func:`dirichlet_client` drew and what each client received, for the same arguments.
+
+    Returns ``(mix, counts)``: ``mix`` (K, C) the drawn class mixes p_i ~ Dir(α·1) (columns: the
+    sorted distinct labels), ``counts`` (K, C) the samples of each class client i holds. Where
+    classes run out, a client's realised mix counts_i / n differs from p_i by more than a multinomial
+    draw of n from p_i would (the allocation rule in :func:`dirichlet_client`'s docstring).
+    """
+    _, mix, counts = _dirichlet_client_draw(labels, n_clients, alpha, seed)
+    return mix, counts
+
+
+def _dirichlet_client_draw(labels, n_clients: int, alpha: float, seed: int):
+    """:func:`dirichlet_client`'s draw: (parts, mix (K, C), counts (K, C))."""
     y = _check_labels(labels)
     if not (_is_number(alpha) and np.isfinite(alpha) and alpha > 0):
         fail("alpha", "a finite number > 0 (smaller = more non-IID)", alpha)
@@ -313,7 +331,7 @@ def dirichlet_client(labels, n_clients: int, alpha: float, seed: int) -> list[np
         chunks = [pools[c][start[c]:start[c] + counts[i, c]] for c in range(n_cls)]
         start += counts[i]
         parts.append(np.sort(np.concatenate(chunks)).astype(np.int64))
-    return parts
+    return parts, mix, counts
 
 
 def _dirichlet_client_counts(rng, mix: np.ndarray, remaining: np.ndarray, size: int) -> np.ndarray:

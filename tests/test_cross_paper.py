@@ -48,6 +48,7 @@ def test_every_method_on_every_partition_and_the_oracle_only_where_clusters_are_
     (dict(partitions=[]), r"partitions must be a non-empty list"),
     (dict(methods=["fedsgd"]), r"methods must be one of .*got 'fedsgd'"),
     (dict(val_fraction=0.0), r"val_fraction must be"),
+    (dict(arch=3), r"arch must be None \(the data set's default model\) or an architecture name"),
 ])
 def test_bad_grid_parameters_fail_naming_them(kwargs, match):
     args = dict(partitions=["noisy"], n_clients=20, seeds=[0], methods=["fedavg"], fl=FL, val_fraction=0.1)
@@ -69,6 +70,12 @@ def test_the_grid_is_built_from_the_notebooks_parameters():
     assert set(paper["methods"]) == set(METHODS) and set(paper["partitions"]) == set(cp.SEED_PAPER_PARTITIONS)
     assert set(cp.SEED_PAPER_PARTITIONS) <= set(cp.PARTITIONS)
     assert paper["n_clients"] == 100 and paper["records"] == "benchmarks/records/cross_paper"
+    assert paper["arch"] is None and all(s.arch is None for s in cp.notebook_grid(
+        **{k: paper[k] for k in cp.GRID_PARAMS})["cross"])  # the committed records' model: FMNIST's default
+    mlp = cp.training_specs(["dirichlet_0.3"], 10, [0], ["fedprism", "fedavg"], FL, dataset="adult", arch="mlp")
+    assert {s.arch for s in mlp} == {"mlp"}
+    for s in mlp:
+        s.validate()
 
 
 def test_cafa_partition_has_the_iid_share_and_one_or_two_classes_elsewhere():

@@ -245,3 +245,25 @@ def test_private_part_lines_compare_full_and_no_p_at_the_ablation_alpha_only():
     assert lines[0].startswith("α clipped to [0, 1] (Alg. 2") and "-0.0300 in the last" in lines[0]
     assert lines[-1] == ("α_Dir = 0.1: full FedPrism, α clipped to [0, 1] (Alg. 2, line 30), vs without P (global + "
                          "cluster): Loc 95.00 (n = 1) vs 80.00 (n = 1), Glob 70.00 (n = 1) vs 60.00 (n = 1)")
+
+
+def test_total_variation_by_hand():
+    from fedlib.analysis import fedprism_study as st
+    tv = st.total_variation([[1.0, 0.0], [0.2, 0.8]], [[0.5, 0.5], [0.2, 0.8]])
+    assert tv.tolist() == pytest.approx([0.5, 0.0])
+    with pytest.raises(ValueError, match="p, q"):
+        st.total_variation([[1.0, 0.0]], [[1.0, 0.0, 0.0]])
+
+
+def test_mix_drift_of_one_client_is_its_mix_against_the_pool():
+    """K = 1: the client takes every sample, so its realised mix is the pool's class shares, and its
+    total variation is ½ Σ |p − shares| for the p it drew."""
+    from fedlib import partition as P
+    from fedlib.analysis import fedprism_study as st
+    y = np.repeat(np.arange(3), [10, 30, 60])
+    d = st.mix_drift(y, 1, [0.5], [4])
+    mix, _ = P.dirichlet_client_mixes(y, 1, 0.5, 4)
+    expect = 0.5 * np.abs(mix[0] - [0.1, 0.3, 0.6]).sum()
+    assert d["n"].tolist() == [100] and d["median"].iloc[0] == pytest.approx(expect) == d["max"].iloc[0]
+    (line,) = st.mix_drift_lines(d)
+    assert line.startswith("α = 0.5 (K = 1, n = 100 per client, 1 seed): ")

@@ -105,3 +105,13 @@ def test_bad_inputs_are_named(kwargs, match):
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
         P.dirichlet_client(**args)
+
+
+def test_mixes_are_what_the_partition_drew_and_gave():
+    """dirichlet_client_mixes returns the same draw's p_i and the class counts the parts hold."""
+    y = np.repeat(np.arange(4), [30, 20, 40, 10])
+    parts = P.dirichlet_client(y, 5, 0.3, 7)
+    mix, counts = P.dirichlet_client_mixes(y, 5, 0.3, 7)
+    assert mix.shape == (5, 4) and np.allclose(mix.sum(axis=1), 1)
+    assert np.array_equal(counts, P.label_counts(y, parts, 4))
+    assert (counts.sum(axis=1) == 20).all()  # n = ⌊100 / 5⌋

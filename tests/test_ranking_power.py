@@ -156,8 +156,9 @@ def test_choose_rounds_waits_for_every_run_to_plateau():
 
 
 def test_designs_state_n_k_cd_and_cost_from_their_params():
-    """The issue-58 designs (params/designs/): the focused one ranks k = 8 methods on N = 20 blocks,
-    CD ≤ 4 ranks by the formula; costs are measured seconds a round × R, summed over runs."""
+    """The issue-58 designs (params/designs/): the focused one ranks k = 8 methods on N = 32 blocks (FMNIST
+    at K = 20 and 100: 10 + 10; adult: 7 at K = 20, 5 at K = 100), CD ≤ 4 ranks by the formula; costs are
+    measured seconds a round × R, summed over runs."""
     from fedlib.analysis import cross_paper_design as D
 
     per = pd.Series({m: 1.0 for m in ("cl", "oracle", "local", "fedavg", "fedprox", "fedavgm", "fedadagrad",
@@ -166,14 +167,20 @@ def test_designs_state_n_k_cd_and_cost_from_their_params():
                                       "pfedlia", "fedfomo", "fedproto", "fesem")})
     t = D.design_table(per).set_index("design")
     foc = t.loc["focused (all)"]
-    assert (foc.blocks, foc.k, foc.seeds) == (20, 8, 3)
-    assert foc.nemenyi_cd == pytest.approx(RP.nemenyi_cd(8, 20)) and foc.nemenyi_cd <= 4
+    assert (foc.blocks, foc.k, foc.seeds) == (32, 8, 3)
+    assert foc.nemenyi_cd == pytest.approx(RP.nemenyi_cd(8, 32)) and foc.nemenyi_cd <= 4
+    assert (t.loc["focused_adult_k20", "blocks"], t.loc["focused_adult_k100", "blocks"]) == (7, 5)
     # 1 s a round: runs × R seconds
     assert foc.cpu_hours == pytest.approx(foc.runs * 100 / 3600)
     assert t.loc["budget", "blocks"] == 7 and t.loc["budget", "R"] == [10]
     assert t.loc["pilot", "k"] == 2 and t.loc["pilot", "runs"] == 7 * 2 * 3
     specs = D.design_specs("focused_fmnist_k20")
     assert {s.n_clients for s in specs} == {20} and {s.method for s in specs} == set(D.FOCUSED_METHODS)
+    adult = D.design_specs("focused_adult_k100")
+    assert {s.dataset for s in adult} == {"adult"} and {s.arch for s in adult} == {"mlp"}
+    assert {s.method for s in adult} == set(D.FOCUSED_METHODS)
+    for s in adult:
+        s.validate()  # FedPrism accepts the MLP (it refuses adult's default logistic model)
     with pytest.raises(ValueError, match="per_round"):
         D.design_table(per.drop("fedfomo"), ["focused_fmnist_k20"])
     with pytest.raises(ValueError, match="design"):

@@ -665,3 +665,21 @@ def test_cfl_rows_say_their_thresholds_and_that_cfl_never_split(tmp_path):
     auto = _pfedlia_row(df, "cfl", f"{wb}, CFL ε1 = auto")["why"]
     assert auto.endswith("CFL at ε1 = auto (0.5 × warm-up update), ε2 = 0, γ = 0") and "never split" not in auto
     assert report.cfl_row_note([{"spec": {"method": "fedavg"}}]) == ""
+
+
+def test_not_run_counts_leave_out_the_runs_already_recorded(tmp_path):
+    """A row whose only record failed is not run, but the command skips that (setting, seed): it is
+    counted as recorded, not as a run to compute, and not in the cost."""
+    ok = _record("fedavg", "similarity", 1.0, 0, 0.86)
+    ok["cpu_seconds"], ok["device"] = 600.0, "cpu"
+    bad = _record("fedavg", "similarity", 0.0, 0, None, status="failed")
+    bad["device"] = "cpu"
+    _write(tmp_path, T3, [ok, bad])
+    df = report.frame(tmp_path)
+    assert _row(df, "fedavg", "FMNIST, S = 0", "both readings").verdict == "not run"
+    g = report.not_run_groups(df, tmp_path).set_index("records").loc[T3]
+    missing = set(df[(df.records == T3) & (df.verdict == "not run")]["match"])
+    assert g["recorded"] == 1 and g["runs"] == 3 * len(missing) - 1
+    assert g["hours"] == pytest.approx((3 * len(missing) - 1) * 600.0 / 3600)
+    page = "\n".join(report.paper_section(df, "clust_psi_pfl", root=tmp_path))
+    assert f"{g['runs']} of {g['runs'] + 1} runs to compute" in page and "skips the 1 recorded" in page

@@ -25,7 +25,7 @@ from ..noniid import psi, wpsi
 from ..privacy import POSTPROCESS, noisy_label_counts, server_histograms
 from ..validation import check_choice, check_number, check_seed, fail
 
-__all__ = ["cluster_selection_study", "privacy_study", "privacy_grid", "privacy_summary", "privacy_figure",
+__all__ = ["cluster_selection_study", "tau_reading", "tau_readings", "tau_explanations", "privacy_study", "privacy_grid", "privacy_summary", "privacy_figure",
            "epsilon_label", "NO_NOISE"]
 
 NO_NOISE = math.inf
@@ -84,6 +84,62 @@ def cluster_selection_study(labels, n_classes: int, protocols: dict, n_clients, 
                     curve_rows += [{**key, "j": int(j), "silhouette": float(s)}
                                    for j, s in zip(sel.candidates, sel.silhouettes)]
     return pd.DataFrame(sel_rows), pd.DataFrame(curve_rows)
+
+
+# ----------------------------------------------------------------------------- τ of a trained run
+def tau_reading(info: dict, counts, planted=None) -> dict:
+    """Why Algorithm 1 chose τ in one Clust-PSI-PFL run, from the run's record and its clients' labels.
+
+    ``info``: the record's ``info`` (``tau``, ``assignment`` (K,), ``silhouette_candidates``,
+    ``silhouettes``); ``counts``: (K, C) the clients' train label counts (what the server clustered);
+    ``planted``: (K,) the planted clusters, or None.
+
+    Returns a dict: ``tau``; ``planted`` (number of planted clusters, or None); ``distinct_histograms``
+    (distinct rows of ``counts``); ``class_supports`` (distinct sets of classes held);
+    ``silhouette_tau`` and ``silhouette_planted`` (s(j) at j = τ and at j = the planted count);
+    ``singletons`` (clusters of one client); ``median_size``; ``share_in_le2`` (share of clients in
+    clusters of ≤ 2); ``identical_clusters`` (every cluster holds one label histogram only). When
+    ``identical_clusters`` holds and τ = ``distinct_histograms`` (one cluster per histogram), each client of a multi-client cluster has a(i) = 0, so s(i) = 1, and
+    a singleton scores 0 (scikit-learn's convention): s(τ) = 1 − singletons / K exactly
+    (``one_per_histogram``), the largest value any j can reach when singletons cannot be avoided.
+    """
+    counts = np.asarray(counts)
+    assign = np.asarray(info["assignment"], dtype=np.int64)
+    if assign.shape != (len(counts),):
+        fail("info['assignment']", f"one cluster per client ({len(counts)})", assign.shape)
+    sizes = np.bincount(assign)
+    sizes = sizes[sizes > 0]
+    sil = dict(zip(info.get("silhouette_candidates", []), info.get("silhouettes", [])))
+    n_planted = None if planted is None else len(np.unique(planted))
+    identical = all(len(np.unique(counts[assign == c], axis=0)) == 1 for c in np.unique(assign))
+    k = len(counts)
+    out = {"tau": int(info["tau"]), "planted": n_planted,
+           "distinct_histograms": len(np.unique(counts, axis=0)),
+           "class_supports": len({tuple(row > 0) for row in counts}),
+           "silhouette_tau": sil.get(int(info["tau"])),
+           "silhouette_planted": None if n_planted is None else sil.get(n_planted),
+           "singletons": int((sizes == 1).sum()), "median_size": float(np.median(sizes)),
+           "share_in_le2": float(sizes[sizes <= 2].sum() / k), "identical_clusters": bool(identical)}
+    one_each = identical and out["tau"] == out["distinct_histograms"]
+    out["one_per_histogram"] = (1 - out["singletons"] / k) if one_each else None
+    return out
+
+
+def tau_readings(records, counts_of, label_of=lambda r: r["spec"]["protocol"]) -> pd.DataFrame:
+    """:func:`tau_reading` for every Clust-PSI-PFL record (label-PSI features, τ chosen by Algorithm 1),
+    one row each with ``block`` (``label_of(record)``), ``seed`` and ``K``; ``counts_of(record)`` gives
+    the (K, C) train label counts of the record's clients (e.g. from
+    :func:`fedlib.experiment.build_federation`)."""
+    rows = []
+    for r in records:
+        spec, info = r["spec"], r.get("info") or {}
+        if (spec.get("method") != "clust_psi_pfl" or r.get("status") != "ok" or "assignment" not in info
+                or info.get("tau_fixed") or info.get("features", "label") != "label"):
+            continue
+        planted = P.planted_clusters(spec["protocol"], int(spec["n_clients"]), spec["level"])
+        rows.append({"block": label_of(r), "seed": int(spec["seed"]), "K": int(spec["n_clients"]),
+                     **tau_reading(info, counts_of(r), planted)})
+    return pd.DataFrame(rows)
 
 
 # ----------------------------------------------------------------------------- differential privacy
@@ -281,3 +337,29 @@ def privacy_figure(summary: pd.DataFrame, series=("dataset",)) -> plt.Figure:
     axes[0].legend(fontsize=8, frameon=False)
     fig.tight_layout()
     return fig
+
+
+def tau_explanations(readings: pd.DataFrame, local_gap: dict | None = None, label=str) -> list[str]:
+    """One line per row of :func:`tau_readings`: τ, what it is in terms of the clients' label
+    histograms, the silhouette at τ against the planted count's, and how small the clusters are.
+
+    ``local_gap``: block → Clust-PSI-PFL's score minus Local's (pp), shown where given; ``label``:
+    block → display name."""
+    lines = []
+    for r in readings.itertuples():
+        what = (f"one cluster per distinct label histogram ({r.distinct_histograms} distinct among {r.K} clients; "
+                f"s(τ) = 1 − {r.singletons}/{r.K} = {r.one_per_histogram:.3f} exactly: a client that shares its "
+                f"histogram has a(i) = 0, s(i) = 1" + (f", the {r.singletons} alone score 0)" if r.singletons else ")")
+                if r.one_per_histogram is not None and not pd.isna(r.one_per_histogram)
+                else f"{r.distinct_histograms} distinct label histograms, {r.class_supports} class supports; "
+                     f"s(τ) = {r.silhouette_tau:.3f}")
+        planted = ("" if r.planted is None or pd.isna(r.planted) or r.silhouette_planted is None
+                   or pd.isna(r.silhouette_planted)
+                   else f"; at the planted {int(r.planted)} clusters s = {r.silhouette_planted:.3f}")
+        size = (f"; median cluster size {r.median_size:g}, {100 * r.share_in_le2:.0f} % of the clients in "
+                f"clusters of ≤ 2")
+        gap = ""
+        if local_gap and r.block in local_gap and not pd.isna(local_gap[r.block]):
+            gap = f"; Clust-PSI-PFL − Local: {local_gap[r.block]:+.2f} pp"
+        lines.append(f"{label(r.block)} (K = {r.K}, seed {r.seed}): τ = {r.tau}: {what}{planted}{size}{gap}")
+    return lines

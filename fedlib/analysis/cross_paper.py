@@ -121,11 +121,13 @@ def allowed(method: str, protocol: str) -> bool:
 # ----------------------------------------------------------------------------- the grid
 def training_specs(partitions, n_clients: int, seeds, methods, fl: dict, *, hyper: dict | None = None,
                    n_train=None, dataset: str = "fmnist", val_fraction: float = 0.1,
-                   n_global_test: int | None = None) -> list[RunSpec]:
+                   n_global_test: int | None = None, arch: str | None = None) -> list[RunSpec]:
     """``methods`` × ``partitions`` (names of :data:`PARTITIONS`) × ``seeds``, each method only
     where it is :func:`allowed`; every run with the same validation share (so all train on the
     same data) and scored on the official test set (``n_global_test``: its stratified subset,
-    None = all of it)."""
+    None = all of it), with one model for every method: ``arch`` (None: the data set's default,
+    :mod:`fedlib.models`; adult's is logistic regression, which FedPrism's prototype refuses —
+    ``'mlp'`` gives every method a hidden layer)."""
     if not isinstance(partitions, (list, tuple)) or not partitions:
         fail("partitions", f"a non-empty list of names from {list(PARTITIONS)}", partitions)
     for name in partitions:
@@ -142,12 +144,15 @@ def training_specs(partitions, n_clients: int, seeds, methods, fl: dict, *, hype
         ms = [m for m in methods if allowed(m, part.protocol)]
         specs += grid_specs([dataset], {part.protocol: [part.level]}, [n_clients], list(seeds), ms, hyper=hyper,
                             fl=fl, n_train=n_train)
-    return [dataclasses.replace(s, val_fraction=float(val_fraction), global_test=True, n_global_test=n_global_test)
+    if arch is not None and not isinstance(arch, str):
+        fail("arch", "None (the data set's default model) or an architecture name such as 'mlp'", arch)
+    return [dataclasses.replace(s, val_fraction=float(val_fraction), global_test=True, n_global_test=n_global_test,
+                                arch=arch)
             for s in specs]
 
 
 GRID_PARAMS = ("dataset", "n_train", "n_global_test", "partitions", "n_clients", "seeds", "methods", "fl", "hyper",
-               "val_fraction")
+               "val_fraction", "arch")
 """The parameters of notebook 11 (``params/*/11_cross_paper.yaml``) that its grid depends on:
 :func:`notebook_grid`'s keywords."""
 
@@ -162,11 +167,12 @@ def table_ii_cfl_specs(specs) -> list[RunSpec]:
 
 
 def notebook_grid(*, dataset: str, n_train, n_global_test, partitions, n_clients: int, seeds, methods, fl: dict,
-                  hyper: dict, val_fraction: float) -> dict[str, list[RunSpec]]:
+                  hyper: dict, val_fraction: float, arch: str | None = None) -> dict[str, list[RunSpec]]:
     """Notebook 11's grid from its parameters (:data:`GRID_PARAMS`), by table: ``'cross'`` —
     every method on every partition (:func:`training_specs`)."""
     return {"cross": training_specs(partitions, n_clients, seeds, methods, fl, hyper=hyper, n_train=n_train,
-                                    dataset=dataset, val_fraction=val_fraction, n_global_test=n_global_test)}
+                                    dataset=dataset, val_fraction=val_fraction, n_global_test=n_global_test,
+                                    arch=arch)}
 
 
 # ----------------------------------------------------------------------------- records → frames

@@ -21,15 +21,14 @@
 * ``converged`` — every method, 3 seeds, at the R the pilot gives (the file holds R = 100 until the
   pilot is run; :func:`rounds_check` compares);
 * ``focused_*`` — the five seed-paper methods + FedAvg, Local and FedFomo (k = 8) on more levels of
-  each rule and K ∈ {20, 100}: N blocks = (data set, K, partition). Adult is not among them: its
-  default model is logistic regression, which FedPrism refuses (its prototype needs layers before
-  the classifier: ``RunSpec.validate``), notebook 11's grid has no ``arch`` parameter to give adult
-  an MLP, and Dirichlet α = 0.1 is infeasible on 12,000 adult rows at K = 100 (no draw gives every
-  client ≥ 10 samples). Adding adult needs that parameter (an MLP for every method on adult).
+  each rule and K ∈ {20, 100}, on FMNIST and on adult (the label rules that apply to its 2 classes,
+  every method with one MLP, ``arch: mlp``: adult's default logistic regression has no layer before
+  the classifier for FedPrism's prototype; Dirichlet α ≤ 0.3 only at K = 20, infeasible at K = 100):
+  N blocks = (data set, K, partition).
   :func:`design_table` gives each design's N, k, runs, the Nemenyi CD by the formula and the
   CPU-hours estimated from the committed records' ``cpu_seconds`` per round per method
   (:func:`fedlib.analysis.ranking_power.cost_per_run`; FMNIST, K = 100, 12,000 images — K = 20 and
-  adult are estimated at that cost, not measured in this protocol).
+  adult are estimated at that cost, not measured in this protocol: for adult's MLP an upper bound).
 """
 from __future__ import annotations
 
@@ -42,7 +41,7 @@ from ..validation import check_choice, fail
 from . import cross_paper as X
 from . import ranking_power as RP
 
-__all__ = ["RANKED_METRICS", "DESIGNS", "FOCUSED_METHODS", "block_of", "budget_rankings", "metric_rankings",
+__all__ = ["RANKED_METRICS", "DESIGNS", "FOCUSED", "FOCUSED_METHODS", "block_of", "budget_rankings", "metric_rankings",
            "which_method_when_official", "long_horizon_convergence", "design_specs", "measurable", "design_table", "rounds_check", "converged_vs_budget", "run_commands"]
 
 RANKED_METRICS = ("weighted_local", "official_test", "worst10")
@@ -54,10 +53,12 @@ DESIGNS = {
     "converged": "params/designs/11_cross_paper_converged.yaml",
     "focused_fmnist_k100": "params/designs/11_cross_paper_focused_fmnist_k100.yaml",
     "focused_fmnist_k20": "params/designs/11_cross_paper_focused_fmnist_k20.yaml",
+    "focused_adult_k20": "params/designs/11_cross_paper_focused_adult_k20.yaml",
+    "focused_adult_k100": "params/designs/11_cross_paper_focused_adult_k100.yaml",
 }
 """Notebook 11's designs by name: a params file each (run with ``python -m fedlib.grid cross-paper
 --params FILE --out FOLDER``)."""
-FOCUSED = ("focused_fmnist_k100", "focused_fmnist_k20")
+FOCUSED = ("focused_fmnist_k100", "focused_fmnist_k20", "focused_adult_k20", "focused_adult_k100")
 FOCUSED_METHODS = ("clust_psi_pfl", "psi_pfl", "cafa", "fedprism", "pfedlia", "fedavg", "local", "fedfomo")
 RECORDS_OF = {"budget": "benchmarks/records/cross_paper", "pilot": "benchmarks/records/cross_paper_pilot",
               "converged": "benchmarks/records/cross_paper_converged",

@@ -51,7 +51,7 @@ __all__ = ["PARTITION", "PARTITIONS", "PAPER_MAIN", "PAPER_TABLE9", "PAPER_TABLE
            "CFL_PAPER", "FEDAMP_ATTENTIONS", "CLIP_NAMES", "PAPER_RECORDS", "alpha_gamma_table", "private_part_lines", "local_epochs_total", "training_specs", "ablation_specs", "GRID_PARAMS", "notebook_grid", "accuracy_frame", "variant_of",
            "method_label",
            "main_table", "ablation_table", "weight_sweep_table", "observations", "training_labels", "partition_preview",
-           "fig_partition", "table_markdown"]
+           "total_variation", "mix_drift", "mix_drift_lines", "fig_partition", "table_markdown"]
 
 METHODS = ["fedprism", "fedavg", "ifca", "fedclust", "fedamp", "cfl", "local"]  # Table 1's rows
 # (Glob, Loc) in %, as printed — Table 1 (Dirichlet α = 0.1), Table 6 (α = 0.3), Table 7 (α = 0.5);
@@ -477,6 +477,58 @@ def partition_preview(labels, n_clients: int, alpha: float, seed: int, n_show: i
     counts = P.label_counts(y, parts[:n_show], int(y.max()) + 1)
     return pd.DataFrame(counts, index=pd.Index(range(n_show), name="client"),
                         columns=[f"class {c}" for c in range(counts.shape[1])])
+
+
+def total_variation(p, q) -> np.ndarray:
+    """Row-wise total variation ½ Σ_c |p_c − q_c| between class mixes, shape (K,) from two (K, C)."""
+    p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
+    if p.shape != q.shape or p.ndim != 2:
+        fail("p, q", "two class-mix matrices of one shape (K, C)", (p.shape, q.shape))
+    return 0.5 * np.abs(p - q).sum(axis=1)
+
+
+def mix_drift(labels, n_clients: int, alphas, seeds) -> pd.DataFrame:
+    """How far each client's realised class mix is from the p_i ~ Dir(α·1) it drew (§4.2), under
+    :func:`fedlib.partition.dirichlet_client` (a finite pool: classes run out), beside a draw from
+    an unlimited pool — n = ⌊N/K⌋ classes from p_i, multinomial, generator
+    ``default_rng([seed, 1])`` — which differs from p_i only by sampling.
+
+    Returns one row per (alpha, seed): ``n`` (samples per client), and of the K clients' total
+    variations (:func:`total_variation`) the ``median``, ``p90`` and ``max`` for this partition,
+    ``median_unlimited`` and ``max_unlimited`` for the unlimited pool, and ``forced_share``: the share
+    of clients holding a class their p_i gives < 1e-6 (a leftover forced onto them).
+    """
+    y = np.asarray(labels)
+    k = check_int(n_clients, "n_clients", 1, len(y))
+    rows = []
+    for a in alphas:
+        check_number(a, "alphas", 0, low_open=True)
+        for seed in seeds:
+            mix, counts = P.dirichlet_client_mixes(y, k, float(a), int(seed))
+            n = int(counts[0].sum())
+            tv = total_variation(mix, counts / n)
+            rng = np.random.default_rng([int(seed), 1])
+            ref = np.stack([rng.multinomial(n, p / p.sum()) for p in mix]) / n
+            tv_ref = total_variation(mix, ref)
+            rows.append({"alpha": float(a), "seed": int(seed), "K": k, "n": n, "median": float(np.median(tv)),
+                         "p90": float(np.quantile(tv, 0.9)), "max": float(tv.max()),
+                         "median_unlimited": float(np.median(tv_ref)), "max_unlimited": float(tv_ref.max()),
+                         "forced_share": float(((counts > 0) & (mix < 1e-6)).any(axis=1).mean())})
+    return pd.DataFrame(rows)
+
+
+def mix_drift_lines(drift: pd.DataFrame) -> list[str]:
+    """One line per α of :func:`mix_drift` (ranges over the seeds where there are several)."""
+    def rng_(v):
+        return f"{v.min():.3f}" if v.min() == v.max() else f"{v.min():.3f}–{v.max():.3f}"
+    out = []
+    for a, g in drift.groupby("alpha", sort=True):
+        out.append(f"α = {a:g} (K = {g.K.iloc[0]}, n = {g.n.iloc[0]} per client, {len(g)} seed{'s' * (len(g) > 1)}): "
+                   f"total variation between drawn p_i and realised mix — median {rng_(g['median'])}, 90th percentile "
+                   f"{rng_(g.p90)}, max {rng_(g['max'])}; from an unlimited pool: median {rng_(g.median_unlimited)}, "
+                   f"max {rng_(g.max_unlimited)}; clients given a class their p_i excludes: "
+                   f"{rng_(100 * g.forced_share).replace('.000', '')} %")
+    return out
 
 
 def fig_partition(counts: pd.DataFrame, title: str):

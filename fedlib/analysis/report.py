@@ -498,18 +498,26 @@ def not_run_groups(df: pd.DataFrame, root: Path | str = RECORDS) -> pd.DataFrame
         per_run = [_cost_seconds(records, m) for m in matches]
         if not any(np.isfinite(v) for v in per_run):
             device, per_run = "cuda", [_cost_seconds(records, m, "cuda") for m in matches]
-        known = [v for v in per_run if np.isfinite(v)]
-        hours = (sum(known) * len(NOT_RUN_SEEDS) / 3600.0) if known else np.nan
+        # a (match, seed) with a record of any outcome is not computed again (fedlib.grid skips it)
+        todo = [(v, sum(not _recorded(records, m, s) for s in NOT_RUN_SEEDS)) for m, v in zip(matches, per_run)]
+        known = [(v, n) for v, n in todo if np.isfinite(v)]
+        hours = (sum(v * n for v, n in known) / 3600.0) if known else np.nan
         template = RECORD_COMMANDS.get(key)
         command = "" if template is None else template.format(
             settings=",".join(settings), methods=" ".join(methods), methods_csv=",".join(methods),
             levels=" ".join(levels),
             seeds=" ".join(map(str, NOT_RUN_SEEDS)), seeds_csv=",".join(map(str, NOT_RUN_SEEDS)))
-        out.append({"records": folder, "rows": len(g), "runs": len(matches) * len(NOT_RUN_SEEDS),
+        runs = sum(n for _, n in todo)
+        out.append({"records": folder, "rows": len(g), "runs": runs, "recorded": len(matches) * len(NOT_RUN_SEEDS) - runs,
                     "methods": methods, "settings": settings, "command": command, "device": device,
-                    "hours": hours, "estimated_runs": len(known) * len(NOT_RUN_SEEDS)})
-    return pd.DataFrame(out, columns=["records", "rows", "runs", "methods", "settings", "command", "device", "hours",
-                                      "estimated_runs"])
+                    "hours": hours, "estimated_runs": sum(n for _, n in known)})
+    return pd.DataFrame(out, columns=["records", "rows", "runs", "recorded", "methods", "settings", "command", "device",
+                                      "hours", "estimated_runs"])
+
+
+def _recorded(records, match: tuple, seed: int) -> bool:
+    """Whether ``records`` hold a run of ``match`` at ``seed``, whatever its outcome."""
+    return any(int(r["spec"].get("seed", -1)) == seed and matches(r["spec"], match) for r in records)
 
 
 def _not_run_md(groups: pd.DataFrame) -> list[str]:
@@ -526,8 +534,10 @@ def _not_run_md(groups: pd.DataFrame) -> list[str]:
             cost += f" ({g.estimated_runs} of the {g.runs} runs estimated)"
         what = ", ".join(_name(m) for m in g.methods) or "—"
         where = f" at {', '.join(g.settings)}" if g.settings else ""
-        out += [f"- {g.rows} rows in `benchmarks/records/{g.records}/` ({what}{where}): {g.runs} runs "
-                f"(seeds {', '.join(map(str, NOT_RUN_SEEDS))}), {cost}:", "",
+        runs = f"{g.runs} of {g.runs + g.recorded} runs" if g.recorded else f"{g.runs} runs"
+        done = f"; the command skips the {g.recorded} recorded" if g.recorded else ""
+        out += [f"- {g.rows} rows in `benchmarks/records/{g.records}/` ({what}{where}): {runs} to compute "
+                f"(seeds {', '.join(map(str, NOT_RUN_SEEDS))}{done}), {cost}:", "",
                 f"  ```bash\n  {g.command}\n  ```" if g.command else "  (no command is known for this folder)", ""]
     return out
 
@@ -587,7 +597,28 @@ def cross_paper_markdown(root: Path | str = RECORDS, params: Path = CROSS_PAPER_
                 + ".", *_ranking_power_lines(found, scores[complete]), ""]
     else:
         out += [f"Not ranked yet (over the partitions whose every run is recorded): {why}.", ""]
-    return out + _cfl_lines(frame, specs, root) + [frame_markdown(table.reset_index(names="method"))]
+    return (out + _cfl_lines(frame, specs, root) + _tau_lines(found, scores)
+            + [frame_markdown(table.reset_index(names="method"))])
+
+
+def _tau_lines(found, scores) -> list[str]:
+    """Clust-PSI-PFL's τ per partition (:func:`fedlib.analysis.cluster_study.tau_readings`, the label
+    counts rebuilt from each record's spec) and its gap to Local: why its rank is near-local training
+    where Algorithm 1 forms one cluster per distinct label histogram."""
+    from ..experiment import RunSpec, build_federation
+    from . import cluster_study as CS, cross_paper as X
+
+    taus = CS.tau_readings(found, lambda r: build_federation(RunSpec.from_record(r["spec"]), "cpu")[1],
+                           lambda r: X.partition_of(r["spec"]["protocol"], r["spec"]["level"]))
+    if taus.empty:
+        return []
+    gap = ({q: scores.loc["clust_psi_pfl", q] - scores.loc["local", q] for q in scores.columns}
+           if {"clust_psi_pfl", "local"} <= set(scores.index) else None)
+    lines = CS.tau_explanations(taus, gap, label=lambda q: X.PARTITIONS[q].label)
+    return ["Clust-PSI-PFL's number of clusters τ (Algorithm 1 as printed: the argmax of the mean silhouette over "
+            "j = 2, …, K − 1; the paper's Fig. 6 shows τ = 3–4 at K = 100 on ACSIncome's 2 classes) and what it "
+            "means for its training (a cluster of n clients samples max(1, ⌊q·n⌋) of them per round; the gap to Local "
+            "says how near its training comes to Local's):", "", *[f"- {line}" for line in lines], ""]
 
 
 def _cfl_lines(frame: pd.DataFrame, specs, root) -> list[str]:
@@ -792,6 +823,7 @@ def paper_section(df: pd.DataFrame, paper: str, anchors: bool = True, root: Path
     name = PAPERS[paper]
     d = df[df.paper == paper]
     out = ([f'<a id="{anchor_slug(name)}"></a>', ""] if anchors else []) + [f"## {name}"]
+    out += _partition_notes(paper)
     for table in dict.fromkeys(d.table):
         t = d[d.table == table]
         ran = t[t.verdict != "not run"]
@@ -809,6 +841,22 @@ def paper_section(df: pd.DataFrame, paper: str, anchors: bool = True, root: Path
             while out and out[-1] == "":
                 out.pop()
     return out
+
+
+def _partition_notes(paper: str) -> list[str]:
+    """What a paper's partition gives its clients, where it departs from the paper's words: FedPrism's
+    per-client Dirichlet on FMNIST's 60,000 training images at K = 100 (its tables' α, seeds 0–2),
+    each client's realised class mix against the p_i it drew (:func:`fedlib.analysis.fedprism_study.mix_drift`)."""
+    if paper != "fedprism":
+        return []
+    from . import fedprism_study as FP
+
+    labels, _ = FP.training_labels("fmnist", None)
+    drift = FP.mix_drift(labels, 100, [0.1, 0.3, 0.5], [0, 1, 2])
+    return ["", "Partition (§4.2: each client draws p_i ~ Dir(α·1); `fedlib.partition.dirichlet_client`): with "
+            "K·n = N every sample is placed, so where a class runs out the clients still drawing take what is left. "
+            "The clients' realised class mixes against their drawn p_i (FMNIST, N = 60,000; "
+            "`fedlib.analysis.fedprism_study.mix_drift`):", "", *[f"- {x}" for x in FP.mix_drift_lines(drift)]]
 
 
 def readme_block(df: pd.DataFrame, link: str = "docs/findings.md", root: Path | str = RECORDS) -> str:
