@@ -74,6 +74,7 @@ validate_spec.covers = X.RunSpec  # the public object this entry point checks
 BASE = {
     P.dirichlet: dict(labels=LABELS, n_clients=3, alpha=0.5, seed=0),
     P.dirichlet_client: dict(labels=LABELS, n_clients=3, alpha=0.5, seed=0),
+    P.dirichlet_client_mixes: dict(labels=LABELS, n_clients=3, alpha=0.5, seed=0),
     P.similarity: dict(labels=LABELS, n_clients=3, s=0.5, seed=0),
     P.shards: dict(labels=LABELS, n_clients=3, shards_per_client=2, seed=0),
     P.classes_per_client: dict(labels=LABELS, n_clients=3, n_classes_per_client=2, seed=0),
@@ -178,6 +179,8 @@ CASES = [
     (P.dirichlet_client, dict(alpha=0.0), "alpha"),
     (P.dirichlet_client, dict(n_clients=2.5), "n_clients"),
     (P.dirichlet_client, dict(seed=-1), "seed", "-1"),
+    (P.dirichlet_client_mixes, dict(alpha=0.0), "alpha"),
+    (P.dirichlet_client_mixes, dict(n_clients=2.5), "n_clients"),
     (P.similarity, dict(s="0.5"), "s"),
     (P.similarity, dict(s=True), "s"),
     (P.shards, dict(shards_per_client=2.5), "shards_per_client"),

@@ -853,10 +853,10 @@ def _partition_notes(paper: str) -> list[str]:
 
     labels, _ = FP.training_labels("fmnist", None)
     drift = FP.mix_drift(labels, 100, [0.1, 0.3, 0.5], [0, 1, 2])
-    return ["", "Partition (§4.2: each client draws p_i ~ Dir(α·1); `fedlib.partition.dirichlet_client`): with "
+    return ["", "Partition (§4.2: each client draws p_i ~ Dir(α·1); `fedlib.partition:dirichlet_client`): with "
             "K·n = N every sample is placed, so where a class runs out the clients still drawing take what is left. "
             "The clients' realised class mixes against their drawn p_i (FMNIST, N = 60,000; "
-            "`fedlib.analysis.fedprism_study.mix_drift`):", "", *[f"- {x}" for x in FP.mix_drift_lines(drift)]]
+            "`fedlib.analysis.fedprism_study:mix_drift`):", "", *[f"- {x}" for x in FP.mix_drift_lines(drift)]]
 
 
 def readme_block(df: pd.DataFrame, link: str = "docs/findings.md", root: Path | str = RECORDS) -> str:

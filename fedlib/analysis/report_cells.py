@@ -63,6 +63,8 @@ REASONS = {
     "pretrained_unavailable": "pretrained weights unavailable offline (random initialisation)",
     "paper_inconsistent": "the paper is inconsistent with itself here",
     "known_defect": "a known defect of the implementation, open as an issue",
+    "rule_unresolved": "the method's rule is not pinned down here: what the paper ran differs in a way no "
+                       "run has isolated yet (an open fidelity question)",
     "no_offline_data": "not run here: no offline source of the paper's data",
 }
 """The report's vocabulary of reasons: key -> what it means."""
@@ -412,6 +414,13 @@ _FESEM_START_CAUSE = Cause("known_defect", "this start trains every client in ro
                            evidence="paper protocol")
 """Why FeSEM's all-clients reading may stand above the paper: the start (evidence: the paper's
 start, the 'paper protocol' reading, once its records exist under this protocol)."""
+_FESEM_PAPER_START_CAUSE = Cause("rule_unresolved", "with the paper's random centres FeSEM's grouping does not "
+                                                    "recover the planted clusters on this protocol (ARI in notebook "
+                                                    "10's recovery table), so every centre averages mixed clusters; "
+                                                    "the all-clients start recovers them and lands above the paper. "
+                                                    "What let the paper's FeSEM find them is not known (its E-step "
+                                                    "distance, participation or start)")
+"""Why FeSEM with the paper's start may fall below the paper (issue 57's replay: its clusters do not form)."""
 
 
 def _variant_readings(records: str, base: dict, metric: str, cfl_paper: dict) -> tuple[Reading, ...]:
@@ -525,9 +534,10 @@ def _pfedlia_cells() -> list[Cell]:
                 # the cause concerns the paper's own variant: a variant reading (CFL's ε1 = auto,
                 # peer-to-peer clustering) differs by the variant itself, so it lists none
                 causes = {r.name: cause for r in readings if r.name in main}
-                if m == "fesem":  # the old start, not the pretrained model, is the suspected cause there
+                if m == "fesem":  # the start, not the pretrained model, is the suspected cause there
                     suffix = FESEM_ALL_CLIENTS[len("paper protocol"):]
                     for prefix in main:  # evidence: the paper's start on the same split
+                        causes[prefix] = _FESEM_PAPER_START_CAUSE
                         if any(r.name == prefix + suffix for r in readings):
                             causes[prefix + suffix] = replace(_FESEM_START_CAUSE, evidence=prefix)
                 out.append(Cell("pfedlia", "Table I", m, f"{_DATASETS[ds]}, {label}", v[0], readings,
