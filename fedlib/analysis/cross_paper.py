@@ -73,7 +73,7 @@ from .tables import frame_markdown as table_markdown, records_frame
 __all__ = ["Partition", "PARTITIONS", "REFERENCES", "GROUPING_METHODS", "WORST_SHARE", "worst_clients_accuracy", "ALPHA", "allowed",
            "training_specs", "GRID_PARAMS", "notebook_grid", "present_records", "partition_of", "runs_frame", "status_table",
            "score_table", "METRICS", "DIGITS", "cell_table", "ranking", "fig_cd", "fig_heatmap", "ecdf_frame", "fig_ecdf", "which_method_when",
-           "table_markdown", "method_row_label", "cfl_notes", "table_ii_cfl_specs"]
+           "table_markdown", "method_row_label", "cfl_notes", "table_ii_cfl_specs", "tau_lines"]
 
 
 @dataclass(frozen=True)
@@ -501,3 +501,19 @@ def which_method_when(df: pd.DataFrame, *, alpha: float = ALPHA, exclude=REFEREN
                      "n_blocks": len(data), "n_methods": len(methods), "left_out": left_out})
     return pd.DataFrame(rows, columns=["partition", "best", "not_worse", "friedman_p", "cd", "n_blocks",
                                        "n_methods", "left_out"])
+
+
+def tau_lines(found, scores: pd.DataFrame) -> list[str]:
+    """One line per Clust-PSI-PFL record of ``found`` that chose τ: what τ is in terms of the clients'
+    label histograms (:func:`fedlib.analysis.cluster_study.tau_readings`, the train label counts rebuilt
+    from each record's spec) and Clust-PSI-PFL's score minus Local's in ``scores`` (:func:`score_table`)."""
+    from ..experiment import build_federation
+    from .cluster_study import tau_explanations, tau_readings
+
+    taus = tau_readings(found, lambda r: build_federation(RunSpec.from_record(r["spec"]), "cpu")[1],
+                        lambda r: partition_of(r["spec"]["protocol"], r["spec"]["level"]))
+    if taus.empty:
+        return []
+    gap = ({q: scores.loc["clust_psi_pfl", q] - scores.loc["local", q] for q in scores.columns}
+           if {"clust_psi_pfl", "local"} <= set(scores.index) else None)
+    return tau_explanations(taus, gap, label=lambda q: PARTITIONS[q].label)

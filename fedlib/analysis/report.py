@@ -602,19 +602,13 @@ def cross_paper_markdown(root: Path | str = RECORDS, params: Path = CROSS_PAPER_
 
 
 def _tau_lines(found, scores) -> list[str]:
-    """Clust-PSI-PFL's τ per partition (:func:`fedlib.analysis.cluster_study.tau_readings`, the label
-    counts rebuilt from each record's spec) and its gap to Local: why its rank is near-local training
-    where Algorithm 1 forms one cluster per distinct label histogram."""
-    from ..experiment import RunSpec, build_federation
-    from . import cluster_study as CS, cross_paper as X
+    """Clust-PSI-PFL's τ per partition and its gap to Local (:func:`fedlib.analysis.cross_paper.tau_lines`):
+    why its rank is near-local training where Algorithm 1 forms one cluster per distinct label histogram."""
+    from . import cross_paper as X
 
-    taus = CS.tau_readings(found, lambda r: build_federation(RunSpec.from_record(r["spec"]), "cpu")[1],
-                           lambda r: X.partition_of(r["spec"]["protocol"], r["spec"]["level"]))
-    if taus.empty:
+    lines = X.tau_lines(found, scores)
+    if not lines:
         return []
-    gap = ({q: scores.loc["clust_psi_pfl", q] - scores.loc["local", q] for q in scores.columns}
-           if {"clust_psi_pfl", "local"} <= set(scores.index) else None)
-    lines = CS.tau_explanations(taus, gap, label=lambda q: X.PARTITIONS[q].label)
     return ["Clust-PSI-PFL's number of clusters τ (Algorithm 1 as printed: the argmax of the mean silhouette over "
             "j = 2, …, K − 1; the paper's Fig. 6 shows τ = 3–4 at K = 100 on ACSIncome's 2 classes) and what it "
             "means for its training (a cluster of n clients samples max(1, ⌊q·n⌋) of them per round; the gap to Local "
