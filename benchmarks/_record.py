@@ -52,7 +52,7 @@ def add_argument(parser: argparse.ArgumentParser) -> None:
 def host(device="cpu") -> dict:
     """{'cpu', 'cpu_capability', 'threads', 'gpu'[, 'gpu_kernels']} of this process, as
     ``fedlib.experiment`` records a run's host; ``gpu`` is None unless ``device`` is CUDA."""
-    from fedlib.experiment import host_of
+    from fedlib.run import host_of
 
     out = host_of(torch.device(device))
     out.setdefault("gpu", None)

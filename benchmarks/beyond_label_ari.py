@@ -1,8 +1,8 @@
 """Notebook 12's clustering-only ARIs over seeds (issue 58): for every partition of
 ``params/paper/12_beyond_label_skew.yaml`` and every Clust-PSI-PFL variant whose grouping needs no
-training (:data:`fedlib.analysis.beyond_label_seeds.CLUSTERING_ONLY`), the grouping a run of the
+training (:data:`workbook.beyond_label_seeds.CLUSTERING_ONLY`), the grouping a run of the
 grid's spec at each seed would train with, and its ARI against the planted groups
-(:func:`fedlib.analysis.beyond_label_seeds.clustering_ari`). Writes one CSV row per (partition,
+(:func:`workbook.beyond_label_seeds.clustering_ari`). Writes one CSV row per (partition,
 variant, seed) to ``--out`` (default ``benchmarks/records/beyond_label_ari/aris.csv``); rows already
 there are kept (resumable).
 
@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import pandas as pd  # noqa: E402
 
 from fedlib import notebook_params  # noqa: E402
-from fedlib.analysis import beyond_label as B, beyond_label_seeds as S  # noqa: E402
+from workbook import beyond_label as B, beyond_label_seeds as S  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

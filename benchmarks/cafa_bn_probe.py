@@ -1,5 +1,5 @@
 """The BatchNorm probe of CAFA's lr-0.1 divergence (issue 57, item 5): the paper-protocol runs of
-notebook 08's grid (:data:`fedlib.analysis.cafa_study.AUTHORS_FL`, the FMNIST stand-in, K = 20,
+notebook 08's grid (:data:`workbook.cafa_study.AUTHORS_FL`, the FMNIST stand-in, K = 20,
 20 % validation, the official test set) cut to the rounds in which the committed diverged run of the
 same method, IID share and seed went non-finite, once with the stand-in CNN (``fmnist_cnn``, no
 BatchNorm: a replay of the committed run's first rounds) and once with ``fmnist_cnn_bn`` (a
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 
-from fedlib.analysis.cafa_study import AUTHORS_FL, training_specs
+from workbook.cafa_study import AUTHORS_FL, training_specs
 from fedlib.grid import run_grid
 
 

@@ -1,5 +1,5 @@
 """CAFA Tables II–III (CBCC identifying the IID clients): one record per (generator, n_IID,
-n_non-IID, seed), under the authors' k search (``fedlib.analysis.cafa_study``).
+n_non-IID, seed), under the authors' k search (``workbook.cafa_study``).
 
 Each record is one JSON file (written atomically by ``fedlib.records.write``)::
 
@@ -12,7 +12,7 @@ Each record is one JSON file (written atomically by ``fedlib.records.write``)::
 ``k`` is the number of clusters K-means filled; the scores treat IID as the positive class.
 CBCC needs labels only (a label vector with CIFAR-10's class counts), so the whole grid runs on
 a CPU in minutes. Resumable: a record already present with the same spec is kept, so a rerun
-computes only what is missing. The reproduction report (``fedlib.analysis.report``) reads
+computes only what is missing. The reproduction report (``workbook.report``) reads
 the committed records under ``benchmarks/records/cafa/cbcc``.
 
 Usage: OMP_NUM_THREADS=1 python benchmarks/cafa_cbcc.py [--generators authors,workbook]
@@ -25,9 +25,9 @@ from pathlib import Path
 
 import torch
 
-from fedlib.analysis import cafa_study as S
+from workbook import cafa_study as S
 from fedlib import records
-from fedlib.experiment import host_of, library_versions
+from fedlib.run import host_of, library_versions
 from fedlib.validation import check_choice, check_int, check_seed
 
 LABELS = "cifar10_counts"  # S.cifar10_labels(): 5,000 samples of each of 10 classes

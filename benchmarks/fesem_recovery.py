@@ -48,7 +48,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.module:
         use_module(args.module)
-    from fedlib.analysis import pfedlia_study as study
+    from workbook import pfedlia_study as study
     from fedlib.experiment import run
 
     from fedlib import notebook_params

@@ -20,8 +20,8 @@ import argparse
 
 import numpy as np
 
-from fedlib.analysis.paper_table3 import paper_value
-from fedlib.analysis.tables import setting_name
+from workbook.paper_table3 import paper_value
+from workbook.tables import setting_name
 from fedlib.experiment import grid_specs, run_grid
 from fedlib.paths import results_dir
 

@@ -46,9 +46,9 @@ import argparse
 import json
 from pathlib import Path
 
-from fedlib.analysis.like_for_like import FRACTION, METHODS, cells, markdown, report_lines
+from workbook.like_for_like import FRACTION, METHODS, cells, markdown, report_lines
 from fedlib.experiment import grid_specs, load_records, run_grid
-from fedlib.analysis.paper_table3 import STAND_INS
+from workbook.paper_table3 import STAND_INS
 from fedlib.paths import results_dir
 
 COMMITTED_RECORDS = Path(__file__).resolve().parents[1] / "benchmarks" / "records"  # --estimate-from's default

@@ -36,10 +36,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import checkpoint, claims, experiment as _experiment, records
+from . import checkpoint, claims, lookup, records, run as _run
 from .engine import resolve_device
-from .experiment import ENV_SHARING, RunSpec, record_path, sharing  # noqa: F401  (ENV_SHARING: re-exported)
-from .methods import FLConfig
+from .spec import ENV_SHARING, RunSpec, record_path, sharing  # noqa: F401  (ENV_SHARING: re-exported)
+from .methods import FLConfig, method_info
 from .validation import check_choice, check_int, check_number, fail
 
 __all__ = ["run_grid", "load_records", "write_manifest", "load_grid", "present_records", "check_data"]
@@ -218,7 +218,7 @@ def seconds_to_start(spec: RunSpec, estimate: float | None) -> float | None:
     ``estimate`` (None: unknown): a resumable method's run (:attr:`fedlib.methods.contract.
     MethodInfo.resumable`) needs its first :data:`FIRST_ROUNDS` rounds, since the deadline stops
     it at a round boundary with a checkpoint; any other run needs all of it."""
-    if estimate is None or not _experiment.method_info(spec.method).resumable:
+    if estimate is None or not method_info(spec.method).resumable:
         return estimate
     return estimate * min(1.0, FIRST_ROUNDS / FLConfig.from_dict(spec.effective()[1]).rounds)
 
@@ -286,7 +286,7 @@ def _run_claimed(specs, results_dir: Path, device, bar, report, budget: _Budget 
                     f"(training phase {ck.resumed_at[0] + 1}) from {ck.path}")
             try:
                 with checkpoint.active(ck):
-                    record = _experiment.run(s, device)  # read here: tests and notebooks may replace it
+                    record = _run.run(s, device)  # read here: tests and notebooks may replace it
             except checkpoint.RunStopped as stop:
                 say(f"run_grid: {_describe(s)}: stopped before round {stop.round_idx + 1} by the budget; "
                     f"checkpoint {stop.path} ({stop.size / 2**20:.1f} MiB) resumes it")
@@ -637,9 +637,9 @@ def write_manifest(results_dir, specs, name: str = "manifest.json") -> Path:
 def present_records(specs, folder) -> tuple[list[dict], list[RunSpec]]:
     """The finished records of ``specs`` in ``folder`` (the committed paper-grid records: read,
     never trained) and the specs that have none there yet, in the order of ``specs``. Found by
-    the specs' fields (:func:`fedlib.records.find`), not by file name: a record stays found when
+    the specs' fields (:func:`fedlib.lookup.find`), not by file name: a record stays found when
     fedlib's version (part of :meth:`RunSpec.key`) changes."""
-    return records.find(specs, folder)
+    return lookup.find(specs, folder)
 
 
 def load_grid(results_dir, name: str = "manifest.json") -> list[dict]:

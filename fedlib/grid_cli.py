@@ -116,7 +116,7 @@ PAPERS = {
     "beyond-label": "this workbook's study: the variants × the partitions beyond label skew × seeds (--settings: protocols)",
 }
 #: table -> the committed records folder (relative to the checkout) that the notebook and the
-#: report read (:data:`fedlib.analysis.report_cells.RECORD_COMMANDS` names the same folders);
+#: report read (:data:`workbook.report_cells.RECORD_COMMANDS` names the same folders);
 #: None: none is committed and the report reads none
 RECORDS = {
     "psi-pfl": "benchmarks/records/psi_pfl/comparison",
@@ -173,7 +173,7 @@ def _study(notebook: str):
     """The notebook's study module, imported alone (importing all six costs seconds a call)."""
     import importlib
 
-    return importlib.import_module(f"fedlib.analysis.{_STUDIES[notebook]}")
+    return importlib.import_module(f"workbook.{_STUDIES[notebook]}")
 
 
 def load_params(notebook: str, path=None) -> dict:
@@ -232,12 +232,12 @@ def select(table: str, params: dict, *, seeds=None, methods=None, alphas=None, s
 
 def describe(spec) -> str:
     """One run as the progress lines name it: setting, row (the study's label) and seed."""
-    from fedlib.analysis import fedprism_study, pfedlia_study
+    from workbook import fedprism_study, pfedlia_study
     from fedlib.partition import BEYOND_LABEL_PROTOCOLS
 
     d = spec.to_dict()
     if spec.protocol in BEYOND_LABEL_PROTOCOLS:
-        from fedlib.analysis import beyond_label  # imported only for its runs: it costs seconds
+        from workbook import beyond_label  # imported only for its runs: it costs seconds
 
         row = beyond_label.variant_of(d)
         if row == "cfl":  # the thresholds it runs (the params calibrate ε1)
@@ -268,7 +268,7 @@ _PROGRESS = "rounds"
 def _compute(spec, out: str, device: str, budget: float | None = None, estimate_from=()) -> dict | None:
     """One run through run_grid (which claims it, records it, and skips it if recorded); None
     when a ``budget`` left it for a later call (or ended while another process computed it)."""
-    from fedlib.experiment import run_grid
+    from fedlib.grid import run_grid
 
     if budget is None:
         return run_grid([spec], out, device=device, progress=_PROGRESS)[0]
@@ -279,7 +279,7 @@ def _compute(spec, out: str, device: str, budget: float | None = None, estimate_
 def _init_worker(threads: int, processes: int | None = None, progress: str = "rounds") -> None:
     import torch
 
-    from fedlib.experiment import ENV_SHARING
+    from fedlib.spec import ENV_SHARING
 
     global _PROGRESS
     _PROGRESS = progress  # a spawned worker starts from the module's default
@@ -292,7 +292,7 @@ def estimate(spec, out, kind: str, estimate_from=()) -> float | None:
     """The estimated seconds of ``spec``'s run on a ``kind`` device ('cpu' or 'cuda') under
     ``$FEDLIB_SHARING``, from the records in ``out`` and ``estimate_from``
     (:func:`fedlib.experiment.estimate_seconds`); None where none is comparable."""
-    from fedlib.experiment import estimate_seconds, sharing, timing_records
+    from fedlib.grid import estimate_seconds, sharing, timing_records
 
     return estimate_seconds(spec, timing_records(out, *estimate_from), kind, sharing())
 
@@ -311,7 +311,7 @@ def _compute_star(args):
     if deadline is None:
         return spec, _compute(spec, out, device), elsewhere, None
     from fedlib.engine import resolve_device
-    from fedlib.experiment import fits_budget
+    from fedlib.grid import fits_budget
     from fedlib.grid import seconds_to_start
 
     est = None if recorded else estimate(spec, out, resolve_device(device).type, estimate_from)
@@ -351,7 +351,7 @@ def _collect(results, computed: list, skipped: list, echo, budget: bool = False)
 def _claimed_elsewhere(out: Path, spec) -> bool:
     """Whether another live process has claimed ``spec``'s run in ``out`` (:mod:`fedlib.claims`)."""
     from fedlib import claims
-    from fedlib.experiment import record_path
+    from fedlib.spec import record_path
 
     path = record_path(out, spec)
     return claims.claim_path(path).exists() and not claims.is_stale(path)
@@ -378,7 +378,7 @@ def _recorded(out: Path, spec) -> bool:
     a truncated, empty, NaN or another run's record is named on stderr and counts as not
     recorded: it is recomputed)."""
     from fedlib import records
-    from fedlib.experiment import record_path
+    from fedlib.spec import record_path
 
     return records.is_complete(record_path(Path(out), spec), spec)
 
@@ -389,7 +389,7 @@ def run_state(out: Path, spec) -> str:
     <what is wrong>)`` for a file that fails :func:`fedlib.records.read_strict`, as ``--list``
     prints it."""
     from fedlib import records
-    from fedlib.experiment import record_path
+    from fedlib.spec import record_path
 
     path = record_path(Path(out), spec)
     try:
@@ -434,7 +434,7 @@ def list_runs(specs, out, kind: str, estimate_from=None, echo=print) -> dict:
     ``running``, ``to_compute``, ``estimated`` (how many of those to compute have an estimate) and
     ``seconds`` (their estimates summed)."""
     from fedlib.checkpoint import saved_round
-    from fedlib.experiment import estimate_seconds, sharing, timing_records
+    from fedlib.grid import estimate_seconds, sharing, timing_records
     from fedlib.methods import FLConfig
 
     folders = _estimate_folders(estimate_from)
@@ -504,7 +504,7 @@ def run_table(table: str, out, *, params=None, seeds=None, methods=None, alphas=
 
     deadline = None if budget is None else time.time() + check_number(budget, "--budget", 0, low_open=True)
     from fedlib.engine import resolve_device
-    from fedlib.experiment import ENV_SHARING, SAFETY_FACTOR
+    from fedlib.grid import ENV_SHARING, SAFETY_FACTOR
     from fedlib.grid import FIRST_ROUNDS
     from fedlib.validation import check_choice, check_int
 
@@ -531,7 +531,7 @@ def run_table(table: str, out, *, params=None, seeds=None, methods=None, alphas=
              f"(a resumable method's run: those of its first {FIRST_ROUNDS} rounds; it stops at a round boundary)")
     computed, skipped = [], []
     if together:
-        from fedlib.experiment import run_grid
+        from fedlib.grid import run_grid
         from fedlib.together import group_specs, together_key
 
         batched = [s for g in group_specs(todo) if len(g) > 1 and together_key(g[0]) is not None for s in g]

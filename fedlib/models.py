@@ -13,7 +13,7 @@ fmnist_cnn   3×3 convs with 8/16/32 maps, each + ReLU + 2×2 max-pool, dense 20
 fmnist_cnn_bn  ``fmnist_cnn`` with a BatchNorm after every conv (conv → BN → ReLU → pool), torch's
              BN defaults (eps 1e-5, momentum 0.1), the dense layers as ``fmnist_cnn``. Not a
              paper's model: a labelled reading for CAFA's FMNIST stand-in, whose authors' VGG-19
-             has a BatchNorm after every conv (:mod:`fedlib.analysis.cafa_study`).
+             has a BatchNorm after every conv (:mod:`workbook.cafa_study`).
 cifar_cnn    three blocks of two 3×3 convs (32/64/128, same padding, BN, ReLU) + 2×2
              max-pool + dropout 0.2/0.3/0.4, then dense 128 (BN, ReLU, dropout 0.5).
              BatchNorm uses Keras's defaults (momentum 0.99 ⇒ torch momentum 0.01,

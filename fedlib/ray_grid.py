@@ -23,7 +23,8 @@ import os
 import sys
 from dataclasses import asdict
 
-from .experiment import RunSpec, run
+from .run import run
+from .spec import RunSpec
 from .validation import check_int, check_number, fail
 
 __all__ = ["ray_session", "run_on_ray", "check_options"]

@@ -1,4 +1,4 @@
-"""Run records: reading the committed run records and finding them by their spec's fields.
+"""Run records: their schema, writing them and reading them back checked.
 
 A record (:func:`fedlib.experiment.run`) is one JSON file; its file name is the spec's key
 (:meth:`fedlib.experiment.RunSpec.key`), a hash that includes fedlib's version, so a lookup by
@@ -12,8 +12,8 @@ notebooks) find a spec's record here instead, by the fields of the spec it ran
   its spec and file name against the spec it should be): :class:`RecordError` naming the file
   and what is wrong;
 * :func:`read` — one record file (None for a half-written temporary);
-* :func:`spec_fields` — the fields that identify a run, normalised for comparison;
-* :func:`find` — each spec's finished record in a folder.
+* :func:`fedlib.lookup.spec_fields` and :func:`fedlib.lookup.find` — a spec's record in a
+  folder, by the spec's fields (a module above :mod:`fedlib.spec`, which this one is below).
 
 The record's schema (what :func:`fedlib.experiment.run` writes): ``record_version``
 (:data:`RECORD_VERSION`), ``key``, ``spec``, ``versions``, ``host``, ``status`` (one of
@@ -22,6 +22,7 @@ The record's schema (what :func:`fedlib.experiment.run` writes): ``record_versio
 """
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import math
@@ -39,8 +40,8 @@ from . import strict_json
 from .strict_json import NONFINITE_KEY, loads_strict, restore
 from .validation import fail
 
-__all__ = ["read", "read_strict", "write", "check", "RecordError", "RecordWriteError", "spec_fields",
-           "with_recorded_defaults", "with_current_defaults", "find", "RECORD_VERSION",
+__all__ = ["read", "read_strict", "write", "check", "RecordError", "RecordWriteError", "normalised_fields",
+           "with_recorded_defaults", "with_current_defaults", "RECORD_VERSION",
            "FINISHED", "OK_METRICS"]
 
 #: The record schema's version (part of every record and of its key, :meth:`RunSpec.key`).
@@ -207,7 +208,9 @@ def check(record, path="<record>", spec=None) -> dict:
         if not cbcc and not 0 <= float(record["global_accuracy"]) <= 1:
             raise RecordError(path, f"global_accuracy {record['global_accuracy']!r} is not in [0, 1]")
     if spec is not None:
-        want, got = spec_fields(spec), spec_fields(record["spec"])
+        if not dataclasses.is_dataclass(spec):
+            fail("spec", "a RunSpec (the run the record should hold)", spec)
+        want, got = normalised_fields(spec, type(spec)), normalised_fields(record["spec"], type(spec))
         if want != got:
             diff = [k for k in sorted(set(want) | set(got)) if want.get(k, MISSING) != got.get(k, MISSING)]
             shown = ", ".join(f"{k}={got.get(k)!r} (expected {want.get(k)!r})" for k in diff[:4])
@@ -301,14 +304,11 @@ def read(path) -> dict | None:
         return None
     return restore(record) if NONFINITE_KEY in record else record
 
-
-@lru_cache(maxsize=1)
-def _defaults() -> tuple:
-    """(name, default) of every RunSpec field that has one, normalised."""
-    from .experiment import RunSpec  # lazily: experiment imports torch
-
+@lru_cache(maxsize=8)
+def _defaults_of(spec_class) -> tuple:
+    """(name, default) of every field of the dataclass ``spec_class`` that has one, normalised."""
     out = []
-    for f in fields(RunSpec):
+    for f in fields(spec_class):
         if f.default is not MISSING:
             out.append((f.name, _plain(f.default)))
         elif f.default_factory is not MISSING:
@@ -333,23 +333,18 @@ def _plain(value):
     return value
 
 
-def spec_fields(spec) -> dict:
-    """The fields that identify a run, from a :class:`fedlib.experiment.RunSpec` or a record's
-    ``spec`` dict, normalised so that equal runs give equal dicts:
-
-    * every RunSpec field that has a default is present, at its default where absent: a
-      record written before a field existed (or by ``RunSpec.to_dict``, which leaves fields
-      added later out at their defaults) equals a spec with that field at its default;
-    * numbers are plain Python numbers and a float of integral value is an int (``level``
-      ``1`` and ``1.0``, ``n_clients`` from YAML or numpy, are one value), inside ``hyper`` and
-      ``fl`` too; booleans stay booleans.
-
-    Nothing version-dependent enters (unlike the record's file name, :meth:`RunSpec.key`).
-    """
+def normalised_fields(spec, spec_class) -> dict:
+    """The fields of ``spec`` (a ``spec_class`` instance or a record's ``spec`` dict) that
+    identify a run, normalised so that equal runs give equal dicts: every field of the dataclass
+    ``spec_class`` that has a default present, at its default where absent; numbers as plain
+    Python numbers (:func:`_plain`); a method's moved defaults as its records ran them
+    (:func:`with_recorded_defaults`). :func:`fedlib.lookup.spec_fields` is this with
+    :class:`fedlib.spec.RunSpec`; the class is an argument so that this module stays below the
+    spec's."""
     d = spec.to_dict() if hasattr(spec, "to_dict") else spec
     if not isinstance(d, dict):
         fail("spec", "a RunSpec or a record's spec dict", spec)
-    out = dict(_defaults())
+    out = dict(_defaults_of(spec_class))
     out.update(_plain(with_recorded_defaults(d)))
     return out
 
@@ -395,74 +390,3 @@ def with_current_defaults(method, hyper: dict) -> dict:
     today = {f.name: f.default for f in fields(info.hyper)}
     out = {**{k: today[k] for k in info.recorded_defaults}, **hyper}
     return {k: v for k, v in out.items() if not (k in info.recorded_defaults and v == info.recorded_defaults[k])}
-
-
-def _hashable(value):
-    """A hashable form of a normalised value; bools tagged, so that True and 1 stay apart."""
-    if isinstance(value, bool):
-        return ("bool", value)
-    if isinstance(value, dict):
-        return ("dict", tuple(sorted((str(k), _hashable(v)) for k, v in value.items())))
-    if isinstance(value, list):
-        return ("list", tuple(_hashable(v) for v in value))
-    return value
-
-
-def _key(spec) -> tuple:
-    return _hashable(spec_fields(spec))
-
-
-def _index(folder: Path) -> dict:
-    """Hashable spec fields -> [(path, record), …] of every finished record in ``folder``."""
-    index: dict = {}
-    if not folder.is_dir():
-        return index
-    for path in sorted(folder.glob("*.json")):
-        raw = read(path)
-        if raw is not None and (not isinstance(raw.get("spec"), dict)
-                                or raw.get("record_version", RECORD_VERSION) != RECORD_VERSION
-                                or raw.get("status") not in FINISHED):
-            continue  # not a record (a manifest), one of another record format, or unfinished
-        try:
-            record = read_strict(path)
-        except FileNotFoundError:
-            continue
-        except RecordError as err:  # truncated, NaN, no metrics: named, never used
-            warn(err, "skipped, not used")
-            continue
-        index.setdefault(_key(record["spec"]), []).append((path, record))
-    return index
-
-
-def _describe(fields_: dict) -> str:
-    keys = ("dataset", "protocol", "level", "n_clients", "seed", "method", "reproduction")
-    return ", ".join(f"{k}={fields_[k]!r}" for k in keys if k in fields_)
-
-
-def find(specs, folder) -> tuple[list[dict], list]:
-    """Each spec's finished record in ``folder`` (status in :data:`FINISHED`),
-    matched by :func:`spec_fields`, never by file name: (the records found, the specs without
-    one), both in the order of ``specs``. The folder is read once. Files that are not finished
-    records are ignored, and so are records that name another ``record_version`` than
-    :data:`RECORD_VERSION`; an absent folder holds no record. A file that is a record of this
-    format but fails :func:`read_strict` (truncated, NaN, no metrics) is named on stderr and
-    skipped, never used.
-
-    Raises ValueError (:func:`fedlib.validation.fail`) naming the folder and the files where
-    two records in ``folder`` match one of ``specs``.
-    """
-    folder = Path(folder)
-    index = _index(folder)
-    found, missing = [], []
-    for spec in specs:
-        hits = index.get(_key(spec))
-        if not hits:
-            missing.append(spec)
-            continue
-        if len(hits) > 1:
-            names = [p.name for p, _ in hits]
-            fail("folder", f"a folder of at most one record per run, but {', '.join(names[:-1])} and {names[-1]} "
-                 f"{'both' if len(names) == 2 else 'all'} match the spec ({_describe(spec_fields(spec))})",
-                 str(folder))
-        found.append(hits[0][1])
-    return found, missing

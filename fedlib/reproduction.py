@@ -15,7 +15,7 @@ proof, of what produced the published numbers:
   every silhouette is ≤ 0;
 * FedProx's client never read μ, so it ran as FedAvg (μ = 0); PSI-PFL chose ζ on the test set,
   one percentile per setting by the best mean over the seeds
-  (:func:`fedlib.analysis.psi_pfl_study.authors_zeta_choice`);
+  (:func:`workbook.psi_pfl_study.authors_zeta_choice`);
 * the FedLab baselines (PoC, HACCS, FedCLS, CFL, FedSoft) train **plain SGD, lr 0.001, batch
   64, no shuffling** (:data:`FEDLAB_FL`; FedSoft shuffled) and the server takes the plain mean
   of the clients' models (FedSoft: importance-weighted); each method's own rules as that code
@@ -33,7 +33,7 @@ The same two readings serve CAFA's training (notebook 08, Tables IV–V), whose 
 another repository (Gengsheng-Li/Non-IID-Robust-Federated-Learning-Algorithms): ``paper_code``
 runs CAFA with that code's clustering, K-means with a fixed k and random_state 0 instead of the
 paper text's silhouette search (``Hyper(clustering='fixed')``, :mod:`fedlib.methods.cafa`). The
-grids apply it to CAFA only there (:func:`fedlib.analysis.cafa_study.training_specs`): the CAFA
+grids apply it to CAFA only there (:func:`workbook.cafa_study.training_specs`): the CAFA
 code's FedAvg and FedProx are not the PSI code's.
 
 What each method changes is :data:`PAPER_CODE` (training settings ``fl`` and hyperparameters
@@ -42,7 +42,7 @@ method not listed runs as ``paper_text``, and so does one whose changes do nothi
 K and q (:func:`runs_differently`): grids then make one run that serves both readings. A record
 carries ``reproduction``, the settings that were applied, and ``reported_accuracy`` with its
 ``reported_rule``, so Table III is rebuilt for either reading without retraining
-(:func:`fedlib.analysis.tables.table3`).
+(:func:`workbook.tables.table3`).
 
 Quirks of the authors' code that this module does not copy (reference-notes, "Training
 protocol"): Keras ``validation_split=0.2`` dropping the last 20 % of each client's train data,

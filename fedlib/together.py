@@ -51,7 +51,8 @@ from functools import partial
 import numpy as np
 import torch
 
-from . import experiment as X, partition as P
+from . import partition as P, run as X
+from .spec import RunSpec
 from .engine import Federation, broadcast, evaluate, resolve_device, weighted_average
 from .engine.host import to_host
 from .evaluation import global_accuracy
@@ -71,13 +72,13 @@ SHARED = ("dataset", "arch", "n_clients", "n_train", "test_fraction", "val_fract
 """The RunSpec fields every run of a group shares (with the effective FLConfig)."""
 
 
-def _arch(spec: X.RunSpec) -> str:
+def _arch(spec: RunSpec) -> str:
     from .models import ARCH_FOR_DATASET
 
     return spec.arch or ARCH_FOR_DATASET[spec.dataset]
 
 
-def _shared(spec: X.RunSpec) -> dict:
+def _shared(spec: RunSpec) -> dict:
     """What must be equal across a group: :data:`SHARED` and the effective protocol (``fl``)."""
     _, fl, _ = spec.effective()
     values = {name: getattr(spec, name) for name in SHARED}
@@ -86,7 +87,7 @@ def _shared(spec: X.RunSpec) -> dict:
     return values
 
 
-def together_key(spec: X.RunSpec) -> str | None:
+def together_key(spec: RunSpec) -> str | None:
     """A string equal for specs that may train together; None for a method outside :data:`FAMILY`
     or a protocol with ``stream_average`` (such a run trains alone)."""
     if spec.method not in FAMILY:
@@ -97,11 +98,11 @@ def together_key(spec: X.RunSpec) -> str | None:
     return json.dumps(values, sort_keys=True, default=str)
 
 
-def check_together(specs) -> list[X.RunSpec]:
+def check_together(specs) -> list[RunSpec]:
     """Validate ``specs`` as one group (each :meth:`RunSpec.validate`, then what they must share);
     ValueError naming the field, the two values and the fix, before any data is loaded."""
     specs = list(specs)
-    if not specs or not all(isinstance(s, X.RunSpec) for s in specs):
+    if not specs or not all(isinstance(s, RunSpec) for s in specs):
         fail("specs", "a non-empty list of RunSpecs", specs)
     for s in specs:
         s.validate()
@@ -133,7 +134,7 @@ def check_together(specs) -> list[X.RunSpec]:
     return specs
 
 
-def group_specs(specs, max_group: int | None = None) -> list[list[X.RunSpec]]:
+def group_specs(specs, max_group: int | None = None) -> list[list[RunSpec]]:
     """Split ``specs`` into groups that may train together (:func:`together_key`), in order of
     first appearance; a spec of another method (or with ``stream_average``) is a group of its
     own. ``max_group``: at most this many runs a group (memory: the merged federation's
@@ -144,7 +145,7 @@ def group_specs(specs, max_group: int | None = None) -> list[list[X.RunSpec]]:
     groups: dict[object, list] = {}
     seen = set()
     for i, s in enumerate(specs):
-        if not isinstance(s, X.RunSpec):
+        if not isinstance(s, RunSpec):
             fail("specs", "a list of RunSpecs", s)
         s.validate()
         if s.key() in seen:
@@ -163,7 +164,7 @@ def group_specs(specs, max_group: int | None = None) -> list[list[X.RunSpec]]:
 class _Run:
     """One run of a group: its spec, context, method state and what it has done so far."""
 
-    spec: X.RunSpec
+    spec: RunSpec
     base: dict
     ctx: Context
     ds: object
@@ -194,7 +195,7 @@ def _share_pools(first: _Run, r: _Run) -> None:
         r.ctx.fed = dataclasses.replace(fed, **swap)
 
 
-def _start(spec: X.RunSpec, device, dev: torch.device):
+def _start(spec: RunSpec, device, dev: torch.device):
     """(the spec's _Run, None), or (None, its infeasible record)."""
     base = {"record_version": X.RECORD_VERSION, "key": spec.key(), "spec": spec.to_dict(),
             "versions": X.library_versions(), "host": X.host_of(dev)}

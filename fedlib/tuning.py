@@ -20,7 +20,8 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
-from .experiment import RunSpec, run_grid
+from .grid import run_grid
+from .spec import RunSpec
 from .methods import method_info
 from .validation import check_number, fail
 

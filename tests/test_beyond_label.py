@@ -1,4 +1,4 @@
-"""fedlib.analysis.beyond_label (notebook 12): the grid (every variant on every partition beyond
+"""workbook.beyond_label (notebook 12): the grid (every variant on every partition beyond
 label skew, IFCA / FedClust given the planted k), the variant of a record, the per-run quantities
 (ARI against the planted groups, the small clients' accuracy) on hand-made records, the computed
 answer's verdicts, and what each variant reveals to the server."""
@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from fedlib import partition as P
-from fedlib.analysis import beyond_label as B
+from workbook import beyond_label as B
 from fedlib.experiment import RunSpec
 
 ROOT = Path(__file__).resolve().parents[1]

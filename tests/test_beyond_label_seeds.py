@@ -1,4 +1,4 @@
-"""fedlib.analysis.beyond_label_seeds (issue 58): the t-interval and the verdict that reads it
+"""workbook.beyond_label_seeds (issue 58): the t-interval and the verdict that reads it
 against the cut-offs, the clustering-only ARI against a trained run's grouping, and the small
 clients' pooled accuracy — by hand on tiny cases."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from fedlib import partition as P
-from fedlib.analysis import beyond_label as B, beyond_label_seeds as S
+from workbook import beyond_label as B, beyond_label_seeds as S
 from fedlib.experiment import RunSpec
 
 

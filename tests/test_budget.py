@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+import fedlib.grid
+import fedlib.run
 from fedlib import claims
 from fedlib import experiment as X
 
@@ -30,62 +32,62 @@ def rec(seconds, method="fedavg", dataset="adult", n_clients=10, device="cpu", p
 # ----------------------------------------------------------------------------- the estimate
 def test_the_estimate_is_the_median_of_the_same_method_data_set_and_k():
     records = [rec(10), rec(30), rec(20), rec(1000, method="cl"), rec(5000, n_clients=100)]
-    assert X.estimate_seconds(spec(), records, "cpu") == 20.0
-    assert X.estimate_seconds(spec(), records + [rec(40)], "cpu") == 25.0  # an even count: the middle two's mean
+    assert fedlib.grid.estimate_seconds(spec(), records, "cpu") == 20.0
+    assert fedlib.grid.estimate_seconds(spec(), records + [rec(40)], "cpu") == 25.0  # an even count: the middle two's mean
 
 
 def test_cpu_and_gpu_records_never_mix():
     records = [rec(100, device="cpu"), rec(7, device="cuda:0"), rec(9, device="cuda:1"), rec(8, device="cuda")]
-    assert X.estimate_seconds(spec(), records, "cpu") == 100.0
-    assert X.estimate_seconds(spec(), records, "cuda") == 8.0
-    assert X.estimate_seconds(spec(), [rec(7, device="cuda:0")], "cpu") is None
-    assert X.device_kind_of("cuda:3") == "cuda" and X.device_kind_of("cpu") == "cpu" and X.device_kind_of(None) is None
+    assert fedlib.grid.estimate_seconds(spec(), records, "cpu") == 100.0
+    assert fedlib.grid.estimate_seconds(spec(), records, "cuda") == 8.0
+    assert fedlib.grid.estimate_seconds(spec(), [rec(7, device="cuda:0")], "cpu") is None
+    assert fedlib.grid.device_kind_of("cuda:3") == "cuda" and fedlib.grid.device_kind_of("cpu") == "cpu" and fedlib.grid.device_kind_of(None) is None
 
 
 def test_without_the_same_method_and_k_the_data_set_is_the_fallback_then_none():
     other = [rec(10, method="cl"), rec(50, method="fedprox", n_clients=20), rec(90, method="ifca")]
     unrelated = [rec(1, dataset="fmnist"), rec(1, n_train=None), rec(1, rounds=40), rec(1, local_epochs=5),
                  rec(1, status="failed"), rec(1, status="infeasible"), rec(None), rec(float("nan"))]
-    assert X.estimate_seconds(spec("clust_psi_pfl"), other + unrelated, "cpu") == 50.0  # any method on adult
-    assert X.estimate_seconds(spec("clust_psi_pfl"), unrelated, "cpu") is None  # nothing comparable
-    assert X.estimate_seconds(spec(), [], "cuda") is None
+    assert fedlib.grid.estimate_seconds(spec("clust_psi_pfl"), other + unrelated, "cpu") == 50.0  # any method on adult
+    assert fedlib.grid.estimate_seconds(spec("clust_psi_pfl"), unrelated, "cpu") is None  # nothing comparable
+    assert fedlib.grid.estimate_seconds(spec(), [], "cuda") is None
 
 
 def test_the_effective_training_length_is_matched_defaults_included():
     """A spec that leaves rounds and epochs to FLConfig's defaults (T = 40, E = 5) matches
     records that ran those, not the CI-sized ones."""
     paper = X.RunSpec("adult", "dirichlet", 0.5, 10, 0, "fedavg", n_train=2000)
-    assert X.estimate_seconds(paper, [rec(3), rec(300, rounds=40, local_epochs=5)], "cpu") == 300.0
-    assert X.estimate_seconds(paper, [rec(3)], "cpu") is None
+    assert fedlib.grid.estimate_seconds(paper, [rec(3), rec(300, rounds=40, local_epochs=5)], "cpu") == 300.0
+    assert fedlib.grid.estimate_seconds(paper, [rec(3)], "cpu") is None
 
 
 def test_records_measured_under_the_same_sharing_come_first_a_different_one_never():
     records = [rec(100, processes=16), rec(120, processes=16), rec(10, processes=1), rec(30)]
-    assert X.estimate_seconds(spec(), records, "cuda") is None  # all CPU
+    assert fedlib.grid.estimate_seconds(spec(), records, "cuda") is None  # all CPU
     gpu = [{**r, "device": "cuda:0"} for r in records]
-    assert X.estimate_seconds(spec(), gpu, "cuda", processes=16) == 110.0  # the same sharing
-    assert X.estimate_seconds(spec(), gpu, "cuda", processes=8) == 30.0  # unknown sharing beats a different one
-    assert X.estimate_seconds(spec(), gpu[:3], "cuda", processes=8) is None  # 16 and 1 are not 8
-    assert X.estimate_seconds(spec(), gpu, "cuda") == 30.0  # unknown here: the records that do not say first
-    assert X.estimate_seconds(spec(), gpu[:3], "cuda") == 100.0  # then any (median of 100, 120, 10)
+    assert fedlib.grid.estimate_seconds(spec(), gpu, "cuda", processes=16) == 110.0  # the same sharing
+    assert fedlib.grid.estimate_seconds(spec(), gpu, "cuda", processes=8) == 30.0  # unknown sharing beats a different one
+    assert fedlib.grid.estimate_seconds(spec(), gpu[:3], "cuda", processes=8) is None  # 16 and 1 are not 8
+    assert fedlib.grid.estimate_seconds(spec(), gpu, "cuda") == 30.0  # unknown here: the records that do not say first
+    assert fedlib.grid.estimate_seconds(spec(), gpu[:3], "cuda") == 100.0  # then any (median of 100, 120, 10)
     # the sharing rule holds within the method tier before the data-set fallback is tried
-    assert X.estimate_seconds(spec(), [gpu[2], {**gpu[0], "spec": {**gpu[0]["spec"], "method": "cl"}}],
+    assert fedlib.grid.estimate_seconds(spec(), [gpu[2], {**gpu[0], "spec": {**gpu[0]["spec"], "method": "cl"}}],
                               "cuda", processes=16) == 100.0
 
 
 def test_bad_estimate_arguments_are_refused():
     with pytest.raises(ValueError, match=r"device_kind must be one of \['cpu', 'cuda'\], got 'cuda:0'"):
-        X.estimate_seconds(spec(), [], "cuda:0")
+        fedlib.grid.estimate_seconds(spec(), [], "cuda:0")
     with pytest.raises(ValueError, match=r"processes must be an integer ≥ 1 \(or None for the default\), got 0"):
-        X.estimate_seconds(spec(), [], "cuda", processes=0)
+        fedlib.grid.estimate_seconds(spec(), [], "cuda", processes=0)
 
 
 def test_fits_budget_applies_the_safety_factor_and_nothing_starts_after_the_deadline():
-    assert X.SAFETY_FACTOR == 1.15
-    assert X.fits_budget(100, deadline=1115, now=1000)
-    assert not X.fits_budget(100, deadline=1114, now=1000)
-    assert X.fits_budget(None, deadline=1001, now=1000)  # no estimate: started, unprotected
-    assert not X.fits_budget(None, deadline=1000, now=1000) and not X.fits_budget(0, deadline=999, now=1000)
+    assert fedlib.grid.SAFETY_FACTOR == 1.15
+    assert fedlib.grid.fits_budget(100, deadline=1115, now=1000)
+    assert not fedlib.grid.fits_budget(100, deadline=1114, now=1000)
+    assert fedlib.grid.fits_budget(None, deadline=1001, now=1000)  # no estimate: started, unprotected
+    assert not fedlib.grid.fits_budget(None, deadline=1000, now=1000) and not fedlib.grid.fits_budget(0, deadline=999, now=1000)
 
 
 def test_timing_records_reads_folders_recursively_once_each_and_only_finished_runs(tmp_path):
@@ -97,11 +99,11 @@ def test_timing_records_reads_folders_recursively_once_each_and_only_finished_ru
     (tmp_path / "a" / "list.json").write_text("[1, 2]")
     (tmp_path / "a" / "broken.json").write_text("{")
     (tmp_path / "a" / ".tmp-x.json.part").write_text(json.dumps(rec(1)))
-    got = X.timing_records(tmp_path / "a", tmp_path / "a" / "b", tmp_path / "missing")
+    got = fedlib.grid.timing_records(tmp_path / "a", tmp_path / "a" / "b", tmp_path / "missing")
     assert sorted(r["seconds"] for r in got) == [10, 20]  # r2 once, though two folders hold it
     assert {r["host"]["processes"] for r in got} == {None, 4}
     (tmp_path / "a" / "r1.json").write_text(json.dumps(rec(11)))  # a new version is read again
-    assert sorted(r["seconds"] for r in X.timing_records(tmp_path / "a")) == [11, 20]
+    assert sorted(r["seconds"] for r in fedlib.grid.timing_records(tmp_path / "a")) == [11, 20]
 
 
 # ----------------------------------------------------------------------------- run_grid
@@ -114,7 +116,7 @@ def test_a_run_that_cannot_end_within_the_budget_is_left_unclaimed_and_unwritten
     monkeypatch.delenv("FEDLIB_SHARING", raising=False)
     out = tmp_path / "results"
     _fake(out, 1e6)  # a comparable run took 11.6 days
-    monkeypatch.setattr(X, "run", lambda *a, **k: pytest.fail("a run that cannot fit was started"))
+    monkeypatch.setattr(fedlib.run, "run", lambda *a, **k: pytest.fail("a run that cannot fit was started"))
     s = spec()
     assert X.run_grid([s], out, device="cpu", progress="lines", budget=600) == []
     assert not X.record_path(out, s).exists() and not claims.claim_path(X.record_path(out, s)).exists()
@@ -133,7 +135,7 @@ def test_estimates_come_from_the_extra_folders_too_and_other_runs_still_start(tm
     _fake(committed / "nested", 1e6, method="clust_psi_pfl")
     _fake(committed, 1.0, name="fast.json", method="local")
     started = []
-    monkeypatch.setattr(X, "run", lambda s, device="auto": started.append(s.method) or record_fakes.record(s))
+    monkeypatch.setattr(fedlib.run, "run", lambda s, device="auto": started.append(s.method) or record_fakes.record(s))
     slow, fast = spec("clust_psi_pfl"), spec("local")
     recs = X.run_grid([slow, fast], out, device="cpu", progress=False, budget=600, estimate_from=[committed])
     assert started == ["local"] and [r["key"] for r in recs] == [fast.key()]
@@ -154,7 +156,7 @@ def test_a_run_that_fits_is_computed_and_records_its_sharing(tmp_path, monkeypat
 
 def test_a_run_without_any_comparable_record_is_started_and_said_so(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("FEDLIB_SHARING", raising=False)
-    monkeypatch.setattr(X, "run", lambda s, device="auto": record_fakes.record(s, "infeasible"))
+    monkeypatch.setattr(fedlib.run, "run", lambda s, device="auto": record_fakes.record(s, "infeasible"))
     recs = X.run_grid([spec()], tmp_path, device="cpu", progress="lines", budget=600)
     assert [r["status"] for r in recs] == ["infeasible"]
     assert ("run_grid: no comparable record estimates adult dirichlet=0.5 K=10 fedavg seed=0 on cpu: started; "
@@ -198,7 +200,7 @@ def test_table3_script_passes_its_budget_to_run_grid(tmp_path, capsys, monkeypat
     script = importlib.util.module_from_spec(loader)
     loader.loader.exec_module(script)
     monkeypatch.delenv("FEDLIB_SHARING", raising=False)
-    monkeypatch.setattr(X, "run", lambda *a, **k: pytest.fail("a run that cannot fit was started"))
+    monkeypatch.setattr(fedlib.run, "run", lambda *a, **k: pytest.fail("a run that cannot fit was started"))
     times, out = tmp_path / "times", tmp_path / "results"
     _fake(times, 1e6, n_train=None)
     argv = ["--dataset", "adult", "--settings", "similarity:1", "--methods", "fedavg", "--reproductions", "paper_text",

@@ -1,6 +1,6 @@
 """CAFA (fedlib.methods.cafa): CBCC (Eqs. 1–8), ABFA (Eqs. 9–10), Eq. 11, the CAFA partition
 (fedlib.partition.iid_fraction_classes), the method on a tiny real federation, its errors,
-and the notebook-08 study helpers (fedlib.analysis.cafa_study)."""
+and the notebook-08 study helpers (workbook.cafa_study)."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from fedlib import partition as P
-from fedlib.analysis import cafa_study as S
+from workbook import cafa_study as S
 from fedlib.engine import Federation
 from fedlib.methods import Context, FLConfig, cafa
 from fedlib.models import build_model
@@ -448,11 +448,12 @@ def test_vgg19_trains_through_notebook_08s_grid(monkeypatch):
     FMNIST's 1×28×28 images: the record names the model, the engine built VGG-19, and the
     global model is scored on the official test set (CAFA's ABFA scores the stacked BatchNorm
     models of the selected clients)."""
+    import fedlib.run
     from fedlib import experiment
     from fedlib.models import build_model as real_build
 
     built = []
-    monkeypatch.setattr(experiment, "build_model",
+    monkeypatch.setattr(fedlib.run, "build_model",
                         lambda arch, *a, **k: built.append(arch) or real_build(arch, *a, **k))
     spec = S.training_specs("fmnist", 60, [0.5], 4, [0], ["cafa"], {},
                             {"rounds": 1, "local_epochs": 1, "batch_size": 8, "fraction": 0.5}, 0.2,
@@ -583,8 +584,8 @@ def _write_records(root, recs):
 
 
 def _cafa_values(root, reading_name):
-    from fedlib.analysis.report import row_values
-    from fedlib.analysis.report_cells import cells
+    from workbook.report import row_values
+    from workbook.report_cells import cells
 
     return {(c.row, c.table, c.column): row_values(next(r for r in c.readings if r.name == reading_name), root=root)
             for c in cells() if c.paper == "cafa" and c.table in ("Table IV", "Table V")
@@ -678,8 +679,8 @@ def _cbcc_script():
 
 
 def test_cbcc_record_has_the_reports_shape_and_the_report_reads_it(tmp_path, cifar_labels):
-    from fedlib.analysis.report import row_values
-    from fedlib.analysis.report_cells import Reading
+    from workbook.report import row_values
+    from workbook.report_cells import Reading
     from fedlib import records
 
     mod = _cbcc_script()

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 
+import fedlib.run
 from fedlib import checkpoint as C
 from fedlib import experiment as X, records
 from fedlib.grid import run_grid
@@ -238,13 +239,13 @@ def test_run_grid_budget_stops_a_resumable_run_at_a_round_boundary(tmp_path, mon
         finally:
             monkeypatch.setattr(base, "run_rounds", real_step)
 
-    monkeypatch.setattr(X, "run", slow_run)
+    monkeypatch.setattr(fedlib.run, "run", slow_run)
     out = tmp_path / "records"
     assert run_grid([spec], out, progress="lines", budget=3.0, estimate_from=[timing]) == []
     err = capsys.readouterr().err
     assert "stopped before round" in err and "checkpoint" in err, err
     assert C.checkpoint_path(spec.key()).exists() and not any(out.glob("*.json"))
-    monkeypatch.setattr(X, "run", real_run)
+    monkeypatch.setattr(fedlib.run, "run", real_run)
     done = run_grid([spec], out, progress="lines")[0]
     assert "resumes at round" in capsys.readouterr().err
     assert done["correct"] == whole["correct"] and done["history"] == whole["history"]

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+import fedlib.run
 from fedlib import claims, records
 from fedlib import experiment as X
 from fedlib import grid as G
@@ -28,7 +29,7 @@ from pathlib import Path
 from fedlib import experiment as X
 folder, go, n = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
 specs = [X.RunSpec('adult', 'dirichlet', 0.5, 10, s, 'fedavg', fl={fl!r}, n_train=2000) for s in range(n)]
-X._load('adult', 2000)  # data loaded before the start signal
+import fedlib.run; fedlib.run._load('adult', 2000)  # data loaded before the start signal
 trained = []
 real_run = X.run
 def run(spec, device='auto'):
@@ -110,15 +111,15 @@ def test_a_claim_from_another_host_is_honoured_until_it_is_old(tmp_path, monkeyp
 
 def test_finished_statuses_are_never_recomputed(tmp_path, monkeypatch):
     s = specs(1)[0]
-    records.write(X.record_path(tmp_path, s), {"record_version": X.RECORD_VERSION, "status": "failed",
+    records.write(X.record_path(tmp_path, s), {"record_version": records.RECORD_VERSION, "status": "failed",
                                                "error": "diverged", "key": s.key(), "spec": s.to_dict()})
-    monkeypatch.setattr(X, "run", lambda *a, **k: pytest.fail("a finished run was recomputed"))
+    monkeypatch.setattr(fedlib.run, "run", lambda *a, **k: pytest.fail("a finished run was recomputed"))
     (rec,) = X.run_grid([s], tmp_path, progress=False)
     assert rec["status"] == "failed"
 
 
 def test_an_unwritable_results_folder_fails_before_training(tmp_path, monkeypatch):
-    monkeypatch.setattr(X, "run", lambda *a, **k: pytest.fail("trained before checking the folder"))
+    monkeypatch.setattr(fedlib.run, "run", lambda *a, **k: pytest.fail("trained before checking the folder"))
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     with pytest.raises(ValueError, match=r"results_dir '.*a-file/results' is not writable .*choose another"):

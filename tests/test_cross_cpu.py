@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 from fedlib import experiment
-from fedlib.analysis import tables
+from workbook import tables
 from fedlib.paths import ROOT, results_dir
 
 OTHER_CPU_ENV = ROOT / "tests" / "other_cpu.env"

@@ -1,4 +1,4 @@
-"""fedlib.analysis.cross_paper (notebook 11): the grid (every method on every seed paper's
+"""workbook.cross_paper (notebook 11): the grid (every method on every seed paper's
 partition, the Oracle only where clusters are planted), the per-run quantities, the ranking
 (autorank's Friedman p and mean ranks against scipy and a hand count) and the which-method-when
 summary on hand-made cases."""
@@ -13,7 +13,7 @@ import yaml
 from scipy import stats
 
 from fedlib import partition as P
-from fedlib.analysis import cross_paper as cp
+from workbook import cross_paper as cp
 from fedlib.methods import METHODS
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,7 +8,7 @@ import torch
 from sklearn.datasets import load_digits
 
 from fedlib import experiment as X
-from fedlib.analysis.tables import records_frame, table3, table4, to_markdown
+from workbook.tables import records_frame, table3, table4, to_markdown
 from fedlib.engine import Federation, broadcast, local_train
 from fedlib.engine.errors import DivergenceError
 from fedlib.engine.train import _nonfinite_rows

@@ -3,7 +3,7 @@
 The rules (also in docs/index.md, "Rules for these pages"):
 
 - **References.** A backticked span that starts with ``fedlib`` is a reference. A function,
-  class or constant is written ``module:name`` (``fedlib.analysis.tables:table3``, or
+  class or constant is written ``module:name`` (``workbook.tables:table3``, or
   ``module:Class.attr``), optionally followed by a call such as ``(df, 'paper_code')``; a module
   alone is written as its dotted path (``fedlib.reproduction``). Each must import
   (``importlib.import_module``) and resolve (``getattr``); a dotted span that is not a module
@@ -38,9 +38,9 @@ FINDINGS_START, FINDINGS_END = "<!-- findings:start -->", "<!-- findings:end -->
 README_MAX_LINES = 200
 
 SPAN = re.compile(r"`([^`\n]+)`")
-REFERENCE = re.compile(r"^(?P<module>fedlib(?:\.\w+)*)(?::(?P<attr>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*))?"
+REFERENCE = re.compile(r"^(?P<module>(?:fedlib|workbook)(?:\.\w+)*)(?::(?P<attr>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*))?"
                        r"(?:\(.*\))?$")
-PATH = re.compile(r"^(?:fedlib|tests|benchmarks|scripts|params|notebooks|figures|docs|\.ci)/[\w./-]*$")
+PATH = re.compile(r"^(?:fedlib|workbook|tests|benchmarks|scripts|params|notebooks|figures|docs|\.ci)/[\w./-]*$")
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)|!\[[^\]]*\]\(([^)\s]+)\)")
 # Timing: a time unit as a word, or a number directly followed by s / h (e.g. "12 s", "3h").
 TIMING = re.compile(r"\b(?:seconds?|minutes?|hours?|ms|µs|sec|secs|mins?|hrs?)\b|\d\s?[sh]\b")
@@ -77,7 +77,7 @@ def _resolve(span: str) -> str | None:
 
 
 def references(page: Path) -> list[str]:
-    return [s for s in SPAN.findall(page.read_text()) if s.startswith("fedlib") and REFERENCE.match(s)]
+    return [s for s in SPAN.findall(page.read_text()) if s.startswith(("fedlib", "workbook")) and REFERENCE.match(s)]
 
 
 def _slug(heading: str) -> str:
@@ -100,7 +100,7 @@ def anchors(page: Path) -> set[str]:
 
 @pytest.mark.parametrize("page", PAGES, ids=_rel)
 def test_every_reference_resolves(page):
-    spans = [s for s in SPAN.findall(page.read_text()) if s.startswith("fedlib.") or s == "fedlib"]
+    spans = [s for s in SPAN.findall(page.read_text()) if s.startswith(("fedlib.", "workbook.")) or s in ("fedlib", "workbook")]
     problems = []
     for span in spans:
         if not REFERENCE.match(span):
@@ -198,7 +198,7 @@ def test_style_rules_allow_ordinary_text(pattern, line):
 
 
 def test_a_renamed_function_is_reported():
-    assert _resolve("fedlib.analysis.tables:table3") is None
-    assert "not found" in _resolve("fedlib.analysis.tables:table3_renamed")
-    assert "does not import" in _resolve("fedlib.analysis.tables.table3")
-    assert _resolve("fedlib.analysis.tables:table3(df, 'paper_code')") is None
+    assert _resolve("workbook.tables:table3") is None
+    assert "not found" in _resolve("workbook.tables:table3_renamed")
+    assert "does not import" in _resolve("workbook.tables.table3")
+    assert _resolve("workbook.tables:table3(df, 'paper_code')") is None

@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 import torch
 
+import os
+import fedlib.run
 from fedlib import experiment as X, records
-from fedlib.analysis.tables import records_frame, setting_name, table3, table4, to_markdown
+from workbook.tables import records_frame, setting_name, table3, table4, to_markdown
 
 FAST = {"rounds": 2, "local_epochs": 1}
 
@@ -41,11 +43,11 @@ def test_a_gpu_records_host_says_how_its_kernels_computed(monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Fake GPU")
     cuda = torch.device("cuda")
-    assert X.host_of(cuda)["gpu"] == "Fake GPU"
-    assert X.host_of(cuda)["gpu_kernels"] == {"tf32": False, "deterministic": True}
+    assert fedlib.run.host_of(cuda)["gpu"] == "Fake GPU"
+    assert fedlib.run.host_of(cuda)["gpu_kernels"] == {"tf32": False, "deterministic": True}
     with gpu_kernels(tf32=True, deterministic=False):
-        assert X.host_of(cuda)["gpu_kernels"] == {"tf32": True, "deterministic": False}
-    json.dumps(X.host_of(cuda))
+        assert fedlib.run.host_of(cuda)["gpu_kernels"] == {"tf32": True, "deterministic": False}
+    json.dumps(fedlib.run.host_of(cuda))
 
 
 @pytest.mark.cross_cpu
@@ -68,7 +70,7 @@ def test_a_setting_without_test_samples_is_an_infeasible_record(tmp_path, monkey
     assert "test split is empty" in rec["error"] and "K=20" in rec["error"] and "each holds 1 sample " in rec["error"]
     (first,) = X.run_grid([s], tmp_path, progress=False)
     assert first["status"] == "infeasible"
-    monkeypatch.setattr(X, "run", lambda *a, **k: pytest.fail("an infeasible setting was retried"))
+    monkeypatch.setattr(fedlib.run, "run", lambda *a, **k: pytest.fail("an infeasible setting was retried"))
     (again,) = X.run_grid([s], tmp_path, progress=False)
     assert again["error"] == rec["error"]
 
@@ -104,7 +106,7 @@ def test_interrupted_grid_resumes_without_recomputing_or_duplicating(tmp_path, m
             raise KeyboardInterrupt  # the user stops the grid midway
         return real_run(s, device)
 
-    monkeypatch.setattr(X, "run", crashing)
+    monkeypatch.setattr(fedlib.run, "run", crashing)
     with pytest.raises(KeyboardInterrupt):
         X.run_grid(specs, tmp_path, progress=False)
     assert sorted(p.name for p in tmp_path.glob("*.json")) == sorted(X.record_path(tmp_path, s).name for s in specs[:2])
@@ -112,9 +114,9 @@ def test_interrupted_grid_resumes_without_recomputing_or_duplicating(tmp_path, m
     first = {p.name: p.read_text() for p in tmp_path.glob("*.json")}
 
     calls.clear()
-    monkeypatch.setattr(X, "run", real_run)
+    monkeypatch.setattr(fedlib.run, "run", real_run)
     counted = []
-    monkeypatch.setattr(X, "run", lambda s, device="auto": counted.append(s.seed) or real_run(s, device))
+    monkeypatch.setattr(fedlib.run, "run", lambda s, device="auto": counted.append(s.seed) or real_run(s, device))
     recs = X.run_grid(specs + specs[:1], tmp_path, progress=False)  # a duplicate spec too
     assert counted == [2, 3]  # finished runs reused, not recomputed
     assert len(recs) == 4 and len(list(tmp_path.glob("*.json"))) == 4
@@ -127,7 +129,7 @@ def test_crash_while_writing_leaves_no_partial_record(tmp_path, monkeypatch):
         f.write('{"half": ')
         raise OSError("disk full")
 
-    monkeypatch.setattr(X.json, "dump", broken_dump)
+    monkeypatch.setattr(json, "dump", broken_dump)
     with pytest.raises(OSError):
         X.run_grid([spec()], tmp_path, progress=False)
     assert list(tmp_path.iterdir()) == []
@@ -217,7 +219,7 @@ def test_a_write_cut_short_leaves_no_file_that_looks_like_a_record(tmp_path, mon
     temporary behind; its name does not match ``*.json`` (pathlib's patterns match names that
     start with a dot: a ``.tmp-*.json`` was read as a half-written record by the SIGKILL test
     above), and a rerun records the run and ignores it."""
-    monkeypatch.setattr(X.os, "replace", lambda src, dst: None)  # the kill lands before the rename
+    monkeypatch.setattr(os, "replace", lambda src, dst: None)  # the kill lands before the rename
     records.write(tmp_path / "run.json", {"status": "ok"})
     assert list(tmp_path.glob("*.json")) == [] and len(list(tmp_path.glob(".tmp-*"))) == 1
     monkeypatch.undo()
@@ -279,7 +281,7 @@ def test_manifest_writers_never_share_a_temporary_file(tmp_path, monkeypatch):
 
     sources = []
     real_replace = os.replace
-    monkeypatch.setattr(X.os, "replace", lambda src, dst: (sources.append(str(src)), real_replace(src, dst)))
+    monkeypatch.setattr(os, "replace", lambda src, dst: (sources.append(str(src)), real_replace(src, dst)))
     specs = [spec(seed=s) for s in range(3)]
     X.write_manifest(tmp_path, specs)
     X.write_manifest(tmp_path, specs)

@@ -1,4 +1,4 @@
-"""Notebook 09's layer (fedlib.analysis.fedprism_study) on hand-made records, and the official
+"""Notebook 09's layer (workbook.fedprism_study) on hand-made records, and the official
 test-set subset (RunSpec.n_global_test) its smoke profile uses."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from fedlib import partition as P
-from fedlib.analysis import fedprism_study as S
+from workbook import fedprism_study as S
 from fedlib.experiment import RunSpec, build_federation
 
 FL = {"rounds": 100, "local_epochs": 10, "fraction": 0.1}
@@ -248,7 +248,7 @@ def test_private_part_lines_compare_full_and_no_p_at_the_ablation_alpha_only():
 
 
 def test_total_variation_by_hand():
-    from fedlib.analysis import fedprism_study as st
+    from workbook import fedprism_study as st
     tv = st.total_variation([[1.0, 0.0], [0.2, 0.8]], [[0.5, 0.5], [0.2, 0.8]])
     assert tv.tolist() == pytest.approx([0.5, 0.0])
     with pytest.raises(ValueError, match="p, q"):
@@ -259,7 +259,7 @@ def test_mix_drift_of_one_client_is_its_mix_against_the_pool():
     """K = 1: the client takes every sample, so its realised mix is the pool's class shares, and its
     total variation is ½ Σ |p − shares| for the p it drew."""
     from fedlib import partition as P
-    from fedlib.analysis import fedprism_study as st
+    from workbook import fedprism_study as st
     y = np.repeat(np.arange(3), [10, 30, 60])
     d = st.mix_drift(y, 1, [0.5], [4])
     mix, _ = P.dirichlet_client_mixes(y, 1, 0.5, 4)

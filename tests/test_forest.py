@@ -1,4 +1,4 @@
-"""fedlib.analysis.forest: the forest plot's rows and the claims' rows by hand on tiny inputs, and
+"""workbook.forest: the forest plot's rows and the claims' rows by hand on tiny inputs, and
 that each figure draws one marker per row (no image comparison)."""
 import matplotlib
 
@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from fedlib.analysis import forest  # noqa: E402
+from workbook import forest  # noqa: E402
 
 
 def _cell(row, verdict, *, paper_value=80.0, mean=np.nan, sd=np.nan, n=0, spread=None, tolerance=1.0,

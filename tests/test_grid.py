@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import fedlib.run
 from fedlib import claims, records
 from fedlib import experiment as X
 from fedlib import grid as G
@@ -61,7 +62,7 @@ def test_run_grid_takes_over_a_claim_held_by_a_reused_pid(tmp_path, monkeypatch)
     s = spec()
     path = X.record_path(tmp_path, s)
     _claim(path, start="another-boot:12345")
-    monkeypatch.setattr(X, "run", lambda s, device="auto": record_fakes.record(s))
+    monkeypatch.setattr(fedlib.run, "run", lambda s, device="auto": record_fakes.record(s))
     (rec,) = G.run_grid([s], tmp_path, progress=False)
     assert rec["status"] == "ok" and records.read_strict(path, s)
     assert not claims.claim_path(path).exists()
@@ -70,7 +71,7 @@ def test_run_grid_takes_over_a_claim_held_by_a_reused_pid(tmp_path, monkeypatch)
 def test_a_mixed_grid_with_a_missing_data_set_fails_before_any_run(tmp_path, monkeypatch):
     monkeypatch.setenv("FEDLIB_DATA", str(tmp_path / "no-data"))
     monkeypatch.delenv("FEDLIB_ALLOW_DOWNLOAD", raising=False)
-    monkeypatch.setattr(X, "run", lambda *a, **k: pytest.fail("a run trained before the data was checked"))
+    monkeypatch.setattr(fedlib.run, "run", lambda *a, **k: pytest.fail("a run trained before the data was checked"))
     from fedlib.datasets import DataUnavailableError
 
     with pytest.raises(DataUnavailableError, match=r"(?s)not here; no run was started.*- fmnist: .*Fix|make data"

@@ -56,8 +56,8 @@ def test_without_a_table_it_lists_the_tables_with_their_records(argv, capsys):
 def test_the_records_folders_are_those_the_report_and_the_notebooks_read():
     """RECORDS names the folders of report_cells.RECORD_COMMANDS' grid commands and of the
     studies' PAPER_RECORDS: one mapping table -> notebook -> records folder, checked against the others."""
-    from fedlib.analysis import fedprism_study, pfedlia_study
-    from fedlib.analysis.report_cells import RECORD_COMMANDS
+    from workbook import fedprism_study, pfedlia_study
+    from workbook.report_cells import RECORD_COMMANDS
 
     named = {}
     for command in RECORD_COMMANDS.values():

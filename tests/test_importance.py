@@ -1,9 +1,9 @@
-"""fedlib.analysis.importance: the four models of Fig. 4, their importances and rankings."""
+"""workbook.importance: the four models of Fig. 4, their importances and rankings."""
 import numpy as np
 import pandas as pd
 import pytest
 
-from fedlib.analysis import importance as imp
+from workbook import importance as imp
 
 FEATURES = ["wpsi", "hellinger", "jensen_shannon", "emd"]
 

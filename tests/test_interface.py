@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+import fedlib.run
 from fedlib import experiment as X
 from fedlib.engine import broadcast
 from fedlib.engine.predict import GatedMixture, OneModel
@@ -112,7 +113,7 @@ def test_records_evaluate_through_the_outcomes_predictor(monkeypatch):
             seen["init"] = ctx.evaluate(expert, np.arange(ctx.n_clients))[0].tolist()
             return Outcome(out.models, out.assignment, predictor=GatedMixture(expert=expert, weight=1.0))
 
-    monkeypatch.setattr(X, "get_method", lambda name: Expert)
+    monkeypatch.setattr(fedlib.run, "get_method", lambda name: Expert)
     rec = X.run(spec)
     assert rec["correct"] == seen["init"] != plain["correct"]
 

@@ -1,4 +1,4 @@
-"""fedlib.analysis.like_for_like: the like-for-like Table III cells and their markdown, by hand."""
+"""workbook.like_for_like: the like-for-like Table III cells and their markdown, by hand."""
 from __future__ import annotations
 
 import json
@@ -7,7 +7,7 @@ import pytest
 
 import numpy as np
 
-from fedlib.analysis import like_for_like as lfl
+from workbook import like_for_like as lfl
 from fedlib.reproduction import runs_differently
 
 NAN = float("nan")

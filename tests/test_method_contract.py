@@ -72,7 +72,7 @@ def test_the_derived_tables_equal_the_ones_they_replace():
     for m in M.METHODS:  # each method still lives where it did
         module = importlib.import_module(f"fedlib.methods.{OLD_MODULES[m]}")
         assert M.get_method(m) is (module.METHODS[m] if OLD_MODULES[m] == "fedopt" else module)
-    from fedlib.analysis import cross_paper
+    from workbook import cross_paper
     assert cross_paper.GROUPING_METHODS is M.GROUPING_METHODS
 
 

@@ -1,4 +1,4 @@
-"""fedlib.analysis.metric_study (the Fig. 3 grid) and fedlib.analysis.plots.save_figure."""
+"""workbook.metric_study (the Fig. 3 grid) and workbook.plots.save_figure."""
 import matplotlib
 
 matplotlib.use("Agg")
@@ -8,9 +8,9 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from fedlib.analysis import metric_study as ms  # noqa: E402
+from workbook import metric_study as ms  # noqa: E402
 from fedlib import noniid  # noqa: E402
-from fedlib.analysis import plots  # noqa: E402
+from workbook import plots  # noqa: E402
 from fedlib.partition import label_counts, partition, train_test_split  # noqa: E402
 
 SEEDS = range(5)

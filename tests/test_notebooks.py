@@ -260,13 +260,15 @@ def test_clean_notebooks_strips_the_kernel_version_and_progress_lines_only():
 def test_the_progress_pattern_matches_what_run_grid_prints(tmp_path, monkeypatch, capsys):
     """PROGRESS_LINE (what clean_notebooks strips and the check below looks for) is every line
     run_grid prints with progress='lines' (the run itself replaced: no training here)."""
+    import fedlib.run
     from fedlib import experiment as X
+    from fedlib.records import RECORD_VERSION
 
     def fake_run(spec, device="auto"):
-        return {"record_version": X.RECORD_VERSION, "status": "ok", "global_accuracy": 0.5, "seconds": 0.1,
+        return {"record_version": RECORD_VERSION, "status": "ok", "global_accuracy": 0.5, "seconds": 0.1,
                 "spec": spec.to_dict()}
 
-    monkeypatch.setattr(X, "run", fake_run)
+    monkeypatch.setattr(fedlib.run, "run", fake_run)
     specs = [X.RunSpec("adult", "dirichlet", 0.5, 4, seed, "fedavg") for seed in (0, 1)]
     X.run_grid(specs, tmp_path, device="cpu", progress="lines")
     lines = capsys.readouterr().err.splitlines()

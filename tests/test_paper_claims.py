@@ -1,4 +1,4 @@
-"""fedlib.analysis.paper_claims: the papers' claims, tested as A − B on run records: paired
+"""workbook.paper_claims: the papers' claims, tested as A − B on run records: paired
 differences, the verdict rule (gain, reversal, tie, match, reduction, one seed, no record), the
 conversion-artefact cleaning, and, on the committed records and seed texts, that every quote is
 the paper's own sentence and every claim gets a verdict."""
@@ -8,9 +8,9 @@ import re
 import numpy as np
 import pytest
 
-from fedlib.analysis import paper_claims as pc
-from fedlib.analysis import report, report_cells
-from fedlib.analysis.report_cells import Reading
+from workbook import paper_claims as pc
+from workbook import report, report_cells
+from workbook.report_cells import Reading
 
 SUB = "claims_test"
 

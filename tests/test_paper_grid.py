@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedlib.analysis import beyond_label, cafa_study, cross_paper, fedprism_study, pfedlia_study, psi_pfl_study
+from workbook import beyond_label, cafa_study, cross_paper, fedprism_study, pfedlia_study, psi_pfl_study
 from fedlib.experiment import load_records
 
 import record_fakes
@@ -64,7 +64,7 @@ def test_fedprism_tables_are_notebook_09s_grid():
 def test_cafa_table_is_notebook_08s_training_grid(profile):
     """cafa-table4 is notebook 08's Tables IV–V grid (the official test set scored, every IID
     share, the profile's model and official-test subset), filtered."""
-    from fedlib.analysis import cafa_study
+    from workbook import cafa_study
 
     p = yaml.safe_load((ROOT / "params" / profile / "08_cafa.yaml").read_text())
     pg = _script()
@@ -124,7 +124,7 @@ def test_cafa_paper_profile_keeps_the_specs_of_its_first_records():
     with it still match (the report reads them)."""
     import dataclasses
 
-    from fedlib.analysis import cafa_study
+    from workbook import cafa_study
     from fedlib.experiment import grid_specs
 
     p = yaml.safe_load((ROOT / "params" / "paper" / "08_cafa.yaml").read_text())

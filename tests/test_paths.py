@@ -29,7 +29,7 @@ import pandas as pd, matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from fedlib import paths
-from fedlib.analysis import plots
+from workbook import plots
 from fedlib.datasets import data_dir
 from fedlib import records
 assert paths.checkout_root() is None, paths.checkout_root()

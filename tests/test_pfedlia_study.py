@@ -1,4 +1,4 @@
-"""Notebook 10's analysis (fedlib.analysis.pfedlia_study): the grid, Table I with the paper's
+"""Notebook 10's analysis (workbook.pfedlia_study): the grid, Table I with the paper's
 values beside, the cluster-recovery table, the rounds curve and the influence view, from
 hand-made records."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedlib.analysis import pfedlia_study as study
+from workbook import pfedlia_study as study
 
 FL = {"rounds": 10, "local_epochs": 2, "fraction": 0.25}
 

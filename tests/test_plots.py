@@ -1,4 +1,4 @@
-"""Figure functions of fedlib.analysis.plots (Fig. 4) and fedlib.analysis.training_plots (Figs. 5-8), on small
+"""Figure functions of workbook.plots (Fig. 4) and workbook.training_plots (Figs. 5-8), on small
 synthetic frames: what each figure draws, labels and colours."""
 import matplotlib
 
@@ -10,7 +10,7 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib.colors import to_hex  # noqa: E402
 
-from fedlib.analysis import plots, training_plots  # noqa: E402
+from workbook import plots, training_plots  # noqa: E402
 from fedlib.methods import DISPLAY_NAMES  # noqa: E402
 
 

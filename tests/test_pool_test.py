@@ -2,8 +2,9 @@
 the training pool before the partition; notebook 10's data_split='fl_bench' selects it."""
 import pytest
 
+import fedlib.run
 from fedlib import experiment as X
-from fedlib.analysis import pfedlia_study as S
+from workbook import pfedlia_study as S
 
 
 def spec(**kw):
@@ -21,7 +22,7 @@ def test_pool_test_keeps_old_keys_and_refuses_an_official_test_evaluation():
 def test_pooled_federation_partitions_train_and_test_together():
     plain, _, ds = X.build_federation(spec(), "cpu")
     pooled, _, pds = X.build_federation(spec(pool_test=True, test_fraction=0.25), "cpu")
-    n_official_test = len(X._load("adult", None).y_test)
+    n_official_test = len(fedlib.run._load("adult", None).y_test)
     assert len(pds.y_train) == len(ds.y_train) + n_official_test and pds.x_test is None
     assert "pooled (FL-bench)" in pds.source
     total = int(pooled.n_train.sum() + pooled.n_test.sum())

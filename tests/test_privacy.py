@@ -3,7 +3,7 @@
 The mechanism by hand (per-client reproducible noise, its scale 1/ε, clipping at zero, the
 all-zero row), the two methods' ``dp_epsilon``/``dp_seed`` (None = today's results bit for bit;
 the server's decisions come from the noisy counts; training still uses the real data), and
-:func:`fedlib.analysis.cluster_study.privacy_study` on tiny count matrices.
+:func:`workbook.cluster_study.privacy_study` on tiny count matrices.
 """
 import math
 
@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from fedlib import experiment
-from fedlib.analysis import cluster_study as CS
+from workbook import cluster_study as CS
 from fedlib.methods import clust_psi_pfl, make_hyper, psi_pfl
 from fedlib.noniid import psi
 from fedlib.privacy import SENSITIVITY, laplace_counts, noisy_label_counts, postprocess_counts, server_histograms

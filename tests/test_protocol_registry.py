@@ -5,7 +5,7 @@ import pytest
 
 from fedlib import experiment as X
 from fedlib import partition as P
-from fedlib.analysis import metric_study, plots, tables, training_plots
+from workbook import metric_study, plots, tables, training_plots
 
 
 def test_the_derived_display_dicts_equal_the_old_literal_ones():

@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedlib.analysis import psi_pfl_study as study, tables
+from workbook import psi_pfl_study as study, tables
 from fedlib.evaluation import client_parity
 from fedlib.methods import psi_pfl
 

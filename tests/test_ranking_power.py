@@ -1,4 +1,4 @@
-"""fedlib.analysis.ranking_power (issue 58): the plateau rule, mean ranks and Kendall τ, the
+"""workbook.ranking_power (issue 58): the plateau rule, mean ranks and Kendall τ, the
 leave-one-block-out line, the Nemenyi CD against Demšar's table and autorank, and the cost
 arithmetic — each on a case small enough to count by hand."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedlib.analysis import ranking_power as RP
+from workbook import ranking_power as RP
 
 
 def test_plateau_round_is_the_first_window_that_moves_less_than_the_tolerance():
@@ -159,7 +159,7 @@ def test_designs_state_n_k_cd_and_cost_from_their_params():
     """The issue-58 designs (params/designs/): the focused one ranks k = 8 methods on N = 32 blocks (FMNIST
     at K = 20 and 100: 10 + 10; adult: 7 at K = 20, 5 at K = 100), CD ≤ 4 ranks by the formula; costs are
     measured seconds a round × R, summed over runs."""
-    from fedlib.analysis import cross_paper_design as D
+    from workbook import cross_paper_design as D
 
     per = pd.Series({m: 1.0 for m in ("cl", "oracle", "local", "fedavg", "fedprox", "fedavgm", "fedadagrad",
                                       "fedyogi", "fedadam", "poc", "haccs", "fedcls", "cfl", "fedsoft",
@@ -188,7 +188,7 @@ def test_designs_state_n_k_cd_and_cost_from_their_params():
 
 
 def _run(method, part, accs, seed=0, test=None, local=None):
-    from fedlib.analysis import cross_paper as X
+    from workbook import cross_paper as X
     p = X.PARTITIONS[part]
     hist = [{"round": i + 1, "global_accuracy": a} for i, a in enumerate(accs)]
     return {"spec": {"method": method, "protocol": p.protocol, "level": p.level, "seed": seed, "n_clients": 4,
@@ -198,7 +198,7 @@ def _run(method, part, accs, seed=0, test=None, local=None):
 
 
 def test_budget_rankings_rank_the_last_two_rounds_of_the_histories():
-    from fedlib.analysis import cross_paper_design as D
+    from workbook import cross_paper_design as D
 
     parts = ["dirichlet_0.3", "similarity_1", "noisy"]
     # round 2: A > B > C everywhere; round 3: B > A > C everywhere → τ(3 vs 2) = 1/3
@@ -212,7 +212,7 @@ def test_budget_rankings_rank_the_last_two_rounds_of_the_histories():
 
 
 def test_which_method_when_official_uses_each_clients_official_test_accuracy():
-    from fedlib.analysis import cross_paper_design as D
+    from workbook import cross_paper_design as D
 
     recs = []
     for seed in range(2):
@@ -226,7 +226,7 @@ def test_which_method_when_official_uses_each_clients_official_test_accuracy():
 
 
 def test_measurable_names_the_methods_without_a_cost():
-    from fedlib.analysis import cross_paper_design as D
+    from workbook import cross_paper_design as D
 
     per = pd.Series({m: 1.0 for m in D.FOCUSED_METHODS})
     ok, missing = D.measurable(per, ["focused_fmnist_k20", "pilot", "budget"])
@@ -234,7 +234,7 @@ def test_measurable_names_the_methods_without_a_cost():
 
 
 def test_converged_vs_budget_waits_for_its_records_then_gives_tau(tmp_path, monkeypatch):
-    from fedlib.analysis import cross_paper_design as D
+    from workbook import cross_paper_design as D
 
     res, text = D.converged_vs_budget([], root=tmp_path)
     assert res is None and "0 of 507 runs recorded" in text and "--params params/designs/11_cross_paper_converged.yaml" in text

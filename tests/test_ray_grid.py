@@ -10,6 +10,7 @@ import time
 import pytest
 import ray  # the optional extra .[ray]; make setup installs it
 
+import fedlib.grid
 from fedlib import experiment as X
 
 FL = {"rounds": 3, "local_epochs": 1}
@@ -110,7 +111,7 @@ def test_a_worker_killed_mid_run_is_retried_and_every_record_written_once(tmp_pa
     assert files == sorted(f"{s.key()}.json" for s in grid)  # one record per run, no temporaries left
     err = capsys.readouterr().err
     for s in grid:  # each run reported finished exactly once
-        assert err.count(f"{X._describe(s)}:") == 1
+        assert err.count(f"{fedlib.grid._describe(s)}:") == 1
     # the retried run's record is the run's record: equal to computing it here
     local = X.run(grid[0])
     on_disk = json.loads((tmp_path / f"{grid[0].key()}.json").read_text())

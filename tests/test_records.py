@@ -7,10 +7,11 @@ import os
 
 import pytest
 
+import fedlib.lookup
 from fedlib import experiment as X
 from fedlib import records
-from fedlib.analysis import report
-from fedlib.analysis.tables import records_frame
+from workbook import report
+from workbook.tables import records_frame
 
 FAST = {"rounds": 2, "local_epochs": 1}
 
@@ -128,7 +129,7 @@ def test_find_skips_a_damaged_record_naming_it(tmp_path, capsys):
     records.write(X.record_path(tmp_path, s), fake_record(s))
     bad = X.record_path(tmp_path, t)
     bad.write_text(json.dumps(fake_record(t)).replace('"ad": 0.0', '"ad": NaN'))
-    found, missing = records.find([s, t], tmp_path)
+    found, missing = fedlib.lookup.find([s, t], tmp_path)
     assert [r["spec"]["seed"] for r in found] == [0] and missing == [t]
     assert bad.name in capsys.readouterr().err
 

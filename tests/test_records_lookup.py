@@ -6,10 +6,13 @@ import json
 import pytest
 import yaml
 
+import fedlib.lookup
+import fedlib.spec
 import fedlib
 from fedlib import experiment, records
-from fedlib.analysis import beyond_label as B, cross_paper as X, report
-from fedlib.experiment import RECORD_VERSION, RunSpec
+from workbook import beyond_label as B, cross_paper as X, report
+from fedlib.records import RECORD_VERSION
+from fedlib.spec import RunSpec
 from fedlib.paths import ROOT
 
 import record_fakes
@@ -33,7 +36,7 @@ def _beyond():
 @pytest.mark.parametrize("grid, folder, n", [(_cross, "cross_paper", 169), (_beyond, "beyond_label", 121)])
 def test_find_returns_the_committed_record_of_a_spec_rebuilt_from_params(grid, folder, n):
     specs = grid()
-    found, missing = records.find(specs, RECORDS / folder)
+    found, missing = fedlib.lookup.find(specs, RECORDS / folder)
     assert (len(specs), len(found), missing) == (n, n, [])
     for spec, record in zip(specs, found):
         assert record["spec"] == spec.to_dict()  # a fresh spec's dict is the committed one, field for field
@@ -52,33 +55,33 @@ def test_committed_specs_equal_their_rebuilt_runspec():
             rec = records.read(path)
             spec = RunSpec.from_record(rec["spec"])
             assert spec.to_dict() == rec["spec"], path
-            fields = records.spec_fields(rec["spec"])
-            assert records.spec_fields(spec) == fields, path
-            explicit = {**rec["spec"], **{k: v for k, v in experiment._LATER_FIELDS.items()
+            fields = fedlib.lookup.spec_fields(rec["spec"])
+            assert fedlib.lookup.spec_fields(spec) == fields, path
+            explicit = {**rec["spec"], **{k: v for k, v in fedlib.spec._LATER_FIELDS.items()
                                           if k not in rec["spec"]}}
-            assert records.spec_fields(explicit) == fields, path
+            assert fedlib.lookup.spec_fields(explicit) == fields, path
             n += 1
     assert n > 600
     old = next(p for p in sorted((RECORDS / "cross_paper").glob("*.json"))  # a FeSEM record from before `init`
                if records.read(p)["spec"]["method"] == "fesem" and "init" not in records.read(p)["spec"]["hyper"])
     spec = records.read(old)["spec"]
     assert RunSpec.from_record(spec).hyper["init"] == "clients" and RunSpec(**spec).to_dict()["hyper"]["init"] == "forgy"
-    assert records.spec_fields(spec) == records.spec_fields(RunSpec.from_record(spec)) != records.spec_fields(RunSpec(**spec))
+    assert fedlib.lookup.spec_fields(spec) == fedlib.lookup.spec_fields(RunSpec.from_record(spec)) != fedlib.lookup.spec_fields(RunSpec(**spec))
     assert "reproduction" not in json.loads(next((RECORDS / "cross_paper").glob("*.json")).read_text())["spec"]
 
 
 def test_spec_fields_normalises_numbers_and_defaults():
     spec = RunSpec("fmnist", "dirichlet", 0.3, 10, 0, "fedavg", fl={"rounds": 5})
     d = spec.to_dict()
-    assert records.spec_fields(spec) == records.spec_fields({**d, "n_clients": 10.0, "fl": {"rounds": 5.0}})
-    assert records.spec_fields(spec)["reproduction"] == "paper_text"  # absent in to_dict, its default here
+    assert fedlib.lookup.spec_fields(spec) == fedlib.lookup.spec_fields({**d, "n_clients": 10.0, "fl": {"rounds": 5.0}})
+    assert fedlib.lookup.spec_fields(spec)["reproduction"] == "paper_text"  # absent in to_dict, its default here
     assert "reproduction" not in d
-    assert "fedlib" not in records.spec_fields(spec) and "record_version" not in records.spec_fields(spec)
+    assert "fedlib" not in fedlib.lookup.spec_fields(spec) and "record_version" not in fedlib.lookup.spec_fields(spec)
 
 
 def _bumped(monkeypatch):
     monkeypatch.setattr(fedlib, "__version__", "99.0.0")
-    monkeypatch.setattr(experiment, "__version__", "99.0.0")
+    monkeypatch.setattr(fedlib.spec, "__version__", "99.0.0")
 
 
 def _present() -> list:
@@ -117,7 +120,7 @@ def test_two_records_of_one_spec_fail_naming_both(tmp_path):
     (tmp_path / "aaaa.json").write_text(json.dumps(_record(SPEC, cpu_seconds=1.0)))
     (tmp_path / "bbbb.json").write_text(json.dumps(_record(SPEC, cpu_seconds=2.0)))
     with pytest.raises(ValueError, match=r"aaaa\.json and bbbb\.json both match") as err:
-        records.find([SPEC], tmp_path)
+        fedlib.lookup.find([SPEC], tmp_path)
     assert str(tmp_path) in str(err.value)
     with pytest.raises(ValueError, match="bbbb.json"):
         experiment.present_records([SPEC], tmp_path)
@@ -129,19 +132,19 @@ def test_truncated_records_and_other_seeds_are_missing(tmp_path):
     (tmp_path / "cccc.json").write_text(text[: len(text) // 2])  # a half-written file: no record
     (tmp_path / "dddd.json").write_text(json.dumps(_record(SPEC)))
     assert records.read(tmp_path / "cccc.json") is None
-    found, missing = records.find([other, SPEC, RunSpec("fmnist", "dirichlet", 0.3, 10, 7, "fedavg")], tmp_path)
+    found, missing = fedlib.lookup.find([other, SPEC, RunSpec("fmnist", "dirichlet", 0.3, 10, 7, "fedavg")], tmp_path)
     assert [r["spec"]["seed"] for r in found] == [0]
     assert [s.seed for s in missing] == [1, 7]
     unfinished = {**_record(other), "status": "running"}
     (tmp_path / "eeee.json").write_text(json.dumps(unfinished))
-    assert records.find([other], tmp_path) == ([], [other])
-    assert records.find([SPEC], tmp_path / "absent") == ([], [SPEC])
+    assert fedlib.lookup.find([other], tmp_path) == ([], [other])
+    assert fedlib.lookup.find([SPEC], tmp_path / "absent") == ([], [SPEC])
 
 
 def test_a_seed_no_record_has_is_missing():
     specs = _cross()
     spec = RunSpec(**{**specs[0].to_dict(), "seed": 10_000})
-    found, missing = records.find([specs[0], spec], RECORDS / "cross_paper")
+    found, missing = fedlib.lookup.find([specs[0], spec], RECORDS / "cross_paper")
     assert len(found) == 1 and missing == [spec]
 
 
@@ -166,11 +169,11 @@ def test_a_moved_default_keeps_old_records_meaning(tmp_path):
     assert records.with_recorded_defaults(old["spec"])["hyper"] == {"attention": "softmax"}
     assert softmax.to_dict()["hyper"] == {}  # the recorded value: left out, as the old records have it
     assert softmax.to_dict() == old["spec"] and softmax.key() != today.key()  # the old record's spec and file name
-    assert records.find([today, softmax], tmp_path) == ([records.read(tmp_path / "old.json")], [today])
+    assert fedlib.lookup.find([today, softmax], tmp_path) == ([records.read(tmp_path / "old.json")], [today])
     assert RunSpec.from_record(old["spec"]).hyper == {"attention": "softmax"}
     new = _record(today)
     (tmp_path / "new.json").write_text(json.dumps(new))
-    found, missing = records.find([today, softmax], tmp_path)
+    found, missing = fedlib.lookup.find([today, softmax], tmp_path)
     assert [r["spec"]["hyper"] for r in found] == [{"attention": "heurfedamp"}, {}] and missing == []
     # the report's readings match a record as the configuration it ran
     assert report.matches(old["spec"], (("hyper.attention", "softmax"),))

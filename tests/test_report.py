@@ -1,4 +1,4 @@
-"""fedlib.analysis.report: verdicts from records, the scoreboard, the rendered pages, and that the
+"""workbook.report: verdicts from records, the scoreboard, the rendered pages, and that the
 committed docs/findings.md and README block are a fresh render of the committed records."""
 import json
 import re
@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedlib.analysis import report, report_cells
+from workbook import report, report_cells
 from fedlib.methods import display_name
 from fedlib.paths import ROOT
 
@@ -160,7 +160,7 @@ def test_deleting_a_record_turns_its_row_to_not_run(tmp_path):
 
 
 def test_committed_findings_and_readme_block_are_a_fresh_render():
-    assert report.check() == [], "run: python -m fedlib.analysis.report --write"
+    assert report.check() == [], "run: python -m workbook.report --write"
 
 
 def _text(value) -> str:
@@ -287,7 +287,7 @@ def _psi_record(method, seed, correct, n=(10, 10, 10), *, candidates=None, repro
                 status="ok"):
     """A run of notebook 07's grid at the paper's most heterogeneous setting, as run_grid writes it
     (strict JSON: the single run's AD/SDAD against CL are null)."""
-    from fedlib.analysis import psi_pfl_study
+    from workbook import psi_pfl_study
     from fedlib.evaluation import summarise_clients
     from fedlib.strict_json import dumps_strict
 
@@ -320,7 +320,7 @@ def _psi_row(df, row, metric, reading):
 
 
 def test_psi_pfl_ad_reads_the_papers_test_selected_variant_against_the_cl_run_of_its_seed(tmp_path):
-    from fedlib.analysis import psi_pfl_study
+    from workbook import psi_pfl_study
 
     # ζ at p10 is best on validation (ours), p50 best on test (the paper's variant)
     cands = [_psi_cand(10, 0.9, (6, 7, 8)), _psi_cand(50, 0.5, (9, 9, 6))]
@@ -348,7 +348,7 @@ def test_psi_pfl_ad_without_the_cl_run_of_its_seed_is_not_a_number(tmp_path):
 
 
 def test_psi_pfl_cp_leaves_the_clients_at_zero_out(tmp_path):
-    from fedlib.analysis import psi_pfl_study
+    from workbook import psi_pfl_study
 
     _write(tmp_path, PSI, [_psi_record("fedyogi", 0, (0, 4, 8)), _psi_record("fedyogi", 1, (5, 5, 5))])
     row = _psi_row(report.frame(tmp_path), "fedyogi", "CP", "paper protocol")
@@ -382,7 +382,7 @@ def test_cross_paper_section_counts_the_committed_runs_and_invents_no_number(tmp
 
     import yaml
 
-    from fedlib.analysis import cross_paper as X
+    from workbook import cross_paper as X
     from fedlib.experiment import record_path
 
     lines = report.cross_paper_markdown(tmp_path)
@@ -438,7 +438,7 @@ def test_beyond_label_section_counts_the_committed_runs_and_reads_the_answer_fro
     import yaml
 
     from fedlib import partition as P
-    from fedlib.analysis import beyond_label as B
+    from workbook import beyond_label as B
     from fedlib.experiment import record_path
 
     lines = report.beyond_label_markdown(tmp_path)

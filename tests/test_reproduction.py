@@ -5,7 +5,7 @@ import pytest
 
 from fedlib import experiment as X
 from fedlib import reproduction as R
-from fedlib.analysis.tables import for_reproduction, records_frame, table3
+from workbook.tables import for_reproduction, records_frame, table3
 from fedlib.methods.base import pooled_accuracies
 
 pytestmark = pytest.mark.cross_cpu  # trains or evaluates: numbers from the CPU's kernels (make test-other-cpu)
@@ -151,8 +151,8 @@ def test_table3_reads_each_reproduction(cfl_records):
 
 
 def test_paper_values_and_the_side_by_side_table(cfl_records):
-    from fedlib.analysis.paper_table3 import paper_value
-    from fedlib.analysis.tables import beside_paper
+    from workbook.paper_table3 import paper_value
+    from workbook.tables import beside_paper
 
     assert paper_value("fmnist", "cfl", "similarity", 0) == 0.59
     assert paper_value("adult", "cfl", "similarity", 0.0) == 0.76      # ACSIncome's column, adult its stand-in

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from fedlib import experiment as X, records
-from fedlib.analysis.tables import records_frame
+from workbook.tables import records_frame
 from fedlib.engine import Federation, broadcast, local_train
 from fedlib.models import build_model, init_params
 from fedlib.strict_json import dumps_strict, loads_strict, restore, sanitise

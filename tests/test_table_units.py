@@ -3,7 +3,7 @@ they are."""
 import pandas as pd
 import pytest
 
-from fedlib.analysis.tables import to_markdown
+from workbook.tables import to_markdown
 
 
 def _table(mean, std, n=3):

@@ -1,10 +1,10 @@
-"""fedlib.analysis.tables.provenance: where and how long records ran."""
+"""workbook.tables.provenance: where and how long records ran."""
 import numpy as np
 import pytest
 
 
 def test_provenance_groups_runs_by_machine():
-    from fedlib.analysis.tables import provenance
+    from workbook.tables import provenance
 
     recs = [{"host": {"cpu": "cpu A"}, "versions": {"torch": "2.1"}, "seconds": 60.0, "cpu_seconds": 120.0},
             {"host": {"cpu": "cpu A", "gpu": "GPU B"}, "versions": {"torch": "2.2"}, "seconds": 120.0},

@@ -1,9 +1,9 @@
 """Why Algorithm 1 picks many clusters when clients share label histograms
-(:func:`fedlib.analysis.cluster_study.tau_reading`), on a hand-made 7-client case."""
+(:func:`workbook.cluster_study.tau_reading`), on a hand-made 7-client case."""
 import numpy as np
 import pytest
 
-from fedlib.analysis import cluster_study as CS
+from workbook import cluster_study as CS
 from fedlib.clustering import psi_features, select_n_clusters
 
 # three pairs of identical histograms and one client alone: 4 distinct histograms, 4 class supports

@@ -5,6 +5,7 @@ import json
 import numpy as np
 import pytest
 
+import fedlib.run
 from fedlib import experiment as X
 from fedlib.tuning import best_point, grid_points, method_grid, tune
 
@@ -65,8 +66,8 @@ def test_validation_and_global_test_are_recorded_and_test_split_is_unchanged():
 
 def test_global_test_needs_an_official_test_set(monkeypatch):
     import dataclasses
-    ds = X._load("adult", 1200)
-    monkeypatch.setattr(X, "_load", lambda name, n, n_test=None, pool_test=False: dataclasses.replace(ds, x_test=None, y_test=None))
+    ds = fedlib.run._load("adult", 1200)
+    monkeypatch.setattr(fedlib.run, "_load", lambda name, n, n_test=None, pool_test=False: dataclasses.replace(ds, x_test=None, y_test=None))
     with pytest.raises(ValueError, match="global_test=True but dataset 'adult' has no official test set"):
         X.build_federation(spec(global_test=True))
 

@@ -60,7 +60,7 @@ The k search as the authors ran it for Tables II–III (their ``cluster_vis.py``
 2 … 19, the silhouette curve s̄_k averaged over repeated fresh partitions of the same kind
 (:func:`mean_silhouette_curve`), k = its argmax, then K-means with that k on the partition
 being classified, every K-means with random_state 0 — :func:`cbcc` with ``curve=`` the
-averaged curve. :mod:`fedlib.analysis.cafa_study` runs it (``k_search='authors'``).
+averaged curve. :mod:`workbook.cafa_study` runs it (``k_search='authors'``).
 
 Departures from the authors' public code (their repository, see README): their code weighs
 client i by (|cluster(i)|/K_total)·acc_i/Σacc over the round's selection — the product rule

@@ -27,7 +27,7 @@ the record says which split chose (``info['selected_on']``). ``select_on='test'`
 best test candidate of the one run, a per-seed best; the authors' ``main.py`` instead picks one
 percentile per setting by the best mean test accuracy over its seeds, dropping duplicate
 thresholds. The workbook rebuilds that variant from the validation-selected records
-(:func:`fedlib.analysis.psi_pfl_study.authors_zeta_choice`), labelled as the paper's.
+(:func:`workbook.psi_pfl_study.authors_zeta_choice`), labelled as the paper's.
 
 Every candidate's validation and test accuracy, its selected clients and its per-client test
 correct counts are recorded (``info['candidates']``), so Fig. 5 (accuracy per percentile) and

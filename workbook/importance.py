@@ -63,7 +63,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from ..validation import check_choice, check_number, fail
+from fedlib.validation import check_choice, check_number, fail
 
 __all__ = ["DEFAULT_FEATURES", "MODELS", "KIND_COLUMNS", "KIND_LABELS", "PRESETS", "make_models",
            "metric_importance", "ranking",
@@ -253,7 +253,7 @@ def metric_importance(df: pd.DataFrame, target: str = "level",
     Parameters
     ----------
     df : DataFrame
-        A metric grid (:func:`fedlib.analysis.metric_study.metric_grid`); rows with
+        A metric grid (:func:`workbook.metric_study.metric_grid`); rows with
         ``feasible == False`` or NaN features are dropped. One fit per value of ``by``
         (all rows together when ``df`` lacks that column).
     target : str, default 'level'

@@ -1,6 +1,6 @@
 """What a ranking of notebook 11 can support (issue 58): when training stopped, which metric ranks,
 how many blocks it rests on. Pure functions over per-run records and score tables; the study
-modules (:mod:`fedlib.analysis.cross_paper`) build the tables, this module measures them.
+modules (:mod:`workbook.cross_paper`) build the tables, this module measures them.
 
 **Convergence** (:func:`plateau_round`). The rule, with its two parameters explicit
 (:data:`PLATEAU_WINDOW`, :data:`PLATEAU_TOLERANCE_PP`): a run's accuracy has *plateaued at round r*
@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from ..validation import check_int, check_number, fail
+from fedlib.validation import check_int, check_number, fail
 
 __all__ = ["PLATEAU_WINDOW", "PLATEAU_TOLERANCE_PP", "PLATEAU_RULE", "plateau_round", "history_of", "score_at_round",
            "convergence_table", "mean_ranks", "kendall_tau", "leave_one_block_out", "nemenyi_q", "nemenyi_cd",

@@ -14,9 +14,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..methods import METHODS, display_name
-from ..partition import level_symbol
-from ..strict_json import restore
+from fedlib.methods import METHODS, display_name
+from fedlib.partition import level_symbol
+from fedlib.strict_json import restore
 
 __all__ = ["mean_sd", "records_frame", "for_reproduction", "table3", "table4", "beside_paper", "seed_summary", "to_markdown", "frame_markdown", "setting_name", "SETTING_KEYS", "provenance"]
 
@@ -108,7 +108,7 @@ def for_reproduction(df: pd.DataFrame, reproduction: str = "paper_text") -> pd.D
     the authors' code ran it, and its ``paper_text`` runs where it has none (a method the code
     ran as Table II says, or whose changes do nothing at that K and q — grids make one run for
     both readings there)."""
-    from ..validation import check_choice
+    from fedlib.validation import check_choice
 
     check_choice(reproduction, "reproduction", ("paper_text", "paper_code"))
     if df.empty:
@@ -133,7 +133,7 @@ def table3(df: pd.DataFrame, reproduction: str = "paper_text") -> pd.DataFrame:
 def beside_paper(df: pd.DataFrame, n_clients: int | None = None) -> pd.DataFrame:
     """Table III in both readings beside the paper's K = 100 value, one row per (data set,
     setting, method): ``paper`` (the published mean, of the paper's data set that ``dataset``
-    stands in for — :data:`fedlib.analysis.paper_table3.STAND_INS`; NaN where the table has
+    stands in for — :data:`workbook.paper_table3.STAND_INS`; NaN where the table has
     none), ``paper_text`` and ``paper_code`` as "mean ± std" over seeds (:func:`table3`), all in
     percent (the workbook's unit for accuracies), and ``own_run`` (whether the two readings are two runs here). ``n_clients`` keeps one K."""
     from .paper_table3 import STAND_INS, paper_value
@@ -202,7 +202,7 @@ def to_markdown(table: pd.DataFrame, value: str = "mean", spread: str = "std", p
     percent, the workbook's one unit for accuracies (the paper prints 0.82, we print 82.00); each
     block's heading says "(%)". ``percent=False`` prints the values as they are (a count, a ratio
     such as PSI-PFL's CP)."""
-    from ..validation import check_choice
+    from fedlib.validation import check_choice
 
     check_choice(percent, "percent", (True, False))
     t = table.copy()

@@ -39,7 +39,7 @@ field ``global_accuracy``; Clust-PSI-PFL calls it "global accuracy"), the worst 
 mean local accuracy and the ECDF of the clients' local accuracies A_k, the **official-test
 accuracy** (each client's model on the data set's official test set, ``global_test_accuracy``),
 AD from CL (mean |A_k − CL's weighted local accuracy| of the same partition and seed,
-:func:`fedlib.analysis.tables.records_frame`), the ARI of the method's grouping against the
+:func:`workbook.tables.records_frame`), the ARI of the method's grouping against the
 planted clusters (where planted and where the method groups clients, :data:`GROUPING_METHODS`),
 and the run's CPU time (``cpu_seconds``: the process CPU time, every thread summed).
 
@@ -63,11 +63,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from .. import partition as P
-from ..evaluation import cluster_recovery
-from ..experiment import RunSpec, grid_specs, present_records
-from ..methods import GROUPING_METHODS, METHODS, cfl, display_name, method_info
-from ..validation import check_choice, check_int, check_number, fail
+from fedlib import partition as P
+from fedlib.evaluation import cluster_recovery
+from fedlib.experiment import RunSpec, grid_specs, present_records
+from fedlib.methods import GROUPING_METHODS, METHODS, cfl, display_name, method_info
+from fedlib.validation import check_choice, check_int, check_number, fail
 from .tables import frame_markdown as table_markdown, records_frame
 
 __all__ = ["Partition", "PARTITIONS", "REFERENCES", "GROUPING_METHODS", "WORST_SHARE", "worst_clients_accuracy", "ALPHA", "allowed",
@@ -105,7 +105,7 @@ planted clusters, or the IID share (the protocol's ``level_name``)."""
 SEED_PAPER_PARTITIONS = ("dirichlet_0.3", "similarity_0", "similarity_1", "pathological", "noisy",
                          "client_dirichlet_0.1", "cafa_iid_0.25")
 """Each seed paper's own partitions (the paper profile's); the other :data:`PARTITIONS` are further
-levels of the same rules, for the focused design (:mod:`fedlib.analysis.cross_paper_design`)."""
+levels of the same rules, for the focused design (:mod:`workbook.cross_paper_design`)."""
 
 REFERENCES = ("cl", "oracle")  # shown beside the ranked methods, never ranked
 WORST_SHARE = 0.10  # the worst 10 % clients
@@ -292,7 +292,7 @@ DIGITS = {"groups": 1, "cpu_seconds": 1}  # decimals shown per quantity (else 2)
 
 def cell_table(df: pd.DataFrame, value: str, partitions=None) -> pd.DataFrame:
     """Methods × partitions of ``value`` (a key of :data:`METRICS`) as the notebook prints it:
-    "mean ± std (n = seeds)" (:func:`fedlib.analysis.tables.mean_sd`); a cell with a failed or
+    "mean ± std (n = seeds)" (:func:`workbook.tables.mean_sd`); a cell with a failed or
     infeasible run shows that status (never a number from the surviving seeds), a method not
     run on a partition "not run", a number that does not exist (ARI without planted clusters
     or without a grouping) "—". ``partitions``: the columns, in that order (keys of
@@ -505,9 +505,9 @@ def which_method_when(df: pd.DataFrame, *, alpha: float = ALPHA, exclude=REFEREN
 
 def tau_lines(found, scores: pd.DataFrame) -> list[str]:
     """One line per Clust-PSI-PFL record of ``found`` that chose τ: what τ is in terms of the clients'
-    label histograms (:func:`fedlib.analysis.cluster_study.tau_readings`, the train label counts rebuilt
+    label histograms (:func:`workbook.cluster_study.tau_readings`, the train label counts rebuilt
     from each record's spec) and Clust-PSI-PFL's score minus Local's in ``scores`` (:func:`score_table`)."""
-    from ..experiment import build_federation
+    from fedlib.experiment import build_federation
     from .cluster_study import tau_explanations, tau_readings
 
     taus = tau_readings(found, lambda r: build_federation(RunSpec.from_record(r["spec"]), "cpu")[1],

@@ -12,7 +12,7 @@ when it differs, with ``note`` saying why, and ``evidence``: the name of another
 same cell that tests the reason (the run with the suspected difference undone). The report calls
 the cause *confirmed* only when that reading's records support it (it lands within tolerance of
 the paper, or closes at least half of the gap); a cause without an evidence reading, or whose
-reading does not support it, is printed as *suspected* (:func:`fedlib.analysis.report.frame`). A
+reading does not support it, is printed as *suspected* (:func:`workbook.report.frame`). A
 row that differs with no cause listed is "differs, no cause identified". ``unavailable`` marks
 cells that cannot run here (their data have no offline source): they are "not run" whatever the
 records hold. ``kind`` separates trained cells from label-only ones (a clustering of label
@@ -20,14 +20,14 @@ histograms, no training); ``chance`` is a cell's chance-level accuracy (10 % for
 classes), so that a row where the paper and ours both sit at chance is counted apart; ``guess``
 quotes the paper's sentence where the setting a cell is read at is not stated by the paper.
 
-Nothing here is a result: the numbers come from records (:mod:`fedlib.analysis.report`).
+Nothing here is a result: the numbers come from records (:mod:`workbook.report`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ..methods import PARAM_AVERAGE_METHODS
-from ..reproduction import runs_differently
+from fedlib.methods import PARAM_AVERAGE_METHODS
+from fedlib.reproduction import runs_differently
 from .cafa_study import AUTHORS_FL, PAPER_TABLE2, PAPER_TABLE3, PAPER_TABLE4, PAPER_TABLE5, PAPER_WINDOWS
 from .fedprism_study import CFL_PAPER as FEDPRISM_CFL
 from .fedprism_study import PAPER_MAIN, PAPER_TABLE9
@@ -112,7 +112,7 @@ class Reading:
         of a smaller level is passed over)
     metric : key of :data:`METRICS`; ``window_mean`` takes ``window`` (first, last round)
     derive : None, or the name of a transform of the folder's records applied before matching
-        (:data:`fedlib.analysis.report.DERIVATIONS`), e.g. ``"psi_pfl_paper_variant"``: the runs
+        (:data:`workbook.report.DERIVATIONS`), e.g. ``"psi_pfl_paper_variant"``: the runs
         PSI-PFL's paper reports, rebuilt from the validation-selected records
     shared_with : matches (tuples like ``match``) of the runs the cell's table compares this one
         with; non-empty: only the seeds for which every one of them has an ``ok`` record in the
@@ -430,7 +430,7 @@ def _variant_readings(records: str, base: dict, metric: str, cfl_paper: dict) ->
     earlier softmax; FeSEM with the paper's start (Forgy) and the workbook's earlier all-clients
     start; pFedLIA clustering centrally (the paper's Algorithm) and peer to peer. Each reading
     pins its variant, so no two records of one seed answer it
-    (:func:`fedlib.analysis.report.row_values` refuses that); a record whose spec lacks a key
+    (:func:`workbook.report.row_values` refuses that); a record whose spec lacks a key
     whose default moved is matched as the value it ran (``report.matches``)."""
     method = base["method"]
     if method == "cfl":

@@ -18,8 +18,8 @@ baselines that need training to group (IFCA, FedClust, CFL, pFedLIA) have no clu
 a zero-spread sample (every seed the same ARI) gives a zero-width interval, stated as such.
 
 **Verdict** (:func:`interval_verdict`): "recovers" only when the whole interval is ≥ the cut-off
-(:data:`fedlib.analysis.beyond_label.RECOVERED`, 0.9), "cannot separate" when it is wholly ≤
-:data:`~fedlib.analysis.beyond_label.CHANCE`, "partly" when it lies between, and "undecided
+(:data:`workbook.beyond_label.RECOVERED`, 0.9), "cannot separate" when it is wholly ≤
+:data:`~workbook.beyond_label.CHANCE`, "partly" when it lies between, and "undecided
 (interval crosses c)" when it straddles a cut-off c — never one value against a cut-off.
 
 **Small clients pooled** (:func:`pooled_small_accuracy`): a small client (5–20 samples) keeps
@@ -37,9 +37,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from .. import partition as P
-from ..evaluation import cluster_recovery
-from ..validation import check_int, check_number, fail
+from fedlib import partition as P
+from fedlib.evaluation import cluster_recovery
+from fedlib.validation import check_int, check_number, fail
 
 __all__ = ["CONFIDENCE", "t_interval", "interval_verdict", "clustering_ari", "clustering_aris", "ari_rows", "read_ari_rows", "ARI_RECORDS", "CLUSTERING_ONLY", "ari_over_seeds",
            "interval_text", "answer_over_seeds", "pooled_small_accuracy", "bootstrap_pooled", "small_pooled_frame", "small_pooled_table", "collapsed_rows"]
@@ -82,7 +82,7 @@ def interval_verdict(low: float, high: float, *, chance: float = 0.1, recovered:
 
 
 CLUSTERING_ONLY = ("psi_label", "psi_size", "psi_downweight", "psi_attribute", "psi_attribute_bins", "psi_joint")
-"""The variants of :data:`fedlib.analysis.beyond_label.VARIANTS` whose grouping needs no training."""
+"""The variants of :data:`workbook.beyond_label.VARIANTS` whose grouping needs no training."""
 
 
 def clustering_ari(spec) -> dict:
@@ -100,9 +100,9 @@ def clustering_aris(specs) -> list[dict]:
     ``cpu_seconds`` is its share of the call's CPU time (the federation's split evenly)."""
     import dataclasses
 
-    from ..experiment import build_federation
-    from ..methods.clust_psi_pfl import Hyper, attribute_histograms, cluster_clients
-    from ..noniid import image_summaries
+    from fedlib.experiment import build_federation
+    from fedlib.methods.clust_psi_pfl import Hyper, attribute_histograms, cluster_clients
+    from fedlib.noniid import image_summaries
 
     specs = list(specs)
     if not specs:
@@ -319,7 +319,7 @@ def small_pooled_table(frame: pd.DataFrame, labels=None, reference: str = "fedav
 
 
 def collapsed_rows(df: pd.DataFrame, variants) -> pd.DataFrame:
-    """Per variant of ``variants`` in ``df`` (:func:`fedlib.analysis.beyond_label.runs_frame`): in how
+    """Per variant of ``variants`` in ``df`` (:func:`workbook.beyond_label.runs_frame`): in how
     many of its finished runs the final grouping has one group (a clustered method that collapsed
     to FedAvg), out of how many, and the partitions where it did."""
     ok = df[(df.status == "ok") & df.variant.isin(list(variants))]

@@ -43,14 +43,14 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from .. import partition as P
-from ..evaluation import cluster_recovery
-from ..experiment import RunSpec, grid_specs
-from ..methods import cfl, display_name
-from ..paths import ROOT
+from fedlib import partition as P
+from fedlib.evaluation import cluster_recovery
+from fedlib.experiment import RunSpec, grid_specs
+from fedlib.methods import cfl, display_name
+from fedlib.paths import ROOT
 from .tables import mean_sd, frame_markdown as table_markdown
-from .. import records as R
-from ..validation import check_choice, check_int, fail
+from fedlib import records as R
+from fedlib.validation import check_choice, check_int, fail
 
 __all__ = ["PAPER_RECORDS", "DATA_SPLITS", "READINGS", "FL_BENCH_TEST", "FL_BENCH_VAL_OF_TRAIN", "split_of", "fl_bench_val_fraction", "METHODS", "SETTINGS", "PAPER_TABLE1", "RECOVERY_METHODS", "NOT_RUN_HERE", "CFL_PAPER", "local_epochs_total",
            "training_specs", "GRID_PARAMS", "notebook_grid", "method_label", "accuracy_frame", "table1", "recovery_table", "rounds_frame",
@@ -152,7 +152,7 @@ def fl_bench_val_fraction(method: str, hyper: dict | None = None) -> float:
     """A run's validation share of the client's data on FL-bench's split: 0 for a method that
     uses none, else :data:`FL_BENCH_VAL_OF_TRAIN` of the train part, (1 − 0.25) · 0.2 = 0.15
     (FL-bench's FedFomo; the test split stays 25 %)."""
-    from ..methods import make_hyper, method_info
+    from fedlib.methods import make_hyper, method_info
 
     needs = method_info(method).needs_val(make_hyper(method, hyper or {}))
     return round((1 - FL_BENCH_TEST) * FL_BENCH_VAL_OF_TRAIN, 12) if needs else 0.0
@@ -348,7 +348,7 @@ def fig_rounds(curves: pd.DataFrame, warmup_rounds: int):
 def influence_frame(record: dict, client: int = 0) -> pd.DataFrame:
     """Fig. 3b's data: client ``client``'s view I(client, j) of every client j of a pFedLIA
     record, each j's planted cluster, and whether the client's 2-means split finds j beneficial."""
-    from ..methods.pfedlia import beneficial_peers
+    from fedlib.methods.pfedlia import beneficial_peers
 
     if record.get("spec", {}).get("method") != "pfedlia" or "influence" not in record.get("info", {}):
         fail("record", "a finished pFedLIA record (its info holds the influence matrix)",

@@ -36,10 +36,10 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from ..evaluation import client_parity, summarise_clients
-from ..experiment import present_records
-from ..methods.psi_pfl import rule_changes
-from ..validation import fail
+from fedlib.evaluation import client_parity, summarise_clients
+from fedlib.experiment import present_records
+from fedlib.methods.psi_pfl import rule_changes
+from fedlib.validation import fail
 from .tables import SETTING_KEYS
 from .training_plots import REFERENCES, method_legend, method_order, ecdf_panel
 
@@ -86,7 +86,7 @@ def grid_specs(datasets, alphas, n_clients, seeds, baselines, *, hyper=None, fl=
     set, which :func:`paper_variant_records` rebuilds from the ``paper_text`` records (one ζ per
     setting over its seeds, :func:`authors_zeta_choice`; the ×4 copy of a ≤ 2-client pool is not
     replayed)."""
-    from .. import experiment
+    from fedlib import experiment
 
     specs = experiment.grid_specs(datasets, {"dirichlet": alphas}, n_clients, seeds, [*baselines, METHOD],
                                   hyper=hyper, fl=fl, n_train=n_train, val_fraction=val_fraction,

@@ -28,8 +28,8 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .. import noniid
-from ..partition import (PROTOCOLS, InfeasiblePartitionError, label_counts, level_symbol, partition,
+from fedlib import noniid
+from fedlib.partition import (PROTOCOLS, InfeasiblePartitionError, label_counts, level_symbol, partition,
                         train_test_split)
 
 __all__ = [
@@ -200,7 +200,7 @@ def run_study(datasets: Sequence[str], protocol_levels: Mapping[str, Sequence[fl
     -------
     pandas.DataFrame, the grids concatenated (datasets outermost, then protocols).
     """
-    from ..datasets import load
+    from fedlib.datasets import load
 
     frames = []
     for name in _as_list("datasets", datasets):

@@ -54,12 +54,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from .. import partition as P
-from ..evaluation import cluster_recovery
-from ..experiment import RunSpec, present_records
-from ..noniid import IMAGE_SUMMARIES, psi
-from ..validation import check_choice, check_int, check_number, fail
-from ..methods import cfl
+from fedlib import partition as P
+from fedlib.evaluation import cluster_recovery
+from fedlib.experiment import RunSpec, present_records
+from fedlib.noniid import IMAGE_SUMMARIES, psi
+from fedlib.validation import check_choice, check_int, check_number, fail
+from fedlib.methods import cfl
 from .cross_paper import table_ii_cfl_specs, worst_clients_accuracy
 from .tables import frame_markdown as table_markdown, mean_sd
 
@@ -344,7 +344,7 @@ def label_spread(spec: RunSpec) -> dict:
     """How different the clients' label histograms are under ``spec``'s partition, computed from its
     train splits (:func:`fedlib.experiment.build_federation`): the mean and the largest client PSI_i
     (Eq. 2 against the pooled histogram; 0 = identical histograms)."""
-    from ..experiment import build_federation
+    from fedlib.experiment import build_federation
 
     _, counts, _ = build_federation(dataclasses.replace(spec, method="fedavg", hyper={}), "cpu")
     v = psi(counts)
@@ -452,7 +452,7 @@ def fig_ari(df: pd.DataFrame, partitions=None):
 def n_bins_of(hyper: dict | None) -> int:
     """The quantile bins per attribute the study's Clust-PSI-PFL variants use: ``hyper``'s
     ``clust_psi_pfl.n_bins``, else the method's default."""
-    from ..methods.clust_psi_pfl import Hyper
+    from fedlib.methods.clust_psi_pfl import Hyper
 
     return int((hyper or {}).get("clust_psi_pfl", {}).get("n_bins", Hyper().n_bins))
 
@@ -460,7 +460,7 @@ def n_bins_of(hyper: dict | None) -> int:
 def dataset_shapes(datasets) -> dict[str, tuple[int, int]]:
     """Per data set, (C, F): its number of classes and of attribute features — the six
     :func:`fedlib.noniid.image_summaries` for images, every input column for tabular rows."""
-    from ..datasets import load
+    from fedlib.datasets import load
 
     out = {}
     for d in datasets:

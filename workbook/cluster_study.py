@@ -18,12 +18,12 @@ import numpy as np
 import pandas as pd
 from sklearn.metrics import adjusted_rand_score
 
-from .. import partition as P
-from ..clustering import psi_features, select_n_clusters
-from ..methods import clust_psi_pfl, psi_pfl
-from ..noniid import psi, wpsi
-from ..privacy import POSTPROCESS, noisy_label_counts, server_histograms
-from ..validation import check_choice, check_number, check_seed, fail
+from fedlib import partition as P
+from fedlib.clustering import psi_features, select_n_clusters
+from fedlib.methods import clust_psi_pfl, psi_pfl
+from fedlib.noniid import psi, wpsi
+from fedlib.privacy import POSTPROCESS, noisy_label_counts, server_histograms
+from fedlib.validation import check_choice, check_number, check_seed, fail
 
 __all__ = ["cluster_selection_study", "tau_reading", "tau_readings", "tau_explanations", "privacy_study", "privacy_grid", "privacy_summary", "privacy_figure",
            "epsilon_label", "NO_NOISE"]

@@ -1,5 +1,5 @@
 """Figures of notebooks 04–06 (Figs. 5–8). Each returns a matplotlib Figure; save it with
-the CSV behind it through :func:`fedlib.analysis.plots.save_figure`.
+the CSV behind it through :func:`workbook.plots.save_figure`.
 
 Colours are stable: a method always gets :func:`method_color` (one distinct colour for each
 of the 14 registered methods, Clust-PSI-PFL in black), and a series of Figs. 5–6 gets its
@@ -14,8 +14,8 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.lines import Line2D
 
-from ..methods import METHODS, display_name
-from ..partition import level_log_scale, level_symbol
+from fedlib.methods import METHODS, display_name
+from fedlib.partition import level_log_scale, level_symbol
 
 __all__ = ["fig5_silhouette", "fig6_tau", "fig7_accuracy", "fig8_ecdf", "ecdf_panel", "method_color", "method_order",
            "method_legend"]

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..paths import ROOT
-from ..reproduction import runs_differently
+from fedlib.paths import ROOT
+from fedlib.reproduction import runs_differently
 from .paper_table3 import paper_value
 from .tables import records_frame, setting_name, table3
 
@@ -42,9 +42,9 @@ def cells(records, protocols: dict | None = None, methods=METHODS, n_clients: in
     ``records``: run records (dicts as :func:`fedlib.experiment.load_records` returns them) at
     ``n_clients`` clients and the paper's protocol. Where the code ran a method differently and its
     paper_code run is not among the records, paper_code is NaN: the paper_text run does not stand
-    in for it (:func:`fedlib.analysis.tables.table3`'s fallback is only for methods run the same way).
+    in for it (:func:`workbook.tables.table3`'s fallback is only for methods run the same way).
     ``dataset``: the workbook data set the records ran on; the paper's value is read from the
-    column it stands in for (:data:`fedlib.analysis.paper_table3.STAND_INS`).
+    column it stands in for (:data:`workbook.paper_table3.STAND_INS`).
     """
     protocols = SETTINGS if protocols is None else protocols
     records = list(records)

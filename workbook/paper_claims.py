@@ -5,7 +5,7 @@ A :class:`Claim` quotes one sentence of a paper (verbatim from its text in ``../
 only the machine conversion's artefacts cleaned: :func:`clean`) and operationalises it as a
 difference of two of the report's readings, ``a`` − ``b`` (or ``a`` − the paper's own value of
 that cell, ``b_value``, when the claim is about a value rather than a comparison). The readings
-are picked out of :func:`fedlib.analysis.report_cells.cells` by (paper, table, row, column,
+are picked out of :func:`workbook.report_cells.cells` by (paper, table, row, column,
 reading name) (:func:`reading_of`), so a claim reads exactly the records its table rows read,
 and the paper's own A − B (``paper_delta``) comes from the same cells' printed values.
 
@@ -54,8 +54,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..methods import display_name
-from ..paths import ROOT
+from fedlib.methods import display_name
+from fedlib.paths import ROOT
 from . import report, report_cells
 from .report_cells import PAPERS, Reading
 from .tables import setting_name
@@ -377,7 +377,7 @@ CLAIMS: tuple[Claim, ...] = tuple(replace(c, short=t) for c, t in zip(_CLAIMS, _
 # ----------------------------------------------------------------------------- evaluation
 def seed_values(reading: Reading, root: Path | str = report.RECORDS) -> dict:
     """{seed: our value} of ``reading``, from the records with status ``ok`` and a finite value
-    (:func:`fedlib.analysis.report.matched_records`, :func:`~fedlib.analysis.report.record_value`)."""
+    (:func:`workbook.report.matched_records`, :func:`~workbook.report.record_value`)."""
     folder, recs = report.matched_records(reading, Path(root))
     out = {}
     for r in recs:

@@ -39,13 +39,13 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from .. import partition as P
-from .. import records as R
-from ..experiment import RunSpec, grid_specs
-from ..methods import cfl, display_name
-from ..paths import ROOT
+from fedlib import partition as P
+from fedlib import records as R
+from fedlib.experiment import RunSpec, grid_specs
+from fedlib.methods import cfl, display_name
+from fedlib.paths import ROOT
 from .tables import mean_sd, frame_markdown as table_markdown
-from ..validation import check_choice, check_int, check_number, fail
+from fedlib.validation import check_choice, check_int, check_number, fail
 
 __all__ = ["PARTITION", "PARTITIONS", "PAPER_MAIN", "PAPER_TABLE9", "PAPER_TABLE10", "PAPER_TABLE11", "NOT_RUN_HERE", "METHODS",
            "CFL_PAPER", "FEDAMP_ATTENTIONS", "CLIP_NAMES", "PAPER_RECORDS", "alpha_gamma_table", "private_part_lines", "local_epochs_total", "training_specs", "ablation_specs", "GRID_PARAMS", "notebook_grid", "accuracy_frame", "variant_of",
@@ -454,7 +454,7 @@ def training_labels(dataset: str, n_train: int | None) -> tuple[np.ndarray, str]
     """The training-pool labels the runs partition (the same subset as
     :func:`fedlib.experiment.build_federation`: seed-0 stratified ``n_train``), and the data
     set's paper name."""
-    from ..datasets import load, subsample
+    from fedlib.datasets import load, subsample
 
     ds = load(dataset)
     if n_train is not None and check_int(n_train, "n_train", 1) < len(ds.y_train):

@@ -82,13 +82,13 @@ import numpy as np
 import pandas as pd
 from sklearn.decomposition import PCA
 
-from .. import partition as P
-from ..experiment import grid_specs
-from ..methods import display_name
-from ..methods.cafa import class_distribution, cbcc, mean_silhouette_curve, select_k
-from ..models import ARCHITECTURES
-from ..paths import ROOT
-from ..validation import check_choice, check_int, check_number, check_seed, fail
+from fedlib import partition as P
+from fedlib.experiment import grid_specs
+from fedlib.methods import display_name
+from fedlib.methods.cafa import class_distribution, cbcc, mean_silhouette_curve, select_k
+from fedlib.models import ARCHITECTURES
+from fedlib.paths import ROOT
+from fedlib.validation import check_choice, check_int, check_number, check_seed, fail
 
 __all__ = ["PAPER_TABLE2", "PAPER_TABLE3", "PAPER_TABLE4", "PAPER_TABLE5", "PAPER_CASES", "GENERATORS",
            "K_SEARCHES", "AUTHORS_K_RANGE", "AUTHORS_REPEATS", "CBCC_RECORDS", "cifar10_labels", "true_iid_mask",

@@ -3,7 +3,7 @@ difference from the paper, and each paper claim drawn as its margin.
 
 Two pure functions build the tidy frames the figures draw, two draw them:
 
-forest_rows   the report's rows (:func:`fedlib.analysis.report.frame`) -> one row per cell × reading
+forest_rows   the report's rows (:func:`workbook.report.frame`) -> one row per cell × reading
               that ran or is infeasible: Δ = ours − paper (pp for % values, else the value's own
               unit), our interval Δ ± our sample sd (none for one seed), the paper's spread, the
               verdict's tolerance and the largest |Δ| the verdict rule calls reproduced, the colour
@@ -13,12 +13,12 @@ forest_plot   one figure of those rows: one panel per table (per table and colum
               a marker per row coloured by verdict, our interval as an error bar, the paper's
               spread as a grey bar about 0, the verdict's bound ± max(tolerance, spread + sd) as a
               shaded band.
-claims_rows   the papers' claims (:func:`fedlib.analysis.paper_claims.frame`) -> one row per claim:
+claims_rows   the papers' claims (:func:`workbook.paper_claims.frame`) -> one row per claim:
               our A − B with its sd, the margin, and the region the claim needs.
 claims_plot   one figure of those rows: the region each claim needs shaded, our A − B as a marker
               coloured by whether the claim holds, the paper's own A − B as an open diamond.
 
-The figures are saved by :func:`fedlib.analysis.plots.save_figure` (fixed dpi, PNG metadata
+The figures are saved by :func:`workbook.plots.save_figure` (fixed dpi, PNG metadata
 without the matplotlib version, so the files are deterministic).
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from ..methods import display_name
+from fedlib.methods import display_name
 from .plots import DPI
 
 __all__ = ["VERDICT_COLOURS", "VERDICT_LABELS", "CLAIM_COLOURS", "MARKER_GID", "verdict_colour", "forest_rows",
@@ -71,7 +71,7 @@ def _method(row: str) -> str:
 def forest_rows(cells, split_over: int = 40) -> pd.DataFrame:
     """The forest plot's rows (:data:`FOREST_COLUMNS`) from report rows.
 
-    ``cells``: :func:`fedlib.analysis.report.frame`'s DataFrame (or a list of dicts with its
+    ``cells``: :func:`workbook.report.frame`'s DataFrame (or a list of dicts with its
     columns paper, table, row, column, reading, unit, metric, paper_value, spread, tolerance, n,
     mean, sd, verdict; ``id`` optional). Rows not run are left out. ``delta`` = mean − paper value;
     ``lo``/``hi`` = delta ∓ sd where our sd exists (n ≥ 2), else NaN; ``spread`` the paper's (NaN
@@ -177,7 +177,7 @@ def forest_plot(rows: pd.DataFrame, ax=None, ncols: int = 3, panel_width: float 
     Δ (coloured by verdict, :data:`VERDICT_COLOURS`; an infeasible row an × at 0), our interval
     Δ ± sd as an error bar (none for one seed), the paper's spread ± s as a grey bar about 0
     below the marker, and the verdict's bound as a green band about 0: ± max(tolerance, the paper's
-    spread + our sd), the |Δ| within which the row reproduces (:data:`fedlib.analysis.report.VERDICT_RULE`). With ``ax`` every row is
+    spread + our sd), the |Δ| within which the row reproduces (:data:`workbook.report.VERDICT_RULE`). With ``ax`` every row is
     drawn on it (one panel); else one panel per ``panel``, ``ncols`` to a line."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
@@ -208,7 +208,7 @@ def forest_plot(rows: pd.DataFrame, ax=None, ncols: int = 3, panel_width: float 
 
 # ----------------------------------------------------------------------------- the claims
 def claims_rows(claims) -> pd.DataFrame:
-    """One row per claim (:data:`CLAIM_COLUMNS`) of :func:`fedlib.analysis.paper_claims.frame`
+    """One row per claim (:data:`CLAIM_COLUMNS`) of :func:`workbook.paper_claims.frame`
     (or a list of dicts with its columns paper, short, kind, unit, verdict, n, mean, sd, margin,
     paper_delta): ``delta`` our A − B (NaN not run), ``lo``/``hi`` = delta ∓ sd where the sd exists,
     the margin, and the region the claim needs: a gain (margin, ∞), a reduction (−∞, −margin), a

@@ -18,8 +18,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from ..partition import PROTOCOLS, level_axis, level_log_scale
-from ..paths import figures_dir
+from fedlib.partition import PROTOCOLS, level_axis, level_log_scale
+from fedlib.paths import figures_dir
 
 __all__ = ["save_figure", "label_distribution", "client_sizes", "fig3_metrics", "fig4_importance", "paper_vs_ours"]
 
@@ -79,7 +79,7 @@ def label_distribution(table: pd.DataFrame, n_show: int = 20, class_names=None, 
 
     Parameters
     ----------
-    table : DataFrame from :func:`fedlib.analysis.metric_study.client_label_table`
+    table : DataFrame from :func:`workbook.metric_study.client_label_table`
         (columns setting, client, class, count).
     n_show : int
         Clients drawn per panel (clients 0..n_show-1).
@@ -120,7 +120,7 @@ def client_sizes(table: pd.DataFrame, bins: int = 20, ncols: int = 3):
 
     Parameters
     ----------
-    table : DataFrame from :func:`fedlib.analysis.metric_study.client_label_table`.
+    table : DataFrame from :func:`workbook.metric_study.client_label_table`.
     bins : int
     ncols : int
 
@@ -216,7 +216,7 @@ def fig4_importance(importances: pd.DataFrame, by: str = "protocol"):
 
     Parameters
     ----------
-    importances : DataFrame from :func:`fedlib.analysis.importance.metric_importance`.
+    importances : DataFrame from :func:`workbook.importance.metric_importance`.
     by : grouping column.
 
     Returns

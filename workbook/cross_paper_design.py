@@ -1,6 +1,6 @@
 """Notebook 11's designs and what each ranking rests on (issue 58), built on
-:mod:`fedlib.analysis.cross_paper` (the grid, the per-run frame) and
-:mod:`fedlib.analysis.ranking_power` (plateau rule, τ, CD, cost).
+:mod:`workbook.cross_paper` (the grid, the per-run frame) and
+:mod:`workbook.ranking_power` (plateau rule, τ, CD, cost).
 
 **Readings of the committed grid** (R = 10, one seed: the *budget* reading):
 
@@ -11,13 +11,13 @@
   CD, τ against the weighted-local ranking and the leave-one-block-out τ;
 * :func:`which_method_when_official` — the per-partition "which method when" under the
   official-test accuracy (each client's model on the official test set; the clients as blocks);
-  the module :func:`fedlib.analysis.cross_paper.which_method_when` gives it under local accuracy.
+  the module :func:`workbook.cross_paper.which_method_when` gives it under local accuracy.
 
 **Designs not run yet** (:data:`DESIGNS`: params files of notebook 11 under ``params/designs/``):
 
 * ``pilot`` — FedAvg and Local only, 3 seeds, R = 200 on the seven seed-paper partitions: where
-  their accuracy plateaus (:data:`fedlib.analysis.ranking_power.PLATEAU_RULE`);
-  :func:`fedlib.analysis.ranking_power.choose_rounds` turns the pilot's records into R;
+  their accuracy plateaus (:data:`workbook.ranking_power.PLATEAU_RULE`);
+  :func:`workbook.ranking_power.choose_rounds` turns the pilot's records into R;
 * ``converged`` — every method, 3 seeds, at the R the pilot gives (the file holds R = 100 until the
   pilot is run; :func:`rounds_check` compares);
 * ``focused_*`` — the five seed-paper methods + FedAvg, Local and FedFomo (k = 8) on more levels of
@@ -27,7 +27,7 @@
   N blocks = (data set, K, partition).
   :func:`design_table` gives each design's N, k, runs, the Nemenyi CD by the formula and the
   CPU-hours estimated from the committed records' ``cpu_seconds`` per round per method
-  (:func:`fedlib.analysis.ranking_power.cost_per_run`; FMNIST, K = 100, 12,000 images — K = 20 and
+  (:func:`workbook.ranking_power.cost_per_run`; FMNIST, K = 100, 12,000 images — K = 20 and
   adult are estimated at that cost, not measured in this protocol: for adult's MLP an upper bound).
 """
 from __future__ import annotations
@@ -35,9 +35,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..methods import display_name
-from ..paths import ROOT
-from ..validation import check_choice, fail
+from fedlib.methods import display_name
+from fedlib.paths import ROOT
+from fedlib.validation import check_choice, fail
 from . import cross_paper as X
 from . import ranking_power as RP
 
@@ -45,7 +45,7 @@ __all__ = ["RANKED_METRICS", "DESIGNS", "FOCUSED", "FOCUSED_METHODS", "block_of"
            "which_method_when_official", "long_horizon_convergence", "design_specs", "measurable", "design_table", "rounds_check", "converged_vs_budget", "run_commands"]
 
 RANKED_METRICS = ("weighted_local", "official_test", "worst10")
-"""The three metrics ranked (keys of :data:`fedlib.analysis.cross_paper.METRICS`)."""
+"""The three metrics ranked (keys of :data:`workbook.cross_paper.METRICS`)."""
 
 DESIGNS = {
     "budget": "params/paper/11_cross_paper.yaml",
@@ -97,7 +97,7 @@ def budget_rankings(records, *, exclude=X.REFERENCES) -> dict:
 
 def metric_rankings(df: pd.DataFrame, *, exclude=X.REFERENCES, alpha: float = X.ALPHA,
                     metrics=RANKED_METRICS) -> pd.DataFrame:
-    """One row per metric of ``metrics`` over :func:`fedlib.analysis.cross_paper.runs_frame`'s
+    """One row per metric of ``metrics`` over :func:`workbook.cross_paper.runs_frame`'s
     ``df``: ``metric``, ``n`` blocks, ``k`` methods, ``friedman_p``, ``cd`` (Nemenyi), ``test``,
     ``within_cd`` (methods within CD of the best), ``best``, ``tau_vs_weighted_local``,
     ``lobo_min_tau`` (leave-one-block-out, the lowest τ) with its block, the seeds per block
@@ -121,7 +121,7 @@ def metric_rankings(df: pd.DataFrame, *, exclude=X.REFERENCES, alpha: float = X.
 
 
 def which_method_when_official(records, *, alpha: float = X.ALPHA, exclude=X.REFERENCES) -> pd.DataFrame:
-    """:func:`fedlib.analysis.cross_paper.which_method_when` under the official-test accuracy: per
+    """:func:`workbook.cross_paper.which_method_when` under the official-test accuracy: per
     partition, the clients as blocks (each client's model on the official test set, every seed's
     clients), Friedman then Nemenyi at ``alpha``; the same columns."""
     records = [r for r in records if r.get("status") == "ok" and "global_test_correct" in r]
@@ -152,9 +152,9 @@ def long_horizon_convergence(root=None, *, dataset: str = "fmnist", methods=("fe
     ``min_rounds`` rounds (the reproduction folders under ``root``, default
     ``benchmarks/records``): one row per (folder, protocol, level, K, E, method) with ``seeds``,
     ``R``, ``evaluations`` per run, the plateau rounds and the readings of
-    :func:`fedlib.analysis.ranking_power.convergence_table`. Their protocols differ from notebook
+    :func:`workbook.ranking_power.convergence_table`. Their protocols differ from notebook
     11's (all data, E = 5 or 10): where *they* plateau, not where notebook 11's runs would."""
-    from ..grid import load_records
+    from fedlib.grid import load_records
 
     root = ROOT / "benchmarks" / "records" if root is None else root
     recs = []
@@ -191,7 +191,7 @@ def long_horizon_convergence(root=None, *, dataset: str = "fmnist", methods=("fe
 
 # ----------------------------------------------------------------------------- designs
 def _params(design: str) -> dict:
-    from ..grid_cli import load_params
+    from fedlib.grid_cli import load_params
 
     check_choice(design, "design", tuple(DESIGNS))
     return load_params("11_cross_paper", ROOT / DESIGNS[design])
@@ -216,7 +216,7 @@ def measurable(per_round: pd.Series, designs=None) -> tuple[list[str], dict]:
 def design_table(per_round: pd.Series, designs=None, alpha: float = X.ALPHA) -> pd.DataFrame:
     """One row per design (:data:`DESIGNS`, or ``designs``) and a ``focused (all)`` row for the
     focused files together: ``blocks`` N (data set × K × partition), ``k`` methods ranked
-    (references aside), ``seeds``, ``R``, ``runs``, ``nemenyi_cd`` (:func:`fedlib.analysis.ranking_power.nemenyi_cd`,
+    (references aside), ``seeds``, ``R``, ``runs``, ``nemenyi_cd`` (:func:`workbook.ranking_power.nemenyi_cd`,
     NaN for k < 2) and ``cpu_hours`` (each run at its method's measured CPU seconds a round,
     ``per_round``, × R)."""
     rows = []
@@ -247,7 +247,7 @@ def design_table(per_round: pd.Series, designs=None, alpha: float = X.ALPHA) -> 
 
 def rounds_check(pilot_records, design: str = "converged") -> str:
     """What the pilot's records say about ``design``'s R: the R of
-    :func:`fedlib.analysis.ranking_power.choose_rounds` against the params file's."""
+    :func:`workbook.ranking_power.choose_rounds` against the params file's."""
     p = _params(design)
     have = int(p["fl"]["rounds"])
     if not pilot_records:
@@ -265,7 +265,7 @@ def converged_vs_budget(budget_records, root=None, design: str = "converged") ->
     """The ranking of ``design``'s records (weighted local accuracy, seeds averaged within a block)
     beside the budget ranking of ``budget_records``, with Kendall's τ between them; (None, why)
     while ``design``'s records are incomplete. Returns ({'tau', 'converged', 'budget', 'power'}, text)."""
-    from ..experiment import present_records
+    from fedlib.experiment import present_records
 
     root = ROOT if root is None else root
     specs = design_specs(design)

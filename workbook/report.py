@@ -1,7 +1,7 @@
 """The reproduction report: what reproduces, and why not where it doesn't.
 
 For every cell of the seed papers' tables that the workbook reproduces
-(:func:`fedlib.analysis.report_cells.cells`), and each way of reading it, one row:
+(:func:`workbook.report_cells.cells`), and each way of reading it, one row:
 
     paper value · ours (mean ± sample sd over seeds, n) · Δ = ours − paper · verdict · reason
 
@@ -18,13 +18,13 @@ trained. Verdicts (:data:`VERDICTS`, by :data:`VERDICT_RULE`):
 
 Each verdict states the seeds it rests on; the scoreboard counts trained, label-only and
 chance-level rows apart, and rows with n ≥ 3 apart. Above the tables, each paper's headline
-claims are judged from the same records (:mod:`fedlib.analysis.paper_claims`).
+claims are judged from the same records (:mod:`workbook.paper_claims`).
 
 Notebook 00 and ``docs/findings.md`` render the same frame (:func:`frame`), so they cannot
 disagree: the notebook displays, as rendered Markdown, the same tables (:func:`sections`,
-:func:`show`) and draws each paper's rows as a forest plot (:mod:`fedlib.analysis.forest`). The
+:func:`show`) and draws each paper's rows as a forest plot (:mod:`workbook.forest`). The
 README's findings block is :func:`readme_block`.
-``python -m fedlib.analysis.report --write`` rewrites both files, ``--check`` fails if either is
+``python -m workbook.report --write`` rewrites both files, ``--check`` fails if either is
 stale.
 """
 from __future__ import annotations
@@ -38,11 +38,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..methods import cfl, display_name
-from ..paths import ROOT
-from .. import records
-from ..validation import fail
-from ..evaluation import client_parity
+from fedlib.methods import cfl, display_name
+from fedlib.paths import ROOT
+from fedlib import records
+from fedlib.validation import fail
+from fedlib.evaluation import client_parity
 from .tables import frame_markdown, records_frame, setting_name
 from .report_cells import METRICS, PAPERS, REASONS, RECORD_COMMANDS, cells
 from .psi_pfl_study import paper_variant_records
@@ -80,7 +80,7 @@ DERIVATIONS = {"psi_pfl_paper_variant": paper_variant_records}
 folder's records returning the records the reading matches. ``psi_pfl_paper_variant``: the
 run PSI-PFL's paper reports (ζ chosen on the test set as the authors' ``main.py``: one
 percentile per setting by the best mean over its seeds) for every validation-selected
-``psi_pfl`` record (:func:`fedlib.analysis.psi_pfl_study.paper_variant_records`)."""
+``psi_pfl`` record (:func:`workbook.psi_pfl_study.paper_variant_records`)."""
 
 
 @lru_cache(maxsize=None)
@@ -126,7 +126,7 @@ def matches(spec: dict, match: tuple) -> bool:
 def cl_distance(record: dict, records, metric: str) -> float:
     """AD or SDAD (``metric``: ``ad_cl``/``sdad_cl``) of ``record`` against the CL run of the same
     setting and seed among ``records``, as a fraction, by the workbook's tables' rule
-    (:func:`fedlib.analysis.tables.records_frame`); NaN where ``records`` hold no such CL run
+    (:func:`workbook.tables.records_frame`); NaN where ``records`` hold no such CL run
     (a single run has no CL accuracy: its own ``ad_cl`` is null)."""
     s = record["spec"]
     keys = ("dataset", "protocol", "level", "n_clients", "seed")
@@ -229,7 +229,7 @@ def row_values(reading, root: Path = RECORDS) -> tuple[list[float], list[str]]:
         if seed in by_seed:
             fail("reading", f"a match that one record per seed answers; in {reading.records}/ two records of "
                             f"seed {seed} match {dict(reading.match)} (pin the field that tells them apart, "
-                            "e.g. the variant's hyperparameter, in fedlib/analysis/report_cells.py)",
+                            "e.g. the variant's hyperparameter, in workbook/report_cells.py)",
                  reading.name)
         by_seed[seed] = record_value(r, reading.metric, reading.window, folder)
         if reading.metric in ("ad_cl", "sdad_cl") and np.isnan(by_seed[seed]):
@@ -561,10 +561,10 @@ def cpu_hours(records) -> float:
 
 def cross_paper_markdown(root: Path | str = RECORDS, params: Path = CROSS_PAPER_PARAMS) -> list[str]:
     """The report's last section: notebook 11's cross-paper table (weighted local accuracy,
-    methods × partitions; :mod:`fedlib.analysis.cross_paper`) from the records committed in
+    methods × partitions; :mod:`workbook.cross_paper`) from the records committed in
     ``root/cross_paper`` for the grid of ``params``, with how many of its runs are recorded; a
     method × partition without a finished record is "—", never a number."""
-    from .. import notebook_params
+    from fedlib import notebook_params
     from . import cross_paper as X
 
     p = notebook_params.load(params, "11_cross_paper")
@@ -602,7 +602,7 @@ def cross_paper_markdown(root: Path | str = RECORDS, params: Path = CROSS_PAPER_
 
 
 def _tau_lines(found, scores) -> list[str]:
-    """Clust-PSI-PFL's τ per partition and its gap to Local (:func:`fedlib.analysis.cross_paper.tau_lines`):
+    """Clust-PSI-PFL's τ per partition and its gap to Local (:func:`workbook.cross_paper.tau_lines`):
     why its rank is near-local training where Algorithm 1 forms one cluster per distinct label histogram."""
     from . import cross_paper as X
 
@@ -617,7 +617,7 @@ def _tau_lines(found, scores) -> list[str]:
 
 def _cfl_lines(frame: pd.DataFrame, specs, root) -> list[str]:
     """Above the cross-paper table (each line followed by a blank one): where CFL never split
-    (:func:`fedlib.analysis.cross_paper.cfl_notes`), and CFL at Table II's ε1 = 1e-5 (the records
+    (:func:`workbook.cross_paper.cfl_notes`), and CFL at Table II's ε1 = 1e-5 (the records
     before issue 57), a labelled reading that is not ranked."""
     from . import cross_paper as X
 
@@ -638,7 +638,7 @@ def _cfl_lines(frame: pd.DataFrame, specs, root) -> list[str]:
 
 
 def _ranking_power_lines(found, scores) -> list[str]:
-    """What the cross-paper ranking rests on (issue 58; :mod:`fedlib.analysis.ranking_power`): N, k,
+    """What the cross-paper ranking rests on (issue 58; :mod:`workbook.ranking_power`): N, k,
     the post-hoc test and CD, the seeds per block, the leave-one-block-out τ, and τ between the
     rankings at rounds R − 1 and R from the runs' histories."""
     from . import cross_paper as X, cross_paper_design as D, ranking_power as RP
@@ -663,11 +663,11 @@ def _ranking_power_lines(found, scores) -> list[str]:
 
 
 def beyond_label_markdown(root: Path | str = RECORDS, params: Path = BEYOND_LABEL_PARAMS) -> list[str]:
-    """The section before the cross-paper table (the report's last): notebook 12's answer (:func:`fedlib.analysis.beyond_label.answer`,
+    """The section before the cross-paper table (the report's last): notebook 12's answer (:func:`workbook.beyond_label.answer`,
     label-only PSI's ARI and the best extension's, per partition) from the records committed in
     ``root/beyond_label`` for the grid of ``params``, with how many of its runs are recorded. The label
     histograms' spread needs the data, so it is left to the notebook."""
-    from .. import notebook_params
+    from fedlib import notebook_params
     from . import beyond_label as B
 
     p = notebook_params.load(params, "12_beyond_label_skew")
@@ -707,7 +707,7 @@ def _trained_seeds(found, partitions) -> list[int]:
 
 def _beyond_label_over_seeds(p: dict, root: Path) -> list[str]:
     """Notebook 12's verdicts over seeds: the clustering-only ARIs committed in
-    ``root/beyond_label_ari/aris.csv`` (:mod:`fedlib.analysis.beyond_label_seeds`), each
+    ``root/beyond_label_ari/aris.csv`` (:mod:`workbook.beyond_label_seeds`), each
     a mean with its 95 % t-interval over n seeds and the verdict that reads the interval."""
     from . import beyond_label as B, beyond_label_seeds as S
 
@@ -735,8 +735,8 @@ def findings_markdown(df: pd.DataFrame, root: Path | str = RECORDS) -> str:
     from . import paper_claims
 
     out = ["# Findings: what reproduces, and why not where it doesn't", "",
-           "Generated by `python -m fedlib.analysis.report --write` from the run records committed under",
-           "`benchmarks/records/` (`fedlib.analysis.report:frame`); notebook `00_report` renders the same",
+           "Generated by `python -m workbook.report --write` from the run records committed under",
+           "`benchmarks/records/` (`workbook.report:frame`); notebook `00_report` renders the same",
            "frame. Do not edit by hand: `tests/test_report.py` fails when this page is stale.", "",
            "Each row is one cell of a paper's table read one way. **paper**: the printed value (± its",
            "spread where the paper gives one). **ours**: mean ± sample sd over seeds, n = seeds (one seed",
@@ -782,7 +782,7 @@ def sections(df: pd.DataFrame, root: Path | str = RECORDS, claims: pd.DataFrame 
     """The report as notebook 00 displays it: section name -> markdown text, in the report's order.
 
     ``rules`` (the row count and the rules), ``scoreboard`` (its table, as docs/findings.md has it),
-    ``claims`` (:func:`fedlib.analysis.paper_claims.markdown` of ``claims``, default
+    ``claims`` (:func:`workbook.paper_claims.markdown` of ``claims``, default
     ``paper_claims.frame(root)``, linking to the rows of the page at ``link``), ``vocabularies``
     (the reasons and the metrics the rows use), one entry per paper of :data:`PAPERS` (its key:
     :func:`paper_section` without anchors), ``beyond_label`` and ``cross_paper``
@@ -840,7 +840,7 @@ def paper_section(df: pd.DataFrame, paper: str, anchors: bool = True, root: Path
 def _partition_notes(paper: str) -> list[str]:
     """What a paper's partition gives its clients, where it departs from the paper's words: FedPrism's
     per-client Dirichlet on FMNIST's 60,000 training images at K = 100 (its tables' α, seeds 0–2),
-    each client's realised class mix against the p_i it drew (:func:`fedlib.analysis.fedprism_study.mix_drift`)."""
+    each client's realised class mix against the p_i it drew (:func:`workbook.fedprism_study.mix_drift`)."""
     if paper != "fedprism":
         return []
     from . import fedprism_study as FP
@@ -850,13 +850,13 @@ def _partition_notes(paper: str) -> list[str]:
     return ["", "Partition (§4.2: each client draws p_i ~ Dir(α·1); `fedlib.partition:dirichlet_client`): with "
             "K·n = N every sample is placed, so where a class runs out the clients still drawing take what is left. "
             "The clients' realised class mixes against their drawn p_i (FMNIST, N = 60,000; "
-            "`fedlib.analysis.fedprism_study:mix_drift`):", "", *[f"- {x}" for x in FP.mix_drift_lines(drift)]]
+            "`workbook.fedprism_study:mix_drift`):", "", *[f"- {x}" for x in FP.mix_drift_lines(drift)]]
 
 
 def readme_block(df: pd.DataFrame, link: str = "docs/findings.md", root: Path | str = RECORDS) -> str:
     """The README's findings: the scoreboard as a table (each paper linking to its part of the
     report), then the papers' headline claims as our records judge them
-    (:func:`fedlib.analysis.paper_claims.readme_lines`)."""
+    (:func:`workbook.paper_claims.readme_lines`)."""
     from . import paper_claims
 
     sb = scoreboard(df)
@@ -902,7 +902,7 @@ def check(root: Path | str = RECORDS, findings: Path = FINDINGS, readme: Path = 
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m fedlib.analysis.report", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m workbook.report", description=__doc__.split("\n")[0])
     ap.add_argument("--write", action="store_true", help="rewrite docs/findings.md and the README's block")
     ap.add_argument("--check", action="store_true", help="exit 1 if either is stale")
     a = ap.parse_args(argv)
@@ -911,7 +911,7 @@ def main(argv=None) -> int:
     if a.check:
         stale = check()
         if stale:
-            print("stale (run python -m fedlib.analysis.report --write):", *stale, file=sys.stderr)
+            print("stale (run python -m workbook.report --write):", *stale, file=sys.stderr)
             return 1
     if not (a.write or a.check):
         print(findings_markdown(frame()))
