@@ -31,11 +31,11 @@ folder, go, n = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
 specs = [X.RunSpec('adult', 'dirichlet', 0.5, 10, s, 'fedavg', fl={fl!r}, n_train=2000) for s in range(n)]
 import fedlib.run; fedlib.run._load('adult', 2000)  # data loaded before the start signal
 trained = []
-real_run = X.run
+real_run = fedlib.run.run
 def run(spec, device='auto'):
     trained.append(spec.seed)
     return real_run(spec, device)
-X.run = run
+fedlib.run.run = run
 (Path(sys.argv[4])).write_text('ready')
 while not go.exists():
     time.sleep(0.01)

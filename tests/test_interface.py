@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+import fedlib.methods
 import fedlib.run
 from fedlib import experiment as X
 from fedlib.engine import broadcast
@@ -104,7 +105,7 @@ def test_records_evaluate_through_the_outcomes_predictor(monkeypatch):
     seen = {}
 
     class Expert:  # a method whose clients all predict with the initial model as expert
-        Hyper = type(X.make_hyper("fedavg", {}))
+        Hyper = type(fedlib.methods.make_hyper("fedavg", {}))
 
         @staticmethod
         def run(ctx, hp):

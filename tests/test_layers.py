@@ -1,50 +1,138 @@
-"""The layers import bottom-up, without a loop: fedlib.experiment (the spec and the run) imports
-neither fedlib.grid (which re-exports from it on first use, not at import) nor the Ray backend;
-fedlib.grid imports the experiment and, when a grid runs on Ray, fedlib.ray_grid directly (no
-importlib registry); fedlib.ray_grid depends on the experiment only."""
+"""The layers: the core (``fedlib``) imports nothing of the workbook (``workbook``), and neither
+package has an import loop, counting the imports inside functions too. Without a loop the
+import graph is a DAG, so every module sits on a layer above everything it imports: no import
+runs from a lower module back up to a higher one.
+
+The graph is read from the source (``ast``), every ``import`` and ``from … import`` anywhere in
+a module, relative imports resolved; ``python tests/test_layers.py`` prints the loops, if any.
+"""
+from __future__ import annotations
+
 import ast
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("fedlib", "workbook")
 
 
-def test_importing_experiment_and_grid_leaves_the_ray_backend_out():
-    code = ("import fedlib.experiment, sys; assert 'fedlib.grid' not in sys.modules, 'grid imported'; "
-            "import fedlib.grid; assert 'fedlib.ray_grid' not in sys.modules, 'ray_grid imported'")
+def modules(packages=PACKAGES, root: Path = ROOT) -> dict[str, Path]:
+    """Dotted module name -> its file, for every module of ``packages`` under ``root``."""
+    out = {}
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            parts = path.relative_to(root).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            out[name] = path
+    return out
+
+
+def _targets(module: str, path: Path, node, known: dict) -> list[str]:
+    """The known modules an import statement of ``module`` names (the longest known prefix)."""
+    if isinstance(node, ast.Import):
+        names = [a.name for a in node.names]
+    else:
+        base = node.module or ""
+        if node.level:
+            package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+            package = package[: len(package) - (node.level - 1)]
+            base = ".".join(package + ([base] if base else []))
+        names = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+    out = []
+    for name in names:
+        while name and name not in known:
+            name = name.rpartition(".")[0]
+        if name:
+            out.append(name)
+    return out
+
+
+def import_graph(packages=PACKAGES, root: Path = ROOT) -> dict[str, set[str]]:
+    """Module -> the modules of ``packages`` it imports anywhere in its file (a package's own
+    ``__init__`` excluded: importing ``a.b`` runs ``a`` first, which is no arrow of the code)."""
+    known = modules(packages, root)
+    graph = {}
+    for module, path in known.items():
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                edges.update(t for t in _targets(module, path, node, known)
+                             if t != module and not module.startswith(t + "."))
+        graph[module] = edges
+    return graph
+
+
+def loops(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_core_and_the_workbook_have_no_import_loop():
+    assert loops(import_graph()) == []
+
+
+def test_the_core_imports_nothing_of_the_workbook():
+    graph = import_graph()
+    up = sorted((m, t) for m, ts in graph.items() if m.startswith("fedlib") for t in ts if t.startswith("workbook"))
+    assert up == []
+    named = [str(p.relative_to(ROOT)) for p in (ROOT / "fedlib").rglob("*.py")
+             if "import_module(\"workbook" in p.read_text() or "import_module('workbook" in p.read_text()]
+    assert named == []  # nor by name
+
+
+def test_a_loop_is_found():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert loops(graph) == [["a", "b", "c"]]
+    assert loops({"a": {"b"}, "b": set()}) == []
+
+
+def test_relative_imports_resolve_to_their_modules(tmp_path):
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "low.py").write_text("X = 1\n")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "high.py").write_text("from ..low import X\n\ndef f():\n    from .. import low\n")
+    assert import_graph(("pkg",), tmp_path)["pkg.sub.high"] == {"pkg.low"}
+
+
+def test_importing_the_spec_and_a_grid_leaves_the_ray_backend_and_the_workbook_out():
+    code = ("import fedlib.experiment, fedlib.grid, sys; "
+            "assert 'fedlib.ray_grid' not in sys.modules, 'ray_grid imported'; "
+            "assert not [m for m in sys.modules if m.startswith('workbook')], 'workbook imported'")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
 
 
-def _imports(path: Path, *, module_level: bool) -> set[str]:
-    """Every module an import statement of ``path`` names (relative imports resolved against the
-    fedlib package): at module level only, or anywhere (inside functions too)."""
-    tree = ast.parse(path.read_text())
-    nodes = tree.body if module_level else list(ast.walk(tree))
-    names = set()
-    for node in nodes:
-        if isinstance(node, ast.Import):
-            names.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = ("fedlib." + (node.module or "")) if node.level else (node.module or "")
-            names.add(base.rstrip("."))
-            names.update(f"{base.rstrip('.')}.{a.name}" for a in node.names)
-    return names
-
-
-def test_grid_depends_on_experiment_and_imports_the_ray_backend_directly():
-    from fedlib import experiment as X, grid as G
-
-    experiment = _imports(ROOT / "fedlib" / "experiment.py", module_level=True)
-    assert "fedlib.grid" not in experiment and "fedlib.ray_grid" not in _imports(
-        ROOT / "fedlib" / "experiment.py", module_level=False)
-    grid = _imports(ROOT / "fedlib" / "grid.py", module_level=False)
-    assert "fedlib.experiment" in _imports(ROOT / "fedlib" / "grid.py", module_level=True)
-    assert "fedlib.ray_grid" in grid and "importlib" not in grid  # the arrow is visible
-    ray_grid = _imports(ROOT / "fedlib" / "ray_grid.py", module_level=False)
-    assert "fedlib.experiment" in ray_grid and "fedlib.grid" not in ray_grid
-    import fedlib.ray_grid as RG
-
-    assert G._ray_backend() is RG and G.BACKENDS == ("local", "ray")
-    assert X.run_grid is G.run_grid and X.load_records is G.load_records  # re-exported for the notebooks
+if __name__ == "__main__":
+    for loop in loops(import_graph()):
+        print("loop:", " -> ".join(loop))

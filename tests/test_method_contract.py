@@ -62,9 +62,6 @@ OLD_PROTOCOLS = {"oracle": ("pathological_clusters",)}
 def test_the_derived_tables_equal_the_ones_they_replace():
     assert M.METHODS == tuple(OLD_MODULES)
     assert M.DISPLAY_NAMES == OLD_DISPLAY_NAMES and list(M.DISPLAY_NAMES) == list(OLD_DISPLAY_NAMES)
-    # both were only ever tested for membership; the derived ones are in the registry's order
-    assert set(M.GROUPING_METHODS) == set(OLD_GROUPING_METHODS)
-    assert set(M.PARAM_AVERAGE_METHODS) == set(OLD_PARAM_AVERAGE)
     assert set(M.STREAMING_METHODS) == OLD_STREAMS_AVERAGE
     for hook, methods in OLD_HOOKS.items():
         assert {m for m in M.METHODS if getattr(M.method_info(m), hook) is not None} == methods, hook
@@ -72,8 +69,10 @@ def test_the_derived_tables_equal_the_ones_they_replace():
     for m in M.METHODS:  # each method still lives where it did
         module = importlib.import_module(f"fedlib.methods.{OLD_MODULES[m]}")
         assert M.get_method(m) is (module.METHODS[m] if OLD_MODULES[m] == "fedopt" else module)
-    from workbook import cross_paper
-    assert cross_paper.GROUPING_METHODS is M.GROUPING_METHODS
+    # the studies' own lists (the workbook's, not the method contract's), in the registry's order
+    from workbook import cross_paper, report_cells
+    assert cross_paper.GROUPING_METHODS == tuple(m for m in M.METHODS if m in OLD_GROUPING_METHODS)
+    assert set(report_cells.PARAM_AVERAGE_METHODS) == set(OLD_PARAM_AVERAGE)
 
 
 def test_every_entry_is_complete_and_consistent():
@@ -119,8 +118,8 @@ def test_a_new_method_is_one_module():
     def needs_validation(hp):
         return True
 
-    toy.INFO = MethodInfo("toy", "Toy", Hyper, lambda ctx, hp: None, grid={"k": (2, 3)}, groups_clients=True,
-                          param_average=True, streams_average=True, needs_validation=needs_validation)
+    toy.INFO = MethodInfo("toy", "Toy", Hyper, lambda ctx, hp: None, grid={"k": (2, 3)},
+                          streams_average=True, needs_validation=needs_validation)
     modules = [importlib.import_module(f"fedlib.methods.{m}") for m in M.MODULES] + [toy]
     registry = M.build_registry(modules)
     assert tuple(registry) == M.METHODS + ("toy",)
@@ -128,8 +127,7 @@ def test_a_new_method_is_one_module():
     assert impl is toy and info.display_name == "Toy" and info.needs_val(Hyper())
     # every table is derived the same way from the entries
     assert [i.display_name for i, _ in registry.values()] == list(M.DISPLAY_NAMES.values()) + ["Toy"]
-    assert [m for m, (i, _) in registry.items() if i.groups_clients] == [*M.GROUPING_METHODS, "toy"]
-    assert [m for m, (i, _) in registry.items() if i.param_average] == [*M.PARAM_AVERAGE_METHODS, "toy"]
+    assert [m for m, (i, _) in registry.items() if i.streams_average] == [*M.STREAMING_METHODS, "toy"]
 
 
 def test_the_registry_refuses_a_duplicate_or_a_malformed_entry():
@@ -146,8 +144,8 @@ def test_the_registry_refuses_a_duplicate_or_a_malformed_entry():
     bad.INFO = {"name": "bad"}
     with pytest.raises(TypeError, match="bad.INFO must be a MethodInfo"):
         M.build_registry([bad])
-    with pytest.raises(ValueError, match="MethodInfo.groups_clients of 'x' must be a bool"):
-        MethodInfo("x", "X", fedavg.Hyper, fedavg.run, groups_clients="yes")
+    with pytest.raises(ValueError, match="MethodInfo.resumable of 'x' must be a bool"):
+        MethodInfo("x", "X", fedavg.Hyper, fedavg.run, resumable="yes")
     with pytest.raises(ValueError, match="MethodInfo.check_arch of 'x' must be None or callable"):
         MethodInfo("x", "X", fedavg.Hyper, fedavg.run, check_arch="conv")
     with pytest.raises(ValueError, match="MethodInfo.protocols of 'x' must be None or a tuple"):

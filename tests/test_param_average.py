@@ -7,6 +7,7 @@ import torch
 
 from fedlib import experiment as X
 from fedlib.engine import evaluate_global
+from fedlib.methods import get_method, make_hyper
 from fedlib.methods.base import parameter_average
 
 FAST = {"rounds": 2, "local_epochs": 1, "lr": 0.01}
@@ -32,7 +33,7 @@ def test_one_model_methods_read_their_model_and_personalised_ones_the_average():
     spec = X.RunSpec("adult", "dirichlet", 0.5, 6, 0, "local", fl=FAST, n_train=1200, global_test=True)
     rec = X.run(spec)
     ctx, _ = X.build_context(spec, "cpu")
-    outcome = X.get_method("local").run(ctx, X.make_hyper("local", spec.effective()[0]))
+    outcome = get_method("local").run(ctx, make_hyper("local", spec.effective()[0]))
     avg = parameter_average(outcome.models, np.unique(outcome.assignment))
     res = evaluate_global(ctx.model, avg, ctx.fed)
     by_hand = float(res.correct[0]) / float(res.n[0])

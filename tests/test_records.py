@@ -8,6 +8,7 @@ import os
 import pytest
 
 import fedlib.lookup
+import fedlib.run
 from fedlib import experiment as X
 from fedlib import records
 from workbook import report
@@ -116,12 +117,12 @@ def _grid(specs, folder, calls):
         calls.append(s.seed)
         return fake_record(s)
 
-    old = X.run
-    X.run = fake_run
+    old = fedlib.run.run
+    fedlib.run.run = fake_run
     try:
         return X.run_grid(specs, folder, progress=False)
     finally:
-        X.run = old
+        fedlib.run.run = old
 
 
 def test_find_skips_a_damaged_record_naming_it(tmp_path, capsys):

@@ -40,7 +40,7 @@ def test_find_returns_the_committed_record_of_a_spec_rebuilt_from_params(grid, f
     assert (len(specs), len(found), missing) == (n, n, [])
     for spec, record in zip(specs, found):
         assert record["spec"] == spec.to_dict()  # a fresh spec's dict is the committed one, field for field
-        assert record["status"] in experiment.FINISHED
+        assert record["status"] in records.FINISHED
 
 
 def test_committed_specs_equal_their_rebuilt_runspec():

@@ -66,7 +66,7 @@ import pandas as pd
 from fedlib import partition as P
 from fedlib.evaluation import cluster_recovery
 from fedlib.experiment import RunSpec, grid_specs, present_records
-from fedlib.methods import GROUPING_METHODS, METHODS, cfl, display_name, method_info
+from fedlib.methods import METHODS, cfl, display_name, method_info
 from fedlib.validation import check_choice, check_int, check_number, fail
 from .tables import frame_markdown as table_markdown, records_frame
 
@@ -74,6 +74,13 @@ __all__ = ["Partition", "PARTITIONS", "REFERENCES", "GROUPING_METHODS", "WORST_S
            "training_specs", "GRID_PARAMS", "notebook_grid", "present_records", "partition_of", "runs_frame", "status_table",
            "score_table", "METRICS", "DIGITS", "cell_table", "ranking", "fig_cd", "fig_heatmap", "ecdf_frame", "fig_ecdf", "which_method_when",
            "table_markdown", "method_row_label", "cfl_notes", "table_ii_cfl_specs", "tau_lines"]
+
+GROUPING_METHODS = tuple(m for m in METHODS if m in {"clust_psi_pfl", "cfl", "ifca", "fedclust", "fedprism", "fesem",
+                                                      "pfedlia", "oracle"})
+"""The methods whose record's ``info`` holds a grouping of the clients (``cluster_of_client`` or
+``assignment``) that this study scores by ARI, in the registry's order; FedAMP's "grouping" is
+every client alone, the one-model methods and Local group nothing. A new clustering method is
+added here once its records hold a grouping."""
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,7 @@ import pandas as pd
 
 from fedlib.methods import display_name
 from fedlib.paths import ROOT
-from . import report, report_cells
+from . import matching, report_cells
 from .report_cells import PAPERS, Reading
 from .tables import setting_name
 
@@ -375,10 +375,10 @@ CLAIMS: tuple[Claim, ...] = tuple(replace(c, short=t) for c, t in zip(_CLAIMS, _
 
 
 # ----------------------------------------------------------------------------- evaluation
-def seed_values(reading: Reading, root: Path | str = report.RECORDS) -> dict:
+def seed_values(reading: Reading, root: Path | str = matching.RECORDS) -> dict:
     """{seed: our value} of ``reading``, from the records with status ``ok`` and a finite value
-    (:func:`workbook.report.matched_records`, :func:`~workbook.report.record_value`)."""
-    folder, recs = report.matched_records(reading, Path(root))
+    (:func:`workbook.matching.matched_records`, :func:`~workbook.matching.record_value`)."""
+    folder, recs = matching.matched_records(reading, Path(root))
     out = {}
     for r in recs:
         if r.get("status") != "ok":
@@ -386,7 +386,7 @@ def seed_values(reading: Reading, root: Path | str = report.RECORDS) -> dict:
         seed = r["spec"].get("seed", 0)
         if seed in out:
             raise ValueError(f"two ok records of seed {seed} answer {reading.name!r} in {reading.records}/")
-        v = report.record_value(r, reading.metric, reading.window, folder)
+        v = matching.record_value(r, reading.metric, reading.window, folder)
         out[seed] = float(v)
     return {s: v for s, v in sorted(out.items()) if np.isfinite(v)}
 
@@ -396,7 +396,7 @@ def _levels(reading: Reading, root: Path) -> set:
     other readings)."""
     if not any(k == "level" and v == "most_heterogeneous" for k, v in reading.match):
         return set()
-    return {(r["spec"].get("protocol"), float(r["spec"]["level"])) for r in report.matched_records(reading, root)[1]
+    return {(r["spec"].get("protocol"), float(r["spec"]["level"])) for r in matching.matched_records(reading, root)[1]
             if r.get("status") == "ok"}
 
 
@@ -435,7 +435,7 @@ def _name(reading: Reading | None, claim: Claim) -> str:
 def _row_id(reading: Reading | None) -> str | None:
     """The anchor of ``reading``'s row in docs/findings.md (as :func:`report.frame` names it)."""
     c = _owner(reading) if reading is not None else None
-    return None if c is None else report.anchor_slug(PAPERS[c.paper], c.table, c.row, c.column, reading.name)
+    return None if c is None else matching.anchor_slug(PAPERS[c.paper], c.table, c.row, c.column, reading.name)
 
 
 def margin_of(kind: str, tolerance: float, sd: float) -> float:
@@ -446,7 +446,7 @@ def margin_of(kind: str, tolerance: float, sd: float) -> float:
     return max(tolerance, sd) if kind == "matches" else sd
 
 
-def evaluate(claim: Claim, root: Path | str = report.RECORDS) -> dict:
+def evaluate(claim: Claim, root: Path | str = matching.RECORDS) -> dict:
     """One claim against the records under ``root``: per-seed values of A and B, the differences
     (paired over shared seeds, else of the means), n, mean, sd (ddof = 1), margin, the region the
     mean falls in (``outcome``), ``verdict`` (module docstring), ``verdict_text`` (with "(1 seed)"
@@ -502,11 +502,11 @@ def evaluate(claim: Claim, root: Path | str = report.RECORDS) -> dict:
     return out
 
 
-def frame(root: Path | str = report.RECORDS) -> pd.DataFrame:
+def frame(root: Path | str = matching.RECORDS) -> pd.DataFrame:
     """One row per claim of :data:`CLAIMS` (:func:`evaluate`), in order."""
     for f in ("_load", "_derived"):
-        if hasattr(getattr(report, f, None), "cache_clear"):
-            getattr(report, f).cache_clear()
+        if hasattr(getattr(matching, f, None), "cache_clear"):
+            getattr(matching, f).cache_clear()
     return pd.DataFrame([evaluate(c, root) for c in CLAIMS])
 
 
@@ -589,5 +589,5 @@ def readme_lines(df: pd.DataFrame, link: str = "docs/findings.md") -> list[str]:
             paper = f"; paper {_num(r.paper_delta, r.unit)}" if np.isfinite(r.paper_delta) else ""
             ours = "" if r.verdict == "not run" else f" ({_ours(r).replace(' (', ', ').rstrip(')')}{paper})"
             parts.append(f"{r.short}: **{r.verdict_text}**{ours}")
-        lines.append(f"- [{name}]({link}#{report.anchor_slug(name)}): " + "; ".join(parts) + ".")
+        lines.append(f"- [{name}]({link}#{matching.anchor_slug(name)}): " + "; ".join(parts) + ".")
     return lines

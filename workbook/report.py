@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -40,18 +39,16 @@ import pandas as pd
 
 from fedlib.methods import cfl, display_name
 from fedlib.paths import ROOT
-from fedlib import records
 from fedlib.validation import fail
-from fedlib.evaluation import client_parity
-from .tables import frame_markdown, records_frame, setting_name
+from .tables import frame_markdown, setting_name
 from .report_cells import METRICS, PAPERS, REASONS, RECORD_COMMANDS, cells
-from .psi_pfl_study import paper_variant_records
+from .matching import (DERIVATIONS, RECORDS, _derived, _load, _most_heterogeneous, anchor_slug, cl_distance, matched_records,
+                       matches, record_value)
+from . import paper_claims
 
 __all__ = ["RECORDS", "VERDICTS", "DERIVATIONS", "record_value", "cfl_row_note", "cl_distance", "matches", "row_values", "frame", "scoreboard", "VERDICT_RULE", "EVIDENCE_RULE", "NOT_RUN_SEEDS", "not_run_groups",
            "matched_records", "anchor_slug", "format_ours", "paper_section", "cpu_hours", "cross_paper_markdown", "beyond_label_markdown", "findings_markdown", "sections", "show", "readme_block", "write", "check", "main"]
 
-RECORDS = ROOT / "benchmarks" / "records"
-"""The committed paper-protocol records (present in a project checkout)."""
 VERDICTS = ("reproduced", "differs", "infeasible", "not run")
 FINDINGS = ROOT / "docs" / "findings.md"
 README = ROOT / "README.md"
@@ -59,133 +56,6 @@ _BLOCK = re.compile(r"(<!-- findings:start -->\n)(.*?)(<!-- findings:end -->)", 
 
 
 # ----------------------------------------------------------------------------- records
-@lru_cache(maxsize=None)
-def _load(directory: str) -> tuple:
-    """Every valid finished record (a dict) in ``directory``, sorted by file name; () if absent.
-    Each is read by :func:`fedlib.records.read_strict`: a file that fails its checks (NaN,
-    truncated, no metrics, an unknown status) is named on stderr and skipped, never used."""
-    d = Path(directory)
-    if not d.is_dir():
-        return ()
-    out = []
-    for p in sorted(d.glob("*.json")):
-        r = records.read_valid(p, consequence="skipped by the report, not used")
-        if r is not None:
-            out.append(r)
-    return tuple(out)
-
-
-DERIVATIONS = {"psi_pfl_paper_variant": paper_variant_records}
-"""Transforms a :class:`report_cells.Reading` may name (``derive``): name -> function of a
-folder's records returning the records the reading matches. ``psi_pfl_paper_variant``: the
-run PSI-PFL's paper reports (ζ chosen on the test set as the authors' ``main.py``: one
-percentile per setting by the best mean over its seeds) for every validation-selected
-``psi_pfl`` record (:func:`workbook.psi_pfl_study.paper_variant_records`)."""
-
-
-@lru_cache(maxsize=None)
-def _derived(directory: str, derive: str) -> tuple:
-    if derive not in DERIVATIONS:
-        fail("derive", f"one of {sorted(DERIVATIONS)}", derive)
-    return tuple(DERIVATIONS[derive](list(_load(directory))))
-
-
-def _field(spec: dict, path: str):
-    v = spec
-    for part in path.split("."):
-        if not isinstance(v, dict) or part not in v:
-            return _MISSING
-        v = v[part]
-    return v
-
-
-_MISSING = object()
-
-
-def matches(spec: dict, match: tuple) -> bool:
-    """Whether a record's ``spec`` has every (field, value) of ``match``; dotted fields reach into
-    nested dicts (``hyper.eta``); value None requires the field absent (``reproduction``:
-    absent or ``"paper_text"``); ``level="most_heterogeneous"`` matches any level (the caller
-    keeps the smallest that ran). The spec is read as the configuration it ran
-    (:func:`fedlib.records.with_recorded_defaults`: a hyperparameter whose default moved after
-    the record was written holds the value it ran with)."""
-    spec = records.with_recorded_defaults(spec)
-    for key, want in match:
-        got = _field(spec, key)
-        if key == "level" and want == "most_heterogeneous":
-            continue
-        if want is None:
-            if not (got is _MISSING or got is None or (key == "reproduction" and got == "paper_text")):
-                return False
-        elif got is _MISSING or (got != want and not (isinstance(want, float) and isinstance(got, (int, float))
-                                                      and float(got) == want)):
-            return False
-    return True
-
-
-def cl_distance(record: dict, records, metric: str) -> float:
-    """AD or SDAD (``metric``: ``ad_cl``/``sdad_cl``) of ``record`` against the CL run of the same
-    setting and seed among ``records``, as a fraction, by the workbook's tables' rule
-    (:func:`workbook.tables.records_frame`); NaN where ``records`` hold no such CL run
-    (a single run has no CL accuracy: its own ``ad_cl`` is null)."""
-    s = record["spec"]
-    keys = ("dataset", "protocol", "level", "n_clients", "seed")
-    cl = [r for r in records if r.get("spec", {}).get("method") == "cl" and r.get("status") == "ok"
-          and all(r["spec"].get(k) == s.get(k) for k in keys)]
-    if not cl:
-        return np.nan
-    df = records_frame([record, *cl])
-    return float(df[metric].iloc[0])
-
-
-def record_value(record: dict, metric: str, window: tuple | None = None, records=()) -> float:
-    """One record's value of ``metric`` (:data:`report_cells.METRICS`), in the report's unit (%
-    for accuracies and distances; NaN where the record lacks it). ``records``: its folder's
-    records, where AD/SDAD against CL find the CL run (:func:`cl_distance`)."""
-    if metric not in METRICS:
-        fail("metric", f"one of {sorted(METRICS)}", metric)
-    pct = 100.0
-    if metric == "cp_nonzero":
-        return client_parity(np.asarray(record["local_accuracy"], float), zero="exclude")
-    if metric in ("ad_cl", "sdad_cl") and (record.get(metric) is None or np.isnan(float(record[metric]))):
-        return pct * cl_distance(record, records, metric)  # a single run's own is null/NaN
-    if metric == "mean_local_accuracy":
-        return pct * float(np.nanmean(np.asarray(record["local_accuracy"], float)))
-    if metric in ("window_mean", "best_round"):
-        hist = [h.get("global_test_accuracy", np.nan) for h in record.get("history", [])]
-        rounds = [h.get("round", i) for i, h in enumerate(record.get("history", []))]
-        vals = np.asarray([v for r, v in zip(rounds, hist) if window is None or window[0] <= r <= window[1]], float)
-        if vals.size == 0 or np.all(np.isnan(vals)):
-            return np.nan
-        return pct * float(np.nanmean(vals) if metric == "window_mean" else np.nanmax(vals))
-    if metric in ("reported_accuracy",):
-        v = record.get("reported_accuracy", record.get("global_accuracy"))
-    else:
-        v = record.get(metric, record.get("info", {}).get(metric))
-    if v is None:
-        return np.nan
-    scale = pct if metric in ("global_accuracy", "reported_accuracy", "global_test_accuracy",
-                              "param_average_accuracy", "ad_cl", "sdad_cl") else 1.0
-    return scale * float(v)
-
-
-def matched_records(reading, root: Path) -> tuple[tuple, list]:
-    """(the folder's records, the records answering ``reading``; for ``level="most_heterogeneous"``
-    those of the smallest level that ran)."""
-    folder = _load(str(Path(root) / reading.records))
-    pool = _derived(str(Path(root) / reading.records), reading.derive) if reading.derive else folder
-    recs = [r for r in pool if matches(r.get("spec", {}), reading.match)]
-    ran = [r for r in recs if r.get("status") == "ok"]
-    if _most_heterogeneous(reading) and ran:
-        lowest = min(float(r["spec"]["level"]) for r in ran)  # an infeasible smaller level is passed over
-        recs = [r for r in recs if float(r["spec"]["level"]) == lowest]
-    return folder, recs
-
-
-def _most_heterogeneous(reading) -> bool:
-    return any(k == "level" and v == "most_heterogeneous" for k, v in reading.match)
-
-
 def _not_ok(record) -> str:
     """A record that gives no value, as the report says it: its status, and for a diverged run
     the method, the seed, the round and the client optimiser, e.g. "failed (FedAvg seed 0:
@@ -239,14 +109,6 @@ def row_values(reading, root: Path = RECORDS) -> tuple[list[float], list[str]]:
 
 
 # ----------------------------------------------------------------------------- the frame
-def anchor_slug(*parts) -> str:
-    """The anchor of a section or row of docs/findings.md: ``parts`` joined by "-", lower case,
-    α, η and § spelt out, every other run of characters but a-z and 0-9 one "-"."""
-    s = "-".join(str(p) for p in parts).lower()
-    s = s.replace("α", "alpha").replace("η", "eta").replace("§", "s")
-    return re.sub(r"[^a-z0-9]+", "-", s).strip("-")
-
-
 VERDICT_RULE = ("*reproduced* when |Δ| ≤ max(tolerance, paper's spread + our sd): the paper's sd over its seeds "
                 "plus ours (sample sd, 0 for one seed) is the disagreement two runs of one procedure on other "
                 "seeds show; the tolerance is the least disagreement that counts: 1 pp for accuracies (the "
@@ -732,7 +594,6 @@ def _beyond_label_over_seeds(p: dict, root: Path) -> list[str]:
 def findings_markdown(df: pd.DataFrame, root: Path | str = RECORDS) -> str:
     """docs/findings.md: the rules, the scoreboard, the papers' claims, the vocabularies, then
     every row, per paper and table, with the rows not run listed with their command."""
-    from . import paper_claims
 
     out = ["# Findings: what reproduces, and why not where it doesn't", "",
            "Generated by `python -m workbook.report --write` from the run records committed under",
@@ -788,7 +649,6 @@ def sections(df: pd.DataFrame, root: Path | str = RECORDS, claims: pd.DataFrame 
     :func:`paper_section` without anchors), ``beyond_label`` and ``cross_paper``
     (:func:`beyond_label_markdown`, :func:`cross_paper_markdown`). The tables are the very lines
     :func:`findings_markdown` writes into docs/findings.md; :func:`show` displays one."""
-    from . import paper_claims
 
     if claims is None:
         claims = paper_claims.frame(root)
@@ -857,7 +717,6 @@ def readme_block(df: pd.DataFrame, link: str = "docs/findings.md", root: Path | 
     """The README's findings: the scoreboard as a table (each paper linking to its part of the
     report), then the papers' headline claims as our records judge them
     (:func:`workbook.paper_claims.readme_lines`)."""
-    from . import paper_claims
 
     sb = scoreboard(df)
     lines = ["| paper | table rows | with n ≥ 3 | reproduced (trained, n ≥ 3 / n < 3 / label-only or chance) | "

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from fedlib.methods import PARAM_AVERAGE_METHODS
 from fedlib.reproduction import runs_differently
 from .cafa_study import AUTHORS_FL, PAPER_TABLE2, PAPER_TABLE3, PAPER_TABLE4, PAPER_TABLE5, PAPER_WINDOWS
 from .fedprism_study import CFL_PAPER as FEDPRISM_CFL
@@ -40,6 +39,11 @@ from .pfedlia_study import CFL_PAPER as PFEDLIA_CFL
 from .pfedlia_study import PAPER_TABLE1
 from .psi_pfl_study import PAPER_EQ3, PAPER_MOST_HETEROGENEOUS, PAPER_VARIANT
 from .tables import setting_name
+
+PARAM_AVERAGE_METHODS = ("cfl", "ifca", "fedclust", "fedamp")
+"""FedPrism Table 1's methods whose Glob cell has a second reading: the parameter average of the
+several models their clients use (record field ``param_average_accuracy``, which a run with
+``global_test`` records for every method without one predictor), shown beside ours."""
 
 __all__ = ["PAPERS", "REASONS", "METRICS", "KINDS", "RECORD_COMMANDS", "Reading", "Cause", "Cell", "cells"]
 

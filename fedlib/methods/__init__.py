@@ -3,9 +3,9 @@
 A method is one module with NAME, Hyper, run(ctx, hp) -> Outcome and ``INFO``, its entry
 (:class:`fedlib.methods.contract.MethodInfo`: display name, hooks, properties). Adding one
 is a new module in this package: it is found there (after the modules :data:`MODULES` orders,
-until its name is put in that list at the row it should take), and everything here and every
-property list elsewhere (:data:`GROUPING_METHODS`, :data:`PARAM_AVERAGE_METHODS`) is derived
-from the entries."""
+until its name is put in that list at the row it should take), and everything here is derived
+from the entries. What a study says of a method (which methods' records hold a grouping it
+scores, which have a second reading of a paper's cell) is the study's, in the workbook."""
 from __future__ import annotations
 
 import dataclasses
@@ -73,10 +73,6 @@ REGISTRY = MappingProxyType({name: info for name, (info, _) in _REGISTRY.items()
 """name -> :class:`MethodInfo`, the registry (read-only)."""
 DISPLAY_NAMES = {name: info.display_name for name, info in REGISTRY.items()}
 """name -> the name in tables and legends (derived from the entries; the order sets rows and colours)."""
-GROUPING_METHODS = tuple(m for m in METHODS if REGISTRY[m].groups_clients)
-"""The methods whose record holds a grouping of the clients scored by ARI (``groups_clients``)."""
-PARAM_AVERAGE_METHODS = tuple(m for m in METHODS if REGISTRY[m].param_average)
-"""FedPrism Table 1's methods whose Glob cell has the parameter-average reading (``param_average``)."""
 STREAMING_METHODS = tuple(m for m in METHODS if REGISTRY[m].streams_average)
 """The methods that accept ``FLConfig.stream_average`` (``streams_average``)."""
 
@@ -115,6 +111,6 @@ def make_hyper(name: str, values: dict | None = None):
     return hyper_cls(**values)
 
 
-__all__ = ["METHODS", "MODULES", "NOT_METHODS", "FOUND", "method_modules", "REGISTRY", "DISPLAY_NAMES", "GROUPING_METHODS", "PARAM_AVERAGE_METHODS",
+__all__ = ["METHODS", "MODULES", "NOT_METHODS", "FOUND", "method_modules", "REGISTRY", "DISPLAY_NAMES",
            "STREAMING_METHODS", "MethodInfo", "build_registry", "method_info", "display_name", "get_method",
            "make_hyper", "Context", "FLConfig", "Outcome", "federated_averaging", "sample_clients"]

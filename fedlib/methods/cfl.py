@@ -468,5 +468,5 @@ def _assignment(clusters: list[np.ndarray], k: int) -> np.ndarray:
     return out
 
 
-INFO = MethodInfo(NAME, "CFL", Hyper, run, grid=GRID, groups_clients=True, param_average=True,
+INFO = MethodInfo(NAME, "CFL", Hyper, run, grid=GRID,
                   check_protocol=check_protocol, resumable=True)

@@ -215,5 +215,5 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
 
 
 # all its training goes through federated_averaging (FLConfig.stream_average)
-INFO = MethodInfo(NAME, "Clust-PSI-PFL", Hyper, run, streams_average=True, groups_clients=True,
+INFO = MethodInfo(NAME, "Clust-PSI-PFL", Hyper, run, streams_average=True,
                   resumable=True)

@@ -26,13 +26,6 @@ class MethodInfo:
     grid : Table II's search grid, ``name -> values`` (read by :func:`fedlib.tuning.tune`).
     streams_average : all its training goes through ``federated_averaging`` or
         ``global_model_rounds``, so ``FLConfig.stream_average`` applies; other methods refuse it.
-    groups_clients : its record's ``info`` holds a grouping of the clients
-        (``cluster_of_client`` or ``assignment``) that the cross-paper study scores by ARI;
-        FedAMP's "grouping" is every client alone, the one-model methods and Local-only group
-        nothing.
-    param_average : FedPrism Table 1's "global accuracy" of this method has a second reading,
-        the parameter average of the several models its clients use (record field
-        ``param_average_accuracy``), shown beside ours in the report.
     resumable : every round it trains goes through :func:`fedlib.methods.base.run_rounds` with
         its state explicit, so an interrupted run resumes at its last checkpoint
         (:mod:`fedlib.checkpoint`); other methods' runs start again at round 1.
@@ -58,8 +51,6 @@ class MethodInfo:
     run: Callable[..., Any]
     grid: Mapping[str, Sequence] = field(default_factory=dict, hash=False)
     streams_average: bool = False
-    groups_clients: bool = False
-    param_average: bool = False
     resumable: bool = False
     protocols: tuple[str, ...] | None = None
     needs_validation: Callable[[Any], bool] | None = None
@@ -78,7 +69,7 @@ class MethodInfo:
             raise ValueError(f"MethodInfo.run of {self.name!r} must be callable, got {self.run!r}")
         if not isinstance(self.grid, Mapping):
             raise ValueError(f"MethodInfo.grid of {self.name!r} must be a dict name -> values, got {self.grid!r}")
-        for name in ("streams_average", "groups_clients", "param_average", "resumable"):
+        for name in ("streams_average", "resumable"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"MethodInfo.{name} of {self.name!r} must be a bool, got {getattr(self, name)!r}")
         if self.protocols is not None and (not isinstance(self.protocols, tuple)

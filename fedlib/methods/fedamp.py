@@ -223,5 +223,5 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
     return Outcome(local, everyone.copy(), info)
 
 
-INFO = MethodInfo(NAME, "FedAMP", Hyper, run, grid=GRID, param_average=True, resumable=True,
+INFO = MethodInfo(NAME, "FedAMP", Hyper, run, grid=GRID, resumable=True,
                   recorded_defaults={"attention": "softmax"})  # every FedAMP record before issue 57 without the key

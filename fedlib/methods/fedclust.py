@@ -191,5 +191,5 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
     return Outcome(models, assignment, info)
 
 
-INFO = MethodInfo(NAME, "FedClust", Hyper, run, grid=GRID, groups_clients=True, param_average=True,
+INFO = MethodInfo(NAME, "FedClust", Hyper, run, grid=GRID,
                   resumable=True)

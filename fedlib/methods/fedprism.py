@@ -352,4 +352,4 @@ def _recluster(h: np.ndarray, clusters: State, old, prefix: str, n_k: int, n_ini
     return cent
 
 
-INFO = MethodInfo(NAME, "FedPrism", Hyper, run, grid=GRID, groups_clients=True, check_arch=check_arch)
+INFO = MethodInfo(NAME, "FedPrism", Hyper, run, grid=GRID, check_arch=check_arch)

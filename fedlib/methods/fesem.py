@@ -499,5 +499,5 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
     return Outcome(centres, cluster, info)
 
 
-INFO = MethodInfo(NAME, "FeSEM", Hyper, run, grid=GRID, groups_clients=True,
+INFO = MethodInfo(NAME, "FeSEM", Hyper, run, grid=GRID,
                   recorded_defaults={"init": "clients"})  # every FeSEM record before issue 57 ran the old start

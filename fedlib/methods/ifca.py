@@ -123,4 +123,4 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
     return Outcome(models, assignment, info)
 
 
-INFO = MethodInfo(NAME, "IFCA", Hyper, run, grid=GRID, groups_clients=True, param_average=True, resumable=True)
+INFO = MethodInfo(NAME, "IFCA", Hyper, run, grid=GRID, resumable=True)

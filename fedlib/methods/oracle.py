@@ -68,5 +68,5 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
 
 
 # all its training goes through federated_averaging (FLConfig.stream_average)
-INFO = MethodInfo(NAME, "Oracle", Hyper, run, grid=GRID, streams_average=True, groups_clients=True, resumable=True,
+INFO = MethodInfo(NAME, "Oracle", Hyper, run, grid=GRID, streams_average=True, resumable=True,
                   protocols=PROTOCOLS, check_protocol=check_protocol)

@@ -258,5 +258,5 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
     return out
 
 
-INFO = MethodInfo(NAME, "pFedLIA", Hyper, run, grid=GRID, groups_clients=True, resumable=True,
+INFO = MethodInfo(NAME, "pFedLIA", Hyper, run, grid=GRID, resumable=True,
                   needs_validation=needs_validation, check_protocol=check_protocol)
