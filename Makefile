@@ -21,7 +21,7 @@ EXECUTED := build/executed/$(PROFILE)
 LONGEST_FIRST := $(filter $(patsubst notebooks/%.ipynb,%,$(NOTEBOOKS)),05_training 10_pfedlia 09_fedprism 11_cross_paper 12_beyond_label_skew 04_cluster_selection 07_psi_pfl 08_cafa)
 EXECUTED_NOTEBOOKS := $(patsubst %,$(EXECUTED)/%.ipynb,$(LONGEST_FIRST)) \
   $(filter-out $(patsubst %,$(EXECUTED)/%.ipynb,$(LONGEST_FIRST)),$(patsubst notebooks/%,$(EXECUTED)/%,$(NOTEBOOKS)))
-FEDLIB_SOURCES := $(shell find fedlib -name '*.py') pyproject.toml
+FEDLIB_SOURCES := $(shell find fedlib workbook -name '*.py' -o -name '*.yaml') pyproject.toml
 RECORDS := $(shell find benchmarks/records -name '*.json')
 NPROC := $(shell nproc 2>/dev/null || echo 2)
 WORKBOOK_JOBS ?= 2

@@ -111,7 +111,7 @@ def _watched(name: str, fn):
 def watch_entry_points() -> None:
     """Replace each watched function by a wrapper wherever fedlib has bound it.
 
-    Patched in the defining module and in every fedlib module already imported that holds
+    Patched in the defining module and in every fedlib or workbook module already imported that holds
     the same object (``from .train import local_train`` binds a name of its own); a module
     imported later binds the wrapper from the modules patched here.
     """
@@ -124,7 +124,7 @@ def watch_entry_points() -> None:
                 continue
             originals[id(fn)] = _watched(f"{module_name}.{name}", fn)
     for module_name, module in list(sys.modules.items()):
-        if module is None or not (module_name == "fedlib" or module_name.startswith("fedlib.")):
+        if module is None or not module_name.split(".")[0] in ("fedlib", "workbook"):
             continue
         for attr, value in list(vars(module).items()):
             wrapper = originals.get(id(value))
