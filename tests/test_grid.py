@@ -119,7 +119,7 @@ def _paper_grid():
 @pytest.mark.parametrize("text", ['{"record_version": 1, "sta', "", '{"record_version": 1, "status": "ok"}'])
 def test_paper_grid_counts_a_damaged_record_as_to_compute_and_lists_it_by_name(tmp_path, text):
     pg = _paper_grid()
-    (s,) = pg.select("fedprism-table1", pg.load_params("09_fedprism", str(SMOKE09)), seeds=[0], methods=["fedavg"],
+    (s,) = pg.select("fedprism-table1", pg.load_params("fedprism-table1", str(SMOKE09)), seeds=[0], methods=["fedavg"],
                      alphas=[0.1])
     path = X.record_path(tmp_path, s)
     path.write_text(text)
