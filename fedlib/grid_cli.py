@@ -85,9 +85,6 @@ Prints one line before (the runs, how many are recorded already) and one per fin
 from __future__ import annotations
 
 import argparse
-import multiprocessing
-import os
-import signal
 import time
 from pathlib import Path
 
@@ -232,29 +229,6 @@ def _line(name, spec, record: dict) -> str:
 _PROGRESS = "rounds"
 
 
-def _compute(spec, out: str, device: str, budget: float | None = None, estimate_from=()) -> dict | None:
-    """One run through run_grid (which claims it, records it, and skips it if recorded); None
-    when a ``budget`` left it for a later call (or ended while another process computed it)."""
-    from fedlib.grid import run_grid
-
-    if budget is None:
-        return run_grid([spec], out, device=device, progress=_PROGRESS)[0]
-    records = run_grid([spec], out, device=device, progress=_PROGRESS, budget=budget, estimate_from=estimate_from)
-    return records[0] if records else None
-
-
-def _init_worker(threads: int, processes: int | None = None, progress: str = "rounds") -> None:
-    import torch
-
-    from fedlib.spec import ENV_SHARING
-
-    global _PROGRESS
-    _PROGRESS = progress  # a spawned worker starts from the module's default
-    torch.set_num_threads(threads)
-    if processes is not None:  # the pool's processes share the device: their estimates and records say so
-        os.environ.setdefault(ENV_SHARING, str(processes))
-
-
 def estimate(spec, out, kind: str, estimate_from=()) -> float | None:
     """The estimated seconds of ``spec``'s run on a ``kind`` device ('cpu' or 'cuda') under
     ``$FEDLIB_SHARING``, from the records in ``out`` and ``estimate_from``
@@ -262,30 +236,6 @@ def estimate(spec, out, kind: str, estimate_from=()) -> float | None:
     from fedlib.grid import estimate_seconds, sharing, timing_records
 
     return estimate_seconds(spec, timing_records(out, *estimate_from), kind, sharing())
-
-
-def _compute_star(args):
-    """``(spec, record, elsewhere, estimate)``: ``elsewhere`` when another process sharing the
-    folder had recorded or claimed the run before this one reached it (run_grid then returned or
-    waited for that process's record instead of computing it). With a deadline (a ``time.time()``
-    value) the run starts only if it fits (:func:`fedlib.experiment.fits_budget`; a resumable method's
-    run only needs its first rounds to fit: :func:`fedlib.grid.seconds_to_start`); else
-    ``record`` is None and ``estimate`` says what it needs."""
-    spec, out, device, deadline, estimate_from = args
-    _kill_once_for_tests()
-    recorded = _recorded(Path(out), spec)
-    elsewhere = recorded or _claimed_elsewhere(Path(out), spec)
-    if deadline is None:
-        return spec, _compute(spec, out, device), elsewhere, None
-    from fedlib.engine import resolve_device
-    from fedlib.grid import fits_budget
-    from fedlib.grid import seconds_to_start
-
-    est = None if recorded else estimate(spec, out, resolve_device(device).type, estimate_from)
-    left = deadline - time.time()
-    if not recorded and (left <= 0 or not (elsewhere or fits_budget(seconds_to_start(spec, est), deadline))):
-        return spec, None, elsewhere, est
-    return spec, _compute(spec, out, device, max(left, 1e-3), estimate_from), elsewhere, est
 
 
 def _collect(results, computed: list, skipped: list, echo, budget: bool = False, name=None) -> None:
@@ -326,22 +276,6 @@ def _claimed_elsewhere(out: Path, spec) -> bool:
     return claims.claim_path(path).exists() and not claims.is_stale(path)
 
 
-#: Tests only: a file path; the first worker run to find it absent creates it and SIGKILLs its own
-#: process (a worker killed mid-grid, e.g. out of memory), so that a test sees the grid recover.
-ENV_KILL_ONCE = "PAPER_GRID_TEST_KILL_ONCE"
-
-
-def _kill_once_for_tests() -> None:
-    flag = os.environ.get(ENV_KILL_ONCE)
-    if flag and multiprocessing.parent_process() is not None:
-        try:
-            fd = os.open(flag, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
-            return
-        os.close(fd)
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
 def _recorded(out: Path, spec) -> bool:
     """Whether ``out`` holds ``spec``'s valid finished record (:func:`fedlib.records.read_strict`:
     a truncated, empty, NaN or another run's record is named on stderr and counts as not
@@ -368,13 +302,6 @@ def run_state(out: Path, spec) -> str:
     except records.RecordError as err:
         return f"to compute (invalid record {path.name}: {err.problem})"
     return "running" if _claimed_elsewhere(Path(out), spec) else "to compute"
-
-
-def _next_run(pending: list, out: Path):
-    """The first of ``pending`` that no other process is computing, else the first (whose record
-    run_grid then waits for): processes sharing a folder each compute a different run instead
-    of queueing behind one another's claims."""
-    return next((s for s in pending if not _claimed_elsewhere(out, s)), pending[0])
 
 
 def _estimate_folders(estimate_from) -> list[Path]:
@@ -474,8 +401,7 @@ def run_table(table, out, *, params=None, seeds=None, methods=None, alphas=None,
 
     deadline = None if budget is None else time.time() + check_number(budget, "--budget", 0, low_open=True)
     from fedlib.engine import resolve_device
-    from fedlib.grid import ENV_SHARING, SAFETY_FACTOR
-    from fedlib.grid import FIRST_ROUNDS
+    from fedlib.grid import FIRST_ROUNDS, SAFETY_FACTOR
     from fedlib.validation import check_choice, check_int
 
     check_int(workers, "--workers", 1)
@@ -507,8 +433,9 @@ def run_table(table, out, *, params=None, seeds=None, methods=None, alphas=None,
         echo(f"{table}: budget {budget:g} s: a run starts only if {SAFETY_FACTOR} × its estimated seconds end before it "
              f"(a resumable method's run: those of its first {FIRST_ROUNDS} rounds; it stops at a round boundary)")
     computed, skipped = [], []
+    from fedlib.grid import run_grid
+
     if together:
-        from fedlib.grid import run_grid
         from fedlib.together import group_specs, together_key
 
         batched = [s for g in group_specs(todo) if len(g) > 1 and together_key(g[0]) is not None for s in g]
@@ -526,19 +453,10 @@ def run_table(table, out, *, params=None, seeds=None, methods=None, alphas=None,
                 computed.append(record)
                 echo(_line(name, s, record))
         todo = [s for s in todo if not _recorded(out, s)]
-    if workers == 1 or len(todo) <= 1:
-        pending = list(todo)
-        while pending := [s for s in pending if not _recorded(out, s)]:  # another process may have recorded some
-            s = _next_run(pending, out)  # runs another process is computing go last
-            pending.remove(s)
-            results = [_compute_star((s, str(out), device, deadline, folders))]
-            _collect(results, computed, skipped, echo, budget is not None, name)
-    else:
-        threads = max(1, (os.cpu_count() or 1) // workers)
-        processes = None if os.environ.get(ENV_SHARING) else workers
-        ordered = sorted(todo, key=lambda s: _claimed_elsewhere(out, s))  # stable: claimed elsewhere last
-        _run_pool(ordered, out, device, deadline, folders, workers, threads, processes, computed, skipped, echo,
-                  budget is not None, _PROGRESS, name)
+    if todo:  # one at a time, or --workers at once (run_grid's pool), each checked against the one deadline
+        kw = {} if deadline is None else {"budget": max(deadline - time.time(), 1e-3), "estimate_from": folders}
+        run_grid(todo, out, device=device, progress=_PROGRESS, workers=workers,
+                 on_run=lambda *result: _collect([result], computed, skipped, echo, budget is not None, name), **kw)
     if skipped:
         known = [e for _, e in skipped if e is not None]
         echo(f"{table}: budget: {len(skipped)} runs left for a later call, estimated {sum(known):.0f} s of runs"
@@ -546,43 +464,6 @@ def run_table(table, out, *, params=None, seeds=None, methods=None, alphas=None,
                 if len(known) < len(skipped) else ""))
     return {"specs": specs, "recorded": len(specs) - len(todo), "computed": computed,
             "skipped": [s for s, _ in skipped]}
-
-
-#: How many times the pool is restarted after a worker died (killed, out of memory) before the
-#: runs it lost are given up (named, not recorded).
-POOL_RESTARTS = 3
-
-
-def _run_pool(specs, out: Path, device, deadline, folders, workers, threads, processes, computed, skipped, echo,
-              budget: bool, progress: str = "rounds", name=None) -> None:
-    """The runs on a pool of ``workers`` spawned processes (``concurrent.futures``). A worker
-    that dies (SIGKILL, out of memory) breaks the pool (``BrokenProcessPool``) instead of hanging
-    it: the runs it lost (its claims are stale once its pid is gone) are recomputed on a new pool,
-    at most :data:`POOL_RESTARTS` times; then the runs still lost are named in a RuntimeError."""
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-    from concurrent.futures.process import BrokenProcessPool
-
-    ctx = multiprocessing.get_context("spawn")
-    pending = list(specs)
-    for attempt in range(POOL_RESTARTS + 1):
-        lost = []
-        with ProcessPoolExecutor(min(workers, len(pending)), mp_context=ctx, initializer=_init_worker,
-                                 initargs=(threads, processes, progress)) as pool:
-            futures = {pool.submit(_compute_star, (s, str(out), device, deadline, folders)): s for s in pending}
-            for future in as_completed(futures):
-                try:
-                    result = future.result()
-                except BrokenProcessPool:
-                    lost.append(futures[future])
-                    continue
-                _collect([result], computed, skipped, echo, budget, name)
-        pending = [s for s in lost if not _recorded(out, s)]
-        if not pending:
-            return
-        echo(f"a worker process died: {len(pending)} run{'s' if len(pending) != 1 else ''} lost"
-             + (f"; computing {'them' if len(pending) != 1 else 'it'} again" if attempt < POOL_RESTARTS else ""))
-    raise RuntimeError(f"{len(pending)} runs were lost {POOL_RESTARTS + 1} times by a worker process that died "
-                       "(killed, out of memory): " + "; ".join((name or describe)(s) for s in pending))
 
 
 def cli() -> int:

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+import fedlib.grid
+
 from workbook import beyond_label, cafa_study, cross_paper, fedprism_study, pfedlia_study, psi_pfl_study
 from fedlib.experiment import load_records
 
@@ -262,13 +264,13 @@ def test_a_run_another_process_is_computing_is_taken_last(tmp_path, monkeypatch)
     assert claims.try_claim(record_path(out, specs[0]))  # "another process" is computing the first
     order = []
 
-    def fake(spec, out_, device):
+    def fake(spec, out_, device, mode, budget=None, estimate_from=()):
         order.append(spec.key())
         if spec.key() == specs[0].key():  # by now its owner has finished it
             claims.release(record_path(out, spec))
         return {"status": "ok", "seconds": 0.0, "spec": spec.to_dict()}
 
-    monkeypatch.setattr(pg, "_compute", fake)
+    monkeypatch.setattr(fedlib.grid, "_compute_one", fake)  # the one run of run_grid's per-run scheduler
     lines = []
     result = pg.run_table("fedprism-table1", out, params=str(SMOKE09), seeds=[0], methods=["fedavg", "local"],
                           alphas=[0.1], device="cpu", echo=lines.append)
@@ -291,12 +293,12 @@ def test_a_run_another_process_recorded_meanwhile_is_skipped(tmp_path, monkeypat
                       methods=["fedavg", "local"], alphas=[0.1])
     order = []
 
-    def fake(spec, out_, device):
+    def fake(spec, out_, device, mode, budget=None, estimate_from=()):
         order.append(spec.key())
         record_path(out, specs[1]).write_text(json.dumps(record_fakes.record(specs[1])))  # meanwhile, the other process records the second run
         return {"status": "ok", "seconds": 0.0, "spec": spec.to_dict()}
 
-    monkeypatch.setattr(pg, "_compute", fake)
+    monkeypatch.setattr(fedlib.grid, "_compute_one", fake)  # the one run of run_grid's per-run scheduler
     lines = []
     result = pg.run_table("fedprism-table1", out, params=str(SMOKE09), seeds=[0], methods=["fedavg", "local"],
                           alphas=[0.1], device="cpu", echo=lines.append)
@@ -413,12 +415,12 @@ def test_a_budget_leaves_the_runs_that_would_not_fit_for_a_later_call(tmp_path, 
     (times / "fast.json").write_text(json.dumps(_comparable(specs[1], 1.0)))
     started = []
 
-    def fake(spec, out_, device, budget=None, estimate_from=()):
+    def fake(spec, out_, device, mode, budget=None, estimate_from=()):
         started.append(spec.method)
         assert 0 < budget <= 600 and [str(f) for f in estimate_from] == [str(times)]
         return {"status": "ok", "seconds": 1.0, "spec": spec.to_dict()}
 
-    monkeypatch.setattr(pg, "_compute", fake)
+    monkeypatch.setattr(fedlib.grid, "_compute_one", fake)  # the one run of run_grid's per-run scheduler
     lines = []
     result = pg.run_table("fedprism-table1", out, params=str(SMOKE09), seeds=[0], methods=["fedavg", "local"],
                           alphas=[0.1], device="cpu", budget=600, estimate_from=[str(times)], echo=lines.append)
