@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import inspect
 import json
 from pathlib import Path
 
@@ -101,6 +102,8 @@ def test_every_registered_table_names_files_that_exist(name):
     assert t.paper_values is None or (t.paper_values.startswith("workbook/papers/") and t.paper_values.endswith(".yaml"))
     study = importlib.import_module(f"workbook.{t.grid.__self__.module}")  # its study module
     assert t.grid_params == study.GRID_PARAMS and callable(study.grid_label)
+    keywords = [k for k, v in inspect.signature(study.notebook_grid).parameters.items() if v.kind is v.KEYWORD_ONLY]
+    assert sorted(keywords) == sorted(t.grid_params)
     assert set(t.grid_params) <= set(yaml.safe_load((ROOT / t.params).read_text()))
 
 
