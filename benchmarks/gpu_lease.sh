@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU lease, used to the last second: WORKERS copies of one paper-grid command share the GPU
 # and one records folder (each run claimed before it is computed: fedlib.claims), each starting a
-# run only if it is estimated to end before the lease does (--budget: fedlib.experiment.run_grid),
+# run only if it is estimated to end before the lease does (--budget: fedlib.grid.run_grid),
 # then every record they wrote is packed into ONE archive.
 #
 # Usage (from the repository root, on the machine with the GPU):
@@ -13,6 +13,8 @@
 #       --results benchmarks/records/clust_psi_pfl/table3_like_for_like --seeds 3
 #   bash benchmarks/gpu_lease.sh 560 16 -- python -m fedlib.grid psi-pfl \
 #       --out benchmarks/records/psi_pfl/comparison --datasets fmnist
+#   bash benchmarks/gpu_lease.sh 560 16 -- python -m fedlib.grid clust-psi-pfl-table3 \
+#       --out benchmarks/records/clust_psi_pfl/table3_like_for_like --seeds 3
 # SECONDS: the whole script's time, start to archive; give the lease command a limit a little
 # above it (SECONDS=560 in a 600 s command). The workers' budget is what is left after the data
 # is prepared, less $LEASE_MARGIN seconds (default 30: their start-up and the packing).

@@ -1,6 +1,13 @@
 """Table III's FMNIST column like for like: each method as Table II says (paper_text) and as the
 authors' code ran it (paper_code, :mod:`fedlib.reproduction`), beside the paper's value.
 
+The runs are the paper table ``clust-psi-pfl-table3`` of the grid command (``python -m fedlib.grid
+clust-psi-pfl-table3 --out benchmarks/records/clust_psi_pfl/table3_like_for_like``,
+:mod:`workbook.paper_tables`): this script is that command under its own flags (they write the
+table's params file, ``params/tables/clust_psi_pfl_table3.yaml``'s keys, and it runs
+:func:`fedlib.grid_cli.run_table`), then prints the cells (:mod:`workbook.like_for_like`);
+``--report`` prints them without training.
+
 The paper's protocol by default: the whole of FMNIST, K = 100, T = 40, E = 5, q = 0.5 (≈ 16 min
 per run on a 2-core CPU; ``--device cuda`` on a GPU). Records go to results/<--name>/ and are
 reused: a rerun computes only what is missing, and several processes may run the same command
@@ -21,7 +28,7 @@ Usage: python benchmarks/table3_like_for_like.py [--dataset fmnist|adult] [--set
        [--budget SECONDS [--estimate-from DIR ...]] [--together]
 
 ``--budget SECONDS`` (from the training's start): a run starts only if it is estimated to end
-before then, the others are left for a later call (``fedlib.experiment.run_grid``'s ``budget``:
+before then, the others are left for a later call (the grid command's ``--budget``:
 the median wall time of comparable finished runs in the records' folder and ``--estimate-from``,
 default the committed ``benchmarks/records``, times ``SAFETY_FACTOR``); a resumable method's run
 starts when its first rounds fit and the budget stops it at a round boundary with a checkpoint
@@ -30,7 +37,7 @@ starts when its first rounds fit and the budget stops it at a round boundary wit
 ``--together`` (with ``--budget`` too: a group starts when its first rounds fit and stops at a
 round boundary with one checkpoint for the group): the runs of the FedAvg family that share the protocol
 (FedAvg, FedProx, FedAvgM, FedAdagrad, FedYogi, FedAdam over the seeds and settings) train side
-by side, their clients in one engine call per round (``run_grid(..., together=True)``,
+by side, their clients in one engine call per round (the grid command's ``--together``,
 :mod:`fedlib.together`): the same records up to kernel rounding, faster on a GPU.
 
 ``--hyper`` (JSON: method -> hyperparameter overrides) runs a sensitivity check beside the table;
@@ -44,14 +51,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+import tempfile
 from pathlib import Path
 
-from workbook.like_for_like import FRACTION, METHODS, cells, markdown, report_lines
-from fedlib.experiment import grid_specs, load_records, run_grid
-from workbook.paper_table3 import STAND_INS
-from fedlib.paths import results_dir
+import yaml
 
-COMMITTED_RECORDS = Path(__file__).resolve().parents[1] / "benchmarks" / "records"  # --estimate-from's default
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's fedlib and workbook, installed or not
+from fedlib import grid_cli  # noqa: E402
+from fedlib.experiment import load_records  # noqa: E402
+from fedlib.paths import results_dir  # noqa: E402
+from workbook.like_for_like import FRACTION, METHODS, cells, markdown, notebook_grid, report_lines  # noqa: E402
+from workbook.paper_table3 import STAND_INS  # noqa: E402
+from workbook.paper_tables import TABLES  # noqa: E402
+
+TABLE = next(t for t in TABLES if t.name == "clust-psi-pfl-table3")  # the paper table these runs are
 
 DEFAULT_SETTINGS = {"fmnist": "similarity:0,similarity:1,dirichlet:0.3",
                     "adult": "dirichlet:50,dirichlet:0.7,dirichlet:0.3,similarity:1,similarity:0.03,similarity:0"}
@@ -102,16 +116,19 @@ def main(argv=None) -> None:
         hyper = json.loads(a.hyper) if a.hyper else None
     except json.JSONDecodeError as err:
         ap.error(f"--hyper: {a.hyper!r} is not JSON ({err}); give e.g. '{{\"fedyogi\": {{\"eta\": 0.3162}}}}'")
-    specs = grid_specs([a.dataset], protocols, [a.clients], [int(s) for s in a.seeds.split(",")], methods,
-                       hyper=hyper,
-                       fl={"rounds": a.rounds, "local_epochs": a.epochs, "fraction": FRACTION},
-                       reproductions=[r.strip() for r in a.reproductions.split(",")])
+    params = {"dataset": a.dataset, "settings": protocols, "n_clients": a.clients,
+              "seeds": [int(s) for s in a.seeds.split(",")], "methods": methods,
+              "fl": {"rounds": a.rounds, "local_epochs": a.epochs, "fraction": FRACTION}, "hyper": hyper,
+              "reproductions": [r.strip() for r in a.reproductions.split(",")]}
+    specs = notebook_grid(**params)["table3"]  # the table's grid at these parameters (bad input fails here)
     folder = Path(a.results) if a.results else results_dir() / a.name
     if not a.report:
-        extra = {} if a.budget is None else {"budget": a.budget, "estimate_from": a.estimate_from or [COMMITTED_RECORDS]}
-        if a.together:
-            extra["together"] = True
-        run_grid(specs, folder, device=a.device, progress="lines", **extra)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "clust_psi_pfl_table3.yaml"
+            path.write_text(yaml.safe_dump(params))
+            grid_cli.run_table(TABLE, folder, params=path, device=a.device, budget=a.budget,
+                               estimate_from=a.estimate_from, together=a.together,
+                               echo=lambda line: print(line, flush=True))
     keys = {s.key() for s in specs}
     records = [r for r in load_records(folder) if r.get("key") in keys] if folder.exists() else []
     if not records:

@@ -375,6 +375,130 @@ def _run_together(specs, results_dir: Path, device, bar, report, max_group: int 
     return left
 
 
+# ----------------------------------------------------------------------------- runs one by one, or N at once
+#: How many times the pool of ``workers`` processes is restarted after a worker died (killed,
+#: out of memory) before the runs it lost are given up (named in a RuntimeError, not recorded).
+POOL_RESTARTS = 3
+
+#: Tests only: a file path; the first worker run to find it absent creates it and SIGKILLs its own
+#: process (a worker killed mid-grid, e.g. out of memory), so that a test sees the grid recover.
+ENV_KILL_ONCE = "PAPER_GRID_TEST_KILL_ONCE"
+
+
+def _kill_once_for_tests() -> None:
+    import multiprocessing
+    import signal
+
+    flag = os.environ.get(ENV_KILL_ONCE)
+    if flag and multiprocessing.parent_process() is not None:
+        try:
+            fd = os.open(flag, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            return
+        os.close(fd)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _compute_one(spec: RunSpec, results_dir, device, mode: str, budget: float | None = None,
+                 estimate_from=()) -> dict | None:
+    """One run through :func:`run_grid` (which claims it, records it, and skips it if recorded);
+    None when a ``budget`` left it for a later call (or ended while another process computed it)."""
+    kw = {} if budget is None else {"budget": budget, "estimate_from": estimate_from}
+    found = run_grid([spec], results_dir, device=device, progress=mode, **kw)
+    return found[0] if found else None
+
+
+def _one_run(spec: RunSpec, results_dir, device, deadline: float | None, folders, mode: str) -> tuple:
+    """``(spec, record, elsewhere, estimate)`` of one run: ``elsewhere`` when another process
+    sharing the folder had recorded or claimed it before this one reached it (its record is then
+    read, or waited for, instead of computed). With a ``deadline`` (a ``time.time()`` value) the
+    run starts only if it fits (:func:`fits_budget`; a resumable method's run only needs its first
+    rounds to: :func:`seconds_to_start`), its seconds estimated from the records in
+    ``results_dir`` and ``folders``; else ``record`` is None and ``estimate`` says what it needs."""
+    _kill_once_for_tests()
+    results_dir = Path(results_dir)
+    path = record_path(results_dir, spec)
+    recorded = _is_complete(path, spec)
+    elsewhere = recorded or _claimed_live(path)
+    if deadline is None:
+        return spec, _compute_one(spec, results_dir, device, mode), elsewhere, None
+    est = None if recorded else estimate_seconds(spec, timing_records(results_dir, *folders),
+                                                 resolve_device(device).type, sharing())
+    left = deadline - time.time()
+    if not recorded and (left <= 0 or not (elsewhere or fits_budget(seconds_to_start(spec, est), deadline))):
+        return spec, None, elsewhere, est
+    return spec, _compute_one(spec, results_dir, device, mode, max(left, 1e-3), folders), elsewhere, est
+
+
+def _one_run_star(args) -> tuple:
+    return _one_run(*args)
+
+
+def _init_worker(threads: int, processes: int | None) -> None:
+    """A pool worker: ``threads`` torch threads; ``$FEDLIB_SHARING`` = ``processes`` (the pool's
+    processes share the device: their estimates and records say so) unless it is set."""
+    torch.set_num_threads(threads)
+    if processes is not None:
+        os.environ.setdefault(ENV_SHARING, str(processes))
+
+
+def _run_each(todo, results_dir: Path, device, deadline, folders, mode: str, workers: int, on_run, say) -> None:
+    """The runs one by one in this process (``workers`` = 1), or ``workers`` at once in as many
+    spawned processes, each claimed, recorded and skipped if recorded by :func:`run_grid` itself
+    and checked against the one ``deadline`` just before it starts (:func:`_one_run`);
+    ``on_run(spec, record, elsewhere, estimate)`` as each finishes or is left. A run another live
+    process holds goes last (its record is then read, or waited for), so that processes sharing
+    a folder each compute a different run; a run another process recorded meanwhile is skipped."""
+    def held(s: RunSpec) -> bool:
+        return _claimed_live(record_path(results_dir, s))
+
+    if workers == 1 or len(todo) <= 1:
+        pending = list(todo)
+        while pending := [s for s in pending if not _is_complete(record_path(results_dir, s), s)]:
+            s = next((x for x in pending if not held(x)), pending[0])
+            pending.remove(s)
+            on_run(*_one_run(s, results_dir, device, deadline, folders, mode))
+        return
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    processes = None if os.environ.get(ENV_SHARING) else workers
+    _run_pool(sorted(todo, key=held), results_dir, device, deadline, folders, mode, workers, threads, processes,
+              on_run, say)
+
+
+def _run_pool(specs, results_dir: Path, device, deadline, folders, mode: str, workers: int, threads: int,
+              processes: int | None, on_run, say) -> None:
+    """The runs on a pool of ``workers`` spawned processes (``concurrent.futures``). A worker that
+    dies (SIGKILL, out of memory) breaks the pool (``BrokenProcessPool``) instead of hanging it:
+    the runs it lost (its claims are stale once its pid is gone) are computed again on a new pool,
+    at most :data:`POOL_RESTARTS` times; then the runs still lost are named in a RuntimeError."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
+
+    ctx = multiprocessing.get_context("spawn")
+    pending = list(specs)
+    for attempt in range(POOL_RESTARTS + 1):
+        lost = []
+        with ProcessPoolExecutor(min(workers, len(pending)), mp_context=ctx, initializer=_init_worker,
+                                 initargs=(threads, processes)) as pool:
+            futures = {pool.submit(_one_run_star, (s, str(results_dir), device, deadline, folders, mode)): s
+                       for s in pending}
+            for future in as_completed(futures):
+                try:
+                    result = future.result()
+                except BrokenProcessPool:
+                    lost.append(futures[future])
+                    continue
+                on_run(*result)
+        pending = [s for s in lost if not _is_complete(record_path(results_dir, s), s)]
+        if not pending:
+            return
+        say(f"run_grid: a worker process died: {len(pending)} run{'s' if len(pending) != 1 else ''} lost"
+            + (f"; computing {'them' if len(pending) != 1 else 'it'} again" if attempt < POOL_RESTARTS else ""))
+    raise RuntimeError(f"{len(pending)} runs were lost {POOL_RESTARTS + 1} times by a worker process that died "
+                       "(killed, out of memory): " + "; ".join(_describe(s) for s in pending))
+
+
 BACKENDS = ("local", "ray")
 
 
@@ -392,7 +516,8 @@ def _ray_backend():
 def run_grid(specs, results_dir, *, device="auto", progress=True, backend: str = "local",
              ray_address: str | None = None, num_cpus: float = 1, num_gpus: float = 0,
              max_retries: int = 3, budget: float | None = None, estimate_from=(),
-             together: bool = False, max_together: int | None = None) -> list[dict]:
+             together: bool = False, max_together: int | None = None, workers: int = 1,
+             on_run=None) -> list[dict]:
     """Run every spec not already recorded in ``results_dir``; return the records of the specs
     that have one (all of them, unless a ``budget`` left some for a later call).
 
@@ -445,6 +570,21 @@ def run_grid(specs, results_dir, *, device="auto", progress=True, backend: str =
     its ``seconds`` the group's divided among its runs (``host['together']``). Runs of other
     methods, and runs another process holds, go the usual way. Worth it on a GPU, where one call
     of many rows costs little more than one of few.
+
+    ``workers`` (local backend): the runs (those not trained together) are computed ``workers``
+    at once, each in its own spawned process on ``max(1, cores // workers)`` torch threads
+    (recording ``host['processes'] = workers`` unless ``$FEDLIB_SHARING`` is set), each claimed,
+    recorded and skipped if recorded as above, and, under a ``budget``, checked against the one
+    deadline just before it starts. A worker that dies (killed, out of memory) loses its run:
+    the pool is started again for the runs lost, at most :data:`POOL_RESTARTS` times, then they
+    are named in a RuntimeError. A run another live process holds is taken last.
+
+    ``on_run`` (local backend): ``on_run(spec, record, elsewhere, estimate)`` for each run not
+    recorded at the start, as it finishes or is left, in this process: ``record`` None where the
+    budget left it for a later call (``estimate``: its estimated seconds, or None) or ended while
+    another process computed it; ``elsewhere`` True where another process sharing the folder had
+    recorded or held it first (the record is that process's). With ``on_run`` (or ``workers`` >
+    1) the runs are taken one at a time in that order, as ``python -m fedlib.grid`` does.
     """
     mode = _progress_mode(progress)
     check_choice(backend, "backend", BACKENDS)
@@ -466,6 +606,12 @@ def run_grid(specs, results_dir, *, device="auto", progress=True, backend: str =
     if max_together is not None and not together:
         fail("max_together", "None unless together=True", max_together)
     check_int(max_together, "max_together", 1, optional=True)
+    check_int(workers, "workers", 1)
+    if (workers > 1 or on_run is not None) and backend != "local":
+        fail("workers, on_run", f"1 and None with backend={backend!r} (a pool of processes and a callback per run "
+             "are the local backend's): use backend='local'", (workers, on_run))
+    if on_run is not None and not callable(on_run):
+        fail("on_run", "None or a callable on_run(spec, record, elsewhere, estimate)", on_run)
     sharing()  # a bad $FEDLIB_SHARING fails here, before any training
     if backend != "local":
         _ray_backend().check_options(ray_address, num_cpus, num_gpus, max_retries)
@@ -524,7 +670,19 @@ def run_grid(specs, results_dir, *, device="auto", progress=True, backend: str =
         else:
             if together:
                 todo = _run_together(todo, results_dir, device, bar, report, max_together, plan, say)
-            _run_local(todo, results_dir, device, bar, report, mode, plan, say)
+            if workers > 1 or on_run is not None:
+                def each(s, record, elsewhere, est):
+                    report(s, record)
+                    if record is None and not elsewhere and plan is not None:
+                        plan.skipped.append((s, est))  # left for a later call (or stopped with a checkpoint)
+                    if on_run is not None:
+                        on_run(s, record, elsewhere, est)
+
+                _run_each(todo, results_dir, device, None if plan is None else plan.deadline,
+                          [] if plan is None else plan.folders[1:], mode, workers, each,
+                          lambda line: print(line, file=sys.stderr, flush=True))
+            else:
+                _run_local(todo, results_dir, device, bar, report, mode, plan, say)
     finally:
         if bar is not None:
             bar.close()

@@ -360,6 +360,8 @@ CASES = [
     (X.run_grid, dict(backend="spark"), "backend", "'spark'"),
     (X.run_grid, dict(backend="ray", num_gpus=-1), "num_gpus", "-1"),
     (X.run_grid, dict(ray_address="auto"), "ray_address", "'auto'"),
+    (X.run_grid, dict(workers=0), "workers", "0"),
+    (X.run_grid, dict(on_run=1), "on_run", "1"),
     # --- fedlib.ray_grid (before Ray is started)
     (RG.ray_session, dict(ray_address=6379), "ray_address", "6379"),
     (RG.run_on_ray, dict(num_cpus="1"), "num_cpus", "'1'"),

@@ -190,8 +190,9 @@ def test_a_bad_sharing_count_fails_before_any_work(tmp_path, monkeypatch, value)
 
 
 def test_table3_script_passes_its_budget_to_run_grid(tmp_path, capsys, monkeypatch):
-    """benchmarks/table3_like_for_like.py --budget: a run a comparable record says takes 11.6 days
-    is left for later; nothing trains, nothing is written."""
+    """benchmarks/table3_like_for_like.py --budget (the grid command's, on the paper table
+    clust-psi-pfl-table3): a run a comparable record says takes 11.6 days is left for later; nothing
+    trains, nothing is written."""
     import importlib.util
     from pathlib import Path
 
@@ -207,7 +208,7 @@ def test_table3_script_passes_its_budget_to_run_grid(tmp_path, capsys, monkeypat
             "--clients", "10", "--rounds", "2", "--epochs", "1", "--results", str(out), "--device", "cpu"]
     script.main(argv + ["--budget", "60", "--estimate-from", str(times)])
     captured = capsys.readouterr()
-    assert "run_grid: budget: 1 runs left for a later call, estimated 1000000 s of runs" in captured.err
+    assert "clust-psi-pfl-table3: budget: 1 runs left for a later call, estimated 1000000 s of runs" in captured.out
     assert "no records yet" in captured.out and not list(out.glob("*.json"))
-    with pytest.raises(ValueError, match=r"budget must be a finite number > 0 .*got -1\.0"):
+    with pytest.raises(ValueError, match=r"--budget must be a finite number > 0, got -1\.0"):
         script.main(argv + ["--budget", "-1"])

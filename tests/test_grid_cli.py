@@ -1,5 +1,5 @@
-"""python -m fedlib.grid (fedlib.grid_cli): its --help and its list of tables name each table's
-paper, notebook and records folder; benchmarks/paper_grid.py is the same command; a run prints
+"""python -m fedlib.grid (fedlib.grid_cli): its --help and its list of tables name each registered
+table's paper, notebook and records folder (fedlib.tables, workbook.paper_tables); benchmarks/paper_grid.py is the same command; a run prints
 its progress while it trains without changing the command's own lines."""
 from __future__ import annotations
 
@@ -31,9 +31,10 @@ def test_help_names_every_tables_notebook_paper_and_records_folder_and_what_a_ru
     assert done.returncode == 0, done.stderr
     text = done.stdout
     assert text.startswith("usage: python -m fedlib.grid ")
-    for table, (notebook, _) in grid_cli.TABLES.items():
-        assert f"  {table}\n" in text and f"notebooks/{notebook}.ipynb" in text and grid_cli.PAPERS[table] in text
-        assert grid_cli.RECORDS[table] is None or grid_cli.RECORDS[table] in text
+    assert "clust-psi-pfl-table3" in grid_cli.registry()
+    for table, t in grid_cli.registry().items():
+        assert f"  {table}\n" in text and f"notebooks/{t.notebook}.ipynb" in text and t.paper in text
+        assert t.records is None or t.records in text
     assert "--list" in text and "CPU-hours" in text and "GPU-minutes" in text and "--progress" in text
 
 
@@ -41,9 +42,10 @@ def test_help_names_every_tables_notebook_paper_and_records_folder_and_what_a_ru
 def test_without_a_table_it_lists_the_tables_with_their_records(argv, capsys):
     assert grid_cli.main(argv) is None
     out = capsys.readouterr().out
-    for table, folder in grid_cli.RECORDS.items():
+    for table, t in grid_cli.registry().items():
+        folder = t.records
         block = out.split(f"\n  {table}\n", 1)[1].split("\n  ", 4)
-        assert f"notebooks/{grid_cli.TABLES[table][0]}.ipynb" in block[1]
+        assert f"notebooks/{t.notebook}.ipynb" in block[1]
         if folder is None:
             assert "none committed" in block[2]
         else:
@@ -54,22 +56,20 @@ def test_without_a_table_it_lists_the_tables_with_their_records(argv, capsys):
 
 
 def test_the_records_folders_are_those_the_report_and_the_notebooks_read():
-    """RECORDS names the folders of report_cells.RECORD_COMMANDS' grid commands and of the
-    studies' PAPER_RECORDS: one mapping table -> notebook -> records folder, checked against the others."""
-    from workbook import fedprism_study, pfedlia_study
-    from workbook.report_cells import RECORD_COMMANDS
+    """The registry's records folders are those of the report's grid commands
+    (report_cells.record_command, read from the same registry) and of the studies' PAPER_RECORDS."""
+    from workbook import fedprism_study, like_for_like, pfedlia_study
+    from workbook.report_cells import GRID_VARIANTS, grid_tables, record_command
 
-    named = {}
-    for command in RECORD_COMMANDS.values():
-        m = re.search(r"paper_grid\.py (\S+) .*--out (\S+)", command) or re.search(r"fedlib\.grid (\S+) .*--out (\S+)",
-                                                                                   command)
-        if m:
-            named.setdefault(m.group(1), set()).add(m.group(2))
-    assert named and all(folders == {grid_cli.RECORDS[t]} for t, folders in named.items()), named
-    assert grid_cli.RECORDS["fedprism-table1"] == str(fedprism_study.PAPER_RECORDS["table1"].relative_to(ROOT))
-    assert grid_cli.RECORDS["fedprism-table9"] == str(fedprism_study.PAPER_RECORDS["table9"].relative_to(ROOT))
-    assert grid_cli.RECORDS["pfedlia-table1"] == str(pfedlia_study.PAPER_RECORDS.relative_to(ROOT))
-    assert set(grid_cli.RECORDS) == set(grid_cli.TABLES) == set(grid_cli.PAPERS)
+    records = {name: t.records for name, t in grid_cli.registry().items()}
+    for folder, t in grid_tables().items():
+        for key in (folder, *(k for k in GRID_VARIANTS if k.split(":")[0] == folder)):
+            m = re.search(r"fedlib\.grid (\S+) .*--out (\S+)", record_command(key, {}))
+            assert m and (m.group(1), m.group(2)) == (t.name, records[t.name]), (key, m)
+    assert records["fedprism-table1"] == str(fedprism_study.PAPER_RECORDS["table1"].relative_to(ROOT))
+    assert records["fedprism-table9"] == str(fedprism_study.PAPER_RECORDS["table9"].relative_to(ROOT))
+    assert records["pfedlia-table1"] == str(pfedlia_study.PAPER_RECORDS.relative_to(ROOT))
+    assert records["clust-psi-pfl-table3"] == str(like_for_like.RECORDS.relative_to(ROOT))
 
 
 def test_a_table_without_out_is_refused_with_its_records_folder(capsys):
@@ -87,6 +87,7 @@ def test_benchmarks_paper_grid_is_the_same_command():
     alias = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(alias)
     assert alias.main is grid_cli.main and alias.select is grid_cli.select and alias._recorded is grid_cli._recorded
+    assert alias.registry is grid_cli.registry
     done = _command("--tables", script=ROOT / "benchmarks" / "paper_grid.py")
     assert done.returncode == 0 and "  fedprism-table1\n" in done.stdout, done.stderr
     done = _command("fedprism-table1", "--out", "unused", "--params", str(SMOKE09), "--list-datasets")
@@ -116,7 +117,9 @@ def _fake_run_saying_its_progress(line):
 def test_a_run_prints_its_progress_lines_and_the_commands_own_lines_stay(tmp_path, monkeypatch, capsys, progress):
     """--progress rounds (the default): the lines of a run in progress reach stderr (run_grid's
     'rounds' mode: no per-run lines of run_grid's own); the command's lines are unchanged."""
-    from fedlib import experiment as X
+    import importlib
+
+    X = importlib.import_module("fedlib.run")  # the one run (fedlib.grid reads fedlib.run.run)
 
     monkeypatch.setattr(X, "run", _fake_run_saying_its_progress("  a run: round 3/40 (phase 1), phase ends in ≈ 2.0 min"))
     lines = []
@@ -124,7 +127,7 @@ def test_a_run_prints_its_progress_lines_and_the_commands_own_lines_stay(tmp_pat
                                 methods=["fedavg"], alphas=[0.1], device="cpu", echo=lines.append, progress=progress)
     (spec,) = result["specs"]
     assert lines == [f"fedprism-table1: 1 runs, 0 already recorded in {tmp_path / 't1'}, 1 to compute",
-                     f"{grid_cli.describe(spec)}: ok in {result['computed'][0]['seconds']:.1f} s"]
+                     f"{grid_cli.describe(spec, 'fedprism-table1')}: ok in {result['computed'][0]['seconds']:.1f} s"]
     err = capsys.readouterr().err
     assert ("round 3/40" in err) == (progress == "rounds"), err
     assert "run_grid: 1 runs" not in err and "run_grid [1/1]" not in err

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+import fedlib.grid
+
 from workbook import beyond_label, cafa_study, cross_paper, fedprism_study, pfedlia_study, psi_pfl_study
 from fedlib.experiment import load_records
 
@@ -21,7 +23,8 @@ SMOKE10 = ROOT / "params" / "smoke" / "10_pfedlia.yaml"
 
 
 def _script():
-    """The command's module (``python -m fedlib.grid``; ``benchmarks/paper_grid.py`` is its alias)."""
+    """The command's module (``python -m fedlib.grid``; ``benchmarks/paper_grid.py`` is its alias);
+    its tables are the registry's (:mod:`workbook.paper_tables`)."""
     from fedlib import grid_cli
 
     return grid_cli
@@ -99,7 +102,7 @@ def test_psi_pfl_table_is_notebook_07s_grid(profile):
     assert pg.select("psi-pfl", p) == expected
     assert {s.method for s in expected} == {*p["baselines"], "psi_pfl"}
     code = [s for s in expected if s.reproduction == "paper_code"]  # the paper profile's PoC/HACCS/FedCLS/FedProx
-    assert all(pg.describe(s).endswith(f" {s.method} (paper_code) seed={s.seed}") for s in code)
+    assert all(pg.describe(s, "psi-pfl").endswith(f" {s.method} (paper_code) seed={s.seed}") for s in code)
     assert ("paper_code" in p["reproductions"]) == bool(code)
     k = max(p["n_clients"])
     part = pg.select("psi-pfl", p, datasets=["adult"], n_clients=[k], alphas=[min(p["alphas"])], seeds=[0])
@@ -177,11 +180,12 @@ def test_beyond_label_table_is_notebook_12s_grid_filtered_by_protocol_and_datase
     assert sorted(s.level for s in small) == sorted(p["small_shares"]) and {s.method for s in small} == {"fedavg"}
     assert {s.protocol for s in pg.select("beyond-label", p, datasets=["adult"])} == {"attribute_skew"}
     rot = pg.select("beyond-label", p, settings=["rotated_groups"], methods=["clust_psi_pfl"])
-    assert [pg.describe(s).split()[3] for s in rot] == [v for v in p["variants"] if v.startswith("psi_")]
+    assert [pg.describe(s, "beyond-label").split()[3] for s in rot] == [v for v in p["variants"] if v.startswith("psi_")]
 
 
 @pytest.mark.parametrize("table, kwargs, match", [
-    ("fedprism-table2", {}, r"table must be one of \['psi-pfl', 'cafa-table4', 'fedprism-table1', .*\], got 'fedprism-table2'"),
+    ("fedprism-table2", {}, r"table must be one of \['psi-pfl', 'cafa-table4', 'fedprism-table1', .*'clust-psi-pfl-table3'\], "
+                            r"got 'fedprism-table2'"),
     ("fedprism-table9", dict(methods=["fedavg"]),
      r"--methods must be one of \['fedprism'\] \(the methods of fedprism-table9's grid\), got 'fedavg'"),
     ("fedprism-table1", dict(seeds=[0, 7]), r"--seeds must be one of \[0\] .*got 7"),
@@ -254,19 +258,19 @@ def test_a_run_another_process_is_computing_is_taken_last(tmp_path, monkeypatch)
     pg = _script()
     out = tmp_path / "t1"
     out.mkdir()
-    specs = pg.select("fedprism-table1", pg.load_params("09_fedprism", str(SMOKE09)), seeds=[0],
+    specs = pg.select("fedprism-table1", pg.load_params("fedprism-table1", str(SMOKE09)), seeds=[0],
                       methods=["fedavg", "local"], alphas=[0.1])
     assert len(specs) == 2
     assert claims.try_claim(record_path(out, specs[0]))  # "another process" is computing the first
     order = []
 
-    def fake(spec, out_, device):
+    def fake(spec, out_, device, mode, budget=None, estimate_from=()):
         order.append(spec.key())
         if spec.key() == specs[0].key():  # by now its owner has finished it
             claims.release(record_path(out, spec))
         return {"status": "ok", "seconds": 0.0, "spec": spec.to_dict()}
 
-    monkeypatch.setattr(pg, "_compute", fake)
+    monkeypatch.setattr(fedlib.grid, "_compute_one", fake)  # the one run of run_grid's per-run scheduler
     lines = []
     result = pg.run_table("fedprism-table1", out, params=str(SMOKE09), seeds=[0], methods=["fedavg", "local"],
                           alphas=[0.1], device="cpu", echo=lines.append)
@@ -285,16 +289,16 @@ def test_a_run_another_process_recorded_meanwhile_is_skipped(tmp_path, monkeypat
     pg = _script()
     out = tmp_path / "t1"
     out.mkdir()
-    specs = pg.select("fedprism-table1", pg.load_params("09_fedprism", str(SMOKE09)), seeds=[0],
+    specs = pg.select("fedprism-table1", pg.load_params("fedprism-table1", str(SMOKE09)), seeds=[0],
                       methods=["fedavg", "local"], alphas=[0.1])
     order = []
 
-    def fake(spec, out_, device):
+    def fake(spec, out_, device, mode, budget=None, estimate_from=()):
         order.append(spec.key())
         record_path(out, specs[1]).write_text(json.dumps(record_fakes.record(specs[1])))  # meanwhile, the other process records the second run
         return {"status": "ok", "seconds": 0.0, "spec": spec.to_dict()}
 
-    monkeypatch.setattr(pg, "_compute", fake)
+    monkeypatch.setattr(fedlib.grid, "_compute_one", fake)  # the one run of run_grid's per-run scheduler
     lines = []
     result = pg.run_table("fedprism-table1", out, params=str(SMOKE09), seeds=[0], methods=["fedavg", "local"],
                           alphas=[0.1], device="cpu", echo=lines.append)
@@ -311,7 +315,7 @@ def test_list_says_where_each_run_stands_in_the_folder(tmp_path, capsys):
     pg = _script()
     out = tmp_path / "t1"
     out.mkdir()
-    specs = pg.select("fedprism-table1", pg.load_params("09_fedprism", str(SMOKE09)), seeds=[0],
+    specs = pg.select("fedprism-table1", pg.load_params("fedprism-table1", str(SMOKE09)), seeds=[0],
                       methods=["fedavg", "local", "fedprism"], alphas=[0.1])[:3]
     record_path(out, specs[0]).write_text(json.dumps(record_fakes.record(specs[0], "failed")))
     assert claims.try_claim(record_path(out, specs[1]))  # a live process (this test) is computing it
@@ -319,9 +323,9 @@ def test_list_says_where_each_run_stands_in_the_folder(tmp_path, capsys):
              "--methods", "fedavg", "local", "fedprism", "--list"])
     lines = capsys.readouterr().out.splitlines()
     states = {line.rsplit(": ", 1)[0]: line.rsplit(": ", 1)[1] for line in lines}
-    assert states[pg.describe(specs[0])] == "recorded (failed)"
-    assert states[pg.describe(specs[1])] == "running"
-    assert states[pg.describe(specs[2])].startswith("to compute")
+    assert states[pg.describe(specs[0], 'fedprism-table1')] == "recorded (failed)"
+    assert states[pg.describe(specs[1], 'fedprism-table1')] == "running"
+    assert states[pg.describe(specs[2], 'fedprism-table1')].startswith("to compute")
     assert lines[-1].startswith("totals: 3 runs, 1 recorded, 1 running elsewhere, 1 to compute")
     assert sorted(p.name for p in out.glob("*.json")) == [record_path(out, specs[0]).name]  # nothing computed
 
@@ -347,7 +351,7 @@ def test_list_estimates_each_run_to_compute_and_totals_them(tmp_path, capsys, mo
     out, times = tmp_path / "t1", tmp_path / "times"
     out.mkdir()
     times.mkdir()
-    specs = pg.select("fedprism-table1", pg.load_params("09_fedprism", str(SMOKE09)), seeds=[0],
+    specs = pg.select("fedprism-table1", pg.load_params("fedprism-table1", str(SMOKE09)), seeds=[0],
                       methods=["fedavg", "local", "fedprism"], alphas=[0.1])[:3]
     record_path(out, specs[0]).write_text(json.dumps(record_fakes.record(specs[0])))
     (times / "a.json").write_text(json.dumps(_comparable(specs[1], 1800.0)))
@@ -356,13 +360,13 @@ def test_list_estimates_each_run_to_compute_and_totals_them(tmp_path, capsys, mo
             "--methods", "fedavg", "local", "fedprism", "--list", "--estimate-from", str(times)]
     pg.main(argv + ["--device", "cpu"])
     lines = capsys.readouterr().out.splitlines()
-    assert f"{pg.describe(specs[1])}: to compute (≈ 1800 s on cpu)" in lines
+    assert f"{pg.describe(specs[1], 'fedprism-table1')}: to compute (≈ 1800 s on cpu)" in lines
     # fedprism has no record of its own: the data set's (any method) stands in
-    assert f"{pg.describe(specs[2])}: to compute (≈ 1800 s on cpu)" in lines
+    assert f"{pg.describe(specs[2], 'fedprism-table1')}: to compute (≈ 1800 s on cpu)" in lines
     assert lines[-1] == "totals: 3 runs, 1 recorded, 0 running elsewhere, 2 to compute; to compute: ≈ 1.00 CPU-hours"
     pg.main(argv + ["--device", "cuda"])
     lines = capsys.readouterr().out.splitlines()
-    assert f"{pg.describe(specs[1])}: to compute (≈ 60 s on cuda)" in lines
+    assert f"{pg.describe(specs[1], 'fedprism-table1')}: to compute (≈ 60 s on cuda)" in lines
     assert lines[-1] == "totals: 3 runs, 1 recorded, 0 running elsewhere, 2 to compute; to compute: ≈ 2.0 GPU-minutes"
     # a run with a checkpoint (fedlib.checkpoint): where it resumes, and only what is left of it
     from types import SimpleNamespace
@@ -377,7 +381,7 @@ def test_list_estimates_each_run_to_compute_and_totals_them(tmp_path, capsys, mo
     pg.main(argv + ["--device", "cpu"])
     lines = capsys.readouterr().out.splitlines()
     left = 1800 * (1 - (rounds // 2) / rounds)
-    assert (f"{pg.describe(specs[1])}: to compute, checkpoint resumes it at round {rounds // 2 + 1} of {rounds} "
+    assert (f"{pg.describe(specs[1], 'fedprism-table1')}: to compute, checkpoint resumes it at round {rounds // 2 + 1} of {rounds} "
             f"(≈ {left:.0f} s left on cpu)") in lines
     checkpoint_path(key).unlink()
     monkeypatch.setenv("FEDLIB_SHARING", "2")  # planning a lease of 2 processes (the record does not say its sharing)
@@ -389,7 +393,7 @@ def test_list_estimates_each_run_to_compute_and_totals_them(tmp_path, capsys, mo
     (times / "b.json").unlink()
     pg.main(argv + ["--device", "cuda"])
     lines = capsys.readouterr().out.splitlines()
-    assert f"{pg.describe(specs[1])}: to compute (no comparable record on cuda)" in lines
+    assert f"{pg.describe(specs[1], 'fedprism-table1')}: to compute (no comparable record on cuda)" in lines
     assert lines[-1].endswith("2 to compute; to compute: no comparable record on cuda to estimate them from")
 
 
@@ -405,25 +409,25 @@ def test_a_budget_leaves_the_runs_that_would_not_fit_for_a_later_call(tmp_path, 
     monkeypatch.delenv("FEDLIB_SHARING", raising=False)
     out, times = tmp_path / "t1", tmp_path / "times"
     times.mkdir()
-    specs = pg.select("fedprism-table1", pg.load_params("09_fedprism", str(SMOKE09)), seeds=[0],
+    specs = pg.select("fedprism-table1", pg.load_params("fedprism-table1", str(SMOKE09)), seeds=[0],
                       methods=["fedavg", "local"], alphas=[0.1])
     (times / "slow.json").write_text(json.dumps(_comparable(specs[0], 1e5)))
     (times / "fast.json").write_text(json.dumps(_comparable(specs[1], 1.0)))
     started = []
 
-    def fake(spec, out_, device, budget=None, estimate_from=()):
+    def fake(spec, out_, device, mode, budget=None, estimate_from=()):
         started.append(spec.method)
         assert 0 < budget <= 600 and [str(f) for f in estimate_from] == [str(times)]
         return {"status": "ok", "seconds": 1.0, "spec": spec.to_dict()}
 
-    monkeypatch.setattr(pg, "_compute", fake)
+    monkeypatch.setattr(fedlib.grid, "_compute_one", fake)  # the one run of run_grid's per-run scheduler
     lines = []
     result = pg.run_table("fedprism-table1", out, params=str(SMOKE09), seeds=[0], methods=["fedavg", "local"],
                           alphas=[0.1], device="cpu", budget=600, estimate_from=[str(times)], echo=lines.append)
     assert started == ["local"] and result["skipped"] == [specs[0]] and len(result["computed"]) == 1
     assert lines[1] == ("fedprism-table1: budget 600 s: a run starts only if 1.15 × its estimated seconds end "
                         "before it (a resumable method's run: those of its first 2 rounds; it stops at a round boundary)")
-    assert (f"{pg.describe(specs[0])}: left for a later call (estimated 100000 s; it would not end before the "
+    assert (f"{pg.describe(specs[0], 'fedprism-table1')}: left for a later call (estimated 100000 s; it would not end before the "
             "budget does)") in lines
     assert lines[-1] == "fedprism-table1: budget: 1 runs left for a later call, estimated 100000 s of runs"
     with pytest.raises(ValueError, match=r"--budget must be a finite number > 0, got -5"):
@@ -443,7 +447,7 @@ def test_a_run_the_budget_stopped_is_reported_with_its_checkpoint(tmp_path, monk
 
     monkeypatch.setenv("FEDLIB_CHECKPOINTS", str(tmp_path))
     pg = _script()
-    spec = pg.select("fedprism-table1", pg.load_params("09_fedprism", str(SMOKE09)), seeds=[0],
+    spec = pg.select("fedprism-table1", pg.load_params("fedprism-table1", str(SMOKE09)), seeds=[0],
                      methods=["fedavg"], alphas=[0.1])[0]
     lines, computed, skipped = [], [], []
     pg._collect([(spec, None, False, 100.0)], computed, skipped, lines.append, True)

@@ -389,7 +389,7 @@ def test_cross_paper_section_counts_the_committed_runs_and_invents_no_number(tmp
     p = yaml.safe_load(report.CROSS_PAPER_PARAMS.read_text())
     specs = X.notebook_grid(**{k: p[k] for k in X.GRID_PARAMS})["cross"]
     assert f"0 of {len(specs)} runs recorded (0.0 CPU-hours" in " ".join(lines)
-    assert "paper_grid.py cross-paper" in lines[-1]
+    assert "python -m fedlib.grid cross-paper --out benchmarks/records/cross_paper" in lines[-1]
     (tmp_path / "cross_paper").mkdir()
     s = specs[0]
     record_path(tmp_path / "cross_paper", s).write_text(json.dumps(
@@ -444,7 +444,7 @@ def test_beyond_label_section_counts_the_committed_runs_and_reads_the_answer_fro
     lines = report.beyond_label_markdown(tmp_path)
     p = yaml.safe_load(report.BEYOND_LABEL_PARAMS.read_text())
     specs = B.notebook_grid(**{k: p[k] for k in B.GRID_PARAMS})["study"]
-    assert f"0 of {len(specs)} runs recorded" in " ".join(lines) and "paper_grid.py beyond-label" in lines[-1]
+    assert f"0 of {len(specs)} runs recorded" in " ".join(lines) and "python -m fedlib.grid beyond-label --out benchmarks/records/beyond_label" in lines[-1]
     (tmp_path / "beyond_label").mkdir()
     rot = {B.variant_of(s.to_dict()): s for s in specs if s.protocol == "rotated_groups" and s.seed == 0}
     truth = P.planted_clusters("rotated_groups", 100, 4)
@@ -585,15 +585,17 @@ def test_rows_not_run_are_listed_with_their_command_and_cost(tmp_path):
     g = groups.loc[T3]
     missing = df[(df.records == T3) & (df.verdict == "not run")]
     assert g["rows"] == len(missing)
-    assert "--results benchmarks/records/clust_psi_pfl/table3_like_for_like" in g["command"]
-    assert "--seeds 0,1,2" in g["command"] and "fedavg" in g["command"]
+    # the paper table's grid command (workbook.paper_tables), filtered to the rows not run
+    assert g["command"].startswith("python -m fedlib.grid clust-psi-pfl-table3 --out "
+                                   "benchmarks/records/clust_psi_pfl/table3_like_for_like --methods ")
+    assert "--seeds 0 1 2" in g["command"] and "fedavg" in g["command"] and "--settings " in g["command"]
     # a FedAvg run is estimated at FedAvg's 600 s, a FedProx run at FedProx's 1,200 s, any other
     # method's at the median of the data set's CPU runs (900 s)
     per = {"fedavg": 600.0, "fedprox": 1200.0}
     want = sum(per.get(dict(m)["method"], 900.0) for m in set(missing["match"]))
     assert g["device"] == "cpu" and g["hours"] == pytest.approx(3 * want / 3600)
     page = "\n".join(report.paper_section(df, "clust_psi_pfl", root=tmp_path))
-    assert "CPU-hours" in page and "python benchmarks/table3_like_for_like.py" in page
+    assert "CPU-hours" in page and "python -m fedlib.grid clust-psi-pfl-table3" in page
 
 
 def test_psi_pfl_rows_say_their_setting_is_a_guess_and_quote_the_paper():

@@ -64,7 +64,7 @@ from .cross_paper import table_ii_cfl_specs, worst_clients_accuracy
 from .tables import frame_markdown as table_markdown, mean_sd
 
 __all__ = ["Partition", "PARTITIONS", "Variant", "VARIANTS", "EXTENSIONS", "NEEDS_K", "CHANCE", "RECOVERED",
-           "partition_named", "small_name", "training_specs", "GRID_PARAMS", "notebook_grid", "present_records",
+           "partition_named", "small_name", "training_specs", "GRID_PARAMS", "notebook_grid", "grid_label", "present_records",
            "extension_label", "variant_of", "runs_frame", "METRICS", "cell_table", "label_spread", "answer",
            "small_curve", "small_gap",
            "fig_small_curve", "fig_ari", "n_bins_of", "dataset_shapes", "reveals_table", "partition_of_spec", "table_markdown",
@@ -237,6 +237,15 @@ def variant_of(spec: dict) -> str:
                                            or _psi_key(v.hyper) == _psi_key(spec.get("hyper", {}))):
             return name
     fail("spec", f"a run of one of the variants {list(VARIANTS)}", {k: spec.get(k) for k in ("method", "hyper")})
+
+
+def grid_label(spec: RunSpec) -> str:
+    """A run's row as the grid command's progress lines print it (``python -m fedlib.grid
+    beyond-label``): its variant (:func:`variant_of`), CFL's with the thresholds it runs (the
+    params calibrate ε1)."""
+    d = spec.to_dict()
+    row = variant_of(d)
+    return f"{row} ({cfl.thresholds_label(d.get('hyper'))})" if row == "cfl" else row
 
 
 def partition_of_spec(spec: dict) -> str:

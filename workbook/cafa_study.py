@@ -96,7 +96,7 @@ __all__ = ["PAPER_TABLE2", "PAPER_TABLE3", "PAPER_TABLE4", "PAPER_TABLE5", "PAPE
            "with_paper", "silhouette_frame",
            "pca_frame", "fig_silhouette", "fig_pca", "training_specs", "history_frame", "window_table",
            "best_table", "ordering_holds", "fig_curves", "table_markdown", "AUTHORS_FL", "OFFICIAL_TEST", "POOLED_SPLIT",
-           "run_label", "is_paper_protocol", "verdicts", "GRID_PARAMS", "notebook_grid", "by_iid_fraction",
+           "run_label", "is_paper_protocol", "verdicts", "GRID_PARAMS", "notebook_grid", "grid_label", "by_iid_fraction",
            "gain_by_iid_fraction", "noniid_verdicts", "diverged_round", "run_status", "diverged_history_frame",
            "PAPER_CODE_METHODS", "shared_seeds", "shared_seed_records"]
 
@@ -380,6 +380,12 @@ def notebook_grid(*, dataset: str, n_train, iid_fractions, n_clients: int, seeds
     return {"table4": training_specs(dataset, n_train, iid_fractions, n_clients, seeds, methods, hyper, fl,
                                      val_fraction, n_global_test=n_global_test, arch=arch,
                                      reproductions=reproductions)}
+
+
+def grid_label(spec) -> str:
+    """A run's row as the grid command's progress lines print it (``python -m fedlib.grid cafa-table4``):
+    its method (FedAvg, FedProx or CAFA)."""
+    return spec.method
 
 
 def shared_seeds(records, methods=None) -> list[int]:

@@ -71,7 +71,7 @@ from fedlib.validation import check_choice, check_int, check_number, fail
 from .tables import frame_markdown as table_markdown, records_frame
 
 __all__ = ["Partition", "PARTITIONS", "REFERENCES", "GROUPING_METHODS", "WORST_SHARE", "worst_clients_accuracy", "ALPHA", "allowed",
-           "training_specs", "GRID_PARAMS", "notebook_grid", "present_records", "partition_of", "runs_frame", "status_table",
+           "training_specs", "GRID_PARAMS", "notebook_grid", "grid_label", "present_records", "partition_of", "runs_frame", "status_table",
            "score_table", "METRICS", "DIGITS", "cell_table", "ranking", "fig_cd", "fig_heatmap", "ecdf_frame", "fig_ecdf", "which_method_when",
            "table_markdown", "method_row_label", "cfl_notes", "table_ii_cfl_specs", "tau_lines"]
 
@@ -183,6 +183,24 @@ def notebook_grid(*, dataset: str, n_train, n_global_test, partitions, n_clients
 
 
 # ----------------------------------------------------------------------------- records → frames
+
+
+def grid_label(spec: RunSpec) -> str:
+    """A run's row as the grid command's progress lines print it (``python -m fedlib.grid
+    cross-paper``): as the seed paper's own table names it — FedPrism with its ablation, a run on
+    pFedLIA's partitions by :func:`workbook.pfedlia_study.method_label`, a run beyond label skew by
+    :func:`workbook.beyond_label.grid_label`, any other by :func:`workbook.fedprism_study.method_label`."""
+    from . import fedprism_study, pfedlia_study  # imported for a label only: each costs seconds
+
+    if spec.protocol in P.BEYOND_LABEL_PROTOCOLS:
+        from . import beyond_label
+
+        return beyond_label.grid_label(spec)
+    if spec.method == "fedprism" or spec.protocol not in pfedlia_study.SETTINGS:
+        return fedprism_study.grid_label(spec)
+    return pfedlia_study.method_label(spec.to_dict())
+
+
 def partition_of(protocol: str, level: float) -> str:
     """The name in :data:`PARTITIONS` of a (protocol, level); ValueError for another one."""
     for name, p in PARTITIONS.items():

@@ -192,9 +192,10 @@ def long_horizon_convergence(root=None, *, dataset: str = "fmnist", methods=("fe
 # ----------------------------------------------------------------------------- designs
 def _params(design: str) -> dict:
     from fedlib.grid_cli import load_params
+    from .paper_tables import TABLES
 
     check_choice(design, "design", tuple(DESIGNS))
-    return load_params("11_cross_paper", ROOT / DESIGNS[design])
+    return load_params(next(t for t in TABLES if t.name == "cross-paper"), ROOT / DESIGNS[design])
 
 
 def design_specs(design: str) -> list:

@@ -48,7 +48,7 @@ from .tables import mean_sd, frame_markdown as table_markdown
 from fedlib.validation import check_choice, check_int, check_number, fail
 
 __all__ = ["PARTITION", "PARTITIONS", "PAPER_MAIN", "PAPER_TABLE9", "PAPER_TABLE10", "PAPER_TABLE11", "NOT_RUN_HERE", "METHODS",
-           "CFL_PAPER", "FEDAMP_ATTENTIONS", "CLIP_NAMES", "PAPER_RECORDS", "alpha_gamma_table", "private_part_lines", "local_epochs_total", "training_specs", "ablation_specs", "GRID_PARAMS", "notebook_grid", "accuracy_frame", "variant_of",
+           "CFL_PAPER", "FEDAMP_ATTENTIONS", "CLIP_NAMES", "PAPER_RECORDS", "alpha_gamma_table", "private_part_lines", "local_epochs_total", "training_specs", "ablation_specs", "GRID_PARAMS", "notebook_grid", "grid_label", "accuracy_frame", "variant_of",
            "method_label",
            "main_table", "ablation_table", "weight_sweep_table", "observations", "training_labels", "partition_preview",
            "total_variation", "mix_drift", "mix_drift_lines", "fig_partition", "table_markdown"]
@@ -240,6 +240,14 @@ def method_label(spec: dict) -> str:
     if spec["method"] == "fedamp" and attention != "heurfedamp":
         return f"fedamp ({FEDAMP_ATTENTIONS[attention]})"
     return spec["method"]
+
+
+def grid_label(spec: RunSpec) -> str:
+    """A run's row as the grid command's progress lines print it (``python -m fedlib.grid
+    fedprism-table1``, ``-table9``, ``-table11``): FedPrism with its ablation
+    (``'fedprism (full)'``, :func:`variant_of`), another method by :func:`method_label`."""
+    d = spec.to_dict()
+    return f"fedprism ({variant_of(d)})" if spec.method == "fedprism" else method_label(d)
 
 
 def _display(label: str) -> str:

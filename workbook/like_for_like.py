@@ -1,8 +1,9 @@
 """Table III's FMNIST column at the paper's protocol, each method in both readings beside the
 paper's value (pure functions over run records).
 
-``benchmarks/table3_like_for_like.py`` trains the cells (the whole of FMNIST, K = 100, T = 40,
-E = 5, q = 0.5) and prints them with these functions; notebook 06 prints the records committed
+``python -m fedlib.grid clust-psi-pfl-table3`` trains the cells (the whole of FMNIST, K = 100, T = 40,
+E = 5, q = 0.5: :func:`notebook_grid`, the paper table's grid; ``benchmarks/table3_like_for_like.py``
+runs that command and prints the cells with these functions); notebook 06 prints the records committed
 in :data:`RECORDS` without training. A cell is, for one (protocol, level, method),
 
     (paper, paper_text, paper_code, same run)
@@ -18,10 +19,11 @@ import numpy as np
 
 from fedlib.paths import ROOT
 from fedlib.reproduction import runs_differently
+from fedlib.spec import grid_specs
 from .paper_table3 import paper_value
 from .tables import records_frame, setting_name, table3
 
-__all__ = ["FRACTION", "METHODS", "SETTINGS", "RECORDS", "cells", "closer", "report_lines", "markdown"]
+__all__ = ["FRACTION", "METHODS", "SETTINGS", "RECORDS", "GRID_PARAMS", "notebook_grid", "grid_label", "cells", "closer", "report_lines", "markdown"]
 
 FRACTION = 0.5
 """Table II's q: the share of clients trained per round."""
@@ -32,6 +34,28 @@ SETTINGS = {"similarity": [0.0, 1.0], "dirichlet": [0.3]}
 """The settings run like for like: protocol -> levels (S = 0, S = 1, α = 0.3)."""
 RECORDS = ROOT / "benchmarks" / "records" / "clust_psi_pfl" / "table3_like_for_like"
 """The committed records behind Table III's like-for-like column (present in a project checkout)."""
+
+GRID_PARAMS = ("dataset", "settings", "n_clients", "seeds", "methods", "fl", "hyper", "reproductions")
+"""The parameters Table III's like-for-like grid depends on (``params/tables/clust_psi_pfl_table3.yaml``):
+:func:`notebook_grid`'s keywords."""
+
+
+def notebook_grid(*, dataset: str, settings: dict, n_clients: int, seeds, methods, fl: dict, hyper: dict | None,
+                  reproductions) -> dict[str, list]:
+    """Table III's like-for-like grid from its parameters (:data:`GRID_PARAMS`), by table:
+    ``'table3'`` — ``methods`` × ``settings`` (protocol -> levels) × ``reproductions`` × ``seeds``
+    on ``dataset`` at K = ``n_clients`` (:func:`fedlib.spec.grid_specs`; a paper_code run only
+    where the authors' code ran the method differently). At the default parameters its runs of
+    S = 0, S = 1 and α = 0.3 are those ``benchmarks/table3_like_for_like.py`` has always run, key
+    for key, so the committed records are found."""
+    return {"table3": grid_specs([dataset], settings, [n_clients], seeds, methods, hyper=hyper, fl=fl,
+                                 reproductions=reproductions)}
+
+
+def grid_label(spec) -> str:
+    """A run's row as the grid command's progress lines print it (``python -m fedlib.grid
+    clust-psi-pfl-table3``): its method, Table III's row."""
+    return spec.method
 
 
 def cells(records, protocols: dict | None = None, methods=METHODS, n_clients: int = 100,

@@ -53,7 +53,7 @@ from fedlib import records as R
 from fedlib.validation import check_choice, check_int, fail
 
 __all__ = ["PAPER_RECORDS", "DATA_SPLITS", "READINGS", "FL_BENCH_TEST", "FL_BENCH_VAL_OF_TRAIN", "split_of", "fl_bench_val_fraction", "METHODS", "SETTINGS", "PAPER_TABLE1", "RECOVERY_METHODS", "NOT_RUN_HERE", "CFL_PAPER", "local_epochs_total",
-           "training_specs", "GRID_PARAMS", "notebook_grid", "method_label", "accuracy_frame", "table1", "recovery_table", "rounds_frame",
+           "training_specs", "GRID_PARAMS", "notebook_grid", "grid_label", "method_label", "accuracy_frame", "table1", "recovery_table", "rounds_frame",
            "fig_rounds", "influence_frame", "fig_influence", "observations", "table_markdown", "one_split"]
 
 METHODS = ["oracle", "local", "fedavg", "fedfomo", "fedproto", "fesem", "cfl", "pfedlia"]  # Table I's rows
@@ -194,6 +194,12 @@ def method_label(spec: dict) -> str:
     if spec["method"] == "cfl" and cfl.thresholds(hyper) != cfl.thresholds(CFL_PAPER):
         return f"cfl ({cfl.thresholds_label(hyper)})"
     return spec["method"]
+
+
+def grid_label(spec: RunSpec) -> str:
+    """A run's row as the grid command's progress lines print it (``python -m fedlib.grid
+    pfedlia-table1``): :func:`method_label` of its spec."""
+    return method_label(spec.to_dict())
 
 
 def _display(label: str) -> str:

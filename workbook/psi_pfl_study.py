@@ -44,7 +44,7 @@ from .tables import SETTING_KEYS
 from .training_plots import REFERENCES, method_legend, method_order, ecdf_panel
 
 __all__ = ["PAPER_VARIANT", "VARIANTS", "LOW_PERCENTILES", "PAPER_EQ3", "PAPER_MOST_HETEROGENEOUS",
-           "grid_specs", "GRID_PARAMS", "notebook_grid", "candidates_frame", "fig5_thresholds",
+           "grid_specs", "GRID_PARAMS", "notebook_grid", "grid_label", "candidates_frame", "fig5_thresholds",
            "AUTHORS_SMALL_POOL", "AUTHORS_POOL_COPIES", "authors_pool", "authors_zeta_choice",
            "paper_variant_records", "with_finite_cp",
            "fairness_table", "fig7_ecdfs", "observations", "paper_comparison", "threshold_ties",
@@ -107,6 +107,12 @@ def notebook_grid(*, datasets, alphas, n_clients, seeds, baselines, hyper, fl: d
     baselines (:func:`grid_specs`)."""
     return {"comparison": grid_specs(datasets, alphas, n_clients, seeds, baselines, hyper=hyper, fl=fl,
                                      n_train=n_train, val_fraction=val_fraction, reproductions=reproductions)}
+
+
+def grid_label(spec) -> str:
+    """A run's row as the grid command's progress lines print it (``python -m fedlib.grid psi-pfl``):
+    its method (``psi_pfl`` or a baseline)."""
+    return spec.method
 
 
 def candidates_frame(records) -> pd.DataFrame:

@@ -41,7 +41,7 @@ from fedlib.methods import cfl, display_name
 from fedlib.paths import ROOT
 from fedlib.validation import fail
 from .tables import frame_markdown, setting_name
-from .report_cells import METRICS, PAPERS, REASONS, RECORD_COMMANDS, cells
+from .report_cells import METRICS, PAPERS, REASONS, cells, group_of, record_command
 from .matching import (DERIVATIONS, RECORDS, _derived, _load, _most_heterogeneous, anchor_slug, cl_distance, matched_records,
                        matches, record_value)
 from . import paper_claims
@@ -328,24 +328,15 @@ def _cost_seconds(records, match: tuple, device: str = "cpu") -> float:
     return np.nan
 
 
-def _group_of(folder: str, match: tuple) -> str:
-    """The key of :data:`report_cells.RECORD_COMMANDS` whose command computes ``match``: the
-    folder, or ``folder:variant`` where the folder's runs come from two parameter files."""
-    if folder == "pfedlia/table1" and dict(match).get("pool_test") is not True:
-        return "pfedlia/table1:workbook"  # the second reading's split (the paper profile runs FL-bench's)
-    if folder == "cafa/training" and dict(match).get("reproduction") == "paper_code":
-        return "cafa/training:paper_code"
-    return folder
-
-
 def not_run_groups(df: pd.DataFrame, root: Path | str = RECORDS) -> pd.DataFrame:
     """The rows not run (the data being available), grouped by the command that computes them
-    (:data:`report_cells.RECORD_COMMANDS`, one per records folder or variant): rows, the runs they
+    (:func:`report_cells.record_command`, one per records folder or variant: a paper table's grid
+    command, :mod:`workbook.paper_tables`): rows, the runs they
     need (one per distinct match × :data:`NOT_RUN_SEEDS`), methods, settings, the command, and its
     cost estimated from comparable committed records (:func:`_cost_seconds`): CPU-hours from CPU
     records, else GPU-minutes from the GPU records of a folder that has only those."""
     d = df[(df.verdict == "not run") & (df.reason != "no_offline_data")]
-    keys = [_group_of(f, m) for f, m in zip(d["records"], d["match"])]
+    keys = [group_of(f, m) for f, m in zip(d["records"], d["match"])]
     out = []
     for key, g in d.groupby(pd.Series(keys, index=d.index), sort=False):
         folder = g["records"].iloc[0]
@@ -364,11 +355,11 @@ def not_run_groups(df: pd.DataFrame, root: Path | str = RECORDS) -> pd.DataFrame
         todo = [(v, sum(not _recorded(records, m, s) for s in NOT_RUN_SEEDS)) for m, v in zip(matches, per_run)]
         known = [(v, n) for v, n in todo if np.isfinite(v)]
         hours = (sum(v * n for v, n in known) / 3600.0) if known else np.nan
-        template = RECORD_COMMANDS.get(key)
-        command = "" if template is None else template.format(
-            settings=",".join(settings), methods=" ".join(methods), methods_csv=",".join(methods),
-            levels=" ".join(levels),
-            seeds=" ".join(map(str, NOT_RUN_SEEDS)), seeds_csv=",".join(map(str, NOT_RUN_SEEDS)))
+        command = record_command(key, {
+            "settings": settings, "methods": methods, "levels": levels, "seeds": list(map(str, NOT_RUN_SEEDS)),
+            **{name: list(dict.fromkeys(str(dict(m)[field]) for m in matches if isinstance(dict(m).get(field), (str, int))
+                                        and not isinstance(dict(m).get(field), bool)))
+               for name, field in (("datasets", "dataset"), ("n_clients", "n_clients"), ("protocols", "protocol"))}})
         runs = sum(n for _, n in todo)
         out.append({"records": folder, "rows": len(g), "runs": runs, "recorded": len(matches) * len(NOT_RUN_SEEDS) - runs,
                     "methods": methods, "settings": settings, "command": command, "device": device,
@@ -440,8 +431,8 @@ def cross_paper_markdown(root: Path | str = RECORDS, params: Path = CROSS_PAPER_
            "(Clust-PSI-PFL's \"global accuracy\"). Ranks, the Friedman test and the critical-difference diagram:",
            "notebook 11.", ""]
     if not found:
-        return out + ["No run of this grid is recorded yet: `python benchmarks/paper_grid.py cross-paper "
-                      "--out benchmarks/records/cross_paper` computes it, resumably."]
+        return out + [f"No run of this grid is recorded yet: `{record_command('cross_paper', {})}` computes it, "
+                      "resumably."]
     frame = X.runs_frame(found)
     scores = X.score_table(frame)
     table = scores.reindex(columns=p["partitions"]).rename(index=lambda m: X.method_row_label(frame, m),
@@ -543,8 +534,8 @@ def beyond_label_markdown(root: Path | str = RECORDS, params: Path = BEYOND_LABE
            f"{len(found)} of {len(specs)} runs recorded ({cpu_hours(found):.1f} CPU-hours, the sum of their `cpu_seconds`).", ""]
     ans = B.answer(B.runs_frame(found), {}) if found else None
     if ans is None or ans.empty:
-        return out + ["No label-only run of this grid is recorded yet: `python benchmarks/paper_grid.py beyond-label "
-                      "--out benchmarks/records/beyond_label` computes it, resumably."]
+        return out + [f"No label-only run of this grid is recorded yet: `{record_command('beyond_label', {})}` "
+                      "computes it, resumably."]
     n_seeds = _trained_seeds(found, ans.partition)
     single = lambda verdicts: [f"{v} (one run: a single value)" if n == 1 and v != "not run" else v  # noqa: E731
                                for v, n in zip(verdicts, n_seeds)]

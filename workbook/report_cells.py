@@ -45,7 +45,8 @@ PARAM_AVERAGE_METHODS = ("cfl", "ifca", "fedclust", "fedamp")
 several models their clients use (record field ``param_average_accuracy``, which a run with
 ``global_test`` records for every method without one predictor), shown beside ours."""
 
-__all__ = ["PAPERS", "REASONS", "METRICS", "KINDS", "RECORD_COMMANDS", "Reading", "Cause", "Cell", "cells"]
+__all__ = ["PAPERS", "REASONS", "METRICS", "KINDS", "RECORD_COMMANDS", "GRID_VARIANTS", "grid_tables",
+           "group_of", "record_command", "Reading", "Cause", "Cell", "cells", "PARAM_AVERAGE_METHODS"]
 
 PAPERS = {
     "clust_psi_pfl": "Clust-PSI-PFL",
@@ -133,39 +134,78 @@ class Reading:
 
 _T3_SCRIPT = "python benchmarks/table3_like_for_like.py"
 RECORD_COMMANDS = {
-    "clust_psi_pfl/table3_like_for_like": _T3_SCRIPT + " --settings {settings} --methods {methods_csv} --seeds {seeds_csv} "
-                                          "--results benchmarks/records/clust_psi_pfl/table3_like_for_like",
     "clust_psi_pfl/table3_acs_income": _T3_SCRIPT + " --dataset adult --settings {settings} --methods {methods_csv} "
                                        "--seeds {seeds_csv} --results benchmarks/records/clust_psi_pfl/table3_acs_income",
     "clust_psi_pfl/table3_fedopt_code_defaults": _T3_SCRIPT + " --settings {settings} --methods {methods_csv} --seeds {seeds_csv} "
                                                  "--hyper '{{\"fedyogi\": {{\"eta\": 0.3162, \"tau\": 0.1}}, "
                                                  "\"fedadam\": {{\"eta\": 0.3162, \"tau\": 0.1}}}}' "
                                                  "--results benchmarks/records/clust_psi_pfl/table3_fedopt_code_defaults",
-    "psi_pfl/comparison": "python -m fedlib.grid psi-pfl --out benchmarks/records/psi_pfl/comparison "
-                          "--datasets adult --n-clients 100 --methods {methods} --seeds {seeds}",
-    "cafa/training": "python -m fedlib.grid cafa-table4 --out benchmarks/records/cafa/training "
-                     "--methods {methods} --seeds {seeds} --iid-fractions {levels}",
-    "cafa/training:paper_code": "sed 's/^reproductions: .*/reproductions: [paper_text, paper_code]/' "
-                                "params/paper/08_cafa.yaml > /tmp/08_cafa_paper_code.yaml && python -m fedlib.grid "
-                                "cafa-table4 --params /tmp/08_cafa_paper_code.yaml --out benchmarks/records/cafa/training "
-                                "--methods {methods} --seeds {seeds} --iid-fractions {levels}",
-    "fedprism/table1": "python -m fedlib.grid fedprism-table1 --out benchmarks/records/fedprism/table1 "
-                       "--methods {methods} --seeds {seeds}",
-    "fedprism/table9": "python -m fedlib.grid fedprism-table9 --out benchmarks/records/fedprism/table9 "
-                       "--seeds {seeds}",
-    "pfedlia/table1": "python -m fedlib.grid pfedlia-table1 --out benchmarks/records/pfedlia/table1 "
-                      "--methods {methods} --seeds {seeds}",
-    "pfedlia/table1:workbook": "sed -e 's/^data_split: fl_bench/data_split: workbook/' "
-                               "-e '/^  pfedlia: {{influence_samples: 100}}/d' params/paper/10_pfedlia.yaml "
-                               "> /tmp/10_pfedlia_workbook.yaml && python -m fedlib.grid pfedlia-table1 "
-                               "--params /tmp/10_pfedlia_workbook.yaml --out benchmarks/records/pfedlia/table1 "
-                               "--methods {methods} --seeds {seeds}",
 }
-"""Records folder (``folder:variant`` where a folder's runs come from two parameter files: pFedLIA's
-workbook split, the second reading of its Table I; CAFA's fixed-k clustering) -> the command that computes
-its runs, resumably (``{settings}``, ``{methods}`` / ``{methods_csv}``, ``{seeds}`` / ``{seeds_csv}``,
-``{levels}``: what the rows not run need, space- or
-comma-separated); the report prints it beside them."""
+"""Records folder -> the command that computes its runs, resumably, for the folders of no paper
+table (:data:`workbook.paper_tables.TABLES`: their command is the grid command,
+:func:`record_command`): ``{settings}`` (``protocol:level``), ``{methods_csv}``, ``{seeds_csv}``,
+what the rows not run need, comma-separated; the report prints it beside them."""
+
+GRID_VARIANTS = {
+    "cafa/training:paper_code": (
+        lambda match: match.get("reproduction") == "paper_code",
+        "sed 's/^reproductions: .*/reproductions: [paper_text, paper_code]/' params/paper/08_cafa.yaml "
+        "> /tmp/08_cafa_paper_code.yaml", "/tmp/08_cafa_paper_code.yaml"),
+    "pfedlia/table1:workbook": (  # the second reading's split (the paper profile runs FL-bench's)
+        lambda match: match.get("pool_test") is not True,
+        "sed -e 's/^data_split: fl_bench/data_split: workbook/' -e '/^  pfedlia: {influence_samples: 100}/d' "
+        "params/paper/10_pfedlia.yaml > /tmp/10_pfedlia_workbook.yaml", "/tmp/10_pfedlia_workbook.yaml"),
+}
+"""``folder:variant`` -> (``applies(match)``, the shell command writing its params file, that file),
+where a paper table's records folder holds runs of two parameter files: CAFA's paper_code reading,
+pFedLIA's workbook split (the second reading of its Table I)."""
+
+
+def grid_tables() -> dict:
+    """Records folder under ``benchmarks/records/`` -> the paper table
+    (:class:`fedlib.tables.PaperTable` of :data:`workbook.paper_tables.TABLES`) whose grid
+    command computes its runs."""
+    from .paper_tables import TABLES
+
+    return {t.records.removeprefix("benchmarks/records/"): t for t in TABLES if t.records}
+
+
+def group_of(folder: str, match: tuple) -> str:
+    """The command group of a row: its records ``folder``, or ``folder:variant``
+    (:data:`GRID_VARIANTS`) where the folder's runs come from two parameter files."""
+    for key, (applies, _, _) in GRID_VARIANTS.items():
+        if key.split(":")[0] == folder and applies(dict(match)):
+            return key
+    return folder
+
+
+#: A filter of the grid command -> the key of :func:`record_command`'s ``values`` it reads.
+_FILTER_VALUES = {"methods": "methods", "seeds": "seeds", "datasets": "datasets", "n_clients": "n_clients",
+                  "alphas": "levels", "levels": "levels", "iid_fractions": "levels", "settings": "protocols"}
+
+
+def record_command(key: str, values: dict) -> str:
+    """The command that computes the rows not run of command group ``key`` (:func:`group_of`),
+    resumably; '' where none is known. ``values``: ``methods``, ``seeds``, ``datasets``,
+    ``n_clients``, ``levels``, ``protocols`` (lists of str, what the rows need; the grid
+    command's flag of each of the table's filters that has values) and ``settings``
+    (``protocol:level``; the commands of :data:`RECORD_COMMANDS`). A paper table's folder:
+    ``python -m fedlib.grid TABLE [--params FILE] --out FOLDER --methods ... --seeds ...``."""
+    folder = key.split(":")[0]
+    table = grid_tables().get(folder)
+    if table is None:
+        template = RECORD_COMMANDS.get(key)
+        return "" if template is None else template.format(
+            settings=",".join(values["settings"]), methods_csv=",".join(values["methods"]),
+            seeds_csv=",".join(values["seeds"]))
+    prefix, params = "", ""
+    if key in GRID_VARIANTS:
+        _, write, path = GRID_VARIANTS[key]
+        prefix, params = f"{write} && ", f" --params {path}"
+    order = ["methods", "seeds", *(f for f in table.filters if f not in ("methods", "seeds"))]
+    flags = [f"--{f.replace('_', '-')} {' '.join(values[_FILTER_VALUES[f]])}" for f in order
+             if f in table.filters and f in _FILTER_VALUES and values.get(_FILTER_VALUES[f])]
+    return " ".join([f"{prefix}python -m fedlib.grid {table.name}{params} --out {table.records}", *flags])
 
 
 KINDS = {"trained": "a federated training run's result",
