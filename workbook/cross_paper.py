@@ -188,14 +188,11 @@ def notebook_grid(*, dataset: str, n_train, n_global_test, partitions, n_clients
 def grid_label(spec: RunSpec) -> str:
     """A run's row as the grid command's progress lines print it (``python -m fedlib.grid
     cross-paper``): as the seed paper's own table names it — FedPrism with its ablation, a run on
-    pFedLIA's partitions by :func:`workbook.pfedlia_study.method_label`, a run beyond label skew by
-    :func:`workbook.beyond_label.grid_label`, any other by :func:`workbook.fedprism_study.method_label`."""
+    pFedLIA's partitions by :func:`workbook.pfedlia_study.method_label`, any other by
+    :func:`workbook.fedprism_study.method_label` (the study's partitions are label skews; runs
+    beyond label skew are the beyond-label table's, named by :func:`workbook.beyond_label.grid_label`)."""
     from . import fedprism_study, pfedlia_study  # imported for a label only: each costs seconds
 
-    if spec.protocol in P.BEYOND_LABEL_PROTOCOLS:
-        from . import beyond_label
-
-        return beyond_label.grid_label(spec)
     if spec.method == "fedprism" or spec.protocol not in pfedlia_study.SETTINGS:
         return fedprism_study.grid_label(spec)
     return pfedlia_study.method_label(spec.to_dict())

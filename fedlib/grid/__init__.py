@@ -15,16 +15,6 @@ is imported here when a grid runs on Ray.
 """
 from __future__ import annotations
 
-if __name__ == "__main__":  # ``python -m fedlib.grid``: the paper-grid command (fedlib.grid_cli; --help).
-    # Here, before this module's imports: run as __main__ it would otherwise be executed twice
-    # (as __main__ and as fedlib.grid, which the command imports), torch and all.
-    import sys
-
-    from fedlib.grid_cli import main
-
-    main()
-    sys.exit(0)
-
 import json
 import os
 import statistics
@@ -36,11 +26,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import checkpoint, claims, lookup, records, run as _run
-from .engine import resolve_device
-from .spec import ENV_SHARING, RunSpec, record_path, sharing  # noqa: F401  (ENV_SHARING: re-exported)
-from .methods import FLConfig, method_info
-from .validation import check_choice, check_int, check_number, fail
+from .. import checkpoint, claims, lookup, records, run as _run
+from ..engine import resolve_device
+from ..spec import ENV_SHARING, RunSpec, record_path, sharing  # noqa: F401  (ENV_SHARING: re-exported)
+from ..methods import FLConfig, method_info
+from ..validation import check_choice, check_int, check_number, fail
 
 __all__ = ["run_grid", "load_records", "write_manifest", "load_grid", "present_records", "check_data"]
 # The budget helpers (estimate_seconds, timing_records, fits_budget, sharing, device_kind_of,
@@ -325,7 +315,7 @@ def _run_together(specs, results_dir: Path, device, bar, report, max_group: int 
     the specs left for :func:`_run_local` (other methods, groups of one, runs held elsewhere).
     Each group checkpoints as one run (key :func:`fedlib.together.group_key`); under a ``budget``
     a group starts when its first rounds fit and is stopped at a round boundary before the end."""
-    from . import together as T
+    from .. import together as T
 
     left = []
     for group in T.group_specs(specs, max_group):
@@ -508,7 +498,7 @@ def _ray_backend():
     with `run`), never on this module. It provides ``check_options(ray_address, num_cpus,
     num_gpus, max_retries)`` and ``run_on_ray(specs, device=, on_record=, ray_address=,
     num_cpus=, num_gpus=, max_retries=)``."""
-    from . import ray_grid
+    from .. import ray_grid
 
     return ray_grid
 
@@ -703,7 +693,7 @@ def check_data(specs) -> None:
     own message (where the files go, the command that fetches them, e.g. ``make data``). Checks
     file presence (:func:`fedlib.datasets.available`); nothing is loaded for the data sets that
     are here."""
-    from .datasets import DataUnavailableError, available, load
+    from ..datasets import DataUnavailableError, available, load
 
     names = list(dict.fromkeys(s.dataset for s in specs))
     if not names:
