@@ -53,7 +53,7 @@ def _where(file: str, key: str) -> str:
 
 
 def _fix(what: str, file: str) -> str:
-    return f"{what} (fix it in workbook/papers/{file})"
+    return f"{what} (fix it in {file})"
 
 
 def _is_number(v) -> bool:
@@ -164,8 +164,9 @@ def _claim(c, file: str, key: str) -> None:
 
 
 def check(data, file: str, paper: str | None = None) -> dict:
-    """``data`` (a parsed paper file named ``file``) if its whole schema holds (module docstring),
-    else ValueError naming the file, the key, the fix and the value."""
+    """``data`` (a parsed paper file, ``file`` its name in messages) if its whole schema holds
+    (module docstring), else ValueError naming the file, the key, the fix and the value; ``paper``:
+    the key the file's ``paper`` must be (a shipped file's own name)."""
     _keys(data, file, "", tuple(_TOP))
     for k, t in _TOP.items():
         if not isinstance(data[k], t):
@@ -202,10 +203,18 @@ def _load(path: str) -> dict:
     try:
         data = yaml.safe_load(p.read_text(encoding="utf-8"))
     except yaml.YAMLError as e:  # a !!python/object tag, a syntax error: data only, nothing executed
-        fail(p.name, _fix("plain YAML data (no tags such as !!python/object, valid syntax)", p.name),
+        fail(_display(p), _fix("plain YAML data (no tags such as !!python/object, valid syntax)", _display(p)),
              " ".join(str(e).split()))
-    stem = p.stem if p.parent.resolve() == PAPERS_DIR else None
-    return check(data, p.name, stem)
+    return check(data, _display(p), p.stem if _shipped(p) else None)
+
+
+def _shipped(p: Path) -> bool:
+    return p.resolve().parent == PAPERS_DIR
+
+
+def _display(p: Path) -> str:
+    """How messages name a file: ``workbook/papers/cafa.yaml`` for a shipped one, else its path."""
+    return f"workbook/papers/{p.name}" if _shipped(p) else str(p)
 
 
 def load(paper) -> dict:
@@ -226,8 +235,8 @@ def block(paper, name: str) -> dict:
     """The block ``tables.<name>`` of ``paper``'s file."""
     tables = load(paper)["tables"]
     if name not in tables:
-        fail(f"{path_of(paper).name}: tables", _fix(f"a file with the block {name!r} (it has {sorted(tables)})",
-                                                     path_of(paper).name), name)
+        where = _display(path_of(paper))
+        fail(f"{where}: tables", _fix(f"a file with the block {name!r} (it has {sorted(tables)})", where), name)
     return tables[name]
 
 
