@@ -118,6 +118,16 @@ def test_an_unknown_key_a_wrong_row_length_and_a_guessed_page_are_refused(tmp_pa
         PV.check(data, "cafa.yaml", "cafa")
 
 
+def test_a_shipped_file_is_named_by_its_place_in_the_package(monkeypatch, tmp_path):
+    (tmp_path / "cafa.yaml").write_text(GOOD.read_text().replace("values: [82.1]", "values: [x]", 1))
+    monkeypatch.setattr(PV, "PAPERS_DIR", tmp_path)
+    with pytest.raises(ValueError, match=r"^workbook/papers/cafa\.yaml: tables\.table5\.rows\[0\]\.values\[0\] .*"
+                                         r"\(fix it in workbook/papers/cafa\.yaml\), got 'x'$"):
+        PV.load("cafa")
+    with pytest.raises(ValueError, match=r"paper must be one of \['clust_psi_pfl'"):
+        PV.load("fedavg")
+
+
 def test_a_claim_of_an_unknown_kind_is_refused(monkeypatch):
     from workbook import paper_claims as pc
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from fedlib.validation import fail
 
-__all__ = ["PAPERS_DIR", "PAPER_FILES", "path_of", "load", "block", "rows", "column_labels", "source_of", "claims"]
+__all__ = ["PAPERS_DIR", "PAPER_FILES", "path_of", "check", "load", "block", "rows", "column_labels", "source_of", "claims"]
 
 PAPERS_DIR = Path(__file__).resolve().parent / "papers"
 """The folder of the paper files (shipped as package data)."""
