@@ -89,6 +89,7 @@ from fedlib.methods.cafa import class_distribution, cbcc, mean_silhouette_curve,
 from fedlib.models import ARCHITECTURES
 from fedlib.paths import ROOT
 from fedlib.validation import check_choice, check_int, check_number, check_seed, fail
+from . import paper_values
 
 __all__ = ["PAPER_TABLE2", "PAPER_TABLE3", "PAPER_TABLE4", "PAPER_TABLE5", "PAPER_CASES", "GENERATORS",
            "K_SEARCHES", "AUTHORS_K_RANGE", "AUTHORS_REPEATS", "CBCC_RECORDS", "cifar10_labels", "true_iid_mask",
@@ -100,17 +101,31 @@ __all__ = ["PAPER_TABLE2", "PAPER_TABLE3", "PAPER_TABLE4", "PAPER_TABLE5", "PAPE
            "gain_by_iid_fraction", "noniid_verdicts", "diverged_round", "run_status", "diverged_history_frame",
            "PAPER_CODE_METHODS", "shared_seeds", "shared_seed_records"]
 
+AUTHORS_FL_KEYS = ("rounds", "local_epochs", "fraction", "optimizer", "lr", "batch_size")
+"""The keys of :data:`AUTHORS_FL`, the authors' protocol."""
+
+
+def _authors_fl() -> dict:
+    """The ``fl`` of ``params/paper/08_cafa.yaml``: the authors' code's protocol, written there
+    once (:data:`AUTHORS_FL`); ValueError naming the file when its keys are not :data:`AUTHORS_FL_KEYS`."""
+    from fedlib import notebook_params
+    from fedlib.paths import params_file
+
+    path = params_file("08_cafa", "paper")
+    fl = notebook_params.load(path, "08_cafa").get("fl")
+    if not isinstance(fl, dict) or tuple(fl) != AUTHORS_FL_KEYS:
+        fail(f"{path}: fl", f"the authors' protocol, a mapping with the keys {list(AUTHORS_FL_KEYS)} in that order", fl)
+    return dict(fl)
+
+
 # CAFA Table II (25 % IID clients) and Table III (50 %): (n_IID, n_non-IID) -> k, Acc, Precision,
-# Recall, F1, as printed in the paper.
-PAPER_TABLE2 = {(5, 15): (9, 0.95, 0.83, 1.00, 0.91), (10, 30): (11, 1.00, 1.00, 1.00, 1.00),
-                (15, 45): (12, 1.00, 1.00, 1.00, 1.00)}
-PAPER_TABLE3 = {(10, 10): (7, 0.95, 0.91, 1.00, 0.95), (20, 20): (10, 1.00, 1.00, 1.00, 1.00),
-                (30, 30): (11, 1.00, 1.00, 1.00, 1.00)}
-# CAFA Table IV: average accuracy (%) per round window; Table V: best accuracy (%). CIFAR-10, VGG-19.
-PAPER_WINDOWS = [(0, 29), (30, 59), (60, 89), (90, 119), (120, 149)]
-PAPER_TABLE4 = {"fedavg": (55.36, 77.1, 79.05, 81.06, 79.68), "fedprox": (50.96, 70.13, 79.52, 77.2, 78.68),
-                "cafa": (57.78, 79.37, 82.29, 82.71, 83.07)}
-PAPER_TABLE5 = {"fedavg": 82.1, "fedprox": 80.42, "cafa": 83.45}
+# Recall, F1; Table IV: average accuracy (%) per round window (PAPER_WINDOWS); Table V: best accuracy
+# (%). CIFAR-10, VGG-19. As printed in the paper: workbook/papers/cafa.yaml (workbook.paper_values).
+PAPER_TABLE2 = paper_values.rows("cafa", "table2")
+PAPER_TABLE3 = paper_values.rows("cafa", "table3")
+PAPER_WINDOWS = paper_values.column_labels("cafa", "table4")
+PAPER_TABLE4 = paper_values.rows("cafa", "table4")
+PAPER_TABLE5 = {m: v for m, (v,) in paper_values.rows("cafa", "table5").items()}
 METRICS = ["acc", "precision", "recall", "f1"]
 PAPER_CASES = [*PAPER_TABLE2, *PAPER_TABLE3]
 """The six (n_IID, n_non-IID) cases of Tables II–III, in the paper's order."""
@@ -120,10 +135,11 @@ and the paper text's, the workbook's (:func:`fedlib.partition.iid_fraction_class
 K_SEARCHES = ("authors", "paper_text")
 AUTHORS_K_RANGE = (2, 19)
 AUTHORS_REPEATS = 10
-AUTHORS_FL = {"rounds": 150, "local_epochs": 5, "fraction": 0.3, "optimizer": "sgd", "lr": 0.1, "batch_size": 32}
+AUTHORS_FL = _authors_fl()
 """Tables IV–V's training protocol in the authors' code (Gengsheng-Li/Non-IID-Robust-Federated-
 Learning-Algorithms): plain SGD at lr 0.1, q = 0.3 (6 of 20 clients per round), E = 5, batch 32,
-150 rounds (the paper's Table IV windows)."""
+150 rounds (the paper's Table IV windows). Written once, as the ``fl`` of
+``params/paper/08_cafa.yaml`` (the paper profile notebook 08 runs), and read from there."""
 PAPER_SEEDS = 3
 """Seeds of the paper-protocol training grid (params/paper/08_cafa.yaml)."""
 OFFICIAL_TEST = "official-test accuracy"

@@ -46,6 +46,7 @@ from fedlib.methods import cfl, display_name
 from fedlib.paths import ROOT
 from .tables import mean_sd, frame_markdown as table_markdown
 from fedlib.validation import check_choice, check_int, check_number, fail
+from . import paper_values
 
 __all__ = ["PARTITION", "PARTITIONS", "PAPER_MAIN", "PAPER_TABLE9", "PAPER_TABLE10", "PAPER_TABLE11", "NOT_RUN_HERE", "METHODS",
            "CFL_PAPER", "FEDAMP_ATTENTIONS", "CLIP_NAMES", "PAPER_RECORDS", "alpha_gamma_table", "private_part_lines", "local_epochs_total", "training_specs", "ablation_specs", "GRID_PARAMS", "notebook_grid", "grid_label", "accuracy_frame", "variant_of",
@@ -54,56 +55,40 @@ __all__ = ["PARTITION", "PARTITIONS", "PAPER_MAIN", "PAPER_TABLE9", "PAPER_TABLE
            "total_variation", "mix_drift", "mix_drift_lines", "fig_partition", "table_markdown"]
 
 METHODS = ["fedprism", "fedavg", "ifca", "fedclust", "fedamp", "cfl", "local"]  # Table 1's rows
+
+
+def _main_tables(*names: str) -> dict:
+    """Tables 1, 6 and 7 of workbook/papers/fedprism.yaml as {data set: {α: {method: (Glob, Loc)}}}:
+    each column is (data set, α, glob | loc), each row a method of :data:`METHODS`."""
+    out: dict = {}
+    for name in names:
+        cols = paper_values.column_labels("fedprism", name)
+        for method, cells in paper_values.rows("fedprism", name).items():
+            if method not in METHODS:
+                fail(f"fedprism.yaml: tables.{name} row", f"one of {METHODS}", method)
+            got = {}
+            for (ds, alpha, kind), v in zip(cols, cells):
+                got.setdefault((ds, alpha), {})[kind] = v
+            for (ds, alpha), v in got.items():
+                out.setdefault(ds, {}).setdefault(alpha, {})[method] = (v["glob"], v["loc"])
+    return out
 # (Glob, Loc) in %, as printed — Table 1 (Dirichlet α = 0.1), Table 6 (α = 0.3), Table 7 (α = 0.5);
-# rows in METHODS order; columns SVHN, FMNIST, CIFAR-10, CIFAR-100 (only FMNIST is available offline).
-PAPER_MAIN = {
-    "svhn": {
-        0.1: dict(zip(METHODS, [(73.67, 87.89), (83.11, 82.16), (51.27, 83.82), (44.54, 36.51),
-                                (11.07, 51.95), (6.38, 17.72), (23.45, 84.93)])),
-        0.3: dict(zip(METHODS, [(81.73, 84.95), (86.94, 86.40), (32.22, 82.77), (78.96, 70.39),
-                                (22.94, 78.48), (19.58, 39.01), (36.71, 82.06)])),
-        0.5: dict(zip(METHODS, [(86.94, 86.85), (86.85, 86.80), (67.63, 86.27), (79.66, 76.23),
-                                (33.20, 79.49), (29.23, 56.85), (43.23, 79.94)])),
-    },
-    "fmnist": {
-        0.1: dict(zip(METHODS, [(81.93, 95.66), (84.35, 85.01), (35.52, 87.05), (10.00, 58.11),
-                                (10.36, 55.58), (10.00, 44.86), (30.51, 95.05)])),
-        0.3: dict(zip(METHODS, [(82.59, 90.53), (87.10, 86.46), (52.50, 88.76), (78.73, 69.32),
-                                (32.27, 89.83), (14.13, 73.03), (47.38, 90.13)])),
-        0.5: dict(zip(METHODS, [(88.12, 88.01), (87.33, 87.24), (61.39, 88.51), (85.19, 81.09),
-                                (48.66, 87.21), (75.44, 80.55), (56.08, 87.11)])),
-    },
-    "cifar10": {
-        0.1: dict(zip(METHODS, [(38.69, 81.63), (36.83, 36.11), (18.41, 55.28), (10.56, 17.77),
-                                (10.00, 56.24), (10.00, 11.73), (16.01, 79.84)])),
-        0.3: dict(zip(METHODS, [(41.87, 66.52), (46.57, 46.95), (28.21, 51.93), (32.57, 31.16),
-                                (16.16, 62.09), (10.00, 16.02), (21.37, 66.12)])),
-        0.5: dict(zip(METHODS, [(50.22, 49.92), (48.73, 48.77), (30.61, 48.65), (22.51, 26.66),
-                                (18.39, 58.58), (10.41, 19.95), (24.40, 55.99)])),
-    },
-    "cifar100": {
-        0.1: dict(zip(METHODS, [(14.33, 39.91), (13.46, 13.48), (6.81, 15.50), (4.96, 8.00),
-                                (1.19, 39.01), (1.06, 3.89), (4.44, 38.05)])),
-        0.3: dict(zip(METHODS, [(13.64, 23.45), (15.31, 15.24), (8.61, 13.51), (4.17, 6.30),
-                                (3.33, 22.22), (1.39, 3.83), (5.00, 22.13)])),
-        0.5: dict(zip(METHODS, [(14.47, 18.04), (13.89, 13.88), (9.05, 15.15), (5.57, 5.45),
-                                (3.61, 13.58), (1.17, 3.87), (5.05, 15.45)])),
-    },
-}
-# FMNIST, Dirichlet α = 0.1: Table 9 (components), Table 10 (fixed expert weight), Table 11 (global weight α).
-PAPER_TABLE9 = {"global": (84.81, 95.70), "cluster": (82.37, 95.54), "global_cluster": (84.21, 95.51),
-                "private": (19.98, 95.15)}
-PAPER_TABLE10 = {0.0: (39.54, 43.07), 0.2: (40.09, 93.48), 0.5: (40.49, 95.38), 0.8: (40.30, 95.18),
-                 1.0: (39.10, 95.25)}
-PAPER_TABLE11 = {0.1: (27.46, 95.19), 0.3: (34.95, 95.29), 0.5: (41.83, 95.20), 0.7: (63.62, 95.44),
-                 0.9: (84.83, 95.55)}
+# data sets SVHN, FMNIST, CIFAR-10, CIFAR-100 (only FMNIST is available offline); FMNIST, α = 0.1:
+# Table 9 (components), Table 10 (fixed expert weight), Table 11 (global weight α). The values:
+# workbook/papers/fedprism.yaml (workbook.paper_values).
+PAPER_MAIN = _main_tables("table1", "table6", "table7")
+"""data set -> Dirichlet α -> method (:data:`METHODS` order) -> (Glob, Loc) in %."""
+PAPER_TABLE9 = paper_values.rows("fedprism", "table9")
+PAPER_TABLE10 = paper_values.rows("fedprism", "table10")
+PAPER_TABLE11 = paper_values.rows("fedprism", "table11")
 PAPER_RECORDS = {table: ROOT / "benchmarks" / "records" / "fedprism" / table for table in ("table1", "table9")}
 """The committed paper-protocol records (``benchmarks/paper_grid.py``), read by notebook 09 and the
 reproduction report without retraining."""
 NOT_RUN_HERE = {"svhn": "SVHN", "cifar10": "CIFAR-10", "cifar100": "CIFAR-100"}
 # FedPrism states no CFL thresholds (and has no public code): its CFL row is read at Clust-PSI-PFL's
-# Table II (the cfl module's defaults), labelled as such; other thresholds are rows of their own.
-CFL_PAPER = {"eps1": 1e-5, "eps2": 0.1, "gamma": 0.5}
+# Table II (the cfl module's defaults; workbook/papers/clust_psi_pfl.yaml, block table2_cfl), labelled
+# as such; other thresholds are rows of their own.
+CFL_PAPER = {k: v for k, (v,) in paper_values.rows("clust_psi_pfl", "table2_cfl").items()}
 CFL_PAPER_SOURCE = "Clust-PSI-PFL's Table II; FedPrism states none"
 PARTITION = "dirichlet_client"  # §4.2: p_i ~ Dir(α·1) per client (fedlib.partition.dirichlet_client)
 PARTITIONS = tuple(p for p, spec in P.PROTOCOLS.items() if spec.level_name == "alpha")  # protocols whose level is α

@@ -2,7 +2,8 @@
 evaluated from the committed run records as a comparison A − B.
 
 A :class:`Claim` quotes one sentence of a paper (verbatim from its text in ``../shared/seeds``,
-only the machine conversion's artefacts cleaned: :func:`clean`) and operationalises it as a
+only the machine conversion's artefacts cleaned: :func:`clean`; the claims are data, each paper's
+``claims:`` in ``workbook/papers/<paper>.yaml``, read by :mod:`workbook.paper_values`) and operationalises it as a
 difference of two of the report's readings, ``a`` − ``b`` (or ``a`` − the paper's own value of
 that cell, ``b_value``, when the claim is about a value rather than a comparison). The readings
 are picked out of :func:`workbook.report_cells.cells` by (paper, table, row, column,
@@ -56,7 +57,8 @@ import pandas as pd
 
 from fedlib.methods import display_name
 from fedlib.paths import ROOT
-from . import matching, report_cells
+from fedlib.validation import check_choice
+from . import matching, paper_values, report_cells
 from .report_cells import PAPERS, Reading
 from .tables import setting_name
 
@@ -228,150 +230,27 @@ def _claim(paper, quote, where, statement, kind, a, b=None) -> Claim:
                  float(ca.value) - float(cb.value))
 
 
-_T3 = "Table III"
-_ADVANTAGE = ("Its advantage is most pronounced in the more pathological non-IID regimes (Dirichlet with small "
-              "α and Similarity with small S) where it delivers large gains over strong baselines (FedAvg, "
-              "FedAvgM, HACCS, CFL).")
-_PSI_AD, _PSI_SDAD = "AD, α = 0.05, K = 100", "SDAD, α = 0.05, K = 100"
-_PSI_OURS = "paper's variant (ζ chosen on test), most heterogeneous α run here"
-_PSI_BASE = "paper_text, most heterogeneous α run here"
-_PSI_WHERE = "adult (stand-in; the text names no data set), K = 100, at the most heterogeneous α run here (paper: α = 0.05)"
-_CAFA_WHERE = "best round's official-test accuracy, FMNIST stand-in for CIFAR-10, the authors' protocol"
-_PRISM = "FMNIST, Dir(0.1) per client, K = 100"
+_READING_KEYS = ("table", "row", "column", "reading")
 
-_CLAIMS: tuple[Claim, ...] = (
-    # ------------------------------------------------------------------ Clust-PSI-PFL
-    _claim("clust_psi_pfl", _ADVANTAGE, "§IV, Global-level test (Table III discussion)",
-           "Clust-PSI-PFL − FedAvg, weighted local accuracy, FMNIST, S = 0, K = 100", "gain",
-           (_T3, "clust_psi_pfl", "FMNIST, S = 0", "paper_text"), (_T3, "fedavg", "FMNIST, S = 0", "both readings")),
-    _claim("clust_psi_pfl", _ADVANTAGE, "§IV, Global-level test (Table III discussion)",
-           "Clust-PSI-PFL − FedAvg, weighted local accuracy, adult (stand-in for ACSIncome), S = 0, K = 100", "gain",
-           (_T3, "clust_psi_pfl", "ACSIncome (adult stand-in), S = 0", "paper_text"),
-           (_T3, "fedavg", "ACSIncome (adult stand-in), S = 0", "both readings")),
-    _claim("clust_psi_pfl", "Clust-PSI-PFL consistently attains higher global accuracy than competing baselines "
-                            "across the full spectrum of non-IID data scenarios.",
-           "§IV, Highlight 3",
-           "Clust-PSI-PFL − FedAvg, weighted local accuracy, FMNIST, α = 0.3, K = 100", "gain",
-           (_T3, "clust_psi_pfl", "FMNIST, α = 0.3", "paper_text"), (_T3, "fedavg", "FMNIST, α = 0.3", "both readings")),
-    _claim("clust_psi_pfl", "In near-IID conditions (α=50, S=1), it matches the top performers, indicating no loss "
-                            "from clustering when non-IID data is low.",
-           "§IV, Global-level test (Table III discussion)",
-           "Clust-PSI-PFL vs FedAvg (a top performer there, tied with it in Table III), weighted local accuracy, "
-           "FMNIST, S = 1, K = 100", "matches",
-           (_T3, "clust_psi_pfl", "FMNIST, S = 1", "paper_text"), (_T3, "fedavg", "FMNIST, S = 1", "both readings")),
-    # ------------------------------------------------------------------ PSI-PFL
-    _claim("psi_pfl", "PSI-PFL fosters client fairness, with a more significantly small average distance of 3% from "
-                      "the CL (target), outperforming the state-of-the-art baselines in high heterogeneity data "
-                      "partitions.",
-           "§4.3, Observation 4",
-           f"PSI-PFL (the paper's variant, ζ chosen on test) − HACCS, AD to CL, {_PSI_WHERE}", "lower",
-           ("§4.3 (EQ3) text", "psi_pfl", _PSI_AD, _PSI_OURS), ("§4.3 (EQ3) text", "haccs", _PSI_AD, _PSI_BASE)),
-    _claim("psi_pfl", "In comparison, baseline methods like HACCS and FedCLS have an AD of 24% with an SDAD of 13%.",
-           "§4.3, Local-level test (EQ3)",
-           f"PSI-PFL (the paper's variant, ζ chosen on test) − FedCLS, AD to CL, {_PSI_WHERE}", "lower",
-           ("§4.3 (EQ3) text", "psi_pfl", _PSI_AD, _PSI_OURS), ("§4.3 (EQ3) text", "fedcls", _PSI_AD, _PSI_BASE)),
-    _claim("psi_pfl", "Such behavior corroborates a much closer distance of PSI-PFL to the CL (target) with less "
-                      "variability.",
-           "§4.3, Local-level test (EQ3)",
-           f"PSI-PFL (the paper's variant, ζ chosen on test) − HACCS, SDAD to CL, {_PSI_WHERE}", "lower",
-           ("§4.3 (EQ3) text", "psi_pfl", _PSI_SDAD, _PSI_OURS), ("§4.3 (EQ3) text", "haccs", _PSI_SDAD, _PSI_BASE)),
-    # ------------------------------------------------------------------ CAFA
-    _claim("cafa", "As shown in Table IV and Table V, CAFA improves accuracy, stability, and convergence speed compared "
-                   "to FedProx and FedAvg; it achieved the highest accuracy (3.03% over FedProx and 1.35% over FedAvg) "
-                   "on the CIFAR-10 dataset and consistently ranks highest in average accuracy across rounds, "
-                   "indicating the model on average is less affected by fluctuations due to Non-IID nature of the data.",
-           "§V-C, Table V",
-           f"CAFA − FedAvg, {_CAFA_WHERE}", "gain",
-           ("Table V", "cafa", "best accuracy", "authors' protocol"),
-           ("Table V", "fedavg", "best accuracy", "authors' protocol")),
-    _claim("cafa", "Tested on the CIFAR-10 dataset, our method improves maximum accuracy by up to 3.03% compared to "
-                   "other state-of-the-art and traditional methods such as FedProx and FedAvg, demonstrating its "
-                   "effectiveness in Non-IID scenarios.",
-           "Abstract (Table V)",
-           f"CAFA − FedProx, {_CAFA_WHERE}", "gain",
-           ("Table V", "cafa", "best accuracy", "authors' protocol"),
-           ("Table V", "fedprox", "best accuracy", "authors' protocol")),
-    _claim("cafa", "These results demonstrate that CBCC can identify IID and Non-IID clients with extremely high "
-                   "accuracy and adapt well to different scenarios.",
-           "§V-B, Tables II–III",
-           "CBCC's F1 in identifying the IID clients vs the paper's, 30 IID + 30 non-IID clients (Table III "
-           "Case 3, the case Fig. 5 visualises), the authors' generator", "matches",
-           ("Table III", "CBCC f1", "30 IID + 30 non-IID clients", "authors' generator")),
-    # ------------------------------------------------------------------ FedPrism
-    _claim("fedprism", "On FMNIST, FedPrism reaches near-perfect personalization with 95.66% local accuracy, "
-                       "significantly outpacing FedAvg’s 85.01%.",
-           "§5.1, Table 1",
-           f"FedPrism − FedAvg, mean local accuracy (Loc), {_PRISM}", "gain",
-           ("Table 1", "fedprism", "FMNIST, α = 0.1, Loc", "paper protocol"),
-           ("Table 1", "fedavg", "FMNIST, α = 0.1, Loc", "paper protocol")),
-    _claim("fedprism", "Comparing this to the Local-only baseline (95.05%) reveals a crucial insight: unlike FedAvg, "
-                       "which can sometimes degrade performance below local training due to ”negative transfer” from "
-                       "dissimilar clients, FedPrism successfully filters interfering signals, ensuring that "
-                       "participation in the federation is strictly additive to performance.",
-           "§5.1, Table 1",
-           f"FedPrism − Local, mean local accuracy (Loc), {_PRISM}", "gain",
-           ("Table 1", "fedprism", "FMNIST, α = 0.1, Loc", "paper protocol"),
-           ("Table 1", "local", "FMNIST, α = 0.1, Loc", "paper protocol")),
-    _claim("fedprism", "Through systematic experiments on non-IID data partitions, we demonstrate that FedPrism exceeds "
-                       "static aggregation and hard-clustering baselines, achieving significant accuracy gains under "
-                       "high heterogeneity.",
-           "Abstract (Table 1)",
-           f"FedPrism − IFCA (hard clustering; the paper's best clustered baseline on Glob), official-test accuracy "
-           f"(Glob), {_PRISM}", "gain",
-           ("Table 1", "fedprism", "FMNIST, α = 0.1, Glob", "paper protocol"),
-           ("Table 1", "ifca", "FMNIST, α = 0.1, Glob", "paper protocol")),
-    _claim("fedprism", "FedPrism consistently achieves superior local personalization while maintaining competitive "
-                       "global performance.",
-           "Table 1 caption",
-           f"FedPrism vs FedAvg, official-test accuracy (Glob), {_PRISM}", "matches",
-           ("Table 1", "fedprism", "FMNIST, α = 0.1, Glob", "paper protocol"),
-           ("Table 1", "fedavg", "FMNIST, α = 0.1, Glob", "paper protocol")),
-    # ------------------------------------------------------------------ pFedLIA
-    _claim("pfedlia", "Importantly, it matches the Oracle performance, showcasing that pFedLIA can perfectly cluster "
-                      "clients.",
-           "§IV-E, Table I",
-           "pFedLIA (central clustering, the paper's) vs the Oracle clustering, pooled accuracy on FL-bench's split, FMNIST, "
-           "pathological (5 clusters), K = 100", "matches",
-           ("Table I", "pfedlia", "FMNIST, pathological", "paper protocol, FL-bench split, pooled"),
-           ("Table I", "oracle", "FMNIST, pathological", "paper protocol, FL-bench split, pooled")),
-    _claim("pfedlia", "Compared to the best performing baseline, we outperform FedFomo by 5.1% and 0.44% in CIFAR10 "
-                      "and FashionMNIST, respectively, while having a significant 16.93% improvement over FeSEM in "
-                      "CIFAR100.",
-           "§IV-E, Table I",
-           "pFedLIA − FedFomo (the paper's best baseline there), pooled accuracy on FL-bench's split, FMNIST, pathological, K = 100",
-           "gain",
-           ("Table I", "pfedlia", "FMNIST, pathological", "paper protocol, FL-bench split, pooled"),
-           ("Table I", "fedfomo", "FMNIST, pathological", "paper protocol, FL-bench split, pooled")),
-    _claim("pfedlia", "Similarly, in the Noisy Non-IID setting, our approach outperforms the best performing baseline "
-                      "(FedFomo) in CIFAR10 by 4.54%, and in CIFAR100 by a significant 17.03%.",
-           "§IV-E, Table I",
-           "pFedLIA − FedFomo (the paper's best baseline there), pooled accuracy on FL-bench's split, CIFAR-10, noisy, K = 100",
-           "gain",
-           ("Table I", "pfedlia", "CIFAR-10, noisy", "paper protocol, FL-bench split, pooled"),
-           ("Table I", "fedfomo", "CIFAR-10, noisy", "paper protocol, FL-bench split, pooled")),
-    _claim("pfedlia", "It only achieves slightly lower performance in FashionMNIST, only compared to FedProto (by 5%) "
-                      "and FedFomo (by 3%), while outperforming all other baselines.",
-           "§IV-E, Table I",
-           "pFedLIA − FeSEM (the strongest of the 'other baselines' in Table I, the Local row being a copy of the "
-           "pathological one), pooled accuracy on FL-bench's split, FMNIST, noisy, K = 100", "gain",
-           ("Table I", "pfedlia", "FMNIST, noisy", "paper protocol, FL-bench split, pooled"),
-           ("Table I", "fesem", "FMNIST, noisy", "paper protocol, FL-bench split, pooled")),
-)
-_SHORT = (
-    "beats FedAvg, FMNIST S = 0", "beats FedAvg, adult S = 0", "beats FedAvg, FMNIST α = 0.3",
-    "matches FedAvg, FMNIST S = 1",
-    "AD below HACCS's", "AD below FedCLS's", "SDAD below HACCS's",
-    "beats FedAvg (best accuracy)", "beats FedProx (best accuracy)", "CBCC finds the IID clients (F1, case 3)",
-    "beats FedAvg on Loc", "beats Local on Loc", "beats IFCA on Glob", "matches FedAvg on Glob",
-    "matches the Oracle, pathological", "beats FedFomo, pathological", "beats FedFomo, CIFAR-10 noisy",
-    "beats FeSEM, FMNIST noisy",
-)
-"""Each claim of ``_CLAIMS`` in a few words, in its order (the README's list)."""
-if len(_SHORT) != len(_CLAIMS):
-    raise RuntimeError(f"paper_claims: {len(_SHORT)} short labels for {len(_CLAIMS)} claims")
-CLAIMS: tuple[Claim, ...] = tuple(replace(c, short=t) for c, t in zip(_CLAIMS, _SHORT))
-"""Every claim the report judges, papers in report order."""
-"""The papers' headline claims, 3–4 per paper, in :data:`report_cells.PAPERS` order."""
+
+def _claims_of(paper: str) -> tuple[Claim, ...]:
+    """``paper``'s claims from its data file (workbook/papers/<paper>.yaml, ``claims:``;
+    :mod:`workbook.paper_values`): the quote, its source (``where``: the section or table), our
+    statement, the kind and the report readings A and B, each located by (table, row, column,
+    reading name); the unit, tolerance and paper values come from the report's cells (:func:`_claim`)."""
+    out = []
+    for i, c in enumerate(paper_values.claims(paper)):
+        check_choice(c["kind"], f"{paper}.yaml: claims[{i}].kind", tuple(KINDS))
+        a = tuple(c["a"][k] for k in _READING_KEYS)
+        b = None if c.get("b") is None else tuple(c["b"][k] for k in _READING_KEYS)
+        claim = _claim(paper, c["quote"], c["source"]["ref"], c["statement"], c["kind"], a, b)
+        out.append(replace(claim, short=c["short"]))
+    return tuple(out)
+
+
+CLAIMS: tuple[Claim, ...] = tuple(c for paper in PAPERS for c in _claims_of(paper))
+"""The papers' headline claims, 3–4 per paper, in :data:`report_cells.PAPERS` order (the report's),
+each paper's in its file's order; ``short`` is the claim in a few words, as the README lists it."""
 
 
 # ----------------------------------------------------------------------------- evaluation

@@ -51,6 +51,7 @@ from fedlib.paths import ROOT
 from .tables import mean_sd, frame_markdown as table_markdown
 from fedlib import records as R
 from fedlib.validation import check_choice, check_int, fail
+from . import paper_values
 
 __all__ = ["PAPER_RECORDS", "DATA_SPLITS", "READINGS", "FL_BENCH_TEST", "FL_BENCH_VAL_OF_TRAIN", "split_of", "fl_bench_val_fraction", "METHODS", "SETTINGS", "PAPER_TABLE1", "RECOVERY_METHODS", "NOT_RUN_HERE", "CFL_PAPER", "local_epochs_total",
            "training_specs", "GRID_PARAMS", "notebook_grid", "grid_label", "method_label", "accuracy_frame", "table1", "recovery_table", "rounds_frame",
@@ -77,23 +78,25 @@ read by notebook 10 and the reproduction report without retraining."""
 NOT_RUN_HERE = {"cifar10": "CIFAR-10", "cifar100": "CIFAR-100 (superclasses)"}
 # CFL's thresholds in the paper's runs: FL-bench's defaults (src/server/cfl.py: eps_1 0.4, eps_2 1.6,
 # no γ check; clustering from round 20, the warm-up, which params/paper/10_pfedlia.yaml sets).
-CFL_PAPER = {"eps1": 0.4, "eps2": 1.6, "gamma": 0.0}
-# Table I, accuracy (%) mean and std over 4 runs, as printed; None where the paper shows "–".
-_ROWS = {  # method: (pathological CIFAR10, FMNIST, CIFAR100, noisy CIFAR10, FMNIST, CIFAR100)
-    "oracle": [(86.08, 1.67), (99.07, 0.21), (68.28, 2.24), None, None, None],
-    "local": [(72.83, 4.09), (84.71, 5.47), (34.39, 1.40), (66.24, 2.59), (84.71, 5.47), (33.89, 1.51)],
-    "fedavg": [(24.43, 4.84), (60.99, 5.07), (48.20, 3.40), (29.09, 5.03), (65.95, 5.37), (24.52, 20.67)],
-    "fedfomo": [(80.98, 2.45), (98.63, 0.44), (43.77, 4.16), (69.98, 1.12), (85.11, 3.41), (40.06, 6.08)],
-    "fedproto": [(67.70, 6.36), (93.93, 1.42), (36.68, 2.49), (65.45, 2.11), (87.39, 2.87), (33.35, 2.36)],
-    "fesem": [(72.90, 8.24), (97.97, 0.46), (51.20, 4.90), (68.86, 4.29), (81.75, 5.46), (22.20, 15.43)],
-    "cfl": [(24.42, 4.86), (61.00, 5.05), (48.47, 4.08), (29.52, 4.50), (67.10, 4.80), (25.09, 20.58)],
-    "pfedlia": [(86.08, 1.67), (99.07, 0.21), (68.13, 2.21), (74.52, 1.52), (82.10, 3.45), (57.09, 13.32)],
-}
-PAPER_TABLE1 = {
-    setting: {ds: {m: v[3 * s + d] for m, v in _ROWS.items()}
-              for d, ds in enumerate(("cifar10", "fmnist", "cifar100"))}
-    for s, setting in enumerate(SETTINGS)
-}
+# The values: workbook/papers/pfedlia.yaml (workbook.paper_values), blocks cfl_thresholds and table1.
+CFL_PAPER = {k: v for k, (v,) in paper_values.rows("pfedlia", "cfl_thresholds").items()}
+
+
+def _table1() -> dict:
+    """Table I, accuracy (%) (mean, std) over 4 runs as printed, None where the paper shows "–":
+    {setting: {data set: {method: (mean, std) or None}}}, each column of the block a (setting, data set)."""
+    out: dict = {}
+    cols = paper_values.column_labels("pfedlia", "table1")
+    for (setting, ds) in cols:
+        check_choice(setting, "pfedlia.yaml: tables.table1 column setting", tuple(SETTINGS))
+        out.setdefault(setting, {})[ds] = {}
+    for method, cells in paper_values.rows("pfedlia", "table1").items():
+        for (setting, ds), v in zip(cols, cells):
+            out[setting][ds][method] = v
+    return out
+
+
+PAPER_TABLE1 = _table1()
 
 
 # ----------------------------------------------------------------------------- the grid

@@ -40,6 +40,7 @@ from fedlib.evaluation import client_parity, summarise_clients
 from fedlib.experiment import present_records
 from fedlib.methods.psi_pfl import rule_changes
 from fedlib.validation import fail
+from . import paper_values
 from .tables import SETTING_KEYS
 from .training_plots import REFERENCES, method_legend, method_order, ecdf_panel
 
@@ -56,24 +57,22 @@ VARIANTS = {PAPER_VARIANT: "ζ chosen on test, the paper's variant", METHOD: "ζ
 """The two PSI-PFL variants, the paper's first: method name -> label."""
 LOW_PERCENTILES = (10.0, 25.0)  # the paper's "Low" and "Medium-low" thresholds (Observation 2)
 
-PAPER_EQ3 = {
-    (PAPER_VARIANT, "ad_cl"): 0.03, (PAPER_VARIANT, "sdad_cl"): 0.06,
-    ("haccs", "ad_cl"): 0.24, ("haccs", "sdad_cl"): 0.13,
-    ("fedcls", "ad_cl"): 0.24, ("fedcls", "sdad_cl"): 0.13,
-    ("haccs", "cp"): 2.2, ("fedcls", "cp"): 2.2,
-    ("fedyogi", "cp"): 3.7, ("fedadam", "cp"): 3.7, ("fedadagrad", "cp"): 3.7,
-}
+PAPER_EQ3 = {(PAPER_VARIANT if m == METHOD else m, metric): v
+             for (m, metric), (v,) in paper_values.rows("psi_pfl", "eq3").items()}
 """PSI-PFL §4.3 (EQ3), (method, metric) -> value, AD/SDAD against CL as fractions: "Under the
 most heterogeneous scenario, our solution achieves an AD of 3% from the CL (target), with an
 SDAD of 6%. [...] HACCS and FedCLS have an AD of 24% with an SDAD of 13%", and "CPs of the order
 of 2.2 for [...] HACCS and FedCLS and 3.7 for FedYogi, FedAdam, and FedAdagrad". PSI-PFL's own CP
 and the α of the CP sentence are lost in the text; the text names no data set (ACSIncome's
-figures are the main text's)."""
+figures are the main text's). The values: workbook/papers/psi_pfl.yaml (block eq3, whose
+``psi_pfl`` is the paper's method, i.e. :data:`PAPER_VARIANT`)."""
 
-PAPER_MOST_HETEROGENEOUS = {"level": 0.05, "n_clients": 100}
+PAPER_MOST_HETEROGENEOUS = dict(zip(paper_values.column_labels("psi_pfl", "most_heterogeneous"),
+                                    paper_values.rows("psi_pfl", "most_heterogeneous")["setting"]))
 """Where :func:`paper_comparison` reads ours: the smallest α of the paper profile's grid
 (``params/paper/07_psi_pfl.yaml``, from Clust-PSI-PFL: PSI-PFL's own α list is lost in the
-text) and its largest K ("its performance improves in scenarios with more clients")."""
+text) and its largest K ("its performance improves in scenarios with more clients"):
+workbook/papers/psi_pfl.yaml, block most_heterogeneous."""
 
 
 def grid_specs(datasets, alphas, n_clients, seeds, baselines, *, hyper=None, fl=None, n_train=None,
