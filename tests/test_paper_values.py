@@ -230,8 +230,7 @@ def test_every_source_line_of_the_seed_text_shows_its_values(paper):
 
     data = PV.load(paper)
     path = pc.seeds_dir() / data["text"]
-    if not path.is_file():
-        pytest.skip(f"no seed text {path} (set $FEDLIB_SEEDS)")
+    assert path.is_file(), f"no seed text {path}: the papers' texts sit in ../shared/seeds (or set $FEDLIB_SEEDS)"
     lines = path.read_text().splitlines()
     for name, block in data["tables"].items():
         src = block["source"]
