@@ -32,7 +32,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
 
 from . import checkpoint, claims, cost, lookup, records, run as _run
 from .cost import device_kind_of  # noqa: F401  (re-exported: the budget helpers' public name)
