@@ -616,11 +616,11 @@ def not_run_groups(df: pd.DataFrame, root: Path | str = RECORDS) -> pd.DataFrame
     out = []
     for key, g in d.groupby(pd.Series(keys, index=d.index), sort=False):
         folder = g["records"].iloc[0]
-        matches = list(dict.fromkeys(g["match"]))
-        methods = list(dict.fromkeys(dict(m).get("method") for m in matches if dict(m).get("method")))
-        settings, _ = _settings_of(matches)
+        rows = list(dict.fromkeys(g["match"]))
+        methods = list(dict.fromkeys(dict(m).get("method") for m in rows if dict(m).get("method")))
+        settings, _ = _settings_of(rows)
         template = RECORD_COMMANDS.get(key)
-        row = {"records": folder, "rows": len(g), "runs": len(matches) * len(NOT_RUN_SEEDS), "recorded": 0,
+        row = {"records": folder, "rows": len(g), "runs": len(rows) * len(NOT_RUN_SEEDS), "recorded": 0,
                "methods": methods, "settings": settings, "command": "", "device": "cpu", "hours": np.nan,
                "estimated_runs": 0, "fallback_runs": 0, "fallback": "", "other_runs": 0}
         if template is not None:
@@ -636,7 +636,7 @@ def not_run_groups(df: pd.DataFrame, root: Path | str = RECORDS) -> pd.DataFrame
                 if any(e.seconds is not None for e in gpu):
                     device, est, commands = "cuda", gpu, [c + " --device cuda" for c in commands]
             known = [e for e in est if e.seconds is not None]
-            other = sum(not any(matches(s.to_dict(), m) for m in g["match"]) for s in todo)
+            other = sum(not any(matches(s.to_dict(), m) for m in rows) for s in todo)
             row.update(other_runs=other, runs=len(todo), recorded=len(specs) - len(todo), command="\n".join(commands), device=device,
                        hours=sum(e.seconds for e in known) / 3600.0 if known else np.nan,
                        estimated_runs=len(known), fallback_runs=sum(e.fallback for e in known),
