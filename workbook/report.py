@@ -40,7 +40,7 @@ import pandas as pd
 
 from fedlib.methods import cfl, display_name
 from fedlib.paths import ROOT
-from fedlib import records
+from fedlib import cost, records
 from fedlib.validation import fail
 from fedlib.evaluation import client_parity
 from .tables import frame_markdown, records_frame, setting_name
@@ -592,6 +592,12 @@ def _fill(part: pd.DataFrame) -> dict:
                 seeds_csv=",".join(map(str, NOT_RUN_SEEDS)))
 
 
+_FALLBACK_TEXT = {cost.FALLBACK_THREADS: "their wall seconds × threads",
+                  cost.FALLBACK_WALL: "their wall seconds, no thread count being recorded either",
+                  cost.FALLBACK_MIXED: "their wall seconds, × threads where recorded"}
+"""How the page words :mod:`fedlib.cost`'s fallback bases."""
+
+
 def not_run_groups(df: pd.DataFrame, root: Path | str = RECORDS) -> pd.DataFrame:
     """The rows not run (the data being available), grouped by the command that computes them
     (:data:`report_cells.RECORD_COMMANDS`, one per records folder or variant, filled with the rows'
@@ -608,7 +614,7 @@ def not_run_groups(df: pd.DataFrame, root: Path | str = RECORDS) -> pd.DataFrame
     ``other_runs``: runs to compute that no row of the group reads (another seed or variant of a row
     that ran, which no filter of the command leaves out). The command holds one line per part of
     the rows (:func:`_command_parts`)."""
-    from fedlib import cost, grid_cli
+    from fedlib import grid_cli
     from fedlib.grid import timing_records
 
     d = df[(df.verdict == "not run") & (df.reason != "no_offline_data")]
@@ -636,11 +642,14 @@ def not_run_groups(df: pd.DataFrame, root: Path | str = RECORDS) -> pd.DataFrame
                 if any(e.seconds is not None for e in gpu):
                     device, est, commands = "cuda", gpu, [c + " --device cuda" for c in commands]
             known = [e for e in est if e.seconds is not None]
+            bases = {e.basis for e in known if e.fallback}
             other = sum(not any(matches(s.to_dict(), m) for m in rows) for s in todo)
-            row.update(other_runs=other, runs=len(todo), recorded=len(specs) - len(todo), command="\n".join(commands), device=device,
+            row.update(runs=len(todo), recorded=len(specs) - len(todo), command="\n".join(commands), device=device,
+                       other_runs=other,
                        hours=sum(e.seconds for e in known) / 3600.0 if known else np.nan,
                        estimated_runs=len(known), fallback_runs=sum(e.fallback for e in known),
-                       fallback="; ".join(sorted({e.basis.split(" (")[0] for e in known if e.fallback})))
+                       fallback="" if not bases else _FALLBACK_TEXT[bases.pop() if len(bases) == 1
+                                                                     else cost.FALLBACK_MIXED])
         out.append(row)
     return pd.DataFrame(out, columns=["records", "rows", "runs", "recorded", "methods", "settings", "command", "device",
                                       "hours", "estimated_runs", "fallback_runs", "fallback", "other_runs"])
@@ -650,16 +659,16 @@ def _not_run_md(groups: pd.DataFrame) -> list[str]:
     out = []
     for g in groups.itertuples():
         if not np.isfinite(g.hours):
-            cost = "no comparable record to estimate the cost from"
+            price = "no comparable record to estimate the cost from"
         elif g.device == "cpu":
-            cost = "≈ {:.1f} CPU-hours at the median CPU time of comparable committed CPU runs".format(g.hours)
+            price = f"≈ {g.hours:.1f} CPU-hours at the median CPU time of comparable committed CPU runs"
         else:
-            cost = (f"≈ {60 * g.hours:.0f} GPU-minutes at the median wall time of comparable committed GPU runs, "
-                    "one at a time on the GPU (no CPU run is comparable)")
+            price = (f"≈ {60 * g.hours:.0f} GPU-minutes at the median wall time of comparable committed GPU runs, "
+                     "one at a time on the GPU (no CPU run is comparable)")
         if np.isfinite(g.hours) and g.fallback_runs:
-            cost += f" ({g.fallback_runs} of them priced from records without `cpu_seconds`: {g.fallback})"
+            price += f" ({g.fallback_runs} of them priced from records without `cpu_seconds`: {g.fallback})"
         if np.isfinite(g.hours) and g.estimated_runs != g.runs:
-            cost += f" ({g.estimated_runs} of the {g.runs} runs estimated)"
+            price += f" ({g.estimated_runs} of the {g.runs} runs estimated)"
         what = ", ".join(_name(m) for m in g.methods) or "—"
         commands = g.command.split("\n") if g.command else []
         where = f" at {', '.join(g.settings)}" if g.settings else ""
@@ -667,10 +676,10 @@ def _not_run_md(groups: pd.DataFrame) -> list[str]:
         done = (f"; the command{'s skip' if len(commands) > 1 else ' skips'} the {g.recorded} recorded"
                 if g.recorded else "")
         if g.other_runs:
-            done += (f"; {g.other_runs} of the runs to compute belong to rows that ran (another seed or variant, "
-                     "which no filter of the command leaves out)")
+            done += (f"; {g.other_runs} of the runs to compute {'is' if g.other_runs == 1 else 'are'} another seed "
+                     "or variant of a row that ran, which no filter of the command leaves out")
         out += [f"- {g.rows} rows in `benchmarks/records/{g.records}/` ({what}{where}): {runs} to compute "
-                f"(seeds {', '.join(map(str, NOT_RUN_SEEDS))}{done}), {cost}:", "",
+                f"(seeds {', '.join(map(str, NOT_RUN_SEEDS))}{done}), {price}:", "",
                 "  ```bash\n" + "".join(f"  {c}\n" for c in commands) + "  ```" if commands
                 else "  (no command is known for this folder)", ""]
     return out
