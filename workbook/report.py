@@ -583,9 +583,13 @@ def _command_parts(group: pd.DataFrame) -> list[pd.DataFrame]:
 
 
 def _fill(part: pd.DataFrame) -> dict:
-    """The placeholders of a :data:`report_cells.RECORD_COMMANDS` template for the rows ``part``."""
+    """The placeholders of a :data:`report_cells.RECORD_COMMANDS` template for the rows ``part`` (its
+    methods: the registered ones; a derived reading's label, e.g. PSI-PFL's paper variant, runs as
+    its method)."""
+    from fedlib.methods import METHODS
+
     matches = list(dict.fromkeys(part["match"]))
-    methods = list(dict.fromkeys(dict(m).get("method") for m in matches if dict(m).get("method")))
+    methods = list(dict.fromkeys(dict(m).get("method") for m in matches if dict(m).get("method") in METHODS))
     settings, levels = _settings_of(matches)
     return dict(settings=",".join(settings), methods=" ".join(methods), methods_csv=",".join(methods),
                 levels=" ".join(levels), seeds=" ".join(map(str, NOT_RUN_SEEDS)),
