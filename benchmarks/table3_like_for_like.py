@@ -49,8 +49,6 @@ the README's table (method x setting, each cell ``paper · paper_text · paper_c
 """
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -61,66 +59,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 from fedlib import grid_cli  # noqa: E402
 from fedlib.experiment import load_records  # noqa: E402
 from fedlib.paths import results_dir  # noqa: E402
-from workbook.like_for_like import FRACTION, METHODS, cells, markdown, notebook_grid, report_lines  # noqa: E402
-from workbook.paper_table3 import STAND_INS  # noqa: E402
+from workbook.like_for_like import (FRACTION, METHODS, cells, markdown, report_lines, script_methods,  # noqa: E402,F401
+                                    script_params, script_parser, script_protocols)  # METHODS: the script's public name
 from workbook.paper_tables import TABLES  # noqa: E402
 
 TABLE = next(t for t in TABLES if t.name == "clust-psi-pfl-table3")  # the paper table these runs are
 
-DEFAULT_SETTINGS = {"fmnist": "similarity:0,similarity:1,dirichlet:0.3",
-                    "adult": "dirichlet:50,dirichlet:0.7,dirichlet:0.3,similarity:1,similarity:0.03,similarity:0"}
-
-
-def _settings(text: str) -> dict:
-    out: dict = {}
-    for item in text.split(","):
-        protocol, level = item.split(":")
-        out.setdefault(protocol.strip(), []).append(float(level))
-    return out
-
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--dataset", default="fmnist", choices=sorted(STAND_INS),
-                    help="fmnist (Table III's FMNIST column) or adult (the ACSIncome column's stand-in)")
-    ap.add_argument("--settings", default=None, help="default: FMNIST's similarity:0,similarity:1,dirichlet:0.3; "
-                    "adult's the six settings of the ACSIncome column")
-    ap.add_argument("--methods", default=",".join(METHODS))
-    ap.add_argument("--seeds", default="0")
-    ap.add_argument("--clients", type=int, default=100)
-    ap.add_argument("--rounds", type=int, default=40)
-    ap.add_argument("--epochs", type=int, default=5)
-    ap.add_argument("--name", default="table3_like_for_like")
-    ap.add_argument("--results", default=None, help="the records' folder (default: results/<--name>); "
-                    "benchmarks/records/clust_psi_pfl/table3_like_for_like holds the README's")
-    ap.add_argument("--device", default="auto")
-    ap.add_argument("--reproductions", default="paper_text,paper_code", help="their order is the runs' order")
-    ap.add_argument("--hyper", default=None, help="JSON method -> hyperparameter overrides, e.g. "
-                    "'{\"fedyogi\": {\"eta\": 0.3162}}' (use its own --name)")
-    ap.add_argument("--report", action="store_true", help="print the records there are; train nothing")
-    ap.add_argument("--markdown", action="store_true", help="also print them as one markdown table "
-                    "(method x setting, each cell paper · paper_text · paper_code)")
-    ap.add_argument("--budget", type=float, default=None, metavar="SECONDS",
-                    help="start a run only if it is estimated to end within SECONDS (a resumable method's run, "
-                         "or a group with --together: its first rounds; the budget stops it at a round "
-                         "boundary with a checkpoint the next call resumes)")
-    ap.add_argument("--estimate-from", nargs="+", default=None, metavar="DIR",
-                    help="with --budget: folders of records whose seconds estimate the runs, besides the "
-                         "records' folder (default: benchmarks/records)")
-    ap.add_argument("--together", action="store_true",
-                    help="train the FedAvg family's runs side by side, one engine call per round (fedlib.together)")
+    ap = script_parser(__doc__.split("\n\n")[0])  # the command line, shared with the report (workbook.like_for_like)
     a = ap.parse_args(argv)
-    protocols = _settings(a.settings or DEFAULT_SETTINGS[a.dataset])
-    methods = [m.strip() for m in a.methods.split(",") if m.strip()]
+    protocols, methods = script_protocols(a), script_methods(a)
     try:
-        hyper = json.loads(a.hyper) if a.hyper else None
-    except json.JSONDecodeError as err:
-        ap.error(f"--hyper: {a.hyper!r} is not JSON ({err}); give e.g. '{{\"fedyogi\": {{\"eta\": 0.3162}}}}'")
-    params = {"dataset": a.dataset, "settings": protocols, "n_clients": a.clients,
-              "seeds": [int(s) for s in a.seeds.split(",")], "methods": methods,
-              "fl": {"rounds": a.rounds, "local_epochs": a.epochs, "fraction": FRACTION}, "hyper": hyper,
-              "reproductions": [r.strip() for r in a.reproductions.split(",")]}
-    specs = notebook_grid(**params)["table3"]  # the table's grid at these parameters (bad input fails here)
+        params = script_params(a)
+    except ValueError as err:
+        ap.error(str(err))
+    specs = TABLE.grid(params)  # the table's grid at these parameters (bad input fails here)
     folder = Path(a.results) if a.results else results_dir() / a.name
     if not a.report:
         with tempfile.TemporaryDirectory() as tmp:

@@ -65,7 +65,7 @@ then the other runs as usual (``--workers`` included).
 resumable method's run (``MethodInfo.resumable``) only its first rounds' (:func:`fedlib.grid.seconds_to_start`):
 the budget stops it at a round boundary with a checkpoint that the next call resumes
 (:mod:`fedlib.checkpoint`); the others are left for a later call (a line each, and a total). The
-estimate (:func:`fedlib.experiment.estimate_seconds`) is the median wall time of comparable
+estimate (:func:`fedlib.cost.estimate`) is the median CPU-seconds (on a GPU: device seconds) of comparable
 finished runs in ``--out`` and ``--estimate-from`` (default: the committed ``benchmarks/records``):
 the same data set, training length and kind of device, the same sharing (``$FEDLIB_SHARING``) where
 records say, the same method and K if any, else any method on the data set. A run without any
@@ -232,10 +232,11 @@ _PROGRESS = "rounds"
 def estimate(spec, out, kind: str, estimate_from=()) -> float | None:
     """The estimated seconds of ``spec``'s run on a ``kind`` device ('cpu' or 'cuda') under
     ``$FEDLIB_SHARING``, from the records in ``out`` and ``estimate_from``
-    (:func:`fedlib.experiment.estimate_seconds`); None where none is comparable."""
-    from fedlib.grid import estimate_seconds, sharing, timing_records
+    (:func:`fedlib.cost.estimate`); None where none is comparable."""
+    from fedlib import cost
+    from fedlib.grid import sharing, timing_records
 
-    return estimate_seconds(spec, timing_records(out, *estimate_from), kind, sharing())
+    return cost.estimate(spec, timing_records(out, *estimate_from), kind, sharing()).seconds
 
 
 def _collect(results, computed: list, skipped: list, echo, budget: bool = False, name=None) -> None:
@@ -330,7 +331,8 @@ def list_runs(specs, out, kind: str, estimate_from=None, echo=print, name=None) 
     ``running``, ``to_compute``, ``estimated`` (how many of those to compute have an estimate) and
     ``seconds`` (their estimates summed)."""
     from fedlib.checkpoint import saved_round
-    from fedlib.grid import estimate_seconds, sharing, timing_records
+    from fedlib import cost
+    from fedlib.grid import sharing, timing_records
     from fedlib.methods import FLConfig
 
     folders = _estimate_folders(estimate_from)
@@ -342,7 +344,7 @@ def list_runs(specs, out, kind: str, estimate_from=None, echo=print, name=None) 
             totals["to_compute"] += 1
             if timings is None:
                 timings = timing_records(Path(out), *folders)
-            est = estimate_seconds(s, timings, kind, sharing())
+            est = cost.estimate(s, timings, kind, sharing()).seconds
             resumes = saved_round(s.key())
             left, rounds = 1.0, FLConfig.from_dict(s.effective()[1]).rounds
             if resumes is not None:  # a checkpoint holds its first rounds: what is left of it

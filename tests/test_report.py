@@ -572,14 +572,32 @@ def test_infeasible_is_a_verdict_with_its_reason_not_a_missing_record(tmp_path):
     assert "Dirichlet partition infeasible" in page and "| infeasible |" in page
 
 
+def _t3_record(method, protocol, level, seed=0, *, cpu=None, device="cpu", status="ok", root=None):
+    """A record of Table III's like-for-like script (its spec, at its protocol: T = 40, E = 5, q = 0.5)
+    written where the script writes it under ``root``, as fedlib.grid_cli's --list finds it."""
+    import record_fakes
+    from fedlib.spec import RunSpec, record_path
+    from workbook.like_for_like import FRACTION
+
+    s = RunSpec("fmnist", protocol, level, 100, seed, method, fl={"rounds": 40, "local_epochs": 5, "fraction": FRACTION})
+    r = record_fakes.record(s, status, 0.86, device=device, fl={"rounds": 40, "local_epochs": 5}, host={"threads": 1},
+                            **({} if cpu is None else {"cpu_seconds": cpu}))
+    path = record_path(root / T3, s)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(r))
+    return s
+
+
+def _group_specs(command: str) -> list:
+    return list({s.key(): s for c in command.split("\n") for s in report.command_specs(c)[0]}.values())
+
+
 def test_rows_not_run_are_listed_with_their_command_and_cost(tmp_path):
-    done = _record("fedavg", "similarity", 1.0, 0, 0.86)
-    done["cpu_seconds"], done["device"] = 600.0, "cpu"
-    other = _record("fedprox", "similarity", 1.0, 0, 0.86)
-    other["cpu_seconds"], other["device"] = 1200.0, "cpu"
-    gpu = _record("fedavg", "similarity", 0.0, 0, 0.10)
-    gpu["cpu_seconds"], gpu["device"] = 60.0, "cuda:0"  # a GPU run is no estimate of a CPU run
-    _write(tmp_path, T3, [done, other, gpu])
+    from fedlib import grid_cli
+
+    _t3_record("fedavg", "similarity", 1.0, cpu=600.0, root=tmp_path)
+    _t3_record("fedprox", "similarity", 1.0, cpu=1200.0, root=tmp_path)
+    _t3_record("fedavg", "similarity", 0.0, cpu=60.0, device="cuda:0", root=tmp_path)  # no estimate of a CPU run
     df = report.frame(tmp_path)
     groups = report.not_run_groups(df, tmp_path).set_index("records")
     g = groups.loc[T3]
@@ -589,11 +607,17 @@ def test_rows_not_run_are_listed_with_their_command_and_cost(tmp_path):
     assert g["command"].startswith("python -m fedlib.grid clust-psi-pfl-table3 --out "
                                    "benchmarks/records/clust_psi_pfl/table3_like_for_like --methods ")
     assert "--seeds 0 1 2" in g["command"] and "fedavg" in g["command"] and "--settings " in g["command"]
-    # a FedAvg run is estimated at FedAvg's 600 s, a FedProx run at FedProx's 1,200 s, any other
-    # method's at the median of the data set's CPU runs (900 s)
+    # the runs the printed command computes (its own spec list), less those recorded in the folder
+    todo = [s for s in _group_specs(g["command"]) if grid_cli.run_state(tmp_path / T3, s) == "to compute"]
+    assert g["runs"] == len(todo)
+    # FedProx's S = 1 row left is its paper-code reading; the command (methods × settings × both
+    # readings) computes its paper-text seeds 1 and 2 as well, and the page says so
+    assert g["other_runs"] == 2
+    # a FedAvg run is estimated at FedAvg's 600 CPU-seconds, a FedProx run at FedProx's 1,200, any
+    # other method's at the median of the data set's CPU runs (900)
     per = {"fedavg": 600.0, "fedprox": 1200.0}
-    want = sum(per.get(dict(m)["method"], 900.0) for m in set(missing["match"]))
-    assert g["device"] == "cpu" and g["hours"] == pytest.approx(3 * want / 3600)
+    assert g["device"] == "cpu" and g["hours"] == pytest.approx(sum(per.get(s.method, 900.0) for s in todo) / 3600)
+    assert g["estimated_runs"] == g["runs"] and g["fallback_runs"] == 0
     page = "\n".join(report.paper_section(df, "clust_psi_pfl", root=tmp_path))
     assert "CPU-hours" in page and "python -m fedlib.grid clust-psi-pfl-table3" in page
 
@@ -671,17 +695,18 @@ def test_cfl_rows_say_their_thresholds_and_that_cfl_never_split(tmp_path):
 
 def test_not_run_counts_leave_out_the_runs_already_recorded(tmp_path):
     """A row whose only record failed is not run, but the command skips that (setting, seed): it is
-    counted as recorded, not as a run to compute, and not in the cost."""
-    ok = _record("fedavg", "similarity", 1.0, 0, 0.86)
-    ok["cpu_seconds"], ok["device"] = 600.0, "cpu"
-    bad = _record("fedavg", "similarity", 0.0, 0, None, status="failed")
-    bad["device"] = "cpu"
-    _write(tmp_path, T3, [ok, bad])
+    counted as recorded, not as a run to compute, and not in the cost. FedAvg, whose S = 1 row ran,
+    gets its own command without S = 1: a command computes only runs of the rows it is printed for."""
+    _t3_record("fedavg", "similarity", 1.0, cpu=600.0, root=tmp_path)
+    _t3_record("fedavg", "similarity", 0.0, status="failed", root=tmp_path)
     df = report.frame(tmp_path)
     assert _row(df, "fedavg", "FMNIST, S = 0", "both readings").verdict == "not run"
     g = report.not_run_groups(df, tmp_path).set_index("records").loc[T3]
-    missing = set(df[(df.records == T3) & (df.verdict == "not run")]["match"])
-    assert g["recorded"] == 1 and g["runs"] == 3 * len(missing) - 1
-    assert g["hours"] == pytest.approx((3 * len(missing) - 1) * 600.0 / 3600)
+    commands = g["command"].split("\n")
+    [fedavg] = [c for c in commands if "--methods fedavg " in c]
+    assert len(commands) == 2 and "similarity:1 " not in fedavg and "similarity:1," not in fedavg
+    specs = _group_specs(g["command"])
+    assert g["recorded"] == 1 and g["runs"] == len(specs) - 1 and g["other_runs"] == 0
+    assert g["hours"] == pytest.approx(g["runs"] * 600.0 / 3600)
     page = "\n".join(report.paper_section(df, "clust_psi_pfl", root=tmp_path))
-    assert f"{g['runs']} of {g['runs'] + 1} runs to compute" in page and "skips the 1 recorded" in page
+    assert f"{g['runs']} of {g['runs'] + 1} runs to compute" in page and "the commands skip the 1 recorded" in page

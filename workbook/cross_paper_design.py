@@ -26,8 +26,8 @@
   the classifier for FedPrism's prototype; Dirichlet α ≤ 0.3 only at K = 20, infeasible at K = 100):
   N blocks = (data set, K, partition).
   :func:`design_table` gives each design's N, k, runs, the Nemenyi CD by the formula and the
-  CPU-hours estimated from the committed records' ``cpu_seconds`` per round per method
-  (:func:`workbook.ranking_power.cost_per_run`; FMNIST, K = 100, 12,000 images — K = 20 and
+  CPU-hours estimated from the committed records' ``cpu_seconds`` per round per method (the one
+  estimator, :mod:`fedlib.cost`, divided by the rounds: :func:`workbook.ranking_power.cost_per_run`; FMNIST, K = 100, 12,000 images — K = 20 and
   adult are estimated at that cost, not measured in this protocol: for adult's MLP an upper bound).
 """
 from __future__ import annotations

@@ -23,7 +23,9 @@ from fedlib.spec import grid_specs
 from .paper_table3 import paper_value
 from .tables import records_frame, setting_name, table3
 
-__all__ = ["FRACTION", "METHODS", "SETTINGS", "RECORDS", "GRID_PARAMS", "notebook_grid", "grid_label", "cells", "closer", "report_lines", "markdown"]
+__all__ = ["FRACTION", "METHODS", "SETTINGS", "RECORDS", "GRID_PARAMS", "notebook_grid", "grid_label",
+           "DEFAULT_SETTINGS", "COMMITTED_RECORDS", "parse_settings", "parse_hyper", "script_parser", "script_methods",
+           "script_protocols", "script_params", "script_specs", "cells", "closer", "report_lines", "markdown"]
 
 FRACTION = 0.5
 """Table II's q: the share of clients trained per round."""
@@ -56,6 +58,104 @@ def grid_label(spec) -> str:
     """A run's row as the grid command's progress lines print it (``python -m fedlib.grid
     clust-psi-pfl-table3``): its method, Table III's row."""
     return spec.method
+
+
+# ----------------------------------------------------------------------------- the script's command line
+DEFAULT_SETTINGS = {"fmnist": "similarity:0,similarity:1,dirichlet:0.3",
+                    "adult": "dirichlet:50,dirichlet:0.7,dirichlet:0.3,similarity:1,similarity:0.03,similarity:0"}
+"""``benchmarks/table3_like_for_like.py``'s ``--settings`` default per ``--dataset``."""
+COMMITTED_RECORDS = ROOT / "benchmarks" / "records"
+"""``--estimate-from``'s default."""
+
+
+def parse_settings(text: str) -> dict:
+    """``--settings`` (``"similarity:0,dirichlet:0.3"``) -> protocol -> [levels]."""
+    out: dict = {}
+    for item in text.split(","):
+        protocol, level = item.split(":")
+        out.setdefault(protocol.strip(), []).append(float(level))
+    return out
+
+
+def parse_hyper(text: str | None) -> dict | None:
+    """``--hyper`` (JSON: method -> hyperparameter overrides) as a dict; None for none.
+    ValueError naming ``--hyper`` for text that is not JSON."""
+    import json
+
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"--hyper: {text!r} is not JSON ({err}); give e.g. "
+                         "'{\"fedyogi\": {\"eta\": 0.3162}}'") from None
+
+
+def script_parser(description: str | None = None):
+    """The command line of ``benchmarks/table3_like_for_like.py`` (an ``argparse.ArgumentParser``):
+    the script parses its arguments with it and the reproduction report its printed commands
+    (:func:`workbook.report.command_specs`), so both build one spec list (:func:`script_specs`)."""
+    import argparse
+
+    from .paper_table3 import STAND_INS
+
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--dataset", default="fmnist", choices=sorted(STAND_INS),
+                    help="fmnist (Table III's FMNIST column) or adult (the ACSIncome column's stand-in)")
+    ap.add_argument("--settings", default=None, help="default: FMNIST's similarity:0,similarity:1,dirichlet:0.3; "
+                    "adult's the six settings of the ACSIncome column")
+    ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--seeds", default="0")
+    ap.add_argument("--clients", type=int, default=100)
+    ap.add_argument("--rounds", type=int, default=40)
+    ap.add_argument("--epochs", type=int, default=5)
+    ap.add_argument("--name", default="table3_like_for_like")
+    ap.add_argument("--results", default=None, help="the records' folder (default: results/<--name>); "
+                    "benchmarks/records/clust_psi_pfl/table3_like_for_like holds the README's")
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--reproductions", default="paper_text,paper_code", help="their order is the runs' order")
+    ap.add_argument("--hyper", default=None, help="JSON method -> hyperparameter overrides, e.g. "
+                    "'{\"fedyogi\": {\"eta\": 0.3162}}' (use its own --name)")
+    ap.add_argument("--report", action="store_true", help="print the records there are; train nothing")
+    ap.add_argument("--markdown", action="store_true", help="also print them as one markdown table "
+                    "(method x setting, each cell paper · paper_text · paper_code)")
+    ap.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                    help="start a run only if it is estimated to end within SECONDS (a resumable method's run, "
+                         "or a group with --together: its first rounds; the budget stops it at a round "
+                         "boundary with a checkpoint the next call resumes)")
+    ap.add_argument("--estimate-from", nargs="+", default=None, metavar="DIR",
+                    help="with --budget: folders of records whose seconds estimate the runs, besides the "
+                         "records' folder (default: benchmarks/records)")
+    ap.add_argument("--together", action="store_true",
+                    help="train the FedAvg family's runs side by side, one engine call per round (fedlib.together)")
+    return ap
+
+
+def script_methods(a) -> list[str]:
+    """``--methods`` of the parsed arguments ``a`` as a list."""
+    return [m.strip() for m in a.methods.split(",") if m.strip()]
+
+
+def script_protocols(a) -> dict:
+    """``--settings`` of the parsed arguments ``a`` (default :data:`DEFAULT_SETTINGS` of ``--dataset``)."""
+    return parse_settings(a.settings or DEFAULT_SETTINGS[a.dataset])
+
+
+def script_params(a) -> dict:
+    """The table's parameters (:data:`GRID_PARAMS`, as ``params/tables/clust_psi_pfl_table3.yaml``
+    holds them) for the script's parsed arguments ``a`` (:func:`script_parser`). ValueError for
+    ``--hyper`` that is not JSON (:func:`parse_hyper`)."""
+    return {"dataset": a.dataset, "settings": script_protocols(a), "n_clients": a.clients,
+            "seeds": [int(s) for s in a.seeds.split(",")], "methods": script_methods(a),
+            "fl": {"rounds": a.rounds, "local_epochs": a.epochs, "fraction": FRACTION}, "hyper": parse_hyper(a.hyper),
+            "reproductions": [r.strip() for r in a.reproductions.split(",")]}
+
+
+def script_specs(a) -> list:
+    """The RunSpecs the script computes for its parsed arguments ``a``: the table's grid
+    (:func:`notebook_grid`) at :func:`script_params`. ValueError for ``--hyper`` that is not JSON
+    or names an unknown hyperparameter."""
+    return notebook_grid(**script_params(a))["table3"]
 
 
 def cells(records, protocols: dict | None = None, methods=METHODS, n_clients: int = 100,

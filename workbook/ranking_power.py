@@ -22,8 +22,9 @@ for k methods and N blocks, q_α the studentized range quantile for k groups and
 freedom divided by √2 (Demšar 2006, Table 5: q_0.05 = 1.960, 2.343, 2.569, 2.728, 2.850, 2.949,
 3.031 for k = 2 … 8).
 
-**Cost** (:func:`cost_per_run`, :func:`design_cost`): CPU seconds from committed records
-(``cpu_seconds``: process CPU time, every thread summed), scaled linearly in the rounds — the
+**Cost** (:func:`cost_per_run`, :func:`design_cost`): CPU-seconds from committed records by the one
+estimator, :mod:`fedlib.cost` (``cpu_seconds``: process CPU time, every thread summed; a labelled
+fallback for records without it), per round, scaled linearly in the rounds — the
 training part of a run grows with R; evaluation and loading do not, so a linear scaling is an
 upper bound for R above the records' and a lower one below.
 """
@@ -279,19 +280,33 @@ def client_blocks(records, methods, value: str = "local") -> pd.DataFrame:
 
 # ----------------------------------------------------------------------------- cost
 def cost_per_run(records, key) -> pd.Series:
-    """Mean CPU seconds per round of the finished ``records``, grouped by ``key(record)`` (e.g. the
-    method): ``cpu_seconds`` / the record's rounds."""
-    rows = []
+    """CPU-seconds per round of the finished ``records``, grouped by ``key(record)`` (e.g. the
+    method): each group's cost by the one estimator, :func:`fedlib.cost.measured` (the median
+    ``cpu_seconds``; records without it: the labelled fallback of wall seconds × host threads),
+    divided by the group's rounds (``spec.fl.rounds``, else the record's ``fl.rounds``; a group of
+    mixed rounds is a ValueError: add the rounds to ``key``). Records without rounds or any time
+    are left out. The Series' ``attrs['basis']`` maps each key to the
+    estimate's basis (:class:`fedlib.cost.Estimate`), so a fallback is never silent."""
+    from fedlib import cost
+
+    groups: dict = {}
     for r in records:
-        if r.get("status") != "ok" or r.get("cpu_seconds") is None:
+        if r.get("status") != "ok" or cost.run_cost(r) is None:
             continue
-        rounds = (r["spec"].get("fl") or {}).get("rounds") or r.get("fl", {}).get("rounds")
-        if not rounds:
-            continue
-        rows.append({"key": key(r), "per_round": float(r["cpu_seconds"]) / float(rounds)})
-    if not rows:
-        return pd.Series(dtype=float)
-    return pd.DataFrame(rows).groupby("key").per_round.mean()
+        rounds = ((r.get("spec") or {}).get("fl") or {}).get("rounds") or (r.get("fl") or {}).get("rounds")
+        if rounds:
+            groups.setdefault(key(r), []).append((r, float(rounds)))
+    per, basis = {}, {}
+    for k, rs in groups.items():
+        rounds = sorted({n for _, n in rs})
+        if len(rounds) > 1:
+            fail("key", f"a grouping whose every group ran one number of rounds (group {k!r} ran {rounds}); "
+                 "add the rounds to the key", k)
+        est = cost.measured([r for r, _ in rs])
+        per[k], basis[k] = est.seconds / rounds[0], est.basis
+    out = pd.Series(per, dtype=float).sort_index()
+    out.attrs["basis"] = basis
+    return out
 
 
 def design_cost(per_round: pd.Series, methods, blocks: int, seeds: int, rounds: int, *,

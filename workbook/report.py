@@ -39,6 +39,7 @@ import pandas as pd
 
 from fedlib.methods import cfl, display_name
 from fedlib.paths import ROOT
+from fedlib import cost
 from fedlib.validation import fail
 from .tables import frame_markdown, setting_name
 from .report_cells import METRICS, PAPERS, REASONS, cells, group_of, record_command
@@ -307,91 +308,217 @@ NOT_RUN_SEEDS = (0, 1, 2)
 spread."""
 
 
-def _cost_seconds(records, match: tuple, device: str = "cpu") -> float:
-    """Seconds one run of ``match`` is expected to take on ``device`` ("cpu" or "cuda"): the
-    median ``cpu_seconds`` of the finished CPU records (older records: ``seconds``, their wall
-    time on one thread), or the median wall time (``seconds``) of the GPU records, of the same
-    method and data set in its folder, else of the same data set, else of the folder; NaN where
-    the folder has none."""
-    def secs(recs):
-        ok = [r for r in recs if r.get("status") == "ok" and str(r.get("device", "cpu")).startswith(device)]
-        v = ([float(r.get("cpu_seconds") or r.get("seconds") or np.nan) for r in ok] if device == "cpu"
-             else [float(r.get("seconds") or np.nan) for r in ok])
-        v = [x for x in v if np.isfinite(x)]
-        return float(np.median(v)) if v else np.nan
-    want = dict(match)
-    for keys in (("method", "dataset"), ("dataset",), ()):
-        pool = [r for r in records if all(r.get("spec", {}).get(k) == want[k] for k in keys if k in want)]
-        v = secs(pool)
-        if np.isfinite(v):
-            return v
-    return np.nan
+def _sed(tokens: list, root: Path) -> tuple[str, str]:
+    """``(output path, text)`` of a printed ``sed [-e SCRIPT]... FILE > OUT`` (``tokens``: its
+    words), applied here to ``root/FILE``: the two sed scripts the report's commands use,
+    ``s/REGEX/REPLACEMENT/`` (the first match on each line) and ``/REGEX/d`` (delete the lines
+    that match). Anything else is a ValueError naming the command."""
+    words, scripts = list(tokens[1:]), []
+    while words and words[0] == "-e":
+        scripts.append(words[1])
+        words = words[2:]
+    if not scripts and words:
+        scripts, words = [words[0]], words[1:]
+    if len(words) != 3 or words[1] != ">":
+        fail("command", "sed [-e SCRIPT]... FILE > OUT", " ".join(tokens))
+    lines = (Path(root) / words[0]).read_text().splitlines(keepends=True)
+    for script in scripts:
+        parts = script.split("/")
+        if len(parts) == 4 and parts[0] == "s" and parts[3] == "":
+            lines = [re.sub(parts[1], parts[2], line, count=1) for line in lines]
+        elif len(parts) == 3 and parts[0] == "" and parts[2] == "d":
+            lines = [line for line in lines if not re.search(parts[1], line)]
+        else:
+            fail("command", "a sed script s/REGEX/REPLACEMENT/ or /REGEX/d", script)
+    return words[2], "".join(lines)
+
+
+_GRID_FILTERS = {"--seeds": ("seeds", int), "--methods": ("methods", str), "--alphas": ("alphas", float),
+                 "--levels": ("levels", float), "--settings": ("settings", str),
+                 "--iid-fractions": ("iid_fractions", float), "--datasets": ("datasets", str),
+                 "--n-clients": ("n_clients", int), "--reproductions": ("reproductions", str)}
+"""``python -m fedlib.grid``'s filter flags -> :func:`fedlib.grid_cli.select`'s argument and type."""
+
+
+def command_specs(command: str, root: Path | str = ROOT) -> tuple[list, Path]:
+    """``(specs, folder)``: the RunSpecs that a printed ``command`` computes and its records folder
+    (relative to the checkout ``root``), built by the functions the command runs —
+    ``python -m fedlib.grid TABLE ...``: :func:`fedlib.grid_cli.select` on the table's params
+    (``--params``, written by a ``sed ... > FILE &&`` before it: :func:`_sed`);
+    ``python benchmarks/table3_like_for_like.py ...``: :func:`workbook.like_for_like.script_specs`.
+    So the report counts and prices the runs of the command it prints, and ``--list`` of the same
+    command (:func:`fedlib.grid_cli.list_runs`) finds the same runs. ValueError for a command of
+    another form."""
+    import shlex
+    import tempfile
+
+    from fedlib import grid_cli
+    from . import like_for_like
+
+    parts = [shlex.split(part) for part in command.split(" && ")]
+    written = dict(_sed(tokens, root) for tokens in parts[:-1] if tokens[:1] == ["sed"])
+    if len(written) != len(parts) - 1:
+        fail("command", "[sed ... > FILE && ] python ... (the report's commands)", command)
+    words = parts[-1]
+    if words[:2] == ["python", "benchmarks/table3_like_for_like.py"]:
+        try:
+            a = like_for_like.script_parser().parse_args(words[2:])
+        except SystemExit:  # argparse named the bad argument on stderr
+            fail("command", "arguments of benchmarks/table3_like_for_like.py", command)
+        return like_for_like.script_specs(a), Path(a.results)
+    if words[:3] != ["python", "-m", "fedlib.grid"] or len(words) < 4:
+        fail("command", "python -m fedlib.grid TABLE ... or python benchmarks/table3_like_for_like.py ...", command)
+    table, flags, flag = words[3], {}, None
+    for w in words[4:]:
+        if w.startswith("--"):
+            flag = w
+            flags[flag] = []
+        elif flag is None:
+            fail("command", "flags after the table", command)
+        else:
+            flags[flag].append(w)
+    unknown = sorted(set(flags) - set(_GRID_FILTERS) - {"--out", "--params", "--device", "--workers"})
+    if unknown or "--out" not in flags:
+        fail("command", "python -m fedlib.grid TABLE --out FOLDER with filter flags only", command)
+    params = flags.get("--params", [None])[0]
+    if params in written:  # the file the sed before it writes
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / Path(params).name
+            path.write_text(written[params])
+            p = grid_cli.load_params(table, path)
+    else:
+        p = grid_cli.load_params(table, None if params is None else Path(root) / params)
+    given = {name: [kind(v) for v in flags[f]] for f, (name, kind) in _GRID_FILTERS.items() if f in flags}
+    return grid_cli.select(table, p, **given), Path(flags["--out"][0])
+
+
+def _settings_of(matches) -> tuple[list, list]:
+    """The ``protocol:level`` settings and the levels of ``matches``, in order."""
+    ms = [dict(m) for m in matches]
+    settings = list(dict.fromkeys(f"{m['protocol']}:{float(m['level']):g}" for m in ms
+                                  if "protocol" in m and isinstance(m.get("level"), (int, float))))
+    levels = list(dict.fromkeys(f"{float(m['level']):g}" for m in ms if isinstance(m.get("level"), (int, float))))
+    return settings, levels
+
+
+def _command_parts(group: pd.DataFrame) -> list[pd.DataFrame]:
+    """``group``'s rows split so that each part's command (methods × settings, a cross product)
+    selects its rows' runs only: the methods that need the same settings share a part (one part
+    where every method needs all of them)."""
+    def need(method):
+        settings, levels = _settings_of([m for m in group["match"] if dict(m).get("method") == method])
+        return tuple(settings), tuple(levels)
+    methods = list(dict.fromkeys(dict(m).get("method") for m in group["match"]))
+    by_need: dict = {}
+    for m in methods:
+        by_need.setdefault(need(m), []).append(m)
+    return [group[[dict(m).get("method") in ms for m in group["match"]]] for ms in by_need.values()]
+
+
+def _values(part: pd.DataFrame) -> dict:
+    """What :func:`report_cells.record_command` fills in for the rows ``part``: their methods (the
+    registered ones; a derived reading's label, e.g. PSI-PFL's paper variant, runs as its method),
+    settings (``protocol:level``), levels, seeds (:data:`NOT_RUN_SEEDS`), data sets, K and protocols."""
+    from fedlib.methods import METHODS
+
+    matches = [dict(m) for m in dict.fromkeys(part["match"])]
+    settings, levels = _settings_of(matches)
+    return {"settings": settings, "levels": levels, "seeds": list(map(str, NOT_RUN_SEEDS)),
+            "methods": list(dict.fromkeys(m.get("method") for m in matches if m.get("method") in METHODS)),
+            **{name: list(dict.fromkeys(str(m[field]) for m in matches if isinstance(m.get(field), (str, int))
+                                        and not isinstance(m.get(field), bool)))
+               for name, field in (("datasets", "dataset"), ("n_clients", "n_clients"), ("protocols", "protocol"))}}
+
+
+_FALLBACK_TEXT = {cost.FALLBACK_THREADS: "their wall seconds × threads",
+                  cost.FALLBACK_WALL: "their wall seconds, no thread count being recorded either",
+                  cost.FALLBACK_MIXED: "their wall seconds, × threads where recorded"}
+"""How the page words :mod:`fedlib.cost`'s fallback bases."""
 
 
 def not_run_groups(df: pd.DataFrame, root: Path | str = RECORDS) -> pd.DataFrame:
     """The rows not run (the data being available), grouped by the command that computes them
-    (:func:`report_cells.record_command`, one per records folder or variant: a paper table's grid
-    command, :mod:`workbook.paper_tables`): rows, the runs they
-    need (one per distinct match × :data:`NOT_RUN_SEEDS`), methods, settings, the command, and its
-    cost estimated from comparable committed records (:func:`_cost_seconds`): CPU-hours from CPU
-    records, else GPU-minutes from the GPU records of a folder that has only those."""
+    (:func:`report_cells.record_command`, one per records folder or variant — a paper table's
+    grid command, :mod:`workbook.paper_tables` — filled with the rows' methods, settings, levels and
+    :data:`NOT_RUN_SEEDS`): rows, methods, settings, the command, and the runs and cost of
+    that command exactly as ``--list`` counts them (:func:`fedlib.grid_cli.list_runs`): its spec
+    list (:func:`command_specs`), ``runs`` those not recorded in the folder (``to compute``:
+    :func:`fedlib.grid_cli.run_state`), ``recorded`` the others, and ``hours`` the estimates of the
+    runs to compute summed (:func:`fedlib.cost.estimate`, from the records in the folder and under
+    ``root``, as ``--estimate-from``'s default): CPU-hours, or — where no CPU record is comparable
+    — GPU-hours of device wall time (``device`` 'cuda', and the command gets ``--device cuda``).
+    ``estimated_runs``: the runs with an estimate; ``fallback_runs``: those priced by records
+    without ``cpu_seconds`` (:mod:`fedlib.cost`'s labelled fallback, named in ``fallback``);
+    ``other_runs``: runs to compute that no row of the group reads (another seed or variant of a row
+    that ran, which no filter of the command leaves out). The command holds one line per part of
+    the rows (:func:`_command_parts`)."""
+    from fedlib import grid_cli
+    from fedlib.grid import timing_records
+
     d = df[(df.verdict == "not run") & (df.reason != "no_offline_data")]
     keys = [group_of(f, m) for f, m in zip(d["records"], d["match"])]
     out = []
     for key, g in d.groupby(pd.Series(keys, index=d.index), sort=False):
         folder = g["records"].iloc[0]
-        matches = list(dict.fromkeys(g["match"]))
-        methods = list(dict.fromkeys(dict(m).get("method") for m in matches if dict(m).get("method")))
-        settings = list(dict.fromkeys(f"{dict(m)['protocol']}:{float(dict(m)['level']):g}" for m in matches
-                                      if "protocol" in dict(m) and isinstance(dict(m).get("level"), (int, float))))
-        levels = list(dict.fromkeys(f"{float(dict(m)['level']):g}" for m in matches
-                                    if isinstance(dict(m).get("level"), (int, float))))
-        records = _load(str(Path(root) / folder))
-        device = "cpu"
-        per_run = [_cost_seconds(records, m) for m in matches]
-        if not any(np.isfinite(v) for v in per_run):
-            device, per_run = "cuda", [_cost_seconds(records, m, "cuda") for m in matches]
-        # a (match, seed) with a record of any outcome is not computed again (fedlib.grid skips it)
-        todo = [(v, sum(not _recorded(records, m, s) for s in NOT_RUN_SEEDS)) for m, v in zip(matches, per_run)]
-        known = [(v, n) for v, n in todo if np.isfinite(v)]
-        hours = (sum(v * n for v, n in known) / 3600.0) if known else np.nan
-        command = record_command(key, {
-            "settings": settings, "methods": methods, "levels": levels, "seeds": list(map(str, NOT_RUN_SEEDS)),
-            **{name: list(dict.fromkeys(str(dict(m)[field]) for m in matches if isinstance(dict(m).get(field), (str, int))
-                                        and not isinstance(dict(m).get(field), bool)))
-               for name, field in (("datasets", "dataset"), ("n_clients", "n_clients"), ("protocols", "protocol"))}})
-        runs = sum(n for _, n in todo)
-        out.append({"records": folder, "rows": len(g), "runs": runs, "recorded": len(matches) * len(NOT_RUN_SEEDS) - runs,
-                    "methods": methods, "settings": settings, "command": command, "device": device,
-                    "hours": hours, "estimated_runs": sum(n for _, n in known)})
+        rows = list(dict.fromkeys(g["match"]))
+        methods = list(dict.fromkeys(dict(m).get("method") for m in rows if dict(m).get("method")))
+        settings, _ = _settings_of(rows)
+        row = {"records": folder, "rows": len(g), "runs": len(rows) * len(NOT_RUN_SEEDS), "recorded": 0,
+               "methods": methods, "settings": settings, "command": "", "device": "cpu", "hours": np.nan,
+               "estimated_runs": 0, "fallback_runs": 0, "fallback": "", "other_runs": 0}
+        commands = [c for c in (record_command(key, _values(part)) for part in _command_parts(g)) if c]
+        if commands:
+            specs = list({s.key(): s for c in commands for s in command_specs(c)[0]}.values())
+            where = Path(root) / folder
+            todo = [s for s in specs if grid_cli.run_state(where, s) == "to compute"]
+            timings = timing_records(where, Path(root))
+            device = "cpu"
+            est = [cost.estimate(s, timings, device) for s in todo]
+            if todo and all(e.seconds is None for e in est):
+                gpu = [cost.estimate(s, timings, "cuda") for s in todo]
+                if any(e.seconds is not None for e in gpu):
+                    device, est, commands = "cuda", gpu, [c + " --device cuda" for c in commands]
+            known = [e for e in est if e.seconds is not None]
+            bases = {e.basis for e in known if e.fallback}
+            other = sum(not any(matches(s.to_dict(), m) for m in rows) for s in todo)
+            row.update(runs=len(todo), recorded=len(specs) - len(todo), command="\n".join(commands), device=device,
+                       other_runs=other,
+                       hours=sum(e.seconds for e in known) / 3600.0 if known else np.nan,
+                       estimated_runs=len(known), fallback_runs=sum(e.fallback for e in known),
+                       fallback="" if not bases else _FALLBACK_TEXT[bases.pop() if len(bases) == 1
+                                                                     else cost.FALLBACK_MIXED])
+        out.append(row)
     return pd.DataFrame(out, columns=["records", "rows", "runs", "recorded", "methods", "settings", "command", "device",
-                                      "hours", "estimated_runs"])
-
-
-def _recorded(records, match: tuple, seed: int) -> bool:
-    """Whether ``records`` hold a run of ``match`` at ``seed``, whatever its outcome."""
-    return any(int(r["spec"].get("seed", -1)) == seed and matches(r["spec"], match) for r in records)
+                                      "hours", "estimated_runs", "fallback_runs", "fallback", "other_runs"])
 
 
 def _not_run_md(groups: pd.DataFrame) -> list[str]:
     out = []
     for g in groups.itertuples():
         if not np.isfinite(g.hours):
-            cost = "no comparable record to estimate the cost from"
+            price = "no comparable record to estimate the cost from"
         elif g.device == "cpu":
-            cost = f"≈ {g.hours:.1f} CPU-hours at the median time of comparable committed CPU runs"
+            price = f"≈ {g.hours:.1f} CPU-hours at the median CPU time of comparable committed CPU runs"
         else:
-            cost = (f"≈ {60 * g.hours:.0f} GPU-minutes at the median wall time of comparable committed runs, "
-                    "one at a time on the GPU that ran them (the folder has no CPU run)")
+            price = (f"≈ {60 * g.hours:.0f} GPU-minutes at the median wall time of comparable committed GPU runs, "
+                     "one at a time on the GPU (no CPU run is comparable)")
+        if np.isfinite(g.hours) and g.fallback_runs:
+            price += f" ({g.fallback_runs} of them priced from records without `cpu_seconds`: {g.fallback})"
         if np.isfinite(g.hours) and g.estimated_runs != g.runs:
-            cost += f" ({g.estimated_runs} of the {g.runs} runs estimated)"
+            price += f" ({g.estimated_runs} of the {g.runs} runs estimated)"
         what = ", ".join(_name(m) for m in g.methods) or "—"
+        commands = g.command.split("\n") if g.command else []
         where = f" at {', '.join(g.settings)}" if g.settings else ""
         runs = f"{g.runs} of {g.runs + g.recorded} runs" if g.recorded else f"{g.runs} runs"
-        done = f"; the command skips the {g.recorded} recorded" if g.recorded else ""
+        done = (f"; the command{'s skip' if len(commands) > 1 else ' skips'} the {g.recorded} recorded"
+                if g.recorded else "")
+        if g.other_runs:
+            done += (f"; {g.other_runs} of the runs to compute {'is' if g.other_runs == 1 else 'are'} another seed "
+                     "or variant of a row that ran, which no filter of the command leaves out")
         out += [f"- {g.rows} rows in `benchmarks/records/{g.records}/` ({what}{where}): {runs} to compute "
-                f"(seeds {', '.join(map(str, NOT_RUN_SEEDS))}{done}), {cost}:", "",
-                f"  ```bash\n  {g.command}\n  ```" if g.command else "  (no command is known for this folder)", ""]
+                f"(seeds {', '.join(map(str, NOT_RUN_SEEDS))}{done}), {price}:", "",
+                "  ```bash\n" + "".join(f"  {c}\n" for c in commands) + "  ```" if commands
+                else "  (no command is known for this folder)", ""]
     return out
 
 

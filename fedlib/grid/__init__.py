@@ -6,8 +6,8 @@ a crash never leaves a half-written record), skips specs whose valid record alre
 interrupted grid resumes where it stopped; a file that fails :func:`fedlib.records.read_strict`
 — truncated, NaN, another run's record, no metrics — is named on stderr and recomputed), and
 validates every spec, and finds every data set it needs, before any training starts. With a
-``budget`` it starts only the runs estimated (:func:`estimate_seconds`, from the records of
-comparable runs) to end before the budget does, and leaves the others for a later call.
+``budget`` it starts only the runs estimated (:func:`estimate_seconds`: :func:`fedlib.cost.estimate`,
+from the records of comparable runs) to end before the budget does, and leaves the others for a later call.
 
 Layers: this module depends on :mod:`fedlib.experiment` (the spec and the run), which re-exports
 its public names on first use (``experiment.run_grid``); the Ray backend, :mod:`fedlib.ray_grid`,
@@ -17,16 +17,15 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
-from .. import checkpoint, claims, lookup, records, run as _run
+from .. import checkpoint, claims, cost, lookup, records, run as _run
+from ..cost import device_kind_of  # noqa: F401  (re-exported: the budget helpers' public name)
 from ..engine import resolve_device
 from ..spec import ENV_SHARING, RunSpec, record_path, sharing  # noqa: F401  (ENV_SHARING: re-exported)
 from ..methods import FLConfig, method_info
@@ -84,71 +83,27 @@ def _describe(s: RunSpec) -> str:
 #: left: the median of comparable runs is a typical run, and one run in two takes longer.
 SAFETY_FACTOR = 1.15
 
-def device_kind_of(device) -> str | None:
-    """``'cpu'`` or ``'cuda'`` (``'cuda:0'`` included) of a record's ``device`` field or a
-    ``torch.device``; another backend's own name; None for no device."""
-    if device is None:
-        return None
-    kind = device.type if isinstance(device, torch.device) else str(device).split(":")[0]
-    return kind or None
-
-
-def _sharing_rank(recorded, current) -> int | None:
-    """0: the record was measured under the current sharing (both unknown counts as the same);
-    1: one of the two is unknown; None: a different known count (not comparable)."""
-    if recorded == current:
-        return 0
-    return 1 if recorded is None or current is None else None
-
-
 def estimate_seconds(spec: RunSpec, records, device_kind: str, processes: int | None = None) -> float | None:
-    """The seconds ``spec``'s run is expected to take: the median wall time (``seconds``) of
-    comparable finished runs among ``records`` (record dicts, or what :func:`timing_records`
-    keeps of them); None when no record is comparable.
+    """The seconds ``spec``'s run is expected to take, for the budget: :func:`fedlib.cost.estimate`'s
+    (the median cost of comparable finished runs among ``records``: the same data set, training
+    length, device kind and sharing, the same method and K if any, else any method on the data
+    set); None when no record is comparable.
 
-    Comparable: status ``ok``, the same data set, ``n_train``, rounds and local epochs (the
-    effective training protocol, :meth:`RunSpec.effective`) and the same ``device_kind``
-    (``'cpu'`` or ``'cuda'``: a record's ``device`` field, see :func:`device_kind_of`); CPU and GPU
-    times never mix. Among them, in this order, the first group that has any:
-
-    1. the same method and number of clients K;
-    2. any method and K on that data set.
-
-    Within the group, the records measured under the same sharing (``host['processes']`` equal
-    to ``processes``; both unknown counts as equal) are used if there are any, else those whose
-    sharing is unknown; records of a different known sharing never are (16 processes on one GPU
-    take several times as long per run as one). The thread count (``host['threads']``) is not
-    matched. The estimate is the median itself; :data:`SAFETY_FACTOR` is applied by
-    :func:`fits_budget`.
+    The budget compares wall-clock deadlines while a CPU estimate is CPU-seconds (``cpu_seconds``,
+    every thread summed; records without it: wall seconds × threads, :mod:`fedlib.cost`): for the
+    one-thread CPU runs the grids are measured with, CPU-seconds ≈ wall seconds; for a run of T
+    busy threads the estimate is up to T times its wall time, so the budget errs on the side of
+    leaving a run for later. On a GPU the estimate is the device wall seconds. The estimate is the
+    median itself; :data:`SAFETY_FACTOR` is applied by :func:`fits_budget`.
     """
-    check_choice(device_kind, "device_kind", ("cpu", "cuda"))
-    check_int(processes, "processes", 1, optional=True)
-    _, fl, _ = spec.effective()
-    cfg = FLConfig.from_dict(fl)
-    pool = []
-    for r in records:
-        s, rfl = r.get("spec") or {}, r.get("fl") or {}
-        seconds = r.get("seconds")
-        if (r.get("status") != "ok" or not isinstance(seconds, (int, float)) or not np.isfinite(seconds)
-                or s.get("dataset") != spec.dataset or s.get("n_train") != spec.n_train
-                or rfl.get("rounds") != cfg.rounds or rfl.get("local_epochs") != cfg.local_epochs
-                or device_kind_of(r.get("device")) != device_kind):
-            continue
-        rank = _sharing_rank((r.get("host") or {}).get("processes"), processes)
-        if rank is not None:
-            pool.append((rank, float(seconds), s.get("method") == spec.method and s.get("n_clients") == spec.n_clients))
-    for group in ([(k, t) for k, t, same in pool if same], [(k, t) for k, t, _ in pool]):
-        if group:
-            best = min(k for k, _ in group)
-            return float(statistics.median(t for k, t in group if k == best))
-    return None
+    return cost.estimate(spec, records, device_kind, processes).seconds
 
 
 _TIMINGS: dict[str, tuple[tuple[int, int], dict | None]] = {}  # path -> ((mtime_ns, size), fields or None)
 
 
 def _timing_fields(path: Path) -> dict | None:
-    """The fields :func:`estimate_seconds` reads of the record at ``path``; None for anything else."""
+    """The fields :func:`fedlib.cost.estimate` reads of the record at ``path``; None for anything else."""
     try:
         rec = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -159,11 +114,12 @@ def _timing_fields(path: Path) -> dict | None:
     return {"status": "ok", "seconds": rec.get("seconds"), "device": rec.get("device"),
             "spec": {k: spec.get(k) for k in ("dataset", "method", "n_clients", "n_train")},
             "fl": {k: fl.get(k) for k in ("rounds", "local_epochs")},
-            "host": {"processes": (rec.get("host") or {}).get("processes")}}
+            "cpu_seconds": rec.get("cpu_seconds"),
+            "host": {k: (rec.get("host") or {}).get(k) for k in ("processes", "threads")}}
 
 
 def timing_records(*folders) -> list[dict]:
-    """What :func:`estimate_seconds` reads of every finished record in ``folders`` (each read
+    """What :func:`fedlib.cost.estimate` reads of every finished record in ``folders`` (each read
     recursively; a folder that does not exist gives none; a file found twice counts once). Each
     file is parsed once per process and version (its mtime and size), so calling this before
     every run of a grid costs a directory walk."""
@@ -541,8 +497,8 @@ def run_grid(specs, results_dir, *, device="auto", progress=True, backend: str =
     (``python -m fedlib.grid``); ``'bar'``; False or ``'off'``.
 
     ``budget`` (seconds from this call; local backend only): before claiming each run, its
-    seconds are estimated (:func:`estimate_seconds`: the median wall time of comparable finished
-    runs in ``results_dir`` and the folders ``estimate_from``, on the same kind of device and,
+    seconds are estimated (:func:`estimate_seconds`, :func:`fedlib.cost.estimate`: the median
+    CPU-seconds — on a GPU, device wall seconds — of comparable finished runs in ``results_dir`` and the folders ``estimate_from``, on the same kind of device and,
     where records say so, under the same sharing, ``$FEDLIB_SHARING``), and a run is started
     only if :data:`SAFETY_FACTOR` × that estimate ends before the budget does; the others are
     left, unclaimed, for a later call (``'lines'`` prints how many and their estimated seconds),

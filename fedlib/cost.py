@@ -1,0 +1,177 @@
+"""What a run costs: one estimator for every place that prices runs not yet computed.
+
+``run_grid``'s budget (:func:`fedlib.grid.estimate_seconds`), ``python -m fedlib.grid TABLE
+--list`` (:func:`fedlib.grid_cli.list_runs`), the reproduction report's "not run" lists
+(:func:`workbook.report.not_run_groups`) and notebook 11's design tables
+(:func:`workbook.ranking_power.cost_per_run`) all call :func:`estimate` (or :func:`measured`),
+so the page and the command it prints say the same number.
+
+**What is measured.** On a CPU (device kind ``'cpu'``) the cost of a run is its **CPU-seconds**:
+the record's ``cpu_seconds``, the run's process CPU time with every thread summed
+(:func:`fedlib.run.run`). CPU time, not wall time, because it is what a machine is asked for:
+it does not depend on how many other jobs shared the cores while the run was measured, and a
+run of T threads costs T cores for its wall time. A record written before ``cpu_seconds``
+existed is priced by a labelled fallback (:func:`run_cost`): its wall ``seconds`` × its
+``host['threads']`` (an upper bound: every thread busy the whole run), or its wall ``seconds``
+alone where the threads are not recorded either; the :class:`Estimate` says so in its ``basis``.
+On a GPU (device kind ``'cuda'``) the cost is the run's wall ``seconds`` on the device
+(GPU-seconds; the report prints GPU-minutes): the device, not the host's CPU, is what is spent.
+
+**Comparable records** (:func:`comparable`): status ``ok``, the same data set, ``n_train``,
+rounds and local epochs (the effective training protocol, :meth:`fedlib.spec.RunSpec.effective`)
+and the same device kind (a record's ``device`` field, :func:`device_kind_of`); CPU and GPU
+costs never mix. Among them, in this order, the first group that has any: (1) the same method
+and number of clients K; (2) any method and K on that data set. Within the group, the records
+measured under the same sharing (``host['processes']`` equal to ``processes``; both unknown
+counts as equal) are used if there are any, else those whose sharing is unknown; records of a
+different known sharing never are (16 processes on one GPU take several times as long per run as
+one). The thread count is not matched. Of those, the records that carry ``cpu_seconds`` (on a
+CPU) are used if any do; else the fallback prices them.
+
+**The estimate** is the median cost of those records (:func:`measured`): a typical run; one in
+two takes longer (``run_grid``'s budget applies :data:`fedlib.grid.SAFETY_FACTOR`).
+
+Pure functions over record dicts (or what :func:`fedlib.grid.timing_records` keeps of them);
+reading folders is the caller's.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+from .validation import check_choice, check_int
+
+__all__ = ["Estimate", "CPU_SECONDS", "FALLBACK_THREADS", "FALLBACK_WALL", "FALLBACK_MIXED", "DEVICE_SECONDS",
+           "device_kind_of", "run_cost", "measured", "comparable", "estimate"]
+
+CPU_SECONDS = "cpu_seconds"
+"""Basis: the records' ``cpu_seconds`` (CPU time, every thread summed)."""
+FALLBACK_THREADS = "wall seconds × host threads (fallback: no cpu_seconds)"
+"""Basis: records without ``cpu_seconds``, priced at their wall ``seconds`` × ``host['threads']``."""
+FALLBACK_WALL = "wall seconds (fallback: no cpu_seconds, no host threads)"
+"""Basis: records without ``cpu_seconds`` nor ``host['threads']``, priced at their wall ``seconds``."""
+FALLBACK_MIXED = "wall seconds, × host threads where recorded (fallback: no cpu_seconds)"
+"""Basis: records of both fallbacks."""
+DEVICE_SECONDS = "device wall seconds"
+"""Basis on a GPU: the records' wall ``seconds`` on the device."""
+
+KINDS = ("cpu", "cuda")
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A run's estimated cost.
+
+    seconds : CPU-seconds (device kind ``'cpu'``) or device wall seconds (``'cuda'``); None when no
+        record is comparable
+    basis : what the seconds are measured from (:data:`CPU_SECONDS`, a ``FALLBACK_*`` label, or
+        :data:`DEVICE_SECONDS`); None with ``seconds``
+    records : how many records the median is taken over
+    """
+    seconds: float | None
+    basis: str | None = None
+    records: int = 0
+
+    @property
+    def fallback(self) -> bool:
+        """Whether the estimate rests on records without ``cpu_seconds`` (a labelled fallback)."""
+        return self.basis is not None and "fallback" in self.basis
+
+
+NONE = Estimate(None)
+
+
+def device_kind_of(device) -> str | None:
+    """``'cpu'`` or ``'cuda'`` (``'cuda:0'`` included) of a record's ``device`` field or a
+    ``torch.device`` (anything with a ``type``); another backend's own name; None for no device."""
+    if device is None:
+        return None
+    kind = device.type if hasattr(device, "type") else str(device).split(":")[0]
+    return kind or None
+
+
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def run_cost(record: dict, device_kind: str = "cpu") -> tuple[float, str] | None:
+    """``(seconds, basis)``: what the finished ``record`` cost on a ``device_kind`` device, by the
+    module's rule: on ``'cpu'`` its ``cpu_seconds`` (:data:`CPU_SECONDS`), else its wall
+    ``seconds`` × ``host['threads']`` (:data:`FALLBACK_THREADS`), else its wall ``seconds``
+    (:data:`FALLBACK_WALL`); on ``'cuda'`` its wall ``seconds`` (:data:`DEVICE_SECONDS`). None
+    where the record holds no finite time to read."""
+    check_choice(device_kind, "device_kind", KINDS)
+    wall = record.get("seconds")
+    if device_kind == "cuda":
+        return (float(wall), DEVICE_SECONDS) if _finite(wall) else None
+    cpu = record.get("cpu_seconds")
+    if _finite(cpu):
+        return float(cpu), CPU_SECONDS
+    if not _finite(wall):
+        return None
+    threads = (record.get("host") or {}).get("threads")
+    if isinstance(threads, int) and not isinstance(threads, bool) and threads >= 1:
+        return float(wall) * threads, FALLBACK_THREADS
+    return float(wall), FALLBACK_WALL
+
+
+def measured(records, device_kind: str = "cpu") -> Estimate:
+    """The median cost (:func:`run_cost`) of ``records`` (finished runs the caller holds to be
+    alike; none is filtered out but those without a time): on a CPU, over the records with
+    ``cpu_seconds`` if any have it, else over all of them with the fallback, labelled in
+    :attr:`Estimate.basis`. :data:`NONE` (``seconds`` None) for no record with a time."""
+    costs = [c for c in (run_cost(r, device_kind) for r in records) if c is not None]
+    exact = [c for c in costs if c[1] in (CPU_SECONDS, DEVICE_SECONDS)]
+    use = exact or costs
+    if not use:
+        return NONE
+    bases = {b for _, b in use}
+    basis = bases.pop() if len(bases) == 1 else FALLBACK_MIXED
+    return Estimate(float(statistics.median(s for s, _ in use)), basis, len(use))
+
+
+def _sharing_rank(recorded, current) -> int | None:
+    """0: the record was measured under the current sharing (both unknown counts as the same);
+    1: one of the two is unknown; None: a different known count (not comparable)."""
+    if recorded == current:
+        return 0
+    return 1 if recorded is None or current is None else None
+
+
+def comparable(spec, records, device_kind: str, processes: int | None = None) -> list[dict]:
+    """The records of ``records`` that price ``spec``'s run (a :class:`fedlib.spec.RunSpec`) on a
+    ``device_kind`` device (``'cpu'`` or ``'cuda'``) measured under ``processes`` sharing it
+    (None: unknown): the module's rule (same data set, ``n_train``, rounds, local epochs and device
+    kind; the same method and K, else any on the data set; the best sharing). [] for none."""
+    from .methods import FLConfig
+
+    check_choice(device_kind, "device_kind", KINDS)
+    check_int(processes, "processes", 1, optional=True)
+    _, fl, _ = spec.effective()
+    cfg = FLConfig.from_dict(fl)
+    pool = []
+    for r in records:
+        s, rfl = r.get("spec") or {}, r.get("fl") or {}
+        if (r.get("status") != "ok" or run_cost(r, device_kind) is None
+                or s.get("dataset") != spec.dataset or s.get("n_train") != spec.n_train
+                or rfl.get("rounds") != cfg.rounds or rfl.get("local_epochs") != cfg.local_epochs
+                or device_kind_of(r.get("device")) != device_kind):
+            continue
+        rank = _sharing_rank((r.get("host") or {}).get("processes"), processes)
+        if rank is not None:
+            pool.append((rank, r, s.get("method") == spec.method and s.get("n_clients") == spec.n_clients))
+    for group in ([(k, r) for k, r, same in pool if same], [(k, r) for k, r, _ in pool]):
+        if group:
+            best = min(k for k, _ in group)
+            return [r for k, r in group if k == best]
+    return []
+
+
+def estimate(spec, records, device_kind: str = "cpu", processes: int | None = None) -> Estimate:
+    """The cost of ``spec``'s run on a ``device_kind`` device: the median cost (:func:`measured`)
+    of the :func:`comparable` records among ``records`` (record dicts, or what
+    :func:`fedlib.grid.timing_records` keeps of them) — CPU-seconds on ``'cpu'`` (``cpu_seconds``,
+    or the labelled fallback), device wall seconds on ``'cuda'``. ``Estimate(None)`` when none is
+    comparable. ValueError for a ``device_kind`` other than 'cpu'/'cuda' or ``processes`` < 1."""
+    return measured(comparable(spec, records, device_kind, processes), device_kind)

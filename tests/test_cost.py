@@ -1,0 +1,204 @@
+"""fedlib.cost: the one estimator of what a run costs (run_grid's budget, ``python -m fedlib.grid
+--list``, the report's "not run" lists, notebook 11's designs) — by hand on made-up records, its
+labelled fallback, and the report's not-run groups against ``--list`` of the commands it prints."""
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from fedlib import cost
+from fedlib import experiment as X
+
+import record_fakes
+
+FL = {"rounds": 2, "local_epochs": 1}
+
+
+def spec(method="fedavg", k=10, seed=0, dataset="adult"):
+    return X.RunSpec(dataset, "dirichlet", 0.5, k, seed, method, fl=FL, n_train=2000)
+
+
+def rec(s, seconds, cpu=None, device="cpu", threads=None, processes=None, **fl):
+    """A finished record of ``s`` (record_fakes) with its times, device and host."""
+    host = {k: v for k, v in (("threads", threads), ("processes", processes)) if v is not None}
+    r = record_fakes.record(s, seconds=seconds, device=device, host=host, fl={**FL, **fl})
+    if cpu is None:
+        r.pop("cpu_seconds")
+    else:
+        r["cpu_seconds"] = cpu
+    return r
+
+
+# ----------------------------------------------------------------------------- by hand
+def test_the_estimate_is_the_median_cpu_seconds_of_the_same_method_and_k():
+    recs = [rec(spec(seed=0), 10, cpu=15), rec(spec(seed=1), 10, cpu=35), rec(spec(seed=2), 10, cpu=20),
+            rec(spec("cl"), 1, cpu=1000), rec(spec(k=20), 1, cpu=5000),
+            rec(spec(seed=3), 1, cpu=1, device="cuda:0"), rec(spec(seed=4), 1, cpu=1, rounds=40)]
+    assert cost.estimate(spec(), recs) == cost.Estimate(20.0, cost.CPU_SECONDS, 3)  # not the wall seconds (10)
+    assert cost.estimate(spec(), recs + [rec(spec(seed=5), 1, cpu=40)]).seconds == 27.5  # the middle two's mean
+    # no record of the method and K: any method and K on the data set (1000, 5000, and the three fedavg runs)
+    assert cost.estimate(spec("ifca"), recs) == cost.Estimate(35.0, cost.CPU_SECONDS, 5)
+    assert cost.estimate(spec(dataset="fmnist"), recs) == cost.Estimate(None)
+    assert cost.estimate(spec(dataset="fmnist"), recs).basis is None
+
+
+def test_a_record_without_cpu_seconds_is_priced_by_the_labelled_fallback():
+    two = [rec(spec(seed=0), 100, threads=2), rec(spec(seed=1), 300, threads=2)]
+    est = cost.estimate(spec(), two)
+    assert est == cost.Estimate(400.0, cost.FALLBACK_THREADS, 2) and est.fallback  # wall seconds × threads
+    assert cost.run_cost(rec(spec(), 100, threads=4)) == (400.0, cost.FALLBACK_THREADS)
+    assert cost.run_cost(rec(spec(), 100)) == (100.0, cost.FALLBACK_WALL)  # no threads either: the wall seconds
+    assert "fallback: no cpu_seconds" in cost.FALLBACK_THREADS and "fallback" in cost.FALLBACK_WALL
+    mixed = cost.measured([rec(spec(), 100, threads=2), rec(spec(), 50)])
+    assert mixed == cost.Estimate(125.0, cost.FALLBACK_MIXED, 2) and mixed.fallback
+    # records that carry cpu_seconds are preferred; the fallback is not mixed in
+    measured = cost.estimate(spec(), two + [rec(spec(seed=2), 100, cpu=90, threads=2)])
+    assert measured == cost.Estimate(90.0, cost.CPU_SECONDS, 1) and not measured.fallback
+    assert cost.run_cost(rec(spec(), None)) is None and cost.run_cost(rec(spec(), float("nan"))) is None
+
+
+def test_on_a_gpu_the_cost_is_the_device_wall_seconds():
+    recs = [rec(spec(seed=0), 8, cpu=40, device="cuda:0"), rec(spec(seed=1), 12, cpu=60, device="cuda"),
+            rec(spec(seed=2), 500, cpu=500)]
+    assert cost.estimate(spec(), recs, "cuda") == cost.Estimate(10.0, cost.DEVICE_SECONDS, 2)
+    assert cost.estimate(spec(), recs, "cpu") == cost.Estimate(500.0, cost.CPU_SECONDS, 1)
+    assert cost.device_kind_of("cuda:3") == "cuda" and cost.device_kind_of(None) is None
+
+
+def test_the_budget_and_list_read_the_same_estimator():
+    import fedlib.grid
+
+    recs = [rec(spec(seed=0), 10, cpu=15), rec(spec(seed=1), 10, cpu=35)]
+    assert fedlib.grid.estimate_seconds(spec(), recs, "cpu") == cost.estimate(spec(), recs).seconds == 25.0
+    assert fedlib.grid.device_kind_of is cost.device_kind_of
+
+
+def test_bad_arguments_are_refused():
+    with pytest.raises(ValueError, match=r"device_kind must be one of \['cpu', 'cuda'\], got 'gpu'"):
+        cost.estimate(spec(), [], "gpu")
+    with pytest.raises(ValueError, match=r"processes must be an integer ≥ 1"):
+        cost.estimate(spec(), [], "cpu", processes=0)
+
+
+def test_timing_records_keep_what_the_estimator_reads(tmp_path):
+    import json
+
+    import fedlib.grid
+
+    (tmp_path / "r.json").write_text(json.dumps(rec(spec(), 10, cpu=15, threads=2, processes=1)))
+    [t] = fedlib.grid.timing_records(tmp_path)
+    assert cost.estimate(spec(), [t]) == cost.Estimate(15.0, cost.CPU_SECONDS, 1)
+    assert t["host"] == {"threads": 2, "processes": 1}
+
+
+def test_cost_per_run_is_the_estimator_per_round_and_says_its_basis():
+    from workbook import ranking_power as RP
+
+    recs = [rec(spec(seed=0), 1, cpu=100, rounds=10), rec(spec(seed=1), 1, cpu=300, rounds=10),
+            rec(spec(seed=2), 1, cpu=900, rounds=10), rec(spec("cl"), 50, threads=2, rounds=10)]
+    for r in recs:
+        r["spec"]["fl"] = {"rounds": 10}
+    per = RP.cost_per_run(recs, lambda r: r["spec"]["method"])
+    assert per.to_dict() == pytest.approx({"fedavg": 30.0, "cl": 10.0})  # medians: 300 / 10, (50 × 2) / 10
+    assert per.attrs["basis"] == {"fedavg": cost.CPU_SECONDS, "cl": cost.FALLBACK_THREADS}
+    recs[0]["spec"]["fl"] = {"rounds": 20}
+    with pytest.raises(ValueError, match="key must be a grouping whose every group ran one number of rounds"):
+        RP.cost_per_run(recs, lambda r: r["spec"]["method"])
+
+
+# ----------------------------------------------------------------------------- the report vs --list
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_report_rewrites_params_as_the_printed_sed_does(tmp_path):
+    """The report applies the sed of a printed command itself (workbook.report._sed); sed agrees."""
+    from workbook import report
+    from workbook.report_cells import RECORD_COMMANDS
+
+    for key in ("cafa/training:paper_code", "pfedlia/table1:workbook"):
+        sed = RECORD_COMMANDS[key].split(" && ")[0].replace("{{", "{").replace("}}", "}")
+        out, text = report._sed(shlex.split(sed), ROOT)
+        words = shlex.split(sed)
+        real = subprocess.run(words[:words.index(">")], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+        assert text == real and out.startswith("/tmp/")
+        assert text != (ROOT / words[words.index(">") - 1]).read_text()
+
+
+@pytest.fixture(scope="module")
+def committed_groups():
+    """The not-run groups of the committed records, per paper table as the report prints them."""
+    import pandas as pd
+
+    from workbook import report
+
+    df = report.frame()
+    idle = df[df.verdict == "not run"]
+    return pd.concat([report.not_run_groups(idle[(idle.paper == p) & (idle.table == t)])
+                      for p, t in dict.fromkeys(zip(idle.paper, idle.table))], ignore_index=True)
+
+
+def _list_totals(command: str, tmp_path: Path, capsys) -> dict:
+    """``--list``'s totals of a printed ``command``, each of its parts called as a user would:
+    ``python -m fedlib.grid ... --list`` through :func:`fedlib.grid_cli.main` (a ``sed ... >`` before
+    it run by sed into ``tmp_path``); ``table3_like_for_like.py``, which has no ``--list``, through
+    :func:`fedlib.grid_cli.list_runs` on the script's own spec list."""
+    from fedlib import grid_cli
+    from workbook import like_for_like
+
+    totals = {"runs": 0, "recorded": 0, "to_compute": 0, "seconds": 0.0}
+    for line in command.split("\n"):
+        *before, run = line.split(" && ")
+        words = shlex.split(run)
+        for part in before:
+            sed = shlex.split(part)
+            target = tmp_path / Path(sed[-1]).name
+            target.write_text(subprocess.run(sed[:-2], cwd=ROOT, capture_output=True, text=True, check=True).stdout)
+            words = [str(target) if w == sed[-1] else w for w in words]
+        if words[1] == "benchmarks/table3_like_for_like.py":
+            a = like_for_like.script_parser().parse_args(words[2:])
+            t = grid_cli.list_runs(like_for_like.script_specs(a), ROOT / a.results, "cpu", echo=lambda _: None)
+            totals["runs"] += t["recorded"] + t["running"] + t["to_compute"]
+            totals["recorded"] += t["recorded"]
+            totals["to_compute"] += t["to_compute"]
+            totals["seconds"] += t["seconds"]
+            continue
+        argv = words[3:] + ([] if "--device" in words else ["--device", "cpu"])
+        grid_cli.main([w if not w.startswith("benchmarks/") else str(ROOT / w) for w in argv] + ["--list"])
+        last = capsys.readouterr().out.strip().splitlines()[-1]
+        m = re.match(r"totals: (\d+) runs, (\d+) recorded, 0 running elsewhere, (\d+) to compute"
+                     r"(?:; to compute: ≈ ([\d.]+) (CPU-hours|GPU-minutes))?", last)
+        assert m, last
+        totals["runs"] += int(m[1])
+        totals["recorded"] += int(m[2])
+        totals["to_compute"] += int(m[3])
+        totals["seconds"] += float(m[4] or 0) * (3600 if m[5] == "CPU-hours" else 60)
+    return totals
+
+
+@pytest.mark.parametrize("folder, method", [
+    ("clust_psi_pfl/table3_like_for_like", "fedavg"),  # Table III (benchmarks/table3_like_for_like.py)
+    ("fedprism/table1", "fedamp"),                     # FedPrism Table 1 (python -m fedlib.grid)
+    ("pfedlia/table1", "pfedlia"),                     # pFedLIA Table I (python -m fedlib.grid)
+    ("cafa/training", "cafa"),                         # CAFA fixed k (sed > params && python -m fedlib.grid)
+])
+def test_the_reports_not_run_runs_and_hours_are_what_list_computes_for_its_command(
+        committed_groups, folder, method, tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("FEDLIB_SHARING", raising=False)
+    monkeypatch.setenv("FEDLIB_CHECKPOINTS", str(tmp_path / "no-checkpoints"))
+    g = committed_groups[(committed_groups.records == folder)
+                         & committed_groups.methods.map(lambda ms: ms == [method] or method in ms and folder.startswith("clust"))]
+    if folder == "cafa/training":
+        g = g[g.command.str.contains("paper_code")]
+    assert len(g), (folder, method)
+    g = g.iloc[0]
+    t = _list_totals(g.command, tmp_path, capsys)
+    assert (t["to_compute"], t["recorded"]) == (g.runs, g.recorded)
+    hours = t["seconds"] / 3600
+    if folder.startswith("clust"):  # list_runs' own seconds, unrounded
+        assert hours == pytest.approx(g.hours)
+    else:  # the totals line's two decimals
+        assert hours == pytest.approx(g.hours, abs=0.006)
