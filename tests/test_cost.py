@@ -117,10 +117,10 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_the_report_rewrites_params_as_the_printed_sed_does(tmp_path):
     """The report applies the sed of a printed command itself (workbook.report._sed); sed agrees."""
     from workbook import report
-    from workbook.report_cells import RECORD_COMMANDS
+    from workbook.report_cells import GRID_VARIANTS
 
     for key in ("cafa/training:paper_code", "pfedlia/table1:workbook"):
-        sed = RECORD_COMMANDS[key].split(" && ")[0].replace("{{", "{").replace("}}", "}")
+        sed = GRID_VARIANTS[key][1]  # the shell command writing the variant's params file
         out, text = report._sed(shlex.split(sed), ROOT)
         words = shlex.split(sed)
         real = subprocess.run(words[:words.index(">")], cwd=ROOT, capture_output=True, text=True, check=True).stdout
