@@ -44,7 +44,7 @@ from fedlib.validation import fail
 __all__ = ["records_frame", "SPEC_COLUMNS", "METRIC_COLUMNS"]
 
 SPEC_COLUMNS = ("dataset", "protocol", "level", "n_clients", "seed", "method")
-"""The spec fields every record must have, the first columns of the frame."""
+"""The spec fields every run record has, the first columns of the frame (None where a spec lacks one)."""
 METRIC_COLUMNS = ("global_accuracy", "ad", "sdad", "cp", "wpsi")
 """A finished run's scalar metrics of Table III's frame (NaN where a record lacks one)."""
 _SETTING = ["dataset", "protocol", "level", "n_clients"]
@@ -68,16 +68,13 @@ def _checked(record) -> dict:
     if not isinstance(record, dict) or not isinstance(record.get("spec"), dict) or "status" not in record:
         fail("records entries", "run records (dicts with 'spec' and 'status')", type(record).__name__
              if not isinstance(record, dict) else sorted(record)[:8])
-    missing = [k for k in SPEC_COLUMNS if k not in record["spec"]]
-    if missing:
-        fail("records entries", f"run records whose spec has {list(SPEC_COLUMNS)}", {"missing": missing})
     return restore(record) if NONFINITE_KEY in record else record
 
 
 def _table_row(r: dict) -> dict:
     """The Table III columns of one record (``workbook.tables.records_frame``'s row)."""
     s = r["spec"]
-    row = {k: s[k] for k in SPEC_COLUMNS}
+    row = {k: s.get(k) for k in SPEC_COLUMNS}  # None where a (made-up) spec lacks one
     row.update(status=r["status"], paper_name=r.get("paper_name"), reproduction=s.get("reproduction", "paper_text"))
     if r["status"] == "failed":
         row["error"] = r.get("error")

@@ -86,8 +86,10 @@ def test_empty_and_bad_input():
     assert records_frame([]).empty
     with pytest.raises(ValueError, match="records entries must be run records"):
         records_frame([{"status": "ok"}])
-    with pytest.raises(ValueError, match="whose spec has"):
-        records_frame([{"spec": {"seed": 0}, "status": "ok"}])
+    with pytest.raises(ValueError, match="records entries must be run records"):
+        records_frame([{"spec": None, "status": "ok"}])
+    partial = records_frame([{"spec": {"seed": 0, "method": "fedavg"}, "status": "infeasible"}])
+    assert partial.dataset.iloc[0] is None and partial.seed.iloc[0] == 0  # a made-up spec: None for what it lacks
 
 
 def test_workbook_tables_name_is_the_core_reader():
