@@ -83,7 +83,7 @@ def _table_row(r: dict) -> dict:
         row["reported_accuracy"] = r.get("reported_accuracy", r.get("global_accuracy", np.nan))
         row["reported_rule"] = r.get("reported_rule", "last_round")
         row["tau"] = (r.get("info") or {}).get("tau")
-        row["local_accuracy"] = r["local_accuracy"]
+        row["local_accuracy"] = r.get("local_accuracy")  # None in a made-up record without it
     return row
 
 
@@ -118,7 +118,7 @@ def _distance_to_cl(df: pd.DataFrame) -> tuple[list, list]:
     ad_cl, sdad_cl = [], []
     for _, row in df.iterrows():
         key = tuple(row[k] for k in _SETTING + ["seed"])
-        if row.status != "ok" or key not in cl.index:
+        if row.status != "ok" or row.local_accuracy is None or key not in cl.index:
             ad_cl.append(np.nan)
             sdad_cl.append(np.nan)
             continue

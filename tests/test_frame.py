@@ -60,10 +60,11 @@ def test_failed_and_infeasible_records_have_no_metrics():
 
 def test_records_without_info_or_times():
     r = record_fakes.record(spec())
-    del r["info"], r["seconds"], r["cpu_seconds"]
+    del r["info"], r["seconds"], r["cpu_seconds"], r["local_accuracy"]
     df = records_frame([r, record_fakes.record(spec(seed=1), info={"tau": 2})])
     assert pd.isna(df.tau.iloc[0]) and df.tau.iloc[1] == 2 and pd.isna(df["info.tau"].iloc[0])
     assert np.isnan(df.seconds.iloc[0]) and df.seconds.iloc[1] == 1.0
+    assert df.local_accuracy.iloc[0] is None and np.isnan(df.ad_cl.iloc[0])
 
 
 def test_ad_against_the_cl_run_of_the_same_setting_and_seed():

@@ -329,10 +329,11 @@ def recovery_table(df: pd.DataFrame, split: str | None = None) -> pd.DataFrame:
 def rounds_frame(records) -> pd.DataFrame:
     """Fig. 4's data: per setting, method label and round, the accuracy (%) after that round
     (the per-round history: correct over all clients' test samples), mean over seeds."""
+    f = records_frame(records)
+    runs = f[(f.status == "ok") & (f.method != "clust_psi_pfl")] if len(f) else f
     rows = [{"setting": r["spec"]["protocol"], "method": method_label(r["spec"]), "seed": r["spec"]["seed"],
              "round": h["round"], "accuracy": 100 * h["global_accuracy"]}
-            for r in records if r["status"] == "ok" and r["spec"]["method"] != "clust_psi_pfl"
-            for h in r.get("history", [])]
+            for r in (runs.record if len(runs) else []) for h in r.get("history", [])]
     df = pd.DataFrame(rows, columns=["setting", "method", "seed", "round", "accuracy"])
     return df.groupby(["setting", "method", "round"], as_index=False).accuracy.mean()
 
