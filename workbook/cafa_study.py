@@ -84,6 +84,7 @@ from sklearn.decomposition import PCA
 
 from fedlib import partition as P
 from fedlib.experiment import grid_specs
+from fedlib.frame import records_frame
 from fedlib.methods import display_name
 from fedlib.methods.cafa import class_distribution, cbcc, mean_silhouette_curve, select_k
 from fedlib.models import ARCHITECTURES
@@ -412,6 +413,13 @@ def by_iid_fraction(records) -> dict[float, list]:
     return dict(sorted(out.items()))
 
 
+def _records_with(records, status: str) -> list[dict]:
+    """The records of ``status`` among ``records``, in their order (the ``record`` column of
+    :func:`fedlib.frame.records_frame`'s rows of that status)."""
+    f = records_frame(records)
+    return f[f.status == status].record.tolist() if len(f) else []
+
+
 def history_frame(records) -> pd.DataFrame:
     """One row per (method, seed, round) from run records (status ok): ``accuracy``, CAFA's
     number — the global model on the official test set (:data:`OFFICIAL_TEST`, history
@@ -419,7 +427,7 @@ def history_frame(records) -> pd.DataFrame:
     pooled test splits (:data:`POOLED_SPLIT`, history ``global_accuracy``), after that round
     (1-based). Records without the official-test accuracy (not made by :func:`training_specs`),
     or of several IID shares (:func:`by_iid_fraction` splits them), are refused."""
-    ok = [r for r in records if r["status"] == "ok"]
+    ok = _records_with(records, "ok")
     lacking = [r["key"] for r in ok if any("global_test_accuracy" not in h for h in r["history"])]
     if lacking:
         fail("records", "runs of training_specs (global_test=True), whose every round holds the official-test "
@@ -472,7 +480,7 @@ def diverged_history_frame(records) -> pd.DataFrame:
     rows = [{"method": r["spec"]["method"], "seed": r["spec"]["seed"], "round": h["round"],
              "accuracy": h["global_test_accuracy"], "pooled_split_accuracy": h["global_accuracy"],
              "diverged_round": diverged_round(r)}
-            for r in records if r["status"] == "failed"
+            for r in _records_with(records, "failed")
             for h in r.get("history_before_divergence") or [] if "global_test_accuracy" in h]
     return pd.DataFrame(rows, columns=["method", "seed", "round", "accuracy", "pooled_split_accuracy",
                                        "diverged_round"])
