@@ -243,12 +243,13 @@ def records_table(records) -> pd.DataFrame:
     (generator, case) with the mean over the records' seeds of k and the four scores — the
     columns of :func:`cbcc_table`."""
     records = list(records)
-    rows = [{"generator": r["spec"]["generator"], "n_iid": r["spec"]["n_iid"], "n_noniid": r["spec"]["n_noniid"],
-             "seed": r["spec"]["seed"], **{m: r[m] for m in ["k", *METRICS]}}
-            for r in records if r.get("status") == "ok"]
-    if not rows:
-        fail("records", "at least one CBCC record with status 'ok'", f"{len(list(records))} records")
-    return _mean_rows(pd.DataFrame(rows))
+    f = records_frame(records)
+    ok = f[f.status == "ok"] if len(f) else f
+    if ok.empty:
+        fail("records", "at least one CBCC record with status 'ok'", f"{len(records)} records")
+    case = {"spec.generator": "generator", "spec.n_iid": "n_iid", "spec.n_noniid": "n_noniid"}
+    t = ok[[*case, "seed", "k", *METRICS]].rename(columns=case)  # ints: NaN of other records made them floats
+    return _mean_rows(t.astype({"n_iid": int, "n_noniid": int, "k": int}).reset_index(drop=True))
 
 
 def _mean_rows(df: pd.DataFrame) -> pd.DataFrame:
