@@ -17,7 +17,8 @@ Columns, in this order:
   (``'last_round'`` where absent), ``tau`` (``info['tau']``), ``local_accuracy`` (per-client
   list) — in the order the records first show them, as ``pd.DataFrame(rows)`` puts them —
   then ``ad_cl``, ``sdad_cl``: AD and SDAD of the run's local accuracies against the CL run of
-  the same setting and seed (``paper_text``; PSI-PFL's CL target), NaN without one;
+  the same setting and seed (``paper_text``; PSI-PFL's CL target), NaN without one or with
+  several (records of one setting and seed differing elsewhere in their spec);
 * ``seconds``, ``cpu_seconds``: wall and CPU time (NaN where a record lacks them);
 * every other top-level numeric field of a record (``global_test_accuracy``,
   ``param_average_accuracy``, ``val_accuracy``, …), sorted by name; NaN where absent;
@@ -112,17 +113,20 @@ def _extra_order(rows: list[dict]) -> list[str]:
 
 def _distance_to_cl(df: pd.DataFrame) -> tuple[list, list]:
     """AD and SDAD (mean and population std over clients of |A_k − CL's global accuracy|) of each
-    row against the ``paper_text`` CL run of its setting and seed; NaN where there is none."""
+    row against the ``paper_text`` CL run of its setting and seed; NaN where there is none, or
+    more than one (runs of one setting that differ elsewhere in their spec: no single target)."""
     cl = df[(df.method == "cl") & (df.status == "ok") & (df.reproduction == "paper_text")].set_index(
         _SETTING + ["seed"])["global_accuracy"]
+    cl = cl[~cl.index.duplicated(keep=False)]  # two CL runs of one setting and seed (e.g. other splits): no target
     ad_cl, sdad_cl = [], []
-    for _, row in df.iterrows():
-        key = tuple(row[k] for k in _SETTING + ["seed"])
-        if row.status != "ok" or row.local_accuracy is None or key not in cl.index:
+    keys = zip(*(df[k] for k in _SETTING + ["seed"]))
+    local = df["local_accuracy"] if "local_accuracy" in df else [None] * len(df)
+    for key, status, acc in zip(keys, df.status, local):
+        if status != "ok" or acc is None or key not in cl.index:
             ad_cl.append(np.nan)
             sdad_cl.append(np.nan)
             continue
-        d = np.abs(np.asarray(row.local_accuracy, float) - float(cl.loc[key]))
+        d = np.abs(np.asarray(acc, float) - float(cl.loc[key]))
         d = d[~np.isnan(d)]
         ad_cl.append(d.mean())
         sdad_cl.append(d.std())

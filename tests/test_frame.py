@@ -76,6 +76,13 @@ def test_ad_against_the_cl_run_of_the_same_setting_and_seed():
     assert df.loc[("cl", 0), "ad_cl"] == 0.0 and np.isnan(df.loc[("fedavg", 1), "ad_cl"])
 
 
+def test_two_cl_runs_of_one_setting_and_seed_give_no_target():
+    cl = record_fakes.record(spec("cl"))
+    other_split = record_fakes.record(RunSpec("fmnist", "dirichlet", 0.3, 2, 0, "cl", n_train=100))
+    df = records_frame([record_fakes.record(spec()), cl, other_split])
+    assert df.ad_cl.isna().all() and df.sdad_cl.isna().all()
+
+
 def test_strict_json_records_are_restored():
     r = sanitise(record_fakes.record(spec(), cp=float("inf"), local_accuracy=[0.5, float("nan")]))
     df = records_frame([r])
