@@ -50,8 +50,8 @@ METRIC_COLUMNS = ("global_accuracy", "ad", "sdad", "cp", "wpsi")
 """A finished run's scalar metrics of Table III's frame (NaN where a record lacks one)."""
 _SETTING = ["dataset", "protocol", "level", "n_clients"]
 _TIMES = ("seconds", "cpu_seconds")
-_NOT_METRICS = {"record_version", "ad_cl", "sdad_cl", "tau", "reported_accuracy", "reproduction", *METRIC_COLUMNS,
-                *_TIMES, *SPEC_COLUMNS}
+_NOT_METRICS = {"record_version", "ad_cl", "sdad_cl", "tau", "reported_accuracy", "reported_rule", "reproduction",
+                "status", "paper_name", "error", "local_accuracy", "record", *METRIC_COLUMNS, *_TIMES, *SPEC_COLUMNS}
 """Top-level numbers that are not extra metric columns: bookkeeping, the Table III columns and
 the record's own ``ad_cl``/``sdad_cl`` (null in a single run; the frame computes them)."""
 
