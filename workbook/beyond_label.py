@@ -55,6 +55,7 @@ import numpy as np
 import pandas as pd
 
 from fedlib import partition as P
+from fedlib.frame import records_frame
 from fedlib.evaluation import cluster_recovery
 from fedlib.experiment import RunSpec, present_records
 from fedlib.noniid import IMAGE_SUMMARIES, psi
@@ -65,7 +66,7 @@ from .tables import frame_markdown as table_markdown, mean_sd
 
 __all__ = ["Partition", "PARTITIONS", "Variant", "VARIANTS", "EXTENSIONS", "NEEDS_K", "CHANCE", "RECOVERED",
            "partition_named", "small_name", "training_specs", "GRID_PARAMS", "notebook_grid", "grid_label", "present_records",
-           "extension_label", "variant_of", "runs_frame", "METRICS", "cell_table", "label_spread", "answer",
+           "extension_label", "variant_of", "runs_frame", "RUN_COLUMNS", "METRICS", "cell_table", "label_spread", "answer",
            "small_curve", "small_gap",
            "fig_small_curve", "fig_ari", "n_bins_of", "dataset_shapes", "reveals_table", "partition_of_spec", "table_markdown",
            "variant_row_label", "table_ii_cfl_specs"]
@@ -259,6 +260,28 @@ def partition_of_spec(spec: dict) -> str:
          (spec["protocol"], spec["level"]))
 
 
+RUN_COLUMNS = ["partition", "variant", "seed", "status", "error", "seconds", "cpu_seconds", "weighted_local", "worst10",
+               "small", "ari", "groups", "local_accuracy", "thresholds", "never_split"]
+"""The columns of :func:`runs_frame`, in order."""
+
+
+def _planted_columns(record: dict, variant: str) -> tuple[float, float, float]:
+    """(small, ari, groups) of a finished run: the planted small clients' mean local accuracy (%,
+    ``small_clients`` only) and, for a :data:`GROUPING` variant with a final grouping
+    (``info['cluster_of_client']`` or ``info['assignment']``), its ARI against the planted groups
+    and the distinct groups found; NaN for what does not exist."""
+    s = record["spec"]
+    acc = np.asarray(record["local_accuracy"], float)
+    truth = P.planted_clusters(s["protocol"], int(s["n_clients"]), s["level"])
+    small = 100 * np.nanmean(acc[truth == 1]) if s["protocol"] == "small_clients" else np.nan
+    info = record.get("info", {})
+    grouping = info.get("cluster_of_client", info.get("assignment"))
+    if grouping is None or variant not in GROUPING:
+        return small, np.nan, np.nan
+    g = np.asarray(grouping, np.int64)
+    return small, cluster_recovery(g, truth), len(set(g[g >= 0].tolist()))
+
+
 def runs_frame(records) -> pd.DataFrame:
     """One row per run: ``partition``, ``variant``, ``seed``, ``status``, ``error``, ``seconds`` (wall
     time), ``cpu_seconds`` (CPU time), and for a finished run (in %): ``weighted_local`` (record field ``global_accuracy``),
@@ -266,33 +289,28 @@ def runs_frame(records) -> pd.DataFrame:
     ``ari`` against the planted groups and ``groups`` found (grouping variants), and
     ``local_accuracy`` (per client, fractions), and for CFL ``thresholds``
     (:func:`fedlib.methods.cfl.thresholds_label` of its spec: without ``eps1``, Table II's 1e-5) and
-    ``never_split`` (:func:`fedlib.methods.cfl.never_split`; None for the other variants)."""
-    rows = []
-    for r in records:
-        s = r["spec"]
-        row = {"partition": partition_of_spec(s), "variant": variant_of(s), "seed": s["seed"], "status": r["status"],
-               "error": r.get("error", ""), "seconds": r.get("seconds", np.nan),
-               "cpu_seconds": r.get("cpu_seconds", np.nan), "weighted_local": np.nan,
-               "worst10": np.nan, "small": np.nan, "ari": np.nan, "groups": np.nan, "local_accuracy": None,
-               "thresholds": cfl.thresholds_label(s.get("hyper")) if s["method"] == "cfl" else "",
-               "never_split": None}
-        if r["status"] == "ok":
-            if s["method"] == "cfl":
-                row["never_split"] = cfl.never_split(r.get("info"))
-            acc = np.asarray(r["local_accuracy"], float)
-            truth = P.planted_clusters(s["protocol"], int(s["n_clients"]), s["level"])
-            row.update(weighted_local=100 * r["global_accuracy"], worst10=100 * worst_clients_accuracy(acc), local_accuracy=acc)
-            if s["protocol"] == "small_clients":
-                row["small"] = 100 * np.nanmean(acc[truth == 1])
-            info = r.get("info", {})
-            grouping = info.get("cluster_of_client", info.get("assignment"))
-            if grouping is not None and row["variant"] in GROUPING:
-                g = np.asarray(grouping, np.int64)
-                row.update(ari=cluster_recovery(g, truth), groups=len(set(g[g >= 0].tolist())))
-        rows.append(row)
-    return pd.DataFrame(rows, columns=["partition", "variant", "seed", "status", "error", "seconds",
-                                       "cpu_seconds", "weighted_local", "worst10", "small", "ari", "groups", "local_accuracy",
-                                       "thresholds", "never_split"])
+    ``never_split`` (:func:`fedlib.methods.cfl.never_split`; None for the other variants).
+
+    A column selection of :func:`fedlib.frame.records_frame`; the per-client columns are read
+    from its ``record`` column. Shape (runs, :data:`RUN_COLUMNS`)."""
+    f = records_frame(records)
+    if f.empty:
+        return pd.DataFrame([], columns=RUN_COLUMNS)
+    ok, recs = (f.status == "ok").tolist(), f.record.tolist()
+    cfl_run = (f.method == "cfl").tolist()
+    variant = [variant_of(r["spec"]) for r in recs]
+    acc = [np.asarray(r["local_accuracy"], float) if o else None for r, o in zip(recs, ok)]
+    planted = [_planted_columns(r, v) if o else (np.nan,) * 3 for r, v, o in zip(recs, variant, ok)]
+    out = pd.DataFrame({
+        "partition": [partition_of_spec(r["spec"]) for r in recs], "variant": variant, "seed": f.seed.tolist(),
+        "status": f.status.tolist(), "error": [r.get("error", "") for r in recs], "seconds": f.seconds.tolist(),
+        "cpu_seconds": f.cpu_seconds.tolist(), "weighted_local": (100 * f.global_accuracy).where(ok).tolist(),
+        "worst10": [100 * worst_clients_accuracy(a) if o else np.nan for a, o in zip(acc, ok)],
+        "small": [p[0] for p in planted], "ari": [p[1] for p in planted], "groups": [p[2] for p in planted],
+        "local_accuracy": acc,
+        "thresholds": [cfl.thresholds_label(r["spec"].get("hyper")) if c else "" for r, c in zip(recs, cfl_run)],
+        "never_split": [cfl.never_split(r.get("info")) if c and o else None for r, c, o in zip(recs, cfl_run, ok)]})
+    return out[RUN_COLUMNS]
 
 
 METRICS = {

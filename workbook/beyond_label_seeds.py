@@ -39,6 +39,7 @@ from scipy import stats
 
 from fedlib import partition as P
 from fedlib.evaluation import cluster_recovery
+from fedlib.frame import records_frame
 from fedlib.validation import check_int, check_number, fail
 
 __all__ = ["CONFIDENCE", "t_interval", "interval_verdict", "clustering_ari", "clustering_aris", "ari_rows", "read_ari_rows", "ARI_RECORDS", "CLUSTERING_ONLY", "ari_over_seeds",
@@ -270,11 +271,11 @@ def small_pooled_frame(records, variant_of, *, n_boot: int = 2000) -> pd.DataFra
     the per-client min–max), the per-client mean A_k (``small_mean``, %, the notebook's ``small``),
     the pooled accuracy (``small_pooled``, %) and its bootstrap interval over the small clients
     (``pooled_low``, ``pooled_high``, %)."""
+    f = records_frame(records)
+    runs = f[(f.status == "ok") & (f.protocol == "small_clients")].record if len(f) else []
     rows = []
-    for r in records:
+    for r in runs:
         s = r["spec"]
-        if r.get("status") != "ok" or s["protocol"] != "small_clients":
-            continue
         small = P.planted_clusters(s["protocol"], int(s["n_clients"]), s["level"]) == 1
         c, n = np.asarray(r["correct"], np.float64), np.asarray(r["n_test"], np.float64)
         acc = np.asarray(r["local_accuracy"], np.float64)

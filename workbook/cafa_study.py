@@ -84,6 +84,7 @@ from sklearn.decomposition import PCA
 
 from fedlib import partition as P
 from fedlib.experiment import grid_specs
+from fedlib.frame import records_frame
 from fedlib.methods import display_name
 from fedlib.methods.cafa import class_distribution, cbcc, mean_silhouette_curve, select_k
 from fedlib.models import ARCHITECTURES
@@ -258,12 +259,13 @@ def records_table(records) -> pd.DataFrame:
     (generator, case) with the mean over the records' seeds of k and the four scores — the
     columns of :func:`cbcc_table`."""
     records = list(records)
-    rows = [{"generator": r["spec"]["generator"], "n_iid": r["spec"]["n_iid"], "n_noniid": r["spec"]["n_noniid"],
-             "seed": r["spec"]["seed"], **{m: r[m] for m in ["k", *METRICS]}}
-            for r in records if r.get("status") == "ok"]
-    if not rows:
-        fail("records", "at least one CBCC record with status 'ok'", f"{len(list(records))} records")
-    return _mean_rows(pd.DataFrame(rows))
+    f = records_frame(records)
+    ok = f[f.status == "ok"] if len(f) else f
+    if ok.empty:
+        fail("records", "at least one CBCC record with status 'ok'", f"{len(records)} records")
+    case = {"spec.generator": "generator", "spec.n_iid": "n_iid", "spec.n_noniid": "n_noniid"}
+    t = ok[[*case, "seed", "k", *METRICS]].rename(columns=case)  # ints: NaN of other records made them floats
+    return _mean_rows(t.astype({"n_iid": int, "n_noniid": int, "k": int}).reset_index(drop=True))
 
 
 def _mean_rows(df: pd.DataFrame) -> pd.DataFrame:
@@ -434,6 +436,13 @@ def by_iid_fraction(records) -> dict[float, list]:
     return dict(sorted(out.items()))
 
 
+def _records_with(records, status: str) -> list[dict]:
+    """The records of ``status`` among ``records``, in their order (the ``record`` column of
+    :func:`fedlib.frame.records_frame`'s rows of that status)."""
+    f = records_frame(records)
+    return f[f.status == status].record.tolist() if len(f) else []
+
+
 def history_frame(records) -> pd.DataFrame:
     """One row per (method, seed, round) from run records (status ok): ``accuracy``, CAFA's
     number — the global model on the official test set (:data:`OFFICIAL_TEST`, history
@@ -441,7 +450,7 @@ def history_frame(records) -> pd.DataFrame:
     pooled test splits (:data:`POOLED_SPLIT`, history ``global_accuracy``), after that round
     (1-based). Records without the official-test accuracy (not made by :func:`training_specs`),
     or of several IID shares (:func:`by_iid_fraction` splits them), are refused."""
-    ok = [r for r in records if r["status"] == "ok"]
+    ok = _records_with(records, "ok")
     lacking = [r["key"] for r in ok if any("global_test_accuracy" not in h for h in r["history"])]
     if lacking:
         fail("records", "runs of training_specs (global_test=True), whose every round holds the official-test "
@@ -494,7 +503,7 @@ def diverged_history_frame(records) -> pd.DataFrame:
     rows = [{"method": r["spec"]["method"], "seed": r["spec"]["seed"], "round": h["round"],
              "accuracy": h["global_test_accuracy"], "pooled_split_accuracy": h["global_accuracy"],
              "diverged_round": diverged_round(r)}
-            for r in records if r["status"] == "failed"
+            for r in _records_with(records, "failed")
             for h in r.get("history_before_divergence") or [] if "global_test_accuracy" in h]
     return pd.DataFrame(rows, columns=["method", "seed", "round", "accuracy", "pooled_split_accuracy",
                                        "diverged_round"])

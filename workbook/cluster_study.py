@@ -20,6 +20,7 @@ from sklearn.metrics import adjusted_rand_score
 
 from fedlib import partition as P
 from fedlib.clustering import psi_features, select_n_clusters
+from fedlib.frame import records_frame
 from fedlib.methods import clust_psi_pfl, psi_pfl
 from fedlib.noniid import psi, wpsi
 from fedlib.privacy import POSTPROCESS, noisy_label_counts, server_histograms
@@ -130,11 +131,12 @@ def tau_readings(records, counts_of, label_of=lambda r: r["spec"]["protocol"]) -
     one row each with ``block`` (``label_of(record)``), ``seed`` and ``K``; ``counts_of(record)`` gives
     the (K, C) train label counts of the record's clients (e.g. from
     :func:`fedlib.experiment.build_federation`)."""
+    f = records_frame(records)
+    runs = f[(f.method == "clust_psi_pfl") & (f.status == "ok")].record if len(f) else []
     rows = []
-    for r in records:
+    for r in runs:
         spec, info = r["spec"], r.get("info") or {}
-        if (spec.get("method") != "clust_psi_pfl" or r.get("status") != "ok" or "assignment" not in info
-                or info.get("tau_fixed") or info.get("features", "label") != "label"):
+        if "assignment" not in info or info.get("tau_fixed") or info.get("features", "label") != "label":
             continue
         planted = P.planted_clusters(spec["protocol"], int(spec["n_clients"]), spec["level"])
         rows.append({"block": label_of(r), "seed": int(spec["seed"]), "K": int(spec["n_clients"]),

@@ -71,7 +71,7 @@ from fedlib.validation import check_choice, check_int, check_number, fail
 from .tables import frame_markdown as table_markdown, records_frame
 
 __all__ = ["Partition", "PARTITIONS", "REFERENCES", "GROUPING_METHODS", "WORST_SHARE", "worst_clients_accuracy", "ALPHA", "allowed",
-           "training_specs", "GRID_PARAMS", "notebook_grid", "grid_label", "present_records", "partition_of", "runs_frame", "status_table",
+           "training_specs", "GRID_PARAMS", "notebook_grid", "grid_label", "present_records", "partition_of", "runs_frame", "RUN_COLUMNS", "status_table",
            "score_table", "METRICS", "DIGITS", "cell_table", "ranking", "fig_cd", "fig_heatmap", "ecdf_frame", "fig_ecdf", "which_method_when",
            "table_markdown", "method_row_label", "cfl_notes", "table_ii_cfl_specs", "tau_lines"]
 
@@ -213,6 +213,24 @@ def worst_clients_accuracy(acc, share: float = WORST_SHARE) -> float:
     return float(a[:max(1, int(np.ceil(share * a.size)))].mean()) if a.size else np.nan
 
 
+RUN_COLUMNS = ["partition", "method", "seed", "status", "error", "seconds", "cpu_seconds", "weighted_local", "worst10",
+               "official_test", "ad_cl", "ari", "groups", "local_accuracy", "thresholds", "never_split"]
+"""The columns of :func:`runs_frame`, in order."""
+
+
+def _grouping(record: dict) -> tuple[float, float]:
+    """(ARI against the planted clusters, distinct groups) of a finished run's final grouping
+    (``info['cluster_of_client']`` or ``info['assignment']``) for a :data:`GROUPING_METHODS`
+    method; NaN for what does not exist (no grouping, no planted clusters)."""
+    s, info = record["spec"], record.get("info", {})
+    truth = P.planted_clusters(s["protocol"], int(s["n_clients"]), s["level"])
+    grouping = info.get("cluster_of_client", info.get("assignment"))
+    if grouping is None or s["method"] not in GROUPING_METHODS:
+        return np.nan, np.nan
+    g = np.asarray(grouping, np.int64)
+    return (np.nan if truth is None else cluster_recovery(g, truth)), len(np.unique(g))
+
+
 def runs_frame(records) -> pd.DataFrame:
     """One row per run: ``partition`` (:data:`PARTITIONS` name), ``method``, ``seed``, ``status``,
     ``error`` (why a run failed or was infeasible), and, for a finished run, in %:
@@ -223,37 +241,29 @@ def runs_frame(records) -> pd.DataFrame:
     method, else NaN), ``seconds`` (wall time), ``cpu_seconds`` (CPU time) and ``local_accuracy``
     (per client, fractions), and for CFL ``thresholds`` (:func:`fedlib.methods.cfl.thresholds_label`
     of its spec: a spec without ``eps1`` ran Table II's 1e-5) and ``never_split``
-    (:func:`fedlib.methods.cfl.never_split` of its record; None for other methods)."""
-    records = list(records)
-    base = records_frame(records)
-    rows = []
-    for r, (_, b) in zip(records, base.iterrows()):
-        s = r["spec"]
-        row = {"partition": partition_of(s["protocol"], s["level"]), "method": s["method"], "seed": s["seed"],
-               "status": r["status"], "error": r.get("error", ""), "seconds": r.get("seconds", np.nan),
-               "cpu_seconds": r.get("cpu_seconds", np.nan),
-               "weighted_local": np.nan, "worst10": np.nan, "official_test": np.nan, "ad_cl": np.nan,
-               "ari": np.nan, "groups": np.nan, "local_accuracy": None,
-               "thresholds": cfl.thresholds_label(s.get("hyper")) if s["method"] == "cfl" else "",
-               "never_split": None}
-        if r["status"] == "ok":
-            if s["method"] == "cfl":
-                row["never_split"] = cfl.never_split(r.get("info"))
-            acc = np.asarray(r["local_accuracy"], float)
-            row.update(weighted_local=100 * r["global_accuracy"], worst10=100 * worst_clients_accuracy(acc),
-                       official_test=100 * r.get("global_test_accuracy", np.nan), ad_cl=100 * b["ad_cl"],
-                       local_accuracy=acc)
-            truth = P.planted_clusters(s["protocol"], int(s["n_clients"]), s["level"])
-            info = r.get("info", {})
-            grouping = info.get("cluster_of_client", info.get("assignment"))
-            if grouping is not None and s["method"] in GROUPING_METHODS:
-                row["groups"] = len(np.unique(np.asarray(grouping, np.int64)))
-                if truth is not None:
-                    row["ari"] = cluster_recovery(np.asarray(grouping, np.int64), truth)
-        rows.append(row)
-    return pd.DataFrame(rows, columns=["partition", "method", "seed", "status", "error", "seconds", "cpu_seconds", "weighted_local",
-                                       "worst10", "official_test", "ad_cl", "ari", "groups", "local_accuracy",
-                                       "thresholds", "never_split"])
+    (:func:`fedlib.methods.cfl.never_split` of its record; None for other methods).
+
+    A column selection of :func:`fedlib.frame.records_frame`; the per-client columns are read
+    from its ``record`` column. Shape (runs, :data:`RUN_COLUMNS`)."""
+    f = records_frame(records)
+    if f.empty:
+        return pd.DataFrame([], columns=RUN_COLUMNS)
+    ok, recs = (f.status == "ok").tolist(), f.record.tolist()
+    cfl_run = (f.method == "cfl").tolist()
+    acc = [np.asarray(r["local_accuracy"], float) if o else None for r, o in zip(recs, ok)]
+    grouping = [_grouping(r) if o else (np.nan, np.nan) for r, o in zip(recs, ok)]
+    official = f["global_test_accuracy"] if "global_test_accuracy" in f else pd.Series(np.nan, index=f.index)
+    out = pd.DataFrame({
+        "partition": [partition_of(p, lv) for p, lv in zip(f.protocol, f.level)], "method": f.method.tolist(),
+        "seed": f.seed.tolist(), "status": f.status.tolist(), "error": [r.get("error", "") for r in recs],
+        "seconds": f.seconds.tolist(), "cpu_seconds": f.cpu_seconds.tolist(),
+        "weighted_local": (100 * f.global_accuracy).where(ok).tolist(),
+        "worst10": [100 * worst_clients_accuracy(a) if o else np.nan for a, o in zip(acc, ok)],
+        "official_test": (100 * official).where(ok).tolist(), "ad_cl": (100 * f.ad_cl).where(ok).tolist(),
+        "ari": [a for a, _ in grouping], "groups": [g for _, g in grouping], "local_accuracy": acc,
+        "thresholds": [cfl.thresholds_label(r["spec"].get("hyper")) if c else "" for r, c in zip(recs, cfl_run)],
+        "never_split": [cfl.never_split(r.get("info")) if c and o else None for r, c, o in zip(recs, cfl_run, ok)]})
+    return out[RUN_COLUMNS]
 
 
 def _order(df: pd.DataFrame, column: str, names) -> list:

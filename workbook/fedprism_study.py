@@ -42,6 +42,7 @@ import pandas as pd
 from fedlib import partition as P
 from fedlib import records as R
 from fedlib.experiment import RunSpec, grid_specs
+from fedlib.frame import records_frame
 from fedlib.methods import cfl, display_name
 from fedlib.paths import ROOT
 from .tables import mean_sd, frame_markdown as table_markdown
@@ -285,10 +286,12 @@ def alpha_gamma_table(records, every: int = 10) -> pd.DataFrame:
     sits at its cap (1 − β under the default clip, where γ = 0 and the private part P_i has no
     weight in the backbone)."""
     check_int(every, "every", 1)
+    f = records_frame(records)
+    runs = f[(f.status == "ok") & (f.method == "fedprism")].record if len(f) else []
     rows = []
-    for r in records:
+    for r in runs:
         s = r["spec"]
-        if r["status"] != "ok" or s["method"] != "fedprism" or variant_of(s) not in ("full", "clip=paper"):
+        if variant_of(s) not in ("full", "clip=paper"):
             continue
         clip = s.get("hyper", {}).get("alpha_clip", "simplex")
         trace = r.get("info", {}).get("alpha_trace") or []

@@ -45,6 +45,7 @@ import pandas as pd
 
 from fedlib import partition as P
 from fedlib.evaluation import cluster_recovery
+from fedlib.frame import records_frame
 from fedlib.experiment import RunSpec, grid_specs
 from fedlib.methods import cfl, display_name
 from fedlib.paths import ROOT
@@ -227,33 +228,48 @@ def _with_variants(names, present) -> list[str]:
     return out
 
 
+_ACCURACY_COLUMNS = ["method", "setting", "seed", "status", "data_split", "seconds", "accuracy", "pooled", "ari",
+                    "n_clusters", "never_split"]
+"""The columns of :func:`accuracy_frame`, in order."""
+
+
+def _recovery(record: dict) -> tuple[float, float]:
+    """(ARI against the planted clusters, clusters found) of a finished run's grouping
+    (``info['cluster_of_client']`` or ``info['assignment']``); NaN for a method without one
+    (``local``, ``fedfomo``, ``fedproto``) or a partition without planted clusters."""
+    s, info = record["spec"], record.get("info", {})
+    grouping = info.get("cluster_of_client", info.get("assignment"))
+    truth = P.planted_clusters(s["protocol"], int(s["n_clients"]), s["level"])
+    if grouping is None or truth is None or s["method"] in ("local", "fedfomo", "fedproto"):
+        return np.nan, np.nan
+    return cluster_recovery(grouping, truth), len(set(grouping))
+
+
 def accuracy_frame(records) -> pd.DataFrame:
     """One row per run: method (:func:`method_label`), setting (protocol), seed, status,
     ``data_split`` (:func:`split_of`), ``accuracy`` (%, the unweighted mean over clients of each
     client's test accuracy), ``pooled`` (%, Σ correct / Σ test samples: record field
     ``global_accuracy``), ``ari`` (the run's grouping against the planted clusters; NaN for
     methods without one), ``n_clusters`` found, ``never_split`` (CFL:
-    :func:`fedlib.methods.cfl.never_split`), ``seconds``."""
-    rows = []
-    for r in records:
-        s = r["spec"]
-        row = {"method": method_label(s), "setting": s["protocol"], "seed": s["seed"], "status": r["status"],
-               "data_split": split_of(s), "seconds": r.get("seconds", np.nan), "accuracy": np.nan,
-               "pooled": np.nan, "ari": np.nan, "n_clusters": np.nan, "never_split": None}
-        if r["status"] == "ok":
-            row["accuracy"] = 100 * float(np.nanmean(np.asarray(r["local_accuracy"], float)))
-            row["pooled"] = 100 * float(r["global_accuracy"]) if "global_accuracy" in r else np.nan
-            if s["method"] == "cfl":
-                row["never_split"] = cfl.never_split(r.get("info"))
-            info = r.get("info", {})
-            grouping = info.get("cluster_of_client", info.get("assignment"))
-            truth = P.planted_clusters(s["protocol"], int(s["n_clients"]), s["level"])
-            if grouping is not None and truth is not None and s["method"] not in ("local", "fedfomo", "fedproto"):
-                row["ari"] = cluster_recovery(grouping, truth)
-                row["n_clusters"] = len(set(grouping))
-        rows.append(row)
-    return pd.DataFrame(rows, columns=["method", "setting", "seed", "status", "data_split", "seconds", "accuracy",
-                                       "pooled", "ari", "n_clusters", "never_split"])
+    :func:`fedlib.methods.cfl.never_split`), ``seconds``.
+
+    A column selection of :func:`fedlib.frame.records_frame`; the per-client columns are read
+    from its ``record`` column. Shape (runs, the columns of ``_ACCURACY_COLUMNS``)."""
+    f = records_frame(records)
+    if f.empty:
+        return pd.DataFrame([], columns=_ACCURACY_COLUMNS)
+    ok, recs = (f.status == "ok").tolist(), f.record.tolist()
+    recovery = [_recovery(r) if o else (np.nan, np.nan) for r, o in zip(recs, ok)]
+    out = pd.DataFrame({
+        "method": [method_label(r["spec"]) for r in recs], "setting": f.protocol.tolist(), "seed": f.seed.tolist(),
+        "status": f.status.tolist(), "data_split": [split_of(r["spec"]) for r in recs], "seconds": f.seconds.tolist(),
+        "accuracy": [100 * float(np.nanmean(np.asarray(r["local_accuracy"], float))) if o else np.nan
+                     for r, o in zip(recs, ok)],
+        "pooled": (100 * f.global_accuracy).where(ok).tolist(),
+        "ari": [a for a, _ in recovery], "n_clusters": [n for _, n in recovery],
+        "never_split": [cfl.never_split(r.get("info")) if o and m == "cfl" else None
+                        for r, o, m in zip(recs, ok, f.method)]})
+    return out[_ACCURACY_COLUMNS]
 
 
 def one_split(df: pd.DataFrame, split: str | None = None) -> tuple[pd.DataFrame, str]:
@@ -322,10 +338,11 @@ def recovery_table(df: pd.DataFrame, split: str | None = None) -> pd.DataFrame:
 def rounds_frame(records) -> pd.DataFrame:
     """Fig. 4's data: per setting, method label and round, the accuracy (%) after that round
     (the per-round history: correct over all clients' test samples), mean over seeds."""
+    f = records_frame(records)
+    runs = f[(f.status == "ok") & (f.method != "clust_psi_pfl")] if len(f) else f
     rows = [{"setting": r["spec"]["protocol"], "method": method_label(r["spec"]), "seed": r["spec"]["seed"],
              "round": h["round"], "accuracy": 100 * h["global_accuracy"]}
-            for r in records if r["status"] == "ok" and r["spec"]["method"] != "clust_psi_pfl"
-            for h in r.get("history", [])]
+            for r in (runs.record if len(runs) else []) for h in r.get("history", [])]
     df = pd.DataFrame(rows, columns=["setting", "method", "seed", "round", "accuracy"])
     return df.groupby(["setting", "method", "round"], as_index=False).accuracy.mean()
 

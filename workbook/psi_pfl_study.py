@@ -38,6 +38,7 @@ import seaborn as sns
 
 from fedlib.evaluation import client_parity, summarise_clients
 from fedlib.experiment import present_records
+from fedlib.frame import records_frame
 from fedlib.methods.psi_pfl import rule_changes
 from fedlib.validation import fail
 from . import paper_values
@@ -119,16 +120,24 @@ def candidates_frame(records) -> pd.DataFrame:
     ζ, number of selected clients, validation and test global accuracy, and whether it was the
     chosen one."""
     rows = []
-    for r in records:
-        if r["spec"]["method"] != METHOD or r.get("status") != "ok":
-            continue
-        s, info = r["spec"], r["info"]
+    for key, r in _finished_runs(records):
+        info = r["info"]
         for i, c in enumerate(info["candidates"]):
-            rows.append({**{k: s[k] for k in SETTING_KEYS}, "seed": s["seed"], "percentile": c["percentile"],
+            rows.append({**key, "percentile": c["percentile"],
                          "threshold": c["threshold"], "n_selected": c["n_selected"],
                          "val_accuracy": c.get("val_accuracy", np.nan), "test_accuracy": c["test_accuracy"],
                          "chosen": i == info["chosen"], "selected_on": info["selected_on"]})
     return pd.DataFrame(rows)
+
+
+def _finished_runs(records) -> list[tuple[dict, dict]]:
+    """(setting and seed, record) of each finished ``psi_pfl`` run among ``records``, in their
+    order: :func:`fedlib.frame.records_frame`'s rows, its ``SETTING_KEYS`` + ``seed`` columns."""
+    f = records_frame(records)
+    if f.empty:
+        return []
+    runs = f[(f.method == METHOD) & (f.status == "ok")]
+    return list(zip(runs[SETTING_KEYS + ["seed"]].to_dict("records"), runs.record))
 
 
 def fig5_thresholds(cands: pd.DataFrame) -> plt.Figure:
@@ -440,14 +449,12 @@ def threshold_ties(records) -> pd.DataFrame:
     lower percentile with the same ζ (the two candidates train the same clients), else NaN.
     """
     rows = []
-    for r in records:
-        if r["spec"]["method"] != METHOD or r.get("status") != "ok":
-            continue
-        s, info = r["spec"], r["info"]
+    for key, r in _finished_runs(records):
+        info = r["info"]
         cands = sorted(info["candidates"], key=lambda c: c["percentile"])
         seen = {}
         for c, ch in zip(cands, rule_changes(info["psi"], [c["threshold"] for c in cands])):
-            rows.append({**{k: s[k] for k in SETTING_KEYS}, "seed": s["seed"], "percentile": c["percentile"], **ch,
+            rows.append({**key, "percentile": c["percentile"], **ch,
                          "same_zeta_as": seen.get(c["threshold"], np.nan)})
             seen.setdefault(c["threshold"], c["percentile"])
     return pd.DataFrame(rows)

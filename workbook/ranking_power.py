@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from fedlib.frame import records_frame
 from fedlib.validation import check_int, check_number, fail
 
 __all__ = ["PLATEAU_WINDOW", "PLATEAU_TOLERANCE_PP", "PLATEAU_RULE", "plateau_round", "history_of", "score_at_round",
@@ -94,15 +95,20 @@ def history_of(record: dict, value: str = "global_accuracy") -> tuple[np.ndarray
             100 * np.array([h[value] for h in rows], dtype=np.float64))
 
 
+def _finished(records) -> list[dict]:
+    """The finished (``ok``) records among ``records``, in their order: the ``record`` column of
+    :func:`fedlib.frame.records_frame`'s ok rows."""
+    f = records_frame(records)
+    return f[f.status == "ok"].record.tolist() if len(f) else []
+
+
 def score_at_round(records, round_: int, block_of, *, value: str = "global_accuracy") -> pd.DataFrame:
     """Methods × blocks of ``value`` (pp) at round ``round_`` of each finished record's history,
     mean over the seeds of a block; NaN where any seed's run has no evaluation at that round.
     ``block_of(record) -> str``: the block (e.g. the partition) of a record."""
     check_int(round_, "round_", 1)
     rows = []
-    for rec in records:
-        if rec.get("status") != "ok":
-            continue
+    for rec in _finished(records):
         r, a = history_of(rec, value)
         at = a[r == round_]
         rows.append({"method": rec["spec"]["method"], "block": block_of(rec),
@@ -116,7 +122,7 @@ def score_at_round(records, round_: int, block_of, *, value: str = "global_accur
 def score_table_records(records, block_of, score) -> pd.DataFrame:
     """Methods × blocks of ``score(record)`` (a float), mean over the seeds of a block (finished runs)."""
     rows = [{"method": rec["spec"]["method"], "block": block_of(rec), "score": float(score(rec))}
-            for rec in records if rec.get("status") == "ok"]
+            for rec in _finished(records)]
     if not rows:
         return pd.DataFrame()
     return pd.DataFrame(rows).groupby(["method", "block"]).score.mean().unstack("block")
@@ -129,8 +135,8 @@ def convergence_table(records, block_of, *, methods=None, value: str = "global_a
     of :func:`plateau_round`, NaN if none), ``reading`` ("plateau at r" or "not converged by R"),
     ``last_step_pp`` (|accuracy at the last evaluated round − the one before|, pp)."""
     rows = []
-    for rec in records:
-        if rec.get("status") != "ok" or (methods is not None and rec["spec"]["method"] not in methods):
+    for rec in _finished(records):
+        if methods is not None and rec["spec"]["method"] not in methods:
             continue
         r, a = history_of(rec, value)
         if r.size == 0:

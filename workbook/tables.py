@@ -1,7 +1,7 @@
 """Tables III and IV rebuilt from run records (no retraining).
 
-``records_frame`` flattens records into one row per run; ``table3`` (global accuracy) and
-``table4`` (AD ± SDAD) aggregate over seeds into one row per (dataset, protocol, level, K,
+``records_frame`` (:func:`fedlib.frame.records_frame`) flattens records into one row per run;
+``table3`` (global accuracy) and ``table4`` (AD ± SDAD) aggregate over seeds into one row per (dataset, protocol, level, K,
 method) with ``mean``, ``std`` (population std over seeds), ``n_seeds``; a setting whose
 partition was infeasible for every seed has n_seeds = 0 and renders as "—", as in the paper.
 A cell with a failed (diverged) run has ``n_failed`` > 0, ``mean`` and ``std`` NaN (its other
@@ -14,9 +14,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from fedlib.frame import records_frame  # the core reader, kept under this name for notebooks and tests
 from fedlib.methods import METHODS, display_name
 from fedlib.partition import level_symbol
-from fedlib.strict_json import restore
 
 __all__ = ["mean_sd", "records_frame", "for_reproduction", "table3", "table4", "beside_paper", "seed_summary", "to_markdown", "frame_markdown", "setting_name", "SETTING_KEYS", "provenance"]
 
@@ -28,53 +28,6 @@ def setting_name(protocol: str, level: float, sep: str = "=") -> str:
     """A setting as the paper writes it: ``setting_name("dirichlet", 0.3)`` -> ``"α=0.3"``,
     ``setting_name("similarity", 1, " = ")`` -> ``"S = 1"``; other protocols keep their name."""
     return f"{level_symbol(protocol, protocol)}{sep}{level:g}"
-
-
-def records_frame(records) -> pd.DataFrame:
-    """One row per run: the spec's keys, status, metrics, τ, WPSI and AD/SDAD vs CL.
-
-    The CL-target fairness (PSI-PFL) uses the CL run of the same setting and seed; it is NaN
-    where no such run exists. Values a strict-JSON record holds as null (listed in its
-    ``"nonfinite"`` field, :mod:`fedlib.strict_json`) are restored to NaN/±inf; a failed run
-    has its ``error`` and no metrics.
-    """
-    rows = []
-    for r in records:
-        r = restore(r) if "nonfinite" in r else r
-        s = r["spec"]
-        row = {k: s[k] for k in ("dataset", "protocol", "level", "n_clients", "seed", "method")}
-        row.update(status=r["status"], paper_name=r.get("paper_name"),
-                   reproduction=s.get("reproduction", "paper_text"))
-        if r["status"] == "failed":
-            row["error"] = r.get("error")
-        if r["status"] == "ok":
-            row.update({k: r[k] for k in ("global_accuracy", "ad", "sdad", "cp", "wpsi")})
-            row["reported_accuracy"] = r.get("reported_accuracy", r["global_accuracy"])
-            row["reported_rule"] = r.get("reported_rule", "last_round")
-            row["tau"] = r.get("info", {}).get("tau")
-            row["local_accuracy"] = r["local_accuracy"]
-        rows.append(row)
-    df = pd.DataFrame(rows)
-    if df.empty:
-        return df
-    for col in ("global_accuracy", "ad", "sdad", "cp", "wpsi", "tau"):
-        if col not in df:
-            df[col] = np.nan
-    cl = df[(df.method == "cl") & (df.status == "ok") & (df.reproduction == "paper_text")].set_index(
-        SETTING_KEYS + ["seed"])["global_accuracy"]
-    ad_cl, sdad_cl = [], []
-    for _, row in df.iterrows():
-        key = tuple(row[k] for k in SETTING_KEYS + ["seed"])
-        if row.status != "ok" or key not in cl.index:
-            ad_cl.append(np.nan)
-            sdad_cl.append(np.nan)
-            continue
-        d = np.abs(np.asarray(row.local_accuracy, float) - float(cl.loc[key]))
-        d = d[~np.isnan(d)]
-        ad_cl.append(d.mean())
-        sdad_cl.append(d.std())
-    df["ad_cl"], df["sdad_cl"] = ad_cl, sdad_cl
-    return df
 
 
 def _aggregate(df: pd.DataFrame, value: str) -> pd.DataFrame:
