@@ -229,16 +229,6 @@ def _line(name, spec, record: dict) -> str:
 _PROGRESS = "rounds"
 
 
-def estimate(spec, out, kind: str, estimate_from=()) -> float | None:
-    """The estimated seconds of ``spec``'s run on a ``kind`` device ('cpu' or 'cuda') under
-    ``$FEDLIB_SHARING``, from the records in ``out`` and ``estimate_from``
-    (:func:`fedlib.cost.estimate`); None where none is comparable."""
-    from fedlib import cost
-    from fedlib.grid import sharing, timing_records
-
-    return cost.estimate(spec, timing_records(out, *estimate_from), kind, sharing()).seconds
-
-
 def _collect(results, computed: list, skipped: list, echo, budget: bool = False, name=None) -> None:
     """Echo a line per finished run (each named by ``name(spec)``, default :func:`describe` under
     its method's row); append the records this process computed to ``computed``

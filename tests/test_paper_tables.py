@@ -158,3 +158,23 @@ def test_fedlib_imports_nothing_of_workbook():
         if bad:
             offenders[str(path.relative_to(ROOT))] = bad
     assert not offenders, offenders
+
+
+def test_a_table_whose_study_lacks_the_workbooks_extra_names_the_install(monkeypatch):
+    """The grid command is the core's; a workbook table's grid imports its study, whose plotting
+    dependencies are the workbook extra's: a missing one is named with the install that fixes it."""
+    import importlib
+
+    from workbook import paper_tables
+
+    real = importlib.import_module
+
+    def without_matplotlib(name, *a, **k):
+        if name.startswith("workbook.") and name != "workbook.paper_tables":
+            raise ModuleNotFoundError("No module named 'matplotlib'", name="matplotlib")
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(paper_tables.importlib, "import_module", without_matplotlib)
+    table = next(t for t in paper_tables.TABLES if t.name == "psi-pfl")
+    with pytest.raises(ModuleNotFoundError, match=r"'matplotlib'.*pip install 'fedlib\[workbook\]'"):
+        table.grid({})

@@ -25,7 +25,12 @@ class _Study:
         self.module, self.part = module, part
 
     def _study(self):
-        return importlib.import_module(f"workbook.{self.module}")
+        try:
+            return importlib.import_module(f"workbook.{self.module}")
+        except ModuleNotFoundError as err:  # the workbook's own dependencies are its extra's
+            raise ModuleNotFoundError(f"the paper tables' grids import workbook.{self.module}, which needs "
+                                      f"{err.name!r}: install the workbook's extra, pip install 'fedlib[workbook]' "
+                                      "(or make setup in a clone)", name=err.name) from err
 
     def grid(self, params: dict) -> list:
         study = self._study()
