@@ -39,7 +39,7 @@ import pandas as pd
 
 from fedlib.methods import cfl, display_name
 from fedlib.paths import ROOT
-from fedlib import cost
+from fedlib import cost, lookup
 from fedlib.validation import fail
 from .tables import frame_markdown, setting_name
 from .report_cells import METRICS, PAPERS, REASONS, cells, group_of, record_command
@@ -442,8 +442,10 @@ def not_run_groups(df: pd.DataFrame, root: Path | str = RECORDS) -> pd.DataFrame
     grid command, :mod:`workbook.paper_tables` — filled with the rows' methods, settings, levels and
     :data:`NOT_RUN_SEEDS`): rows, methods, settings, the command, and the runs and cost of
     that command exactly as ``--list`` counts them (:func:`fedlib.grid_cli.list_runs`): its spec
-    list (:func:`command_specs`), ``runs`` those not recorded in the folder (``to compute``:
-    :func:`fedlib.grid_cli.run_state`), ``recorded`` the others, and ``hours`` the estimates of the
+    list (:func:`command_specs`), ``runs`` those without a record in the folder (found by the
+    specs' fields, :func:`fedlib.lookup.find`, as the rows read them: a version bump changes
+    nothing; the command's ``--list`` finds the same while the version is the records'), ``recorded``
+    the others, and ``hours`` the estimates of the
     runs to compute summed (:func:`fedlib.cost.estimate`, from the records in the folder and under
     ``root``, as ``--estimate-from``'s default): CPU-hours, or — where no CPU record is comparable
     — GPU-hours of device wall time (``device`` 'cuda', and the command gets ``--device cuda``).
@@ -452,7 +454,6 @@ def not_run_groups(df: pd.DataFrame, root: Path | str = RECORDS) -> pd.DataFrame
     ``other_runs``: runs to compute that no row of the group reads (another seed or variant of a row
     that ran, which no filter of the command leaves out). The command holds one line per part of
     the rows (:func:`_command_parts`)."""
-    from fedlib import grid_cli
     from fedlib.grid import timing_records
 
     d = df[(df.verdict == "not run") & (df.reason != "no_offline_data")]
@@ -470,7 +471,7 @@ def not_run_groups(df: pd.DataFrame, root: Path | str = RECORDS) -> pd.DataFrame
         if commands:
             specs = list({s.key(): s for c in commands for s in command_specs(c)[0]}.values())
             where = Path(root) / folder
-            todo = [s for s in specs if grid_cli.run_state(where, s) == "to compute"]
+            todo = lookup.find(specs, where)[1]  # by the specs' fields, as the rows read records
             timings = timing_records(where, Path(root))
             device = "cpu"
             est = [cost.estimate(s, timings, device) for s in todo]
