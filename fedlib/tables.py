@@ -43,6 +43,8 @@ class PaperTable:
     grid_params : the params keys ``grid`` reads (a params file lacking one is refused).
     paper_values : the path of the paper's data file, e.g. ``'workbook/papers/cafa.yaml'``, or None
         (a table of the workbook's own study).
+    cells : ``cells() -> list``: the table's cells that a report reads, each with its readings and
+        the reasons a row may differ (the workbook's ``report_cells.Cell``); None: no cell.
     """
 
     name: str
@@ -55,6 +57,7 @@ class PaperTable:
     label: Callable[[Any], str]
     grid_params: tuple[str, ...]
     paper_values: str | None = None
+    cells: Callable[[], list] | None = None
 
     def __post_init__(self):
         for field in ("name", "paper", "notebook", "params"):
@@ -69,8 +72,8 @@ class PaperTable:
         if not isinstance(self.filters, tuple) or not self.filters or any(f not in FILTERS for f in self.filters):
             fail(f"PaperTable.filters of {self.name!r}", f"a non-empty tuple of names of {list(FILTERS)}",
                  self.filters)
-        for field in ("grid", "label"):
-            if not callable(getattr(self, field)):
+        for field in ("grid", "label", "cells"):
+            if not callable(getattr(self, field)) and not (field == "cells" and self.cells is None):
                 fail(f"PaperTable.{field} of {self.name!r}", "a callable", getattr(self, field))
         if (not isinstance(self.grid_params, tuple) or not self.grid_params
                 or not all(isinstance(k, str) and k for k in self.grid_params)):

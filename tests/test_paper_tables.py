@@ -10,6 +10,8 @@ import inspect
 import json
 from pathlib import Path
 
+import dataclasses
+
 import pytest
 import yaml
 
@@ -178,3 +180,20 @@ def test_a_table_whose_study_lacks_the_workbooks_extra_names_the_install(monkeyp
     table = next(t for t in paper_tables.TABLES if t.name == "psi-pfl")
     with pytest.raises(ModuleNotFoundError, match=r"'matplotlib'.*pip install 'fedlib\[workbook\]'"):
         table.grid({})
+
+
+def test_the_reports_cells_come_from_the_registry_in_the_papers_order():
+    """Each paper table's entry holds its report cells; the report reads them from the registry,
+    Clust-PSI-PFL's Table III first (the report's paper order), every cell once."""
+    from fedlib.tables import load_tables
+    from workbook import report_cells
+
+    tables = {name: t for name, t in load_tables().items() if t.cells is not None}
+    assert set(tables) == {"clust-psi-pfl-table3", "psi-pfl", "cafa-table4", "fedprism-table1", "fedprism-table9",
+                           "pfedlia-table1"}
+    cells = report_cells.cells()
+    assert [c.paper for c in cells] == sorted((c.paper for c in cells), key=list(report_cells.PAPERS).index)
+    assert len(cells) == sum(len(t.cells()) for t in tables.values())
+    assert {c.table for c in tables["fedprism-table9"].cells()} == {"Table 9"}
+    with pytest.raises(ValueError, match="PaperTable.cells"):
+        dataclasses.replace(tables["psi-pfl"], cells="not a function")

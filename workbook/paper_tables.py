@@ -40,6 +40,14 @@ class _Study:
         return self._study().grid_label(spec)
 
 
+def _cells(builder: str):
+    """``cells() -> list[Cell]``: the report's cells of one table (with their readings and the
+    reasons a row may differ), built by ``workbook.report_cells.<builder>`` on first call."""
+    def cells() -> list:
+        return getattr(importlib.import_module("workbook.report_cells"), builder)()
+    return cells
+
+
 def _table(name: str, module: str, part: str, grid_params: tuple, **fields) -> PaperTable:
     study = _Study(module, part)
     return PaperTable(name=name, grid=study.grid, label=study.label, grid_params=grid_params, **fields)
@@ -67,24 +75,27 @@ TABLES = (
            paper="PSI-PFL Figs. 5-7 and §4.3: psi_pfl and the baselines × data sets × Dirichlet α × K × seeds",
            notebook="07_psi_pfl", params="params/paper/07_psi_pfl.yaml",
            records="benchmarks/records/psi_pfl/comparison",
-           filters=("seeds", "methods", "alphas", "datasets", "n_clients"), paper_values="workbook/papers/psi_pfl.yaml"),
+           filters=("seeds", "methods", "alphas", "datasets", "n_clients"), paper_values="workbook/papers/psi_pfl.yaml",
+           cells=_cells("_psi_pfl_cells")),
     _table("cafa-table4", "cafa_study", "table4", _CAFA,
            paper="CAFA Tables IV–V and Fig. 6: FedAvg, FedProx, CAFA × IID shares × seeds (authors' protocol)",
            notebook="08_cafa", params="params/paper/08_cafa.yaml", records="benchmarks/records/cafa/training",
-           filters=("seeds", "methods", "iid_fractions"), paper_values="workbook/papers/cafa.yaml"),
+           filters=("seeds", "methods", "iid_fractions"), paper_values="workbook/papers/cafa.yaml",
+           cells=_cells("_cafa_cells")),
     _table("fedprism-table1", "fedprism_study", "table1", _FEDPRISM,
            paper="FedPrism Tables 1, 6, 7: methods × Dirichlet α × seeds, CFL's extra thresholds",
-           records="benchmarks/records/fedprism/table1", **_FEDPRISM_FIELDS),
+           records="benchmarks/records/fedprism/table1", cells=_cells("_fedprism_cells"), **_FEDPRISM_FIELDS),
     _table("fedprism-table9", "fedprism_study", "table9", _FEDPRISM,
            paper="FedPrism Table 9: the components ablations (FedPrism at the ablation α)",
-           records="benchmarks/records/fedprism/table9", **_FEDPRISM_FIELDS),
+           records="benchmarks/records/fedprism/table9", cells=_cells("_fedprism_table9_cells"), **_FEDPRISM_FIELDS),
     _table("fedprism-table11", "fedprism_study", "table11", _FEDPRISM,
            paper="FedPrism Table 11: the initial global weights (FedPrism at the ablation α)",
            records=None, **_FEDPRISM_FIELDS),
     _table("pfedlia-table1", "pfedlia_study", "table1", _PFEDLIA,
            paper="pFedLIA Table I and the cluster-recovery table: methods × settings × seeds",
            notebook="10_pfedlia", params="params/paper/10_pfedlia.yaml", records="benchmarks/records/pfedlia/table1",
-           filters=("seeds", "methods", "settings"), paper_values="workbook/papers/pfedlia.yaml"),
+           filters=("seeds", "methods", "settings"), paper_values="workbook/papers/pfedlia.yaml",
+           cells=_cells("_pfedlia_cells")),
     _table("cross-paper", "cross_paper", "cross", _CROSS,
            paper="this workbook's study: every method on every seed paper's partition × seeds "
                  "(--settings: protocols)",
@@ -101,6 +112,6 @@ TABLES = (
            notebook="06_tables_and_ecdfs", params="params/tables/clust_psi_pfl_table3.yaml",
            records="benchmarks/records/clust_psi_pfl/table3_like_for_like",
            filters=("seeds", "methods", "settings", "levels", "reproductions"),
-           paper_values="workbook/papers/clust_psi_pfl.yaml"),
+           paper_values="workbook/papers/clust_psi_pfl.yaml", cells=_cells("_table3_cells")),
 )
 """The workbook's paper tables, in the order the grid command lists them."""

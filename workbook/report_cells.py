@@ -25,8 +25,10 @@ Nothing here is a result: the numbers come from records (:mod:`workbook.report`)
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from fedlib.reproduction import runs_differently
+from fedlib.tables import load_tables
 from .cafa_study import AUTHORS_FL, PAPER_TABLE2, PAPER_TABLE3, PAPER_TABLE4, PAPER_TABLE5, PAPER_WINDOWS
 from .fedprism_study import CFL_PAPER as FEDPRISM_CFL
 from .fedprism_study import PAPER_MAIN, PAPER_TABLE9
@@ -162,12 +164,10 @@ pFedLIA's workbook split (the second reading of its Table I)."""
 
 
 def grid_tables() -> dict:
-    """Records folder under ``benchmarks/records/`` -> the paper table
-    (:class:`fedlib.tables.PaperTable` of :data:`workbook.paper_tables.TABLES`) whose grid
-    command computes its runs."""
-    from .paper_tables import TABLES
-
-    return {t.records.removeprefix("benchmarks/records/"): t for t in TABLES if t.records}
+    """Records folder under ``benchmarks/records/`` -> the registered paper table
+    (:func:`fedlib.tables.load_tables`: :data:`workbook.paper_tables.TABLES` and any other
+    package's) whose grid command computes its runs."""
+    return {t.records.removeprefix("benchmarks/records/"): t for t in load_tables().values() if t.records}
 
 
 def group_of(folder: str, match: tuple) -> str:
@@ -496,7 +496,7 @@ def _variant_readings(records: str, base: dict, metric: str, cfl_paper: dict) ->
 
 
 def _fedprism_cells() -> list[Cell]:
-    out = []
+    out = []  # Table 1's
     # the paper's partition (§4.2, a class mix p_i ~ Dir(α·1) per client): fedprism_study.PARTITION
     for ds in ("fmnist", "svhn", "cifar10", "cifar100"):
         for m in FEDPRISM_METHODS:
@@ -517,6 +517,11 @@ def _fedprism_cells() -> list[Cell]:
                 out.append(Cell("fedprism", "Table 1", m, f"{_DATASETS[ds]}, α = 0.1, {label}", v, readings,
                                 causes=causes, unavailable=None if ds == "fmnist" else "no_offline_data",
                                 chance=1.0 if ds == "cifar100" else 10.0))
+    return out
+
+
+def _fedprism_table9_cells() -> list[Cell]:
+    out = []
     # Table 9's ablations fix the components by construction (global + cluster, private only, ...):
     # the γ of the full model does not apply to them, so no cause is listed there.
     for comp, (glob, loc) in PAPER_TABLE9.items():
@@ -591,5 +596,10 @@ def _pfedlia_cells() -> list[Cell]:
 
 
 def cells() -> list[Cell]:
-    """Every cell of the report, papers in :data:`PAPERS` order."""
-    return _table3_cells() + _psi_pfl_cells() + _cafa_cells() + _fedprism_cells() + _pfedlia_cells()
+    """Every cell of the report: those of each registered paper table
+    (:attr:`fedlib.tables.PaperTable.cells`, :mod:`workbook.paper_tables`), papers in
+    :data:`PAPERS` order (a table's paper: its ``paper_values`` file's name), then the registry's."""
+    tables = [t for t in load_tables().values() if t.cells is not None]
+    order = list(PAPERS)
+    tables.sort(key=lambda t: order.index(Path(t.paper_values).stem))
+    return [c for t in tables for c in t.cells()]
