@@ -5,12 +5,11 @@ workbook."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import importlib
 import inspect
 import json
 from pathlib import Path
-
-import dataclasses
 
 import pytest
 import yaml
