@@ -180,7 +180,7 @@ def _list_totals(command: str, tmp_path: Path, capsys) -> dict:
 
 
 @pytest.mark.parametrize("folder, method", [
-    ("clust_psi_pfl/table3_like_for_like", "fedavg"),  # Table III (benchmarks/table3_like_for_like.py)
+    ("clust_psi_pfl/table3_like_for_like", "fedavg"),  # Table III (python -m fedlib.grid clust-psi-pfl-table3)
     ("fedprism/table1", "fedamp"),                     # FedPrism Table 1 (python -m fedlib.grid)
     ("pfedlia/table1", "pfedlia"),                     # pFedLIA Table I (python -m fedlib.grid)
     ("cafa/training", "cafa"),                         # CAFA fixed k (sed > params && python -m fedlib.grid)
@@ -198,7 +198,7 @@ def test_the_reports_not_run_runs_and_hours_are_what_list_computes_for_its_comma
     t = _list_totals(g.command, tmp_path, capsys)
     assert (t["to_compute"], t["recorded"]) == (g.runs, g.recorded)
     hours = t["seconds"] / 3600
-    if folder.startswith("clust"):  # list_runs' own seconds, unrounded
+    if "python -m fedlib.grid" not in g.command:  # the script's: list_runs' own seconds, unrounded
         assert hours == pytest.approx(g.hours)
-    else:  # the totals line's two decimals
+    else:  # the grid command's totals line: two decimals
         assert hours == pytest.approx(g.hours, abs=0.006)
