@@ -643,7 +643,7 @@ def _ours(c: dict) -> str:
     pp = " pp" if c["unit"] == "%" else ""
     spread = f" ± {_num(c['sd'], c['unit'], False)}" if np.isfinite(c["sd"]) else ""
     how = f"n = {c['n']}" if c["paired"] else f"unpaired, n = {len(c['values_a'])} vs {len(c['values_b'])}"
-    if c["pooled"]:
+    if c["pooled"] and np.isfinite(c["se"]):
         how += ", pooled seed sd"
     ci = (f", 90 % [{_num(c['low'], c['unit'])}, {_num(c['high'], c['unit'])}]" if np.isfinite(c["low"]) else "")
     return f"{_num(c['mean'], c['unit'])}{spread}{pp} ({how}{ci})"
@@ -667,7 +667,9 @@ def _outcome_text(c: dict) -> str:
     o = c["outcome"]
     if o == "not resolved":
         more = c["seeds_to_decide"]
-        return o + (f", ~{more} seeds would decide it" if more else ", no seed count decides it at today's numbers")
+        if more:
+            return f"{o}, ~{more} seeds would decide it"
+        return o + (", no seed count decides it at today's numbers" if np.isfinite(c["se"]) else "")
     return o
 
 
