@@ -187,11 +187,25 @@ def test_the_claims_are_built_from_the_files():
     from workbook import paper_claims as pc
     from workbook.report_cells import PAPERS
 
-    assert len(pc.CLAIMS) == sum(len(PV.claims(p)) for p in PV.PAPER_FILES) == 18
+    assert len(pc.CLAIMS) == sum(len(PV.claims(p)) for p in PV.PAPER_FILES) == 17
     assert [c.paper for c in pc.CLAIMS] == sorted((c.paper for c in pc.CLAIMS), key=list(PAPERS).index)
     first = PV.claims("clust_psi_pfl")[0]
     assert (pc.CLAIMS[0].quote, pc.CLAIMS[0].where, pc.CLAIMS[0].short) == (
         first["quote"], first["source"]["ref"], first["short"])
+    # a list of baselines and of cases: one comparison per case × baseline
+    assert len(pc.CLAIMS[0].comparisons) == len(first["b"]) * len(first["cases"])
+
+
+def test_block_spread_and_runs_are_checked():
+    data = PV.load("fedprism")
+    assert PV.spread_of("fedprism", "table1") == 0.9 and PV.runs_of("pfedlia", "table1") == 4
+    data["tables"]["table1"]["spread"]["sd"] = 0
+    with pytest.raises(ValueError, match=r"tables\.table1\.spread\.sd must be a finite number > 0"):
+        PV.check(data, "fedprism.yaml")
+    data = PV.load("clust_psi_pfl")
+    data["claims"][0]["b"] = []
+    with pytest.raises(ValueError, match=r"claims\[0\]\.b must be null, one reading or a non-empty list"):
+        PV.check(data, "clust_psi_pfl.yaml")
 
 
 # ----------------------------------------------------------------------------- every value has a source

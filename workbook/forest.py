@@ -36,8 +36,10 @@ __all__ = ["VERDICT_COLOURS", "VERDICT_LABELS", "CLAIM_COLOURS", "MARKER_GID", "
 VERDICT_COLOURS = {"reproduced": "tab:green", "differs": "tab:red", "infeasible": "0.6"}
 """Verdict of a report row -> its marker's colour (rows not run are not drawn)."""
 VERDICT_LABELS = {"reproduced": "reproduced", "differs": "not reproduced", "infeasible": "infeasible (no Δ; drawn at 0)"}
-CLAIM_COLOURS = {"holds": "tab:green", "does not hold": "tab:red", "not run": "0.6"}
-"""Verdict of a claim -> its marker's colour."""
+CLAIM_COLOURS = {"holds": "tab:green", "contradicted": "tab:red", "not resolved": "tab:orange", "not run": "0.6",
+                 "does not hold": "tab:red"}
+"""Outcome of a claim (:data:`workbook.paper_claims.VERDICTS`) -> its marker's colour; "does not hold", the
+earlier rule's, is still drawn (red)."""
 MARKER_GID = "forest-marker"
 """The ``gid`` of the marker collections: one marker per drawn row (tests count them)."""
 
@@ -303,7 +305,7 @@ def claims_plot(rows: pd.DataFrame, ax=None, width: float = 9.0):
     for a, u in zip(axes.flat, units):
         _claims_panel(a, rows[rows["unit"] == u], "claims in pp" if u == "%" else "claims on scores and counts")
     handles = [Line2D([], [], marker="o", linestyle="", color=CLAIM_COLOURS[v], label=v)
-               for v in ("holds", "does not hold")]
+               for v in ("holds", "contradicted", "not resolved")]
     handles += [Line2D([], [], marker="x", linestyle="", color=CLAIM_COLOURS["not run"], label="not run (drawn at 0)"),
                 Line2D([], [], marker="D", linestyle="", markerfacecolor="none", color="0.25", label="paper's A − B"),
                 Patch(color="tab:blue", alpha=0.13, label="what the claim needs")]

@@ -32,7 +32,8 @@ from pathlib import Path
 
 from fedlib.validation import fail
 
-__all__ = ["PAPERS_DIR", "PAPER_FILES", "path_of", "check", "load", "block", "rows", "column_labels", "source_of", "claims"]
+__all__ = ["PAPERS_DIR", "PAPER_FILES", "path_of", "check", "load", "block", "rows", "column_labels", "source_of", "claims",
+           "spread_of", "runs_of"]
 
 PAPERS_DIR = Path(__file__).resolve().parent / "papers"
 """The folder of the paper files (shipped as package data)."""
@@ -41,10 +42,13 @@ PAPER_FILES = ("clust_psi_pfl", "psi_pfl", "cafa", "fedprism", "pfedlia")
 
 _TOP = {"paper": str, "title": str, "text": str, "tables": dict, "claims": list}
 _SOURCE_REQUIRED, _SOURCE_OPTIONAL = ("ref", "page"), ("line", "note")
-_BLOCK_REQUIRED, _BLOCK_OPTIONAL = ("source", "columns", "rows"), ("unit", "key", "note")
+_BLOCK_REQUIRED, _BLOCK_OPTIONAL = ("source", "columns", "rows"), ("unit", "key", "note", "spread", "runs")
 _ROW_REQUIRED, _ROW_OPTIONAL = ("key", "values"), ("row", "line", "note")
-_CLAIM_REQUIRED, _CLAIM_OPTIONAL = ("short", "quote", "source", "statement", "kind", "a"), ("b",)
+_CLAIM_REQUIRED, _CLAIM_OPTIONAL = ("short", "quote", "source", "statement", "kind", "a"), ("b", "cases")
 _READING = ("table", "row", "column", "reading")
+_B_OPTIONAL = ("kind",)
+_CASE_REQUIRED, _CASE_OPTIONAL = ("column",), ("table",)
+_SPREAD, _RUNS = ("sd", "line"), ("n", "line")
 
 
 # ----------------------------------------------------------------------------- checks
@@ -121,6 +125,17 @@ def _block(b, file: str, key: str) -> None:
             fail(_where(file, f"{key}.{k}"), _fix("a string", file), b[k])
     if "key" in b:
         _scalar_or_list(b["key"], file, f"{key}.key")
+    if "spread" in b:
+        _keys(b["spread"], file, f"{key}.spread", _SPREAD, ("note",))
+        if not _is_number(b["spread"]["sd"]) or b["spread"]["sd"] <= 0:
+            fail(_where(file, f"{key}.spread.sd"), _fix("a finite number > 0 (the printed sd)", file), b["spread"]["sd"])
+        _line(b["spread"]["line"], file, f"{key}.spread.line", "the line of the seed text")
+    if "runs" in b:
+        _keys(b["runs"], file, f"{key}.runs", _RUNS, ("note",))
+        n = b["runs"]["n"]
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            fail(_where(file, f"{key}.runs.n"), _fix("an integer ≥ 1 (the runs each cell averages)", file), n)
+        _line(b["runs"]["line"], file, f"{key}.runs.line", "the line of the seed text")
     cols = b["columns"]
     if not isinstance(cols, list) or not cols:
         fail(_where(file, f"{key}.columns"), _fix("a non-empty list of column labels", file), cols)
@@ -147,10 +162,11 @@ def _block(b, file: str, key: str) -> None:
             _cell(v, file, f"{rk}.values[{j}]")
 
 
-def _reading(r, file: str, key: str) -> None:
-    _keys(r, file, key, _READING)
-    for k in _READING:
-        _string(r[k], file, f"{key}.{k}")
+def _reading(r, file: str, key: str, optional=()) -> None:
+    _keys(r, file, key, _READING, optional)
+    for k in _READING + tuple(optional):
+        if k in r:
+            _string(r[k], file, f"{key}.{k}")
 
 
 def _claim(c, file: str, key: str) -> None:
@@ -159,8 +175,21 @@ def _claim(c, file: str, key: str) -> None:
         _string(c[k], file, f"{key}.{k}")
     _source(c["source"], file, f"{key}.source")
     _reading(c["a"], file, f"{key}.a")
-    if c.get("b") is not None:
-        _reading(c["b"], file, f"{key}.b")
+    b = c.get("b")
+    if isinstance(b, list):
+        if not b:
+            fail(_where(file, f"{key}.b"), _fix("null, one reading or a non-empty list of readings", file), b)
+        for i, r in enumerate(b):
+            _reading(r, file, f"{key}.b[{i}]", _B_OPTIONAL)
+    elif b is not None:
+        _reading(b, file, f"{key}.b", _B_OPTIONAL)
+    if "cases" in c:
+        if not isinstance(c["cases"], list) or not c["cases"]:
+            fail(_where(file, f"{key}.cases"), _fix("a non-empty list of {table, column}", file), c["cases"])
+        for i, case in enumerate(c["cases"]):
+            _keys(case, file, f"{key}.cases[{i}]", _CASE_REQUIRED, _CASE_OPTIONAL)
+            for k in case:
+                _string(case[k], file, f"{key}.cases[{i}].{k}")
 
 
 def check(data, file: str, paper: str | None = None) -> dict:
@@ -259,3 +288,15 @@ def source_of(paper, name: str) -> dict:
 def claims(paper) -> list[dict]:
     """The ``claims`` of ``paper``'s file, in order."""
     return load(paper)["claims"]
+
+
+def spread_of(paper, name: str) -> float | None:
+    """Block ``name``'s ``spread.sd`` (the sd its caption prints for every cell), or None."""
+    sp = block(paper, name).get("spread")
+    return None if sp is None else float(sp["sd"])
+
+
+def runs_of(paper, name: str) -> int | None:
+    """Block ``name``'s ``runs.n`` (the runs each of its cells averages), or None (not stated)."""
+    r = block(paper, name).get("runs")
+    return None if r is None else int(r["n"])
