@@ -6,18 +6,25 @@ For every cell of the seed papers' tables that the workbook reproduces
     paper value · ours (mean ± sample sd over seeds, n) · Δ = ours − paper · verdict · reason
 
 from the paper-protocol run records committed under ``benchmarks/records/`` only — nothing is
-trained. Verdicts (:data:`VERDICTS`, by :data:`VERDICT_RULE`):
+trained. Verdicts (:data:`VERDICTS`, by :data:`VERDICT_RULE`: a test through standard errors,
+:mod:`workbook.verdicts`):
 
-* ``reproduced``: |Δ| ≤ max(tolerance, the paper's spread + our sd); the tolerance is 1 pp for
-  accuracies (the artifact appendix's "±1 pp accuracy") and a count's or score's own step;
-* ``differs``: outside that, with its cause *confirmed* by an evidence reading
-  (:data:`EVIDENCE_RULE`), *suspected*, or "no cause identified";
+* ``reproduced``: Δ's 90 % interval lies inside the margin ±m, m = max(tolerance, 2 × the
+  paper's sd); the tolerance is 1 pp for accuracies (the artifact appendix's "±1 pp accuracy")
+  and a count's or score's own step;
+* ``differs``: the interval lies wholly outside ±m, with its cause *confirmed* by an evidence
+  reading on two seeds or more, *supported* (with its n), *suspected* (:data:`EVIDENCE_RULE`), or
+  "no cause identified";
+* ``undecided``: neither, with the seeds that would likely decide it;
 * ``infeasible``: every matching record says its partition cannot be made (with the reason);
 * ``not run``: no committed record (or the data have no offline source); listed per records
   folder with the command that computes them and an estimate of their cost.
 
-Each verdict states the seeds it rests on; the scoreboard counts trained, label-only and
-chance-level rows apart, and rows with n ≥ 3 apart. Above the tables, each paper's headline
+A one-seed row borrows a seed sd pooled over comparable rows, stated on the row. Each verdict
+states the seeds it rests on; the scoreboard (:func:`scoreboard`, :func:`headline`) counts rows
+trained on the paper's own data apart from stand-in data, label-only rows, rows at chance (a seed
+of ours at chance level is flagged, whatever the paper printed) and rows repeating one printed
+value (:data:`GROUPS`), and counts distinct records. Above the tables, each paper's headline
 claims are judged from the same records (:mod:`workbook.paper_claims`).
 
 Notebook 00 and ``docs/findings.md`` render the same frame (:func:`frame`), so they cannot
@@ -45,12 +52,12 @@ from .tables import frame_markdown, setting_name
 from .report_cells import METRICS, PAPERS, REASONS, cells, group_of, record_command
 from .matching import (DERIVATIONS, RECORDS, _derived, _load, _most_heterogeneous, anchor_slug, cl_distance, matched_records,
                        matches, record_value)
-from . import paper_claims
+from . import paper_claims, verdicts as V
 
-__all__ = ["RECORDS", "VERDICTS", "DERIVATIONS", "record_value", "cfl_row_note", "cl_distance", "matches", "row_values", "frame", "scoreboard", "VERDICT_RULE", "EVIDENCE_RULE", "NOT_RUN_SEEDS", "not_run_groups",
+__all__ = ["RECORDS", "VERDICTS", "GROUPS", "group", "headline", "AT_CHANCE", "DERIVATIONS", "record_value", "cfl_row_note", "cl_distance", "matches", "row_values", "frame", "scoreboard", "VERDICT_RULE", "EVIDENCE_RULE", "NOT_RUN_SEEDS", "not_run_groups",
            "matched_records", "anchor_slug", "format_ours", "paper_section", "cpu_hours", "cross_paper_markdown", "beyond_label_markdown", "findings_markdown", "sections", "show", "readme_block", "write", "check", "main"]
 
-VERDICTS = ("reproduced", "differs", "infeasible", "not run")
+VERDICTS = ("reproduced", "differs", "undecided", "infeasible", "not run")
 FINDINGS = ROOT / "docs" / "findings.md"
 README = ROOT / "README.md"
 _BLOCK = re.compile(r"(<!-- findings:start -->\n)(.*?)(<!-- findings:end -->)", re.S)
@@ -110,29 +117,37 @@ def row_values(reading, root: Path = RECORDS) -> tuple[list[float], list[str]]:
 
 
 # ----------------------------------------------------------------------------- the frame
-VERDICT_RULE = ("*reproduced* when |Δ| ≤ max(tolerance, paper's spread + our sd): the paper's sd over its seeds "
-                "plus ours (sample sd, 0 for one seed) is the disagreement two runs of one procedure on other "
-                "seeds show; the tolerance is the least disagreement that counts: 1 pp for accuracies (the "
-                "Clust-PSI-PFL artifact appendix's ±1 pp), a count's or a score's own step (half a cluster "
-                "for a number of clusters; one client's share for an identification score); *differs* "
-                "otherwise; *infeasible* when every record of the row says its partition cannot be made; "
-                "*not run* when no record is committed. Every verdict says how many seeds it rests on.")
-"""The verdict rule, as the report states it (applied by :func:`frame`)."""
+VERDICT_RULE = ("a test of Δ = ours − paper through both means' standard errors (`workbook.verdicts`): "
+                "se(Δ) = √(s_p²/n_p + s²/n), the paper's sd s_p over its n_p runs (5 for Clust-PSI-PFL, 4 for "
+                "pFedLIA, FedPrism's unstated \"multiple\" read as 3; a value printed without a spread counts as "
+                "exact) and ours, s over our n seeds — for a one-seed row a seed sd pooled over comparable rows "
+                "(the same method, data set and protocol at other levels, else every row of its records folder), "
+                "stated on the row, never 0. The margin m = max(tolerance, 2 × the paper's sd): a rerun of the "
+                "paper's own protocol lands within about two of its seed sds, and the tolerance is the least "
+                "difference the table resolves (1 pp for accuracies, the Clust-PSI-PFL artifact appendix's ±1 pp; a "
+                "count's or a score's own step). *reproduced* when Δ's 90 % interval (Welch t, two one-sided tests "
+                "at 5 %) lies inside ±m; *differs* when it lies wholly outside; *undecided* otherwise, with the number "
+                "of our seeds that would likely decide it at today's mean and sd (or none, where the paper's own "
+                "standard error is too wide); *infeasible* when every record of the row says its partition cannot be "
+                "made; *not run* when no record is committed. Every verdict says how many seeds it rests on; a seed "
+                "at chance level (what a one-class predictor scores) is flagged on its row.")
+"""The verdict rule, as the report states it (applied by :func:`frame`, :func:`workbook.verdicts.verdict`)."""
 
-EVIDENCE_RULE = ("A cause is *confirmed* when its evidence reading (the run with the suspected difference "
-                 "undone) lands within tolerance of the paper or closes at least half of the gap "
-                 "(|Δ evidence| ≤ |Δ| / 2); otherwise, or when no run tests it, it is *suspected*.")
+EVIDENCE_RULE = ("A cause's evidence reading is the run with the suspected difference undone, judged by the same "
+                 "test: the cause is *confirmed* when that reading reproduces the paper on two seeds or more; "
+                 "*supported (n seeds)* when it reproduces the paper on one seed, or closes at least half of the "
+                 "gap (|Δ evidence| ≤ |Δ| / 2) — said with its n, and with the side it lands on where it overshoots "
+                 "the paper by more than the margin; *suspected* otherwise, or when no run tests it.")
 """When a listed cause counts as known (applied by :func:`frame`)."""
+
+AT_CHANCE = 0.005
+"""A seed's value within this of a cell's chance level (to the printed two decimals) is flagged
+"at chance": what a one-class predictor scores, whatever the paper printed."""
 
 
 def _sd(values) -> float:
     """Sample standard deviation (ddof = 1); NaN for fewer than two values."""
     return float(np.std(values, ddof=1)) if len(values) > 1 else np.nan
-
-
-def _allowed(cell, sd: float) -> float:
-    """The largest |Δ| the verdict rule calls reproduced (:data:`VERDICT_RULE`)."""
-    return max(cell.tolerance, (cell.spread or 0.0) + (sd if np.isfinite(sd) else 0.0))
 
 
 def _infeasible_why(recs) -> str:
@@ -145,38 +160,117 @@ def _seeds(n: int) -> str:
     return f"{n} seed" + ("" if n == 1 else "s")
 
 
+def _pool_keys(rd) -> tuple:
+    """The scopes a one-seed row borrows its seed sd from, narrowest first: the same records
+    folder, metric, reading, method, data set and protocol (other levels); the same but every
+    method; the same folder, metric and data set."""
+    m = dict(rd.match)
+    return ((rd.records, rd.metric, rd.name, m.get("method"), m.get("dataset"), m.get("protocol")),
+            (rd.records, rd.metric, rd.name, m.get("dataset"), m.get("protocol")),
+            (rd.records, rd.metric, m.get("dataset")))
+
+
+_POOL_SCOPE = ("the same method, data set and protocol at other levels",
+               "every method read the same way on the same data set and protocol",
+               "every row of its records folder on the same data set and metric")
+
+
+def _pools(entries) -> dict:
+    """Scope key (:func:`_pool_keys`) -> (s, df, rows, scope text): the seed sd pooled
+    (:func:`workbook.verdicts.pooled_sd`) over ``entries``' rows (reading, values) of two seeds or more."""
+    groups: dict = {}
+    for rd, values in entries:
+        if len(values) >= 2:
+            for i, key in enumerate(_pool_keys(rd)):
+                groups.setdefault(key, (i, []))[1].append(values)
+    out = {}
+    for key, (i, rows) in groups.items():
+        s, df = V.pooled_sd(rows)
+        if df and s > 0:
+            out[key] = (s, df, len(rows), _POOL_SCOPE[i])
+    return out
+
+
+def _test(cell, values, pools, rd) -> tuple:
+    """(:class:`workbook.verdicts.Verdict` or None, the pooled sd's note or ""): the row's test; None
+    for one seed with no comparable row to pool a seed sd from."""
+    if cell.spread is not None and cell.paper_n is None:
+        fail("Cell.paper_n", f"the runs behind the paper's spread of {cell.paper} {cell.table} {cell.row} "
+                             f"(a block's runs: {{n, line}} in workbook/papers/{cell.paper}.yaml)", None)
+    pool, note = None, ""
+    if len(values) == 1:
+        pool = next((pools[k] for k in _pool_keys(rd) if k in pools), None)
+        if pool is None:
+            return None, ""
+        unit = " pp" if cell.unit == "%" else ""
+        note = f"one seed: sd {_num(pool[0], cell.unit)}{unit} pooled over {pool[2]} rows of {pool[3]}"
+    v = V.verdict(cell.value, cell.spread, cell.paper_n or 1, values, cell.tolerance,
+                  pooled=None if pool is None else pool[:2])
+    return v, note
+
+
+def _undecided_why(cell, t) -> str:
+    """Why a row is undecided, and what would decide it."""
+    if t is None:
+        return ("undecided: one seed, and no comparable row with two seeds to pool a seed sd from; a second seed "
+                "gives the row its own")
+    u = " pp" if cell.unit == "%" else ""
+    head = (f"undecided: Δ's 90 % interval [{_num(t.low, cell.unit, True)}, {_num(t.high, cell.unit, True)}]{u} "
+            f"reaches across the margin ±{_num(t.margin, cell.unit)}{u}")
+    if t.seeds_to_decide is None:
+        return head + "; no number of our seeds decides it (the paper's own standard error is too wide)"
+    return head + f"; about {t.seeds_to_decide} seeds in all would likely decide it"
+
+
+def _record_ids(rd, root: Path) -> tuple:
+    """The identities (folder, spec) of the ``ok`` records a row reads: the distinct runs behind it."""
+    import json
+
+    return tuple(sorted({(rd.records, json.dumps(r.get("spec", {}), sort_keys=True, default=str))
+                         for r in matched_records(rd, root)[1] if r.get("status") == "ok"}))
+
+
 def frame(root: Path | str = RECORDS) -> pd.DataFrame:
     """One row per (cell, reading): paper, table, row, column, reading, metric, unit, paper
-    (value), spread, tolerance, values (ours, per seed), n, mean, sd (sample sd), delta, verdict
-    (:data:`VERDICTS`), verdict_text (the verdict with its number of seeds), kind, chance_level
-    (the paper's value and ours both within the tolerance of chance), reason (key or ""),
-    cause_status ("confirmed", "suspected" or ""), why (the cause's note and its evidence, or why
-    the row did not run), guess (the paper's sentence a guessed setting reads, or ""), records,
-    match, id (the row's anchor in docs/findings.md)."""
+    (value), spread, paper_n (the runs behind the paper's spread), tolerance, values (ours, per
+    seed), n, mean, sd (sample sd), delta, low, high (Δ's 90 % interval), margin, seeds_to_decide,
+    pooled (the pooled seed sd's note of a one-seed row, or ""), verdict (:data:`VERDICTS`, by
+    :data:`VERDICT_RULE`), verdict_text (the verdict with its number of seeds), kind, chance_level
+    (the paper's value and ours both within the tolerance of chance), at_chance (our seeds at
+    chance level, :data:`AT_CHANCE`), stand_in (the cell runs on stand-in data), shared_value (the
+    paper's one value repeated across columns, CL), reason (key or ""), cause_status
+    ("confirmed", "supported", "suspected" or ""), why (the cause's note and its evidence, why the
+    row is undecided, or why it did not run), guess (the paper's sentence a guessed setting reads,
+    or ""), records, match, record_ids (the distinct ok records it reads), id (the row's anchor in
+    docs/findings.md)."""
     _load.cache_clear()
     _derived.cache_clear()
+    root = Path(root)
+    table = [(c, {rd.name: (([], []) if c.unavailable else row_values(rd, root)) for rd in c.readings}) for c in cells()]
+    pools = _pools((rd, got[rd.name][0]) for c, got in table for rd in c.readings)
     rows = []
-    for c in cells():
-        stats = {}
+    for c, got in table:
+        tests = {rd.name: _test(c, got[rd.name][0], pools, rd) if got[rd.name][0] else (None, "") for rd in c.readings}
         for rd in c.readings:
-            values, other = ([], []) if c.unavailable else row_values(rd, Path(root))
+            values, other = got[rd.name]
             n = len(values)
             mean = float(np.mean(values)) if n else np.nan
             sd = _sd(values)
-            stats[rd.name] = (values, other, n, mean, sd, mean - c.value if n else np.nan)
-        for rd in c.readings:
-            values, other, n, mean, sd, delta = stats[rd.name]
+            delta = mean - c.value if n else np.nan
+            t, pooled = tests[rd.name]
             reason, status, why = "", "", ""
             if c.unavailable:
                 verdict, reason, why = "not run", c.unavailable, REASONS[c.unavailable]
             elif n == 0 and other and all(o == "infeasible" for o in other):
                 verdict = "infeasible"
-                why = _infeasible_why(matched_records(rd, Path(root))[1])
+                why = _infeasible_why(matched_records(rd, root)[1])
             elif n == 0:
                 verdict = "not run"
                 why = (f"records: {', '.join(sorted(set(other)))}" if other
                        else f"no committed record in benchmarks/records/{rd.records}/")
-            elif abs(delta) <= _allowed(c, sd) + 1e-9:
+            elif t is None or t.outcome == "undecided":
+                verdict, why = "undecided", _undecided_why(c, t)
+            elif t.outcome == "reproduced":
                 verdict = "reproduced"
             else:
                 verdict = "differs"
@@ -184,25 +278,39 @@ def frame(root: Path | str = RECORDS) -> pd.DataFrame:
                 if cause is None:
                     why = "no cause identified"
                 else:
-                    reason, status, why = cause.reason, *_cause_status(c, cause, delta, stats)
-            if n and other:  # seeds that ran but give no value: the mean is over the others
-                why = ((f"{why}; " if why else "")
-                       + f"not in the mean ({len(other)} of {n + len(other)} seeds): {', '.join(sorted(set(other)))}")
-            if n and c.kind == "trained":  # CFL: the thresholds its records ran, and whether they ever split
-                note = cfl_row_note([r for r in matched_records(rd, Path(root))[1] if r.get("status") == "ok"])
+                    reason, status, why = cause.reason, *_cause_status(c, cause, delta, got, tests)
+            def add(note):
+                nonlocal why
                 why = (f"{why}; " if why and note else why) + note
+            if n and pooled:
+                add(pooled)
+            at_chance = [v for v in values if c.chance is not None and abs(v - c.chance) <= AT_CHANCE]
+            if at_chance:
+                add(f"{len(at_chance)} of {n} seeds at chance level ({_num(c.chance, c.unit)} %: what a one-class "
+                    "predictor scores)")
+            if n and other:  # seeds that ran but give no value: the mean is over the others
+                add(f"not in the mean ({len(other)} of {n + len(other)} seeds): {', '.join(sorted(set(other)))}")
+            if n and c.kind == "trained":  # CFL: the thresholds its records ran, and whether they ever split
+                add(cfl_row_note([r for r in matched_records(rd, root)[1] if r.get("status") == "ok"]))
             if n and _most_heterogeneous(rd):  # say which level answered it
-                r0 = matched_records(rd, Path(root))[1][0]["spec"]
-                why = (f"{why}; " if why else "") + f"read at {setting_name(r0['protocol'], float(r0['level']))}"
+                r0 = matched_records(rd, root)[1][0]["spec"]
+                add(f"read at {setting_name(r0['protocol'], float(r0['level']))}")
             chance = (c.chance is not None and n > 0 and abs(c.value - c.chance) <= c.tolerance + 1e-9
                       and abs(mean - c.chance) <= c.tolerance + 1e-9)
             text = verdict if verdict in ("not run", "infeasible") else f"{verdict}, {_seeds(n)}"
+            if verdict == "undecided" and t is not None and t.seeds_to_decide:
+                text += f" (≈ {t.seeds_to_decide} decide)"
             rows.append(dict(paper=c.paper, table=c.table, row=c.row, column=c.column, reading=rd.name,
-                             metric=rd.metric, unit=c.unit, paper_value=c.value, spread=c.spread,
+                             metric=rd.metric, unit=c.unit, paper_value=c.value, spread=c.spread, paper_n=c.paper_n,
                              tolerance=c.tolerance, values=values, n=n, mean=mean, sd=sd, delta=delta,
+                             low=t.low if t else np.nan, high=t.high if t else np.nan,
+                             margin=t.margin if t else V.margin_of(c.tolerance, c.spread),
+                             seeds_to_decide=t.seeds_to_decide if t else None, pooled=pooled if n == 1 else "",
                              verdict=verdict, verdict_text=text, kind=c.kind, chance_level=bool(chance),
+                             at_chance=len(at_chance), stand_in=c.stand_in, shared_value=c.shared_value,
                              reason=reason, cause_status=status, why=why, guess=c.guess or "",
                              records=rd.records, match=rd.match,
+                             record_ids=_record_ids(rd, root) if n else (),
                              id=anchor_slug(PAPERS[c.paper], c.table, c.row, c.column, rd.name)))
     return pd.DataFrame(rows)
 
@@ -220,45 +328,109 @@ def cfl_row_note(records) -> str:
     return f"CFL at {' / '.join(used)}" + (f"; {note}" if note else "")
 
 
-def _cause_status(cell, cause, delta: float, stats: dict) -> tuple[str, str]:
-    """(``"confirmed"`` or ``"suspected"``, the text the report prints) for a differing row's
-    ``cause``, by :data:`EVIDENCE_RULE` from the cell's readings' ``stats``."""
+def _cause_status(cell, cause, delta: float, got: dict, tests: dict) -> tuple[str, str]:
+    """(``"confirmed"``, ``"supported"`` or ``"suspected"``, the text the report prints) for a
+    differing row's ``cause``, by :data:`EVIDENCE_RULE`: its evidence reading's values (``got``:
+    reading -> (values, other)) judged by the same test (``tests``: reading -> (Verdict or None, note))."""
     unit = " pp" if cell.unit == "%" else ""
     if cause.evidence is None:
         return "suspected", f"suspected: {cause.note} (no run tests it)"
-    if cause.evidence not in stats:
-        fail("Cause.evidence", f"the name of a reading of the cell ({sorted(stats)})", cause.evidence)
-    values, _, n, mean, sd, d_e = stats[cause.evidence]
+    if cause.evidence not in got:
+        fail("Cause.evidence", f"the name of a reading of the cell ({sorted(got)})", cause.evidence)
+    values = got[cause.evidence][0]
+    n = len(values)
     if n == 0:
         return "suspected", f"suspected: {cause.note} (its evidence, the '{cause.evidence}' reading, has no record)"
+    mean = float(np.mean(values))
+    d_e = mean - cell.value
+    t = tests[cause.evidence][0]
+    margin = t.margin if t is not None else V.margin_of(cell.tolerance, cell.spread)
     reading = f"'{cause.evidence}' gives {_num(mean, cell.unit)} (Δ {_num(d_e, cell.unit, True)}{unit}, {_seeds(n)})"
-    if abs(d_e) <= _allowed(cell, sd) + 1e-9 or abs(d_e) <= abs(delta) / 2 + 1e-9:
-        return "confirmed", f"{cause.note}; evidence: {reading}"
+    if np.sign(d_e) != np.sign(delta) and abs(d_e) > margin:
+        reading += (f", overshooting to the other side of the paper by more than the margin "
+                    f"±{_num(margin, cell.unit)}{unit}")
+    reproduces = t is not None and t.outcome == "reproduced"
+    if reproduces and n >= 2:
+        return "confirmed", f"confirmed ({_seeds(n)}): {cause.note}; evidence: {reading}"
+    if reproduces or abs(d_e) <= abs(delta) / 2 + 1e-9:
+        return "supported", f"supported ({_seeds(n)}): {cause.note}; evidence: {reading}"
     return "suspected", f"suspected: {cause.note} (evidence does not support it: {reading})"
 
 
+GROUPS = {"own data": "trained on the paper's own data set, its own printed value, no seed at chance",
+          "stand-in data": "trained on a stand-in for the paper's data set (its data have no offline source)",
+          "label-only": "a clustering of the clients' label histograms: no model is trained",
+          "at chance": "the paper's value and ours at chance level, or one of our seeds at it (a one-class "
+                       "predictor's score)",
+          "shared value": "one printed value repeated in every column (CL's one accuracy per data set)"}
+"""How the scoreboard sets rows apart (:func:`group`), in order of precedence."""
+
+
+def group(row) -> str:
+    """The key of :data:`GROUPS` a frame row is counted under: label-only first, then rows at
+    chance (the paper's and ours, or any seed of ours), then rows repeating one printed value, then
+    stand-in data; the rest are "own data"."""
+    if row["kind"] == "label_only":
+        return "label-only"
+    if row["chance_level"] or row["at_chance"]:
+        return "at chance"
+    if row["shared_value"]:
+        return "shared value"
+    return "stand-in data" if row["stand_in"] else "own data"
+
+
+_DECIDED = ("reproduced", "differs", "undecided")
+
+
 def scoreboard(df: pd.DataFrame) -> pd.DataFrame:
-    """Per paper: rows (cell × reading), rows resting on n ≥ 3 seeds, reproduced (trained rows
-    with n ≥ 3, trained rows with n < 3, label-only or chance-level rows), differ with a confirmed
-    cause, with a suspected one, with none identified, infeasible, not run (of which: no offline
-    data)."""
+    """Per paper: rows (cell × reading), records (distinct ok records behind them); for the rows
+    that ran, per group of :data:`GROUPS` the rows reproduced, differing and undecided (own data,
+    stand-in data, label-only) or counted (at chance, shared value); the differing
+    rows by their cause's status (confirmed, supported, suspected, none identified); infeasible,
+    not run (of which: no offline data)."""
     out = []
     for p, name in PAPERS.items():
         d = df[df.paper == p]
-        rep = d[d.verdict == "reproduced"]
-        trained = rep[(rep.kind == "trained") & ~rep.chance_level]
+        ran = d[d.verdict.isin(_DECIDED)]
+        g = ran.apply(group, axis=1) if len(ran) else pd.Series([], dtype=str)
+        row = {"paper": name, "rows": len(d), "records": len({i for ids in d.record_ids for i in ids})}
+        for key in ("own data", "stand-in data", "label-only"):
+            for v in _DECIDED:
+                row[f"{key}: {v}"] = int(((g == key) & (ran.verdict == v)).sum())
+        for key in ("at chance", "shared value"):
+            row[key] = int((g == key).sum())
         differs = d[d.verdict == "differs"]
-        out.append({"paper": name, "rows": len(d), "rows with n ≥ 3": int((d.n >= 3).sum()),
-                    "reproduced, trained, n ≥ 3": int((trained.n >= 3).sum()),
-                    "reproduced, trained, n < 3": int((trained.n < 3).sum()),
-                    "reproduced, label-only or chance-level": len(rep) - len(trained),
-                    "differ, cause confirmed": int((differs.cause_status == "confirmed").sum()),
+        row.update({"differ, cause confirmed": int((differs.cause_status == "confirmed").sum()),
+                    "differ, cause supported": int((differs.cause_status == "supported").sum()),
                     "differ, cause suspected": int((differs.cause_status == "suspected").sum()),
                     "differ, no cause identified": int((differs.reason == "").sum()),
                     "infeasible": int((d.verdict == "infeasible").sum()),
                     "not run": int((d.verdict == "not run").sum()),
                     "of which no offline data": int((d.reason == "no_offline_data").sum())})
+        out.append(row)
     return pd.DataFrame(out)
+
+
+def headline(df: pd.DataFrame) -> str:
+    """The report's first sentence, with its denominators: the rows trained on the papers' own
+    data sets and what they read, then each group counted apart, the rows not decided by a run,
+    and the distinct records behind it all."""
+    sb = scoreboard(df)
+    tot = sb.drop(columns="paper").sum()
+    own = [int(tot[f"own data: {v}"]) for v in _DECIDED]
+    stand = [int(tot[f"stand-in data: {v}"]) for v in _DECIDED]
+    label = [int(tot[f"label-only: {v}"]) for v in _DECIDED]
+    ran = df[df.verdict.isin(_DECIDED)]
+    own_n3 = int(((ran.apply(group, axis=1) == "own data") & (ran.n >= 3)).sum()) if len(ran) else 0
+    return (f"Of {sum(own)} table rows (a paper cell read one way) trained on the paper's own data set, {own[0]} "
+            f"reproduce, {own[1]} differ and {own[2]} are undecided ({own_n3} of the {sum(own)} rest on three seeds or "
+            f"more). Counted apart: {sum(stand)} ran on stand-in data ({stand[0]} reproduce, {stand[1]} differ, "
+            f"{stand[2]} undecided), {sum(label)} are label-only ({label[0]} reproduce, {label[1]} differ, {label[2]} "
+            f"undecided), {int(tot['at chance'])} sit at chance "
+            f"or have a seed at it, and {int(tot['shared value'])} repeat one printed value (CL); "
+            f"{int(tot['infeasible'])} are infeasible and {int(tot['not run'])} not run "
+            f"({int(tot['of which no offline data'])} of them for want of offline data). They rest on "
+            f"{len({i for ids in df.record_ids for i in ids})} distinct run records.")
 
 
 def format_ours(values, unit: str = "%") -> str:
@@ -288,18 +460,23 @@ def _name(row: str) -> str:
 
 def _paper(r) -> str:
     s = _num(r.paper_value, r.unit)
-    return s if r.spread is None or not np.isfinite(r.spread) else f"{s} ± {_num(r.spread, r.unit)}"
+    if r.spread is None or not np.isfinite(r.spread):
+        return s
+    return f"{s} ± {_num(r.spread, r.unit)} (n = {int(r.paper_n)})"
 
 
 def _md_table(d: pd.DataFrame, anchors: bool) -> list[str]:
-    lines = ["| row | column | reading | paper | ours | Δ | verdict | reason |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| row | column | reading | paper | ours | Δ [90 % interval] | verdict (margin) | reason |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in d.itertuples():
         anchor = f'<a id="{r.id}"></a>' if anchors else ""
         reason = f"{r.reason}: {r.why}" if r.reason else r.why
         if r.guess:
             reason = f"guessed setting: {r.guess}" + (f"; {reason}" if reason else "")
+        interval = (f" [{_num(r.low, r.unit, True)}, {_num(r.high, r.unit, True)}]" if np.isfinite(r.low) else "")
+        margin = f" (±{_num(r.margin, r.unit)})" if r.verdict in _DECIDED and np.isfinite(r.margin) else ""
         lines.append(f"| {anchor}{_name(r.row)} | {r.column} | {r.reading} | {_paper(r)} | {format_ours(r.values, r.unit)} | "
-                     f"{_num(r.delta, r.unit, True)} | {r.verdict_text} | {reason} |")
+                     f"{_num(r.delta, r.unit, True)}{interval} | {r.verdict_text}{margin} | {reason} |")
     return lines
 
 
@@ -523,10 +700,20 @@ def _not_run_md(groups: pd.DataFrame) -> list[str]:
     return out
 
 
-def _scoreboard_md(sb: pd.DataFrame) -> list[str]:
-    cols = list(sb.columns)
-    return (["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-            + ["| " + " | ".join(str(v) for v in row) + " |" for row in sb.itertuples(index=False)])
+def _scoreboard_md(sb: pd.DataFrame, link: str | None = None) -> list[str]:
+    """The scoreboard as a markdown table of nine narrow columns (each paper linking to its part of
+    the report at ``link``, if given)."""
+    lines = ["| paper | rows | records | own data: reproduced / differ / undecided | stand-in data: reproduced / "
+             "differ / undecided | label-only: reproduced / differ / undecided | at chance / shared value | differ: cause "
+             "confirmed / supported / suspected / none | infeasible | not run |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for s in sb.to_dict("records"):
+        name = f"[{s['paper']}]({link}#{anchor_slug(s['paper'])})" if link is not None else s["paper"]
+        triple = lambda k: " / ".join(str(s[f"{k}: {v}"]) for v in _DECIDED)  # noqa: E731
+        lines.append(f"| {name} | {s['rows']} | {s['records']} | {triple('own data')} | {triple('stand-in data')} | "
+                     f"{triple('label-only')} | {s['at chance']} / {s['shared value']} | {s['differ, cause confirmed']} / "
+                     f"{s['differ, cause supported']} / {s['differ, cause suspected']} / "
+                     f"{s['differ, no cause identified']} | {s['infeasible']} | {s['not run']} |")
+    return lines
 
 
 CROSS_PAPER_PARAMS = ROOT / "params" / "paper" / "11_cross_paper.yaml"
@@ -578,7 +765,7 @@ def cross_paper_markdown(root: Path | str = RECORDS, params: Path = CROSS_PAPER_
                 + ".", *_ranking_power_lines(found, scores[complete]), ""]
     else:
         out += [f"Not ranked yet (over the partitions whose every run is recorded): {why}.", ""]
-    return (out + _cfl_lines(frame, specs, root) + _tau_lines(found, scores)
+    return (out + _cfl_lines(frame, specs, root) + _tau_lines(found, scores) + chaos_lines("pFedLIA")[1:] + [""]
             + [frame_markdown(table.reset_index(names="method"))])
 
 
@@ -718,16 +905,14 @@ def findings_markdown(df: pd.DataFrame, root: Path | str = RECORDS) -> str:
            "Generated by `python -m workbook.report --write` from the run records committed under",
            "`benchmarks/records/` (`workbook.report:frame`); notebook `00_report` renders the same",
            "frame. Do not edit by hand: `tests/test_report.py` fails when this page is stale.", "",
-           "Each row is one cell of a paper's table read one way. **paper**: the printed value (± its",
-           "spread where the paper gives one). **ours**: mean ± sample sd over seeds, n = seeds (one seed",
-           "has no ±: its spread is unknown). **Δ** = ours − paper.", "",
-           f"**Verdict**: {VERDICT_RULE}", "", f"**Causes**: {EVIDENCE_RULE}", "",
-           "## Scoreboard", "",
-           "Trained rows are counted apart from label-only rows (a clustering of label histograms, no",
-           "training) and from chance-level rows (the paper's value and ours both within the tolerance",
-           "of chance, e.g. 10 % for ten classes), and rows resting on three seeds or more apart from the",
-           "others.", ""]
+           "## Scoreboard", "", headline(df), "",
+           *_groups_md(), ""]
     out += _scoreboard_md(scoreboard(df))
+    out += ["", "## How to read a row", "",
+            "Each row is one cell of a paper's table read one way. **paper**: the printed value (± its",
+            "spread over its n runs where the paper gives one). **ours**: mean ± sample sd over seeds, n = seeds",
+            "(one seed has no ±: its spread is unknown). **Δ** = ours − paper, with its 90 % interval.", "",
+            f"**Verdict**: {VERDICT_RULE}", "", f"**Causes**: {EVIDENCE_RULE}"]
     out += ["", *paper_claims.markdown(paper_claims.frame(root), link="", shown=_shown_ids(df))]
     out += ["", *_vocabularies_md(df)]
     for p in PAPERS:
@@ -752,9 +937,13 @@ def _vocabularies_md(df: pd.DataFrame) -> list[str]:
     return out + [f"| {k} | {v} |" for k, v in METRICS.items() if k in used]
 
 
+def _groups_md() -> list[str]:
+    return ["Rows are counted in the first group that fits: " + "; ".join(f"*{k}*: {v}" for k, v in GROUPS.items())
+            + ". Records: the distinct run records behind the rows (a record read by two rows counts once)."]
+
+
 def _rules_md(df: pd.DataFrame) -> list[str]:
-    return [f"{len(df)} rows (cell × reading) from {df.n.sum()} runs.", "",
-            f"**Verdict**: {VERDICT_RULE}", "", f"**Causes**: {EVIDENCE_RULE}"]
+    return [headline(df), "", f"**Verdict**: {VERDICT_RULE}", "", f"**Causes**: {EVIDENCE_RULE}"]
 
 
 def sections(df: pd.DataFrame, root: Path | str = RECORDS, claims: pd.DataFrame | None = None,
@@ -771,7 +960,7 @@ def sections(df: pd.DataFrame, root: Path | str = RECORDS, claims: pd.DataFrame 
 
     if claims is None:
         claims = paper_claims.frame(root)
-    out = {"rules": _rules_md(df), "scoreboard": _scoreboard_md(scoreboard(df)),
+    out = {"rules": _rules_md(df), "scoreboard": [*_groups_md(), "", *_scoreboard_md(scoreboard(df))],
            "claims": paper_claims.markdown(claims, link=link, shown=_shown_ids(df)),
            "vocabularies": _vocabularies_md(df)}
     out.update({p: paper_section(df, p, anchors=False, root=root) for p in PAPERS})
@@ -816,10 +1005,47 @@ def paper_section(df: pd.DataFrame, paper: str, anchors: bool = True, root: Path
     return out
 
 
+CROSS_CPU = RECORDS / "cross_cpu" / "smoke_other_cpu_env.json"
+"""The committed cross-CPU drift of the smoke notebooks (``scripts/cross_cpu_drift.py --json``)."""
+
+
+def chaos_lines(row: str = "pFedLIA", path: Path = CROSS_CPU) -> list[str]:
+    """A note for the rows of a chaotic method (``row``: its label in the notebooks' tables): how far
+    its printed numbers moved when the smoke notebooks ran on other CPU kernels, per notebook
+    where they moved (from ``path``, checked before use); [] where nothing moved or nothing is
+    committed."""
+    import json
+
+    if not Path(path).is_file():
+        return []
+    data = json.loads(Path(path).read_text())
+    notebooks = data.get("notebooks") if isinstance(data, dict) else None
+    if not isinstance(notebooks, dict):
+        fail(str(path), "the JSON of scripts/cross_cpu_drift.py --json (a 'notebooks' mapping)", type(data).__name__)
+    moved = []
+    for nb, v in notebooks.items():
+        x = (v.get("rows") or {}).get(row) if isinstance(v, dict) else None
+        big = x.get("largest") if isinstance(x, dict) else None
+        if isinstance(big, dict) and all(isinstance(big.get(k), (int, float)) for k in ("committed", "executed", "diff")):
+            moved.append(f"notebook {nb.split('_')[0]}, {big.get('table')} at {big.get('column')}: "
+                         f"{big['committed']:.2f} → {big['executed']:.2f} ({x.get('differ')} of {x.get('compared')} "
+                         "values moved)")
+    if not moved:
+        return []
+    return ["", f"**Across CPUs, {row} is chaotic** (docs/reproducibility.md, \"Results that move across CPUs\"): "
+            "it groups its clients by OPTICS on influence scores, a last-bit difference in training can move one client "
+            "to another group, and the groups then train different models. When the smoke notebooks ran on other CPU "
+            f"kernels (`{Path(path).relative_to(ROOT) if Path(path).is_relative_to(ROOT) else path}`), its printed "
+            "numbers moved by whole points: " + "; ".join(moved) + f". The {row} rows here rest on one CPU's runs and "
+            "can move likewise on another."]
+
+
 def _partition_notes(paper: str) -> list[str]:
     """What a paper's partition gives its clients, where it departs from the paper's words: FedPrism's
     per-client Dirichlet on FMNIST's 60,000 training images at K = 100 (its tables' α, seeds 0–2),
     each client's realised class mix against the p_i it drew (:func:`workbook.fedprism_study.mix_drift`)."""
+    if paper == "pfedlia":
+        return chaos_lines("pFedLIA")
     if paper != "fedprism":
         return []
     from . import fedprism_study as FP
@@ -837,16 +1063,7 @@ def readme_block(df: pd.DataFrame, link: str = "docs/findings.md", root: Path | 
     report), then the papers' headline claims as our records judge them
     (:func:`workbook.paper_claims.readme_lines`)."""
 
-    sb = scoreboard(df)
-    lines = ["| paper | table rows | with n ≥ 3 | reproduced (trained, n ≥ 3 / n < 3 / label-only or chance) | "
-             "differ: cause confirmed / suspected / none | infeasible | not run |",
-             "|---|---|---|---|---|---|---|"]
-    for s in sb.to_dict("records"):
-        lines.append(f"| [{s['paper']}]({link}#{anchor_slug(s['paper'])}) | {s['rows']} | {s['rows with n ≥ 3']} | "
-                     f"{s['reproduced, trained, n ≥ 3']} / {s['reproduced, trained, n < 3']} / "
-                     f"{s['reproduced, label-only or chance-level']} | {s['differ, cause confirmed']} / "
-                     f"{s['differ, cause suspected']} / {s['differ, no cause identified']} | {s['infeasible']} | "
-                     f"{s['not run']} |")
+    lines = [headline(df), "", *_scoreboard_md(scoreboard(df), link)]
     lines.append("")
     lines += paper_claims.readme_lines(paper_claims.frame(root), link)
     return "\n".join(lines) + "\n"

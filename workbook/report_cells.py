@@ -29,6 +29,7 @@ from pathlib import Path
 
 from fedlib.reproduction import runs_differently
 from fedlib.tables import load_tables
+from . import paper_values
 from .cafa_study import AUTHORS_FL, PAPER_TABLE2, PAPER_TABLE3, PAPER_TABLE4, PAPER_TABLE5, PAPER_WINDOWS
 from .fedprism_study import CFL_PAPER as FEDPRISM_CFL
 from .fedprism_study import PAPER_MAIN, PAPER_TABLE9
@@ -67,7 +68,6 @@ REASONS = {
     "metric_definition": "metric definition: the paper's number is computed by another rule than "
                          "the one in this row",
     "partition_rule": "partition rule: the workbook's partition differs from the paper's",
-    "pretrained_unavailable": "pretrained weights unavailable offline (random initialisation)",
     "paper_inconsistent": "the paper is inconsistent with itself here",
     "known_defect": "a known defect of the implementation, open as an issue",
     "rule_unresolved": "the method's rule is not pinned down here: what the paper ran differs in a way no "
@@ -230,7 +230,10 @@ class Cell:
     the least disagreement that counts (1 pp for accuracies; a count's or a score's own step: what
     one client more or less moves it); ``readings`` how ours is found; ``kind`` a key of
     :data:`KINDS`; ``chance`` the chance-level value (or None); ``guess`` the paper's sentence that
-    a setting not stated by the paper is read from (or None)."""
+    a setting not stated by the paper is read from (or None); ``paper_n`` the runs behind the
+    paper's mean ± ``spread`` (:func:`workbook.paper_values.runs_of`; None where it prints no spread);
+    ``shared_value``: the paper prints one value for the whole row and the cell repeats it in
+    every column (CL's one accuracy per data set), so the scoreboard counts such rows apart."""
     paper: str
     table: str
     row: str
@@ -245,10 +248,17 @@ class Cell:
     kind: str = "trained"
     chance: float | None = None
     guess: str | None = None
+    paper_n: int | None = None
+    shared_value: bool = False
 
     def cause(self, reading: str):
         """The :class:`Cause` for ``reading``, or None."""
         return self.causes.get(reading, self.causes.get("*"))
+
+    @property
+    def stand_in(self) -> bool:
+        """Whether the cell runs on stand-in data (a ``stand_in_dataset`` cause on any reading)."""
+        return any(c.reason == "stand_in_dataset" for c in self.causes.values())
 
 
 def _m(**kw) -> tuple:
@@ -309,7 +319,8 @@ def _table3_cells() -> list[Cell]:
                 spread = TABLE3_SD[paper_ds].get(m, {}).get((protocol, float(level)))
                 out.append(Cell("clust_psi_pfl", "Table III", m, f"{column_name}, {setting_name(protocol, level, ' = ')}",
                                 100 * value, readings, spread=None if spread is None else 100 * spread,
-                                causes=causes, chance=_T3_CHANCE.get(dataset)))
+                                causes=causes, chance=_T3_CHANCE.get(dataset), paper_n=paper_values.runs_of("clust_psi_pfl", f"table3_{paper_ds}"),
+                                shared_value=m == "cl"))
     return out
 
 
@@ -435,11 +446,17 @@ def _cafa_cells() -> list[Cell]:
 
 
 # ----------------------------------------------------------------------------- FedPrism
-_FEDPRISM_GLOB_CAUSE = ("metric_definition", "the paper's 10.00 % is a one-class predictor; public code by one of "
-                                              "its authors scores a clustered method's global model as the "
-                                              "parameter average of its cluster models")
-_FEDPRISM_CAUSES = {m: {"Glob": _FEDPRISM_GLOB_CAUSE} for m in ("fedclust", "cfl", "fedamp")}
-"""method -> label -> (reason, note) of the rows whose 'parameter average' reading tests the reason."""
+def _fedprism_glob_cause(value: float) -> tuple[str, str]:
+    """(reason, note) of a clustered method's Glob row whose paper value ``value`` (%) sits at or
+    near chance, 10 % for FMNIST's ten classes: its 'parameter average' reading tests the reason."""
+    at = "what a one-class predictor scores" if abs(value - 10.0) < 0.005 else \
+        f"{abs(value - 10.0):.2f} pp from the 10 % a one-class predictor scores"
+    return ("metric_definition", f"the paper's {value:.2f} % is {at}; public code by one of its authors scores a "
+                                 "clustered method's global model as the parameter average of its cluster models")
+
+
+_FEDPRISM_GLOB_METHODS = ("fedclust", "cfl", "fedamp")
+"""The methods whose Glob row's 'parameter average' reading tests :func:`_fedprism_glob_cause`."""
 _FEDPRISM_GAMMA = ("paper_inconsistent", "α₀ = 0.9, β = 0.1 and γ = 1 − α − β leave the private part's weight at 0 "
                                          "(or negative, which Alg. 2's [0, 1] clip of α undoes)")
 _FEDPRISM_CLIP = "paper protocol, Alg. 2's [0, 1] clip of α"
@@ -504,7 +521,7 @@ def _fedprism_cells() -> list[Cell]:
             base = dict(dataset=ds, protocol=FEDPRISM_PARTITION, level=0.1, n_clients=100, method=m)
             for label, v, metric in (("Glob", glob, "global_test_accuracy"), ("Loc", loc, "mean_local_accuracy")):
                 readings = _variant_readings("fedprism/table1", base, metric, FEDPRISM_CFL)
-                cause = _FEDPRISM_CAUSES.get(m, {}).get(label)
+                cause = _fedprism_glob_cause(v) if label == "Glob" and m in _FEDPRISM_GLOB_METHODS else None
                 # each reading's evidence is its own parameter-average reading
                 causes = {r.name: Cause(*cause, evidence=f"{r.name}, parameter average") for r in readings} if cause else {}
                 if label == "Glob" and m in PARAM_AVERAGE_METHODS:  # the authors' reading, beside ours
@@ -515,7 +532,8 @@ def _fedprism_cells() -> list[Cell]:
                                          _m(**base, **{"hyper.alpha_clip": "paper"}), metric),)
                     causes = {"paper protocol": Cause(*_FEDPRISM_GAMMA, evidence=_FEDPRISM_CLIP)}
                 out.append(Cell("fedprism", "Table 1", m, f"{_DATASETS[ds]}, α = 0.1, {label}", v, readings,
-                                causes=causes, unavailable=None if ds == "fmnist" else "no_offline_data",
+                                causes=causes, spread=paper_values.spread_of("fedprism", "table1"),
+                                paper_n=paper_values.runs_of("fedprism", "table1"), unavailable=None if ds == "fmnist" else "no_offline_data",
                                 chance=1.0 if ds == "cifar100" else 10.0))
     return out
 
@@ -529,7 +547,9 @@ def _fedprism_table9_cells() -> list[Cell]:
                     **{"hyper.components": comp})
         for label, v, metric in (("Glob", glob, "global_test_accuracy"), ("Loc", loc, "mean_local_accuracy")):
             out.append(Cell("fedprism", "Table 9", f"fedprism ({comp})", f"FMNIST, α = 0.1, {label}", v,
-                            (Reading("paper protocol", "fedprism/table9", _m(**base), metric),), chance=10.0))
+                            (Reading("paper protocol", "fedprism/table9", _m(**base), metric),), chance=10.0,
+                            spread=paper_values.spread_of("fedprism", "table9"),
+                            paper_n=paper_values.runs_of("fedprism", "table9")))
     return out
 
 
@@ -567,10 +587,10 @@ def _pfedlia_readings(base: dict) -> tuple[Reading, ...]:
 
 def _pfedlia_cells() -> list[Cell]:
     out = []
+    # each row its own cause or none: only Local's copy error and FeSEM's start are known; the paper's
+    # "pretrained weights" (§5) is no cause for rows where ours stand above the paper
     defects = {"local": Cause("paper_inconsistent", "the paper prints the same Local row (84.71 ± 5.47) in both "
                                                     "settings, probably a copy error")}
-    model = Cause("pretrained_unavailable", "the paper fine-tunes an ImageNet-pretrained ResNet-18 for every method; "
-                                            "ours train the workbook's FMNIST CNN from random initialisation")
     main = tuple(prefix for prefix, _, _ in _PFEDLIA_SPLITS)
     for setting, label in (("pathological_clusters", "pathological"), ("noisy_clusters", "noisy")):
         for ds in ("fmnist", "cifar10", "cifar100"):
@@ -578,11 +598,11 @@ def _pfedlia_cells() -> list[Cell]:
                 if v is None:
                     continue
                 base = dict(dataset=ds, protocol=setting, n_clients=100, method=m)
-                cause = defects.get(m, model)
+                cause = defects.get(m)
                 readings = _pfedlia_readings(base)
                 # the cause concerns the paper's own variant: a variant reading (CFL's ε1 = auto,
                 # peer-to-peer clustering) differs by the variant itself, so it lists none
-                causes = {r.name: cause for r in readings if r.name in main}
+                causes = {r.name: cause for r in readings if r.name in main} if cause else {}
                 if m == "fesem":  # the start, not the pretrained model, is the suspected cause there
                     suffix = FESEM_ALL_CLIENTS[len("paper protocol"):]
                     for prefix in main:  # evidence: the paper's start on the same split
@@ -591,6 +611,7 @@ def _pfedlia_cells() -> list[Cell]:
                             causes[prefix + suffix] = replace(_FESEM_START_CAUSE, evidence=prefix)
                 out.append(Cell("pfedlia", "Table I", m, f"{_DATASETS[ds]}, {label}", v[0], readings,
                                 spread=v[1], causes=causes, chance=1.0 if ds == "cifar100" else 10.0,
+                                paper_n=paper_values.runs_of("pfedlia", "table1"),
                                 unavailable=None if ds == "fmnist" else "no_offline_data"))
     return out
 
