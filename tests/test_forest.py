@@ -12,19 +12,20 @@ from workbook import forest  # noqa: E402
 
 
 def _cell(row, verdict, *, paper_value=80.0, mean=np.nan, sd=np.nan, n=0, spread=None, tolerance=1.0,
-          column="FMNIST, S = 1", reading="both readings", table="Table III", unit="%", metric="global_accuracy"):
+          column="FMNIST, S = 1", reading="both readings", table="Table III", unit="%", metric="global_accuracy",
+          low=np.nan, high=np.nan, margin=np.nan):
     return dict(paper="clust_psi_pfl", table=table, row=row, column=column, reading=reading, unit=unit, metric=metric,
                 paper_value=paper_value, spread=spread, tolerance=tolerance, n=n, mean=mean, sd=sd, verdict=verdict,
-                id=f"id-{row}")
+                low=low, high=high, margin=margin, id=f"id-{row}")
 
 
 CELLS = [
-    _cell("fedavg", "reproduced", mean=80.5, sd=0.3, n=3, spread=0.5),  # Δ = +0.5 ± 0.3, paper ± 0.5
-    _cell("cl", "differs", mean=75.0, n=1),  # one seed: no interval
+    _cell("fedavg", "reproduced", mean=80.5, sd=0.3, n=3, spread=0.5, low=0.2, high=0.8, margin=1.0),  # paper ± 0.5
+    _cell("cl", "differs", mean=75.0, n=1, margin=1.0),  # no interval in the frame: none drawn
     _cell("cfl", "not run"),  # no Δ: left out
     _cell("poc", "infeasible"),  # drawn, greyed, no Δ
-    _cell("CBCC k", "differs", paper_value=9.0, mean=11.0, sd=1.0, n=2, tolerance=0.5, unit="", metric="k",
-          table="Table II"),
+    _cell("CBCC k", "undecided", paper_value=9.0, mean=11.0, sd=1.0, n=2, tolerance=0.5, unit="", metric="k",
+          table="Table II", low=-4.3, high=8.3, margin=0.5),
 ]
 
 
@@ -33,7 +34,7 @@ def test_forest_rows_by_hand():
     assert list(rows.index) == ["fedavg", "cl", "poc", "CBCC k"]  # the row not run is excluded
     a = rows.loc["fedavg"]
     assert a.delta == pytest.approx(0.5) and a.lo == pytest.approx(0.2) and a.hi == pytest.approx(0.8)
-    assert a.spread == pytest.approx(0.5) and a.allowed == pytest.approx(1.0)  # max(1, 0.5 + 0.3)
+    assert a.spread == pytest.approx(0.5) and a.allowed == pytest.approx(1.0)  # the frame's margin
     assert a.colour == "tab:green" and a.label == "FedAvg · FMNIST, S = 1 · both readings"
     b = rows.loc["cl"]
     assert b.delta == pytest.approx(-5.0) and np.isnan(b.lo) and np.isnan(b.hi) and np.isnan(b.sd)  # n = 1
@@ -41,8 +42,8 @@ def test_forest_rows_by_hand():
     c = rows.loc["poc"]
     assert np.isnan(c.delta) and c.colour == forest.VERDICT_COLOURS["infeasible"]
     k = rows.loc["CBCC k"]
-    assert k.delta == pytest.approx(2.0) and (k.lo, k.hi) == (pytest.approx(1.0), pytest.approx(3.0))
-    assert k.allowed == pytest.approx(1.0)  # spread none: max(0.5, 0 + 1.0)
+    assert k.delta == pytest.approx(2.0) and (k.lo, k.hi) == (pytest.approx(-4.3), pytest.approx(8.3))
+    assert k.allowed == pytest.approx(0.5) and k.colour == "tab:orange"  # undecided
     assert k.panel == "Table II · k" and rows.loc["fedavg", "panel"] == "Table III"  # scores apart from pp
 
 
@@ -56,6 +57,7 @@ def test_a_table_with_many_rows_gets_one_panel_per_column():
 def test_verdict_colours_and_no_colour_for_a_row_not_run():
     assert forest.verdict_colour("reproduced") == "tab:green"
     assert forest.verdict_colour("differs") == "tab:red"
+    assert forest.verdict_colour("undecided") == "tab:orange"
     assert forest.verdict_colour("infeasible") == forest.VERDICT_COLOURS["infeasible"]
     with pytest.raises(ValueError):
         forest.verdict_colour("not run")

@@ -5,14 +5,14 @@ Two pure functions build the tidy frames the figures draw, two draw them:
 
 forest_rows   the report's rows (:func:`workbook.report.frame`) -> one row per cell × reading
               that ran or is infeasible: Δ = ours − paper (pp for % values, else the value's own
-              unit), our interval Δ ± our sample sd (none for one seed), the paper's spread, the
-              verdict's tolerance and the largest |Δ| the verdict rule calls reproduced, the colour
-              of the verdict; rows not run are left out (they have no Δ).
+              unit), Δ's 90 % interval (the verdict's test, :mod:`workbook.verdicts`), the paper's
+              spread, the verdict's tolerance and its margin, the colour of the verdict; rows not
+              run are left out (they have no Δ).
 forest_plot   one figure of those rows: one panel per table (per table and column where a table
               has more rows than ``split_over``; per table and metric for values that are not %),
-              a marker per row coloured by verdict, our interval as an error bar, the paper's
-              spread as a grey bar about 0, the verdict's bound ± max(tolerance, spread + sd) as a
-              shaded band.
+              a marker per row coloured by verdict, Δ's 90 % interval as an error bar, the paper's
+              spread as a grey bar about 0, the margin ± max(tolerance, 2 × the paper's sd) as a
+              shaded band: a row reproduces when its interval lies inside it.
 claims_rows   the papers' claims (:func:`workbook.paper_claims.frame`) -> one row per claim:
               our A − B with its sd, the margin, and the region the claim needs.
 claims_plot   one figure of those rows: the region each claim needs shaded, our A − B as a marker
@@ -33,9 +33,10 @@ from .plots import DPI
 __all__ = ["VERDICT_COLOURS", "VERDICT_LABELS", "CLAIM_COLOURS", "MARKER_GID", "verdict_colour", "forest_rows",
            "forest_plot", "claims_rows", "claims_plot"]
 
-VERDICT_COLOURS = {"reproduced": "tab:green", "differs": "tab:red", "infeasible": "0.6"}
+VERDICT_COLOURS = {"reproduced": "tab:green", "differs": "tab:red", "undecided": "tab:orange", "infeasible": "0.6"}
 """Verdict of a report row -> its marker's colour (rows not run are not drawn)."""
-VERDICT_LABELS = {"reproduced": "reproduced", "differs": "not reproduced", "infeasible": "infeasible (no Δ; drawn at 0)"}
+VERDICT_LABELS = {"reproduced": "reproduced", "differs": "differs", "undecided": "undecided",
+                  "infeasible": "infeasible (no Δ; drawn at 0)"}
 CLAIM_COLOURS = {"holds": "tab:green", "contradicted": "tab:red", "not resolved": "tab:orange", "not run": "0.6",
                  "does not hold": "tab:red"}
 """Outcome of a claim (:data:`workbook.paper_claims.VERDICTS`) -> its marker's colour; "does not hold", the
@@ -75,9 +76,10 @@ def forest_rows(cells, split_over: int = 40) -> pd.DataFrame:
 
     ``cells``: :func:`workbook.report.frame`'s DataFrame (or a list of dicts with its
     columns paper, table, row, column, reading, unit, metric, paper_value, spread, tolerance, n,
-    mean, sd, verdict; ``id`` optional). Rows not run are left out. ``delta`` = mean − paper value;
-    ``lo``/``hi`` = delta ∓ sd where our sd exists (n ≥ 2), else NaN; ``spread`` the paper's (NaN
-    where it gives none); ``allowed`` = max(tolerance, spread + sd), the verdict rule's bound;
+    mean, sd, verdict, low, high, margin; ``id`` optional). Rows not run are left out. ``delta`` =
+    mean − paper value; ``lo``/``hi`` = Δ's 90 % interval (the frame's low, high; NaN where the
+    row has none); ``spread`` the paper's (NaN where it gives none); ``allowed`` = the margin,
+    max(tolerance, 2 × the paper's sd), within which the interval must lie to reproduce;
     infeasible rows keep a NaN delta. ``panel``: the table, with the metric where the unit is not
     %, and with the column where the table (within one paper) has more than ``split_over`` drawn
     rows; ``label`` names the row within its panel."""
@@ -101,13 +103,14 @@ def forest_rows(cells, split_over: int = 40) -> pd.DataFrame:
         paper_value, mean, sd = _num(r["paper_value"]), _num(r.get("mean")), _num(r.get("sd"))
         spread, tolerance = _num(r.get("spread")), _num(r["tolerance"])
         delta = mean - paper_value if verdict != "infeasible" and n > 0 else float("nan")
-        has_sd = n >= 2 and np.isfinite(sd) and np.isfinite(delta)
-        allowed = max(tolerance, (spread if np.isfinite(spread) else 0.0) + (sd if np.isfinite(sd) else 0.0))
+        lo, hi = _num(r.get("low")), _num(r.get("high"))
+        has = np.isfinite(lo) and np.isfinite(hi) and np.isfinite(delta)
+        allowed = _num(r.get("margin"))
         out.append(dict(paper=r["paper"], table=r["table"], panel=panel, label=label, row=r["row"],
                         column=r["column"], reading=r["reading"], unit=unit, metric=r.get("metric", ""),
                         verdict=verdict, n=n, paper_value=paper_value, ours=mean if n else float("nan"),
-                        delta=delta, sd=sd if has_sd else float("nan"),
-                        lo=delta - sd if has_sd else float("nan"), hi=delta + sd if has_sd else float("nan"),
+                        delta=delta, sd=sd if n >= 2 else float("nan"),
+                        lo=lo if has else float("nan"), hi=hi if has else float("nan"),
                         spread=spread, tolerance=tolerance, allowed=allowed, colour=verdict_colour(verdict),
                         id=r.get("id", "")))
     return pd.DataFrame(out, columns=FOREST_COLUMNS)
@@ -134,19 +137,19 @@ def _panel_axes(keys: list, heights: list, ncols: int, width: float, title: str 
 
 def _forest_panel(ax, rows: pd.DataFrame, title: str | None) -> None:
     y = np.arange(len(rows))[::-1].astype(float)  # first row at the top
-    tol = rows["allowed"].to_numpy(float)  # the verdict's bound: max(tolerance, spread + sd)
+    tol = np.nan_to_num(rows["allowed"].to_numpy(float))  # the margin: max(tolerance, 2 × paper's sd)
     ax.barh(y, 2 * tol, left=-tol, height=0.8, color="tab:green", alpha=0.12, linewidth=0, zorder=0)
     spread = rows["spread"].to_numpy(float)
     has = np.isfinite(spread)
     if has.any():
         ax.hlines(y[has] - 0.28, -spread[has], spread[has], color="0.45", linewidth=2.0, zorder=1)
     delta = rows["delta"].to_numpy(float)
-    sd = rows["sd"].to_numpy(float)
+    lo, hi = rows["lo"].to_numpy(float), rows["hi"].to_numpy(float)
     colours = rows["colour"].tolist()
     ran = np.isfinite(delta)
-    with_sd = ran & np.isfinite(sd)
-    for i in np.flatnonzero(with_sd):
-        ax.errorbar(delta[i], y[i], xerr=sd[i], fmt="none", ecolor=colours[i], elinewidth=1.2, capsize=2, zorder=2)
+    for i in np.flatnonzero(ran & np.isfinite(lo) & np.isfinite(hi)):
+        ax.errorbar(delta[i], y[i], xerr=[[delta[i] - lo[i]], [hi[i] - delta[i]]], fmt="none", ecolor=colours[i],
+                    elinewidth=1.2, capsize=2, zorder=2)
     if ran.any():
         m = ax.scatter(delta[ran], y[ran], c=[colours[i] for i in np.flatnonzero(ran)], s=18, zorder=3,
                        edgecolors="none")
@@ -176,20 +179,22 @@ def _legend(fig, handles) -> None:
 
 def forest_plot(rows: pd.DataFrame, ax=None, ncols: int = 3, panel_width: float = 5.6, title: str | None = None):
     """The forest plot of ``rows`` (:func:`forest_rows`), as a Figure: one marker per row at its
-    Δ (coloured by verdict, :data:`VERDICT_COLOURS`; an infeasible row an × at 0), our interval
-    Δ ± sd as an error bar (none for one seed), the paper's spread ± s as a grey bar about 0
-    below the marker, and the verdict's bound as a green band about 0: ± max(tolerance, the paper's
-    spread + our sd), the |Δ| within which the row reproduces (:data:`workbook.report.VERDICT_RULE`). With ``ax`` every row is
+    Δ (coloured by verdict, :data:`VERDICT_COLOURS`; an infeasible row an × at 0), Δ's 90 %
+    interval as an error bar, the paper's spread ± s as a grey bar about 0 below the marker, and
+    the margin as a green band about 0: ± max(tolerance, 2 × the paper's sd); a row reproduces when
+    its interval lies inside the band, differs when it lies wholly outside
+    (:data:`workbook.report.VERDICT_RULE`). With ``ax`` every row is
     drawn on it (one panel); else one panel per ``panel``, ``ncols`` to a line."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
     handles = [Line2D([], [], marker="o", linestyle="", color=VERDICT_COLOURS[v], label=VERDICT_LABELS[v])
-               for v in ("reproduced", "differs")]
+               for v in ("reproduced", "differs", "undecided")]
     handles += [Line2D([], [], marker="x", linestyle="", color=VERDICT_COLOURS["infeasible"],
                        label=VERDICT_LABELS["infeasible"]),
                 Line2D([], [], color="0.45", linewidth=2, label="paper's spread (±)"),
-                Patch(color="tab:green", alpha=0.12, label="reproduced within: ± max(tolerance, paper's spread + our sd)")]
+                Line2D([], [], color="0.2", linewidth=1.2, label="Δ's 90 % interval"),
+                Patch(color="tab:green", alpha=0.12, label="margin ± max(tolerance, 2 × paper's sd)")]
     if ax is not None:
         _forest_panel(ax, rows, title)
         return ax.figure

@@ -273,7 +273,7 @@ def paper_vs_ours(rows: pd.DataFrame, tolerance: float = 1.0):
     ax.plot(grid, grid, color="black", lw=0.8)
     ax.fill_between(grid, grid - tolerance, grid + tolerance, color="0.85", label=f"±{tolerance:g} pp")
     markers = dict(zip(dict.fromkeys(rows.reading), "osD^v"))
-    colours = {"reproduced": "tab:green", "differs": "tab:red"}
+    colours = {"reproduced": "tab:green", "differs": "tab:red", "undecided": "tab:orange"}
     for (reading, verdict), d in rows.groupby(["reading", "verdict"], sort=True):
         ax.scatter(d.paper_value, d["mean"], marker=markers[reading], color=colours.get(verdict, "0.5"),
                    s=28, alpha=0.8, label=f"{reading}: {verdict}")

@@ -223,10 +223,13 @@ def _undecided_why(cell, t) -> str:
 
 
 def _record_ids(rd, root: Path) -> tuple:
-    """The identities (folder, spec) of the ``ok`` records a row reads: the distinct runs behind it."""
+    """The identities of the ``ok`` records a row reads (a hash of the folder and the spec): the
+    distinct runs behind it."""
+    import hashlib
     import json
 
-    return tuple(sorted({(rd.records, json.dumps(r.get("spec", {}), sort_keys=True, default=str))
+    return tuple(sorted({hashlib.sha256(json.dumps([rd.records, r.get("spec", {})], sort_keys=True, default=str)
+                                        .encode()).hexdigest()[:16]
                          for r in matched_records(rd, root)[1] if r.get("status") == "ok"}))
 
 
