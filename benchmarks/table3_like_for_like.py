@@ -57,7 +57,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's fedlib and workbook, installed or not
 from fedlib import grid_cli  # noqa: E402
-from fedlib.experiment import load_records  # noqa: E402
+from fedlib.lookup import find  # noqa: E402
 from fedlib.paths import results_dir  # noqa: E402
 from workbook.like_for_like import (FRACTION, METHODS, cells, markdown, report_lines, script_methods,  # noqa: E402,F401
                                     script_params, script_parser, script_protocols)  # METHODS: the script's public name
@@ -83,8 +83,7 @@ def main(argv=None) -> None:
             grid_cli.run_table(TABLE, folder, params=path, device=a.device, budget=a.budget,
                                estimate_from=a.estimate_from, together=a.together,
                                echo=lambda line: print(line, flush=True))
-    keys = {s.key() for s in specs}
-    records = [r for r in load_records(folder) if r.get("key") in keys] if folder.exists() else []
+    records = find(specs, folder, restore_nonfinite=False)[0]  # by the specs' fields, whatever version wrote them
     if not records:
         print(f"no records yet in {folder}")
         return

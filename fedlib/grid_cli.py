@@ -8,7 +8,8 @@ report reads; ``TABLE --out FOLDER --list`` prints what a run of it costs.
 A paper grid (notebook 07's PSI-PFL comparison, notebook 08's CAFA training, notebook 09's FedPrism
 tables, notebook 10's pFedLIA Table I) takes hours to days;
 this runs any part of it, in the background or on another machine, and resumes: runs already
-recorded in the folder are skipped (:func:`fedlib.experiment.run_grid`), so the same command
+recorded in the folder, found by their specs' fields whatever fedlib version wrote them, are
+skipped (:func:`fedlib.experiment.run_grid`), so the same command
 can be repeated, split by seed or method, or run by several processes or machines on one
 shared folder (each run is claimed before it is computed, :mod:`fedlib.claims`).
 
@@ -260,34 +261,25 @@ def _collect(results, computed: list, skipped: list, echo, budget: bool = False,
 
 def _claimed_elsewhere(out: Path, spec) -> bool:
     """Whether another live process has claimed ``spec``'s run in ``out`` (:mod:`fedlib.claims`)."""
-    from fedlib import claims
-    from fedlib.spec import record_path
+    from fedlib.grid import _claimed_live, record_path
 
-    path = record_path(out, spec)
-    return claims.claim_path(path).exists() and not claims.is_stale(path)
-
-
-def _recorded(out: Path, spec) -> bool:
-    """Whether ``out`` holds ``spec``'s valid finished record (:func:`fedlib.records.read_strict`:
-    a truncated, empty, NaN or another run's record is named on stderr and counts as not
-    recorded: it is recomputed)."""
-    from fedlib import records
-    from fedlib.spec import record_path
-
-    return records.is_complete(record_path(Path(out), spec), spec)
+    return _claimed_live(record_path(out, spec))
 
 
 def run_state(out: Path, spec) -> str:
-    """Where ``spec``'s run stands in the records folder ``out``: ``recorded (<status>)``,
-    ``running`` (claimed by a live process), ``to compute``, or ``to compute (invalid record:
-    <what is wrong>)`` for a file that fails :func:`fedlib.records.read_strict`, as ``--list``
-    prints it."""
-    from fedlib import records
+    """Where ``spec``'s run stands in the records folder ``out``: ``recorded (<status>)`` (found by
+    its fields, :func:`fedlib.lookup.find`, whatever fedlib version wrote it), ``running`` (claimed
+    by a live process), ``to compute``, or ``to compute (invalid record: <what is wrong>)`` for a
+    file at its key that fails :func:`fedlib.records.read_strict`, as ``--list`` prints it."""
+    from fedlib import lookup, records
     from fedlib.spec import record_path
 
+    found = lookup.find([spec], Path(out))[0]
+    if found:
+        return f"recorded ({found[0]['status']})"
     path = record_path(Path(out), spec)
     try:
-        return f"recorded ({records.read_strict(path, spec)['status']})"
+        records.read_strict(path, spec)
     except FileNotFoundError:
         pass
     except records.RecordError as err:
@@ -316,10 +308,10 @@ def device_kind(device) -> str:
 
 
 def list_runs(specs, out, kind: str, estimate_from=None, echo=print, name=None) -> dict:
-    """``--list``: a line per run (named by ``name(spec)``, default :func:`describe`; where it stands
-    in ``out``; a run to compute with its estimated seconds on a ``kind`` device), then the totals line. Returns the totals: ``recorded``,
-    ``running``, ``to_compute``, ``estimated`` (how many of those to compute have an estimate) and
-    ``seconds`` (their estimates summed)."""
+    """``--list``: a line per run (named by ``name(spec)``, default :func:`describe`; where it stands in
+    ``out``, :func:`run_state`; a run to compute with its estimated seconds on a ``kind`` device, less what
+    its checkpoint holds: found by its key, so lost to a version bump), then the totals line. Returns the totals:
+    ``recorded``, ``running``, ``to_compute``, ``estimated`` (those to compute with an estimate), ``seconds``."""
     from fedlib.checkpoint import saved_round
     from fedlib import cost
     from fedlib.grid import sharing, timing_records
@@ -416,9 +408,9 @@ def run_table(table, out, *, params=None, seeds=None, methods=None, alphas=None,
     resolve_device(device)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    todo = [s for s in specs if not _recorded(out, s)]
-    from fedlib.grid import check_data
+    from fedlib.grid import _unrecorded, check_data
 
+    todo = _unrecorded(out, specs)
     check_data(todo)  # every data set the runs need, before the first one trains
     echo(f"{table}: {len(specs)} runs, {len(specs) - len(todo)} already recorded in {out}, {len(todo)} to compute")
     if budget is not None and todo:
@@ -444,7 +436,7 @@ def run_table(table, out, *, params=None, seeds=None, methods=None, alphas=None,
                     continue
                 computed.append(record)
                 echo(_line(name, s, record))
-        todo = [s for s in todo if not _recorded(out, s)]
+        todo = _unrecorded(out, todo)
     if todo:  # one at a time, or --workers at once (run_grid's pool), each checked against the one deadline
         kw = {} if deadline is None else {"budget": max(deadline - time.time(), 1e-3), "estimate_from": folders}
         run_grid(todo, out, device=device, progress=_PROGRESS, workers=workers,

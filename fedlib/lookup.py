@@ -1,11 +1,12 @@
 """Finding a spec's record in a folder by the fields of the spec it ran, never by file name.
 
 A record's file name is its spec's key (:meth:`fedlib.spec.RunSpec.key`), a hash that includes
-fedlib's version, so a lookup by file name finds nothing after a version bump. Readers of
-committed records (the report, the notebooks, a grid's ``present_records``) find a spec's record
-here instead:
+fedlib's version, so a lookup by file name finds nothing after a version bump. Every reader and
+writer of a records folder (``run_grid`` and ``--list`` deciding what is recorded, the report,
+the notebooks, a grid's ``present_records``) finds a spec's record here instead:
 
 * :func:`spec_fields` — the fields that identify a run, normalised for comparison;
+* :func:`where` — each spec's record file in a folder (None: not recorded);
 * :func:`find` — each spec's finished record in a folder.
 
 Layers: above :mod:`fedlib.spec` (the fields' defaults) and :mod:`fedlib.records` (reading).
@@ -14,11 +15,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .records import FINISHED, RECORD_VERSION, RecordError, normalised_fields, read, read_strict, warn
+from .records import FINISHED, RECORD_VERSION, RecordError, normalised_fields, read, read_strict, read_valid, warn
 from .spec import RunSpec
 from .validation import fail
 
-__all__ = ["spec_fields", "find"]
+__all__ = ["spec_fields", "where", "find"]
 
 
 def spec_fields(spec) -> dict:
@@ -49,55 +50,66 @@ def _hashable(value):
 def _key(spec) -> tuple:
     return _hashable(spec_fields(spec))
 
-def _index(folder: Path) -> dict:
-    """Hashable spec fields -> [(path, record), …] of every finished record in ``folder``."""
-    index: dict = {}
-    if not folder.is_dir():
-        return index
-    for path in sorted(folder.glob("*.json")):
-        raw = read(path)
-        if raw is not None and (not isinstance(raw.get("spec"), dict)
-                                or raw.get("record_version", RECORD_VERSION) != RECORD_VERSION
-                                or raw.get("status") not in FINISHED):
-            continue  # not a record (a manifest), one of another record format, or unfinished
-        try:
-            record = read_strict(path)
-        except FileNotFoundError:
-            continue
-        except RecordError as err:  # truncated, NaN, no metrics: named, never used
+_SEEN: dict = {}  # str(path) -> ((mtime_ns, size, inode), the record's _key or None)
+
+def _key_of(path: Path):
+    """The :func:`_key` of the finished record in ``path``; None for anything else (a manifest, another
+    record format, an unfinished run, or a file failing :func:`read_strict`: named on stderr)."""
+    try:
+        return _key(read_strict(path)["spec"])
+    except FileNotFoundError:
+        return None
+    except RecordError as err:
+        raw = read(path)  # None: not JSON (truncated); else named only if it is a finished record of this format
+        if raw is None or (isinstance(raw.get("spec"), dict) and raw.get("status") in FINISHED
+                           and raw.get("record_version") == RECORD_VERSION):
             warn(err, "skipped, not used")
+        return None
+
+def _index(folder: Path) -> dict:
+    """:func:`_key` -> [path, …] of every finished record in ``folder``. A file is read again only
+    once it changed (mtime, size, inode): a grid asking before every run costs a directory listing."""
+    index: dict = {}
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else ():
+        try:
+            st = path.stat()
+        except OSError:
             continue
-        index.setdefault(_key(record["spec"]), []).append((path, record))
+        stamp, hit = (st.st_mtime_ns, st.st_size, st.st_ino), _SEEN.get(str(path))
+        if hit is None or hit[0] != stamp:
+            hit = _SEEN[str(path)] = (stamp, _key_of(path))
+        if hit[1] is not None:
+            index.setdefault(hit[1], []).append(path)
     return index
 
 def _describe(fields_: dict) -> str:
     keys = ("dataset", "protocol", "level", "n_clients", "seed", "method", "reproduction")
     return ", ".join(f"{k}={fields_[k]!r}" for k in keys if k in fields_)
 
-def find(specs, folder) -> tuple[list[dict], list]:
-    """Each spec's finished record in ``folder`` (status in :data:`FINISHED`),
-    matched by :func:`spec_fields`, never by file name: (the records found, the specs without
-    one), both in the order of ``specs``. The folder is read once. Files that are not finished
-    records are ignored, and so are records that name another ``record_version`` than
-    :data:`RECORD_VERSION`; an absent folder holds no record. A file that is a record of this
-    format but fails :func:`read_strict` (truncated, NaN, no metrics) is named on stderr and
-    skipped, never used.
-
-    Raises ValueError (:func:`fedlib.validation.fail`) naming the folder and the files where
-    two records in ``folder`` match one of ``specs``.
-    """
+def where(specs, folder) -> list:
+    """Each spec's record file in ``folder`` (a Path; None where it has none), in the order of
+    ``specs`` (RunSpecs or records' spec dicts): a finished record's (status in :data:`FINISHED`,
+    ``record_version`` :data:`RECORD_VERSION`, passing :func:`read_strict`), matched by
+    :func:`spec_fields`, never by file name: a record written under another fedlib version
+    (another :meth:`RunSpec.key`) is found. Raises ValueError (:func:`fedlib.validation.fail`)
+    naming the folder and both files where two records in ``folder`` match one of ``specs``."""
     folder = Path(folder)
-    index = _index(folder)
-    found, missing = [], []
+    index, out = _index(folder), []
     for spec in specs:
-        hits = index.get(_key(spec))
-        if not hits:
-            missing.append(spec)
-            continue
+        hits = index.get(_key(spec), [])
         if len(hits) > 1:
-            names = [p.name for p, _ in hits]
+            names, fields_, n = [p.name for p in hits], spec_fields(spec), {2: "two"}.get(len(hits), len(hits))
             fail("folder", f"a folder of at most one record per run, but {', '.join(names[:-1])} and {names[-1]} "
-                 f"{'both' if len(names) == 2 else 'all'} match the spec ({_describe(spec_fields(spec))})",
-                 str(folder))
-        found.append(hits[0][1])
-    return found, missing
+                 f"{'both' if n == 'two' else 'all'} match the spec ({_describe(fields_)}): {n} records of seed "
+                 f"{fields_.get('seed')} of one run (e.g. written under two fedlib versions); keep one", str(folder))
+        out.append(hits[0] if hits else None)
+    return out
+
+def find(specs, folder, *, restore_nonfinite: bool = True) -> tuple[list[dict], list]:
+    """Each spec's finished record in ``folder`` (:func:`where`; ``restore_nonfinite``:
+    :func:`read_strict`'s): (the records found, the specs without one), both in the order of
+    ``specs``. Raises ValueError naming both files of a duplicate, as :func:`where` does."""
+    specs = list(specs)
+    got = [path and read_valid(path, consequence="skipped, not used", restore_nonfinite=restore_nonfinite)
+           for path in where(specs, folder)]
+    return [r for r in got if r is not None], [s for s, r in zip(specs, got) if r is None]

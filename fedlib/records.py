@@ -1,19 +1,16 @@
 """Run records: their schema, writing them and reading them back checked.
 
-A record (:func:`fedlib.experiment.run`) is one JSON file; its file name is the spec's key
-(:meth:`fedlib.experiment.RunSpec.key`), a hash that includes fedlib's version, so a lookup by
-file name finds nothing after a version bump. Readers of committed records (the report, the
-notebooks) find a spec's record here instead, by the fields of the spec it ran
-(:func:`spec_fields`): the same record whatever version is installed.
+A record (:func:`fedlib.experiment.run`) is one JSON file named by its spec's key
+(:meth:`fedlib.experiment.RunSpec.key`), a hash that includes fedlib's version; grids and readers
+find a spec's record by the spec's fields instead (:func:`fedlib.lookup.where`, a module above
+:mod:`fedlib.spec`, which this one is below): the same record whatever version is installed.
 
 * :func:`write` — one record, atomically (temporary + fsync + rename + fsync of the folder),
   every error naming the path;
 * :func:`read_strict` — one record, checked (strict JSON, schema version, status, metrics, and
   its spec and file name against the spec it should be): :class:`RecordError` naming the file
   and what is wrong;
-* :func:`read` — one record file (None for a half-written temporary);
-* :func:`fedlib.lookup.spec_fields` and :func:`fedlib.lookup.find` — a spec's record in a
-  folder, by the spec's fields (a module above :mod:`fedlib.spec`, which this one is below).
+* :func:`read` — one record file (None for a half-written temporary).
 
 The record's schema (what :func:`fedlib.experiment.run` writes): ``record_version``
 (:data:`RECORD_VERSION`), ``key``, ``spec``, ``versions``, ``host``, ``status`` (one of
@@ -284,12 +281,6 @@ def read_valid(path, spec=None, consequence: str = "not used", *, restore_nonfin
     except RecordError as err:
         warn(err, consequence)
         return None
-
-
-def is_complete(path, spec=None, consequence: str = "not used: a grid recomputes it") -> bool:
-    """Whether ``path`` holds a valid finished record (of ``spec``): :func:`read_strict`. A file
-    that is there but fails its checks is named on stderr and counts as absent."""
-    return read_valid(path, spec, consequence) is not None
 
 
 def read(path) -> dict | None:

@@ -21,6 +21,7 @@ import dataclasses
 import itertools
 
 from .grid import run_grid
+from .lookup import find
 from .spec import RunSpec
 from .methods import method_info
 from .validation import check_number, fail
@@ -88,14 +89,10 @@ def tune(spec: RunSpec, results_dir, *, grid: dict | None = None, val_fraction: 
               for p in points]
     for t in trials:
         t.validate()  # every point is a valid Hyper before anything trains
-    records = run_grid(trials, results_dir, device=device, progress=progress)
-    by_key = {r["key"]: r for r in records}
-    rows = []
-    for p, t in zip(points, trials):
-        rec = by_key[t.key()]
-        score = rec.get("val_accuracy") if rec.get("status") == "ok" else None
-        rows.append({"hyper": p, "key": t.key(), "val_accuracy": score})
+    run_grid(trials, results_dir, device=device, progress=progress)
+    records = find(trials, results_dir, restore_nonfinite=False)[0]  # by the fields: one a trial, in order
+    rows = [{"hyper": p, "key": t.key(), "val_accuracy": rec.get("val_accuracy") if rec.get("status") == "ok" else None}
+            for p, t, rec in zip(points, trials, records)]
     best = best_point([r["val_accuracy"] for r in rows])
     return {"method": spec.method, "grid": {k: list(v) for k, v in grid.items()},
-            "val_fraction": float(val_fraction), "trials": rows, "chosen": points[best],
-            "record": by_key[trials[best].key()]}
+            "val_fraction": float(val_fraction), "trials": rows, "chosen": points[best], "record": records[best]}

@@ -123,7 +123,7 @@ def test_paper_grid_counts_a_damaged_record_as_to_compute_and_lists_it_by_name(t
                      alphas=[0.1])
     path = X.record_path(tmp_path, s)
     path.write_text(text)
-    assert not pg._recorded(tmp_path, s)
+    assert not G._recorded(tmp_path, s)
     assert pg.run_state(tmp_path, s).startswith(f"to compute (invalid record {path.name}: ")
     records.write(path, record_fakes.record(s))
-    assert pg._recorded(tmp_path, s) and pg.run_state(tmp_path, s) == "recorded (ok)"
+    assert G._recorded(tmp_path, s) and pg.run_state(tmp_path, s) == "recorded (ok)"

@@ -86,7 +86,7 @@ def test_benchmarks_paper_grid_is_the_same_command():
     spec = importlib.util.spec_from_file_location("paper_grid_alias", ROOT / "benchmarks" / "paper_grid.py")
     alias = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(alias)
-    assert alias.main is grid_cli.main and alias.select is grid_cli.select and alias._recorded is grid_cli._recorded
+    assert alias.main is grid_cli.main and alias.select is grid_cli.select and alias.run_state is grid_cli.run_state
     assert alias.registry is grid_cli.registry
     done = _command("--tables", script=ROOT / "benchmarks" / "paper_grid.py")
     assert done.returncode == 0 and "  fedprism-table1\n" in done.stdout, done.stderr

@@ -482,11 +482,15 @@ def run_status(specs, records) -> pd.DataFrame:
     columns iid_fraction, method, seed, status (``ok``, ``failed``, ``infeasible`` or ``not run
     yet``), diverged_round (1-based, failed runs only; else NaN), rounds_before (the evaluations a
     failed record kept, ``history_before_divergence``) and detail (a failed or infeasible
-    record's ``error``)."""
-    by_key = {r["key"]: r for r in records}
+    record's ``error``). A spec's record is the one of its key, else of its fields
+    (:func:`fedlib.lookup.spec_fields`): a record written under another fedlib version counts."""
+    from fedlib.lookup import spec_fields
+
+    by_key, by_run = {r.get("key"): r for r in records}, [(spec_fields(r["spec"]), r) for r in records]
     rows = []
     for s in specs:
-        r = by_key.get(s.key())
+        want = spec_fields(s)
+        r = by_key.get(s.key()) or next((r for fields, r in by_run if fields == want), None)
         status = "not run yet" if r is None else r["status"]
         rnd = None if r is None else diverged_round(r)
         rows.append({"iid_fraction": float(s.level), "method": s.method, "seed": s.seed, "status": status,

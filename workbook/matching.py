@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedlib import records
+from fedlib import lookup, records
 from fedlib.evaluation import client_parity
 from fedlib.paths import ROOT
 from fedlib.validation import fail
@@ -22,7 +22,8 @@ from .psi_pfl_study import paper_variant_records
 from .report_cells import METRICS
 from .tables import records_frame
 
-__all__ = ["RECORDS", "DERIVATIONS", "matches", "cl_distance", "record_value", "matched_records", "anchor_slug"]
+__all__ = ["RECORDS", "DERIVATIONS", "matches", "cl_distance", "record_value", "matched_records", "seed_files",
+           "anchor_slug"]
 
 RECORDS = ROOT / "benchmarks" / "records"
 """The committed paper-protocol records (present in a project checkout)."""
@@ -31,7 +32,9 @@ RECORDS = ROOT / "benchmarks" / "records"
 def _load(directory: str) -> tuple:
     """Every valid finished record (a dict) in ``directory``, sorted by file name; () if absent.
     Each is read by :func:`fedlib.records.read_strict`: a file that fails its checks (NaN,
-    truncated, no metrics, an unknown status) is named on stderr and skipped, never used."""
+    truncated, no metrics, an unknown status) is named on stderr and skipped, never used. Two
+    records of one run (equal spec fields, e.g. written under two fedlib versions) are refused
+    by :func:`fedlib.lookup.where`, a ValueError naming both files."""
     d = Path(directory)
     if not d.is_dir():
         return ()
@@ -40,7 +43,19 @@ def _load(directory: str) -> tuple:
         r = records.read_valid(p, consequence="skipped by the report, not used")
         if r is not None:
             out.append(r)
+    lookup.where([r["spec"] for r in out], d)  # a duplicate fails here, named
     return tuple(out)
+
+
+def seed_files(reading, root: Path, recs, seed) -> str:
+    """The file names of the ``ok`` records among ``recs`` (the records :func:`matched_records`
+    gave for ``reading``) of ``seed``, joined by "and", as an error names them: each found again in
+    the folder by its spec (a derived record, ``reading.derive``, by its ``key``)."""
+    files = [(p.name, records.read(p) or {}) for p in sorted((Path(root) / reading.records).glob("*.json"))]
+    names = [next((n for n, f in files if f.get("spec") == r["spec"] or (r.get("key") and f.get("key") == r["key"])),
+                  "a derived record")
+             for r in recs if r.get("status") == "ok" and r["spec"].get("seed", 0) == seed]
+    return ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else "".join(names)
 
 
 DERIVATIONS = {"psi_pfl_paper_variant": paper_variant_records}

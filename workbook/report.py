@@ -105,8 +105,11 @@ def row_values(reading, root: Path = RECORDS) -> tuple[list[float], list[str]]:
             other.append(f"seed {seed}: not finished by every method of the table (no {', '.join(lacking)} run)")
             continue
         if seed in by_seed:
+            from .matching import seed_files  # the files, named
+
             fail("reading", f"a match that one record per seed answers; in {reading.records}/ two records of "
-                            f"seed {seed} match {dict(reading.match)} (pin the field that tells them apart, "
+                            f"seed {seed} match {dict(reading.match)}, {seed_files(reading, root, recs, seed)} "
+                            "(pin the field that tells them apart, "
                             "e.g. the variant's hyperparameter, in workbook/report_cells.py)",
                  reading.name)
         by_seed[seed] = record_value(r, reading.metric, reading.window, folder)

@@ -2,10 +2,11 @@
 with other processes, progress, budgets and backends.
 
 ``run_grid`` writes one JSON file per record (:func:`fedlib.records.write`: atomic and fsynced,
-a crash never leaves a half-written record), skips specs whose valid record already exists (an
-interrupted grid resumes where it stopped; a file that fails :func:`fedlib.records.read_strict`
-— truncated, NaN, another run's record, no metrics — is named on stderr and recomputed), and
-validates every spec, and finds every data set it needs, before any training starts. With a
+a crash never leaves a half-written record), skips specs whose valid record is already there,
+found by their fields whatever version wrote it (an interrupted grid resumes where it stopped; a
+file that fails :func:`fedlib.records.read_strict` — truncated, NaN, another run's record, no
+metrics — is named on stderr and recomputed), and validates every spec, and finds every data set
+it needs, before any training starts. With a
 ``budget`` it starts only the runs estimated (:func:`estimate_seconds`: :func:`fedlib.cost.estimate`,
 from the records of comparable runs) to end before the budget does, and leaves the others for a later call.
 
@@ -38,11 +39,15 @@ __all__ = ["run_grid", "load_records", "write_manifest", "load_grid", "present_r
 
 
 # ----------------------------------------------------------------------------- records there
-def _is_complete(path: Path, spec: RunSpec | None = None) -> bool:
-    """Whether ``path`` holds a valid finished record (of ``spec``): :func:`fedlib.records.read_strict`.
-    A file that fails its checks (NaN, truncated, another run's record, no metrics) is named on
-    stderr and counts as not recorded: a grid recomputes it and overwrites it atomically."""
-    return records.is_complete(path, spec)
+def _unrecorded(results_dir: Path, specs) -> list:
+    """The specs without a finished record (status ok, infeasible or failed) in ``results_dir``, found
+    by their fields (:func:`fedlib.lookup.where`): a record written under another fedlib version
+    (another file name) counts; a file failing its checks (truncated, NaN) does not: recomputed."""
+    return [s for s, path in zip(specs, lookup.where(specs, results_dir)) if path is None]
+
+
+def _recorded(results_dir: Path, spec: RunSpec) -> bool:
+    return not _unrecorded(results_dir, [spec])
 
 
 def _check_writable(results_dir: Path) -> None:
@@ -213,14 +218,14 @@ def _run_claimed(specs, results_dir: Path, device, bar, report, budget: _Budget 
     held = []
     for s in specs:
         path = record_path(results_dir, s)
-        if (budget is not None and not _is_complete(path, s) and not _claimed_live(path)
+        if (budget is not None and not _recorded(results_dir, s) and not _claimed_live(path)
                 and not budget.admit(s)):
             continue
         if not (claims.try_claim(path) or (claims.is_stale(path) and claims.take_over(path))):
             held.append(s)
             continue
         try:
-            if _is_complete(path, s):  # finished by another process since we looked
+            if _recorded(results_dir, s):  # finished by another process since we looked
                 report(s, None)
                 continue
             if bar is not None:
@@ -284,7 +289,7 @@ def _run_together(specs, results_dir: Path, device, bar, report, max_group: int 
                 path = record_path(results_dir, s)
                 if not (claims.try_claim(path) or (claims.is_stale(path) and claims.take_over(path))):
                     left.append(s)  # another process holds it: _run_local waits for it
-                elif _is_complete(path, s):
+                elif _recorded(results_dir, s):
                     claims.release(path)
                     report(s, None)
                 else:
@@ -364,7 +369,7 @@ def _one_run(spec: RunSpec, results_dir, device, deadline: float | None, folders
     _kill_once_for_tests()
     results_dir = Path(results_dir)
     path = record_path(results_dir, spec)
-    recorded = _is_complete(path, spec)
+    recorded = _recorded(results_dir, spec)
     elsewhere = recorded or _claimed_live(path)
     if deadline is None:
         return spec, _compute_one(spec, results_dir, device, mode), elsewhere, None
@@ -400,7 +405,7 @@ def _run_each(todo, results_dir: Path, device, deadline, folders, mode: str, wor
 
     if workers == 1 or len(todo) <= 1:
         pending = list(todo)
-        while pending := [s for s in pending if not _is_complete(record_path(results_dir, s), s)]:
+        while pending := _unrecorded(results_dir, pending):
             s = next((x for x in pending if not held(x)), pending[0])
             pending.remove(s)
             on_run(*_one_run(s, results_dir, device, deadline, folders, mode))
@@ -436,7 +441,7 @@ def _run_pool(specs, results_dir: Path, device, deadline, folders, mode: str, wo
                     lost.append(futures[future])
                     continue
                 on_run(*result)
-        pending = [s for s in lost if not _is_complete(record_path(results_dir, s), s)]
+        pending = _unrecorded(results_dir, lost)
         if not pending:
             return
         say(f"run_grid: a worker process died: {len(pending)} run{'s' if len(pending) != 1 else ''} lost"
@@ -470,7 +475,11 @@ def run_grid(specs, results_dir, *, device="auto", progress=True, backend: str =
     Every spec is validated first, so a typo fails before any training starts; finished
     records are reused, never recomputed or overwritten. A diverged run is recorded with
     status ``failed`` and, like an infeasible one, not retried (delete its record to retry).
-    A results folder that cannot be written fails before any training.
+    A results folder that cannot be written fails before any training. Records are found by the
+    specs' fields (:func:`fedlib.lookup.where`), not by file name (:meth:`RunSpec.key` holds
+    fedlib's version): runs recorded before a version bump stay skipped; two records of one run
+    are refused, naming both files. Claims and checkpoints are named by the key: a run a version
+    bump finds unfinished restarts from round 1.
 
     Where the runs are computed (``backend``):
 
@@ -570,7 +579,9 @@ def run_grid(specs, results_dir, *, device="auto", progress=True, backend: str =
     results_dir = Path(results_dir)
     _check_writable(results_dir)
     kind = resolve_device(device).type  # a bad device fails here, not in every task
-    todo = [s for s in specs if not _is_complete(record_path(results_dir, s), s)]
+    todo = _unrecorded(results_dir, specs)
+    for s in todo:  # a damaged file at a run's key (truncated, NaN, another run's record) is named, then overwritten
+        records.read_valid(record_path(results_dir, s), s, "not used: a grid recomputes it")
     check_data(todo)  # every data set a run needs is here before the first run trains
     if mode == "lines":
         print(f"run_grid: {len(specs)} runs, {len(specs) - len(todo)} already recorded, "
@@ -640,7 +651,7 @@ def run_grid(specs, results_dir, *, device="auto", progress=True, backend: str =
     if plan is not None and plan.stopped:
         summary(f"run_grid: budget: {len(plan.stopped)} runs stopped at a round boundary; the next call resumes "
             f"them from their checkpoints ({checkpoint.checkpoint_folder()})")
-    return [r for r in (_read_complete(record_path(results_dir, s), s) for s in specs) if r is not None]
+    return lookup.find(specs, results_dir, restore_nonfinite=False)[0]  # as stored: null for NaN, as always
 
 
 def check_data(specs) -> None:
@@ -669,18 +680,11 @@ def check_data(specs) -> None:
             f"{'is' if len(reasons) == 1 else 'are'} not here; no run was started:\n" + "\n".join(reasons))
 
 
-def _read_complete(path: Path, spec: RunSpec | None = None) -> dict | None:
-    """The valid finished record at ``path`` (of ``spec``), or None (no record: a run a budget
-    left for later; or one that fails its checks, named on stderr)."""
-    return records.read_valid(path, spec, restore_nonfinite=False)  # as stored: null for NaN, as always
-
-
 def _run_ray(todo, results_dir, device, report, address, num_cpus, num_gpus, max_retries) -> None:
     """The runs as Ray tasks; every finished record written here, atomically, once."""
     def on_record(s: RunSpec, record: dict) -> None:
-        path = record_path(results_dir, s)
-        if not _is_complete(path, s):  # another process may have recorded it meanwhile
-            records.write(path, record)
+        if not _recorded(results_dir, s):  # another process may have recorded it meanwhile
+            records.write(record_path(results_dir, s), record)
         report(s, record)
 
     failed = _ray_backend().run_on_ray(todo, device=device, on_record=on_record, ray_address=address,
@@ -704,10 +708,11 @@ def _run_local(todo, results_dir, device, bar, report, mode, budget: _Budget | N
                        "processes are computing (their records are theirs to write)")
             return
         time.sleep(_POLL_SECONDS)
-        finished = [s for s in waiting if _is_complete(record_path(results_dir, s), s)]
-        for s in finished:
-            report(s, None)
-        waiting = [s for s in waiting if s not in finished]
+        left = _unrecorded(results_dir, waiting)
+        for s in waiting:
+            if s not in left:
+                report(s, None)
+        waiting = left
         orphans = [s for s in waiting if not claims.claim_path(record_path(results_dir, s)).exists()
                    or claims.is_stale(record_path(results_dir, s))]
         if orphans:
@@ -732,9 +737,11 @@ def load_records(results_dir) -> list[dict]:
 
 
 def write_manifest(results_dir, specs, name: str = "manifest.json") -> Path:
-    """Record which runs make up a grid (their keys), so tables use exactly those records."""
-    path = Path(results_dir) / name
-    records.write(path, {"keys": [s.key() for s in specs]})  # a unique temporary per writer
+    """Record which runs make up a grid (their record files' names: a recorded run's file, found by
+    its fields, whatever version wrote it; else its key), so tables use exactly those records."""
+    path, specs = Path(results_dir) / name, list(specs)
+    keys = [s.key() if p is None else p.stem for s, p in zip(specs, lookup.where(specs, results_dir))]
+    records.write(path, {"keys": keys})  # a unique temporary per writer
     return path
 
 
