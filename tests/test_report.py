@@ -63,7 +63,7 @@ def test_verdicts_are_tests_and_seeds_are_averaged(tmp_path):
     assert cl.verdict_text == "differs, 1 seed" and cl.shared_value
     # one seed, no row of its reading has two: the widest scope, the folder's rows of its metric
     c = _row(df, "clust_psi_pfl", "FMNIST, S = 0", "paper_text")
-    assert c.n == 1 and c.verdict == "differs" and "every row of its records folder" in c.why
+    assert c.n == 1 and c.verdict == "differs" and "(its records folder, same data set and metric)" in c.why
     # a cell with no record reads "not run", naming the folder
     idle = _row(df, "fedavg", "FMNIST, S = 0", "both readings")
     assert idle.verdict == "not run" and idle.n == 0 and T3 in idle.why

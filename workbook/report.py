@@ -173,9 +173,9 @@ def _pool_keys(rd) -> tuple:
             (rd.records, rd.metric, m.get("dataset")))
 
 
-_POOL_SCOPE = ("the same method, data set and protocol at other levels",
-               "every method read the same way on the same data set and protocol",
-               "every row of its records folder on the same data set and metric")
+_POOL_SCOPE = ("its method, data set and protocol at other levels",
+               "every method read this way, same data set and protocol",
+               "its records folder, same data set and metric")
 
 
 def _pools(entries) -> dict:
@@ -206,7 +206,7 @@ def _test(cell, values, pools, rd) -> tuple:
         if pool is None:
             return None, ""
         unit = " pp" if cell.unit == "%" else ""
-        note = f"one seed: sd {_num(pool[0], cell.unit)}{unit} pooled over {pool[2]} rows of {pool[3]}"
+        note = f"one seed: sd {_num(pool[0], cell.unit)}{unit} pooled over {pool[2]} rows ({pool[3]})"
     v = V.verdict(cell.value, cell.spread, cell.paper_n or 1, values, cell.tolerance,
                   pooled=None if pool is None else pool[:2])
     return v, note
