@@ -788,3 +788,18 @@ def test_not_run_counts_leave_out_the_runs_already_recorded(tmp_path):
     assert g["hours"] == pytest.approx(g["runs"] * 600.0 / 3600)
     page = "\n".join(report.paper_section(df, "clust_psi_pfl", root=tmp_path))
     assert f"{g['runs']} of {g['runs'] + 1} runs to compute" in page and "the commands skip the 1 recorded" in page
+
+
+def test_every_decided_row_of_the_committed_records_is_workbook_verdicts_test():
+    """The page's verdicts are the simulated rule's (tests/test_verdicts.py), row by row: for every
+    row of two seeds or more, the outcome, the interval and the margin are verdicts.verdict's."""
+    from workbook import verdicts as V
+
+    df = report.frame()
+    rows = df[(df.n >= 2) & df.verdict.isin(["reproduced", "differs", "undecided"])]
+    assert len(rows) > 50
+    for r in rows.itertuples():
+        paper_n = int(r.paper_n) if np.isfinite(r.paper_n) else 1  # NaN: no spread printed
+        v = V.verdict(r.paper_value, r.spread, paper_n, r.values, r.tolerance)
+        assert (v.outcome, v.margin) == (r.verdict, pytest.approx(r.margin)), r.id
+        assert (v.low, v.high) == (pytest.approx(r.low), pytest.approx(r.high)), r.id
