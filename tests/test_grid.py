@@ -127,3 +127,27 @@ def test_paper_grid_counts_a_damaged_record_as_to_compute_and_lists_it_by_name(t
     assert pg.run_state(tmp_path, s).startswith(f"to compute (invalid record {path.name}: ")
     records.write(path, record_fakes.record(s))
     assert G._recorded(tmp_path, s) and pg.run_state(tmp_path, s) == "recorded (ok)"
+
+
+def test_a_run_another_process_claims_first_is_left_for_last_not_waited_on(tmp_path, monkeypatch):
+    """Two processes on one folder start together and both pick the first run: the one that loses
+    the claim goes on to the next run instead of idling until the winner's record lands (issue 67's
+    two background processes: one sat idle 27 minutes on a 1,600 s run)."""
+    a, b = spec(0), spec(1)
+    calls = []
+
+    def fake_one_run(s, results_dir, device, deadline, folders, mode, wait=True):
+        calls.append((s.seed, wait))
+        path = G.record_path(Path(results_dir), s)
+        if s.seed == 0 and not wait:  # the other process claimed it first, while this one prepared it
+            _claim(path)
+            return s, None, True, None
+        claims.claim_path(path).unlink(missing_ok=True)
+        rec = {"spec": s.to_dict(), "status": "ok"}
+        return s, rec, False, None
+
+    monkeypatch.setattr(G, "_one_run", fake_one_run)
+    done = []
+    G._run_each([a, b], tmp_path, "cpu", None, (), "off", 1, lambda s, r, e, est: done.append(s.seed), print)
+    assert calls == [(0, False), (1, False), (0, True)]  # b computed while a was held elsewhere; a waited on last
+    assert done == [1, 0]

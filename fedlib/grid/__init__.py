@@ -351,15 +351,16 @@ def _kill_once_for_tests() -> None:
 
 
 def _compute_one(spec: RunSpec, results_dir, device, mode: str, budget: float | None = None,
-                 estimate_from=()) -> dict | None:
+                 estimate_from=(), wait: bool = True) -> dict | None:
     """One run through :func:`run_grid` (which claims it, records it, and skips it if recorded);
     None when a ``budget`` left it for a later call (or ended while another process computed it)."""
     kw = {} if budget is None else {"budget": budget, "estimate_from": estimate_from}
-    found = run_grid([spec], results_dir, device=device, progress=mode, **kw)
+    found = run_grid([spec], results_dir, device=device, progress=mode, wait=wait, **kw)
     return found[0] if found else None
 
 
-def _one_run(spec: RunSpec, results_dir, device, deadline: float | None, folders, mode: str) -> tuple:
+def _one_run(spec: RunSpec, results_dir, device, deadline: float | None, folders, mode: str,
+             wait: bool = True) -> tuple:
     """``(spec, record, elsewhere, estimate)`` of one run: ``elsewhere`` when another process
     sharing the folder had recorded or claimed it before this one reached it (its record is then
     read, or waited for, instead of computed). With a ``deadline`` (a ``time.time()`` value) the
@@ -372,13 +373,13 @@ def _one_run(spec: RunSpec, results_dir, device, deadline: float | None, folders
     recorded = _recorded(results_dir, spec)
     elsewhere = recorded or _claimed_live(path)
     if deadline is None:
-        return spec, _compute_one(spec, results_dir, device, mode), elsewhere, None
+        return spec, _compute_one(spec, results_dir, device, mode, wait=wait), elsewhere, None
     est = None if recorded else estimate_seconds(spec, timing_records(results_dir, *folders),
                                                  resolve_device(device).type, sharing())
     left = deadline - time.time()
     if not recorded and (left <= 0 or not (elsewhere or fits_budget(seconds_to_start(spec, est), deadline))):
         return spec, None, elsewhere, est
-    return spec, _compute_one(spec, results_dir, device, mode, max(left, 1e-3), folders), elsewhere, est
+    return spec, _compute_one(spec, results_dir, device, mode, max(left, 1e-3), folders, wait), elsewhere, est
 
 
 def _one_run_star(args) -> tuple:
@@ -406,9 +407,14 @@ def _run_each(todo, results_dir: Path, device, deadline, folders, mode: str, wor
     if workers == 1 or len(todo) <= 1:
         pending = list(todo)
         while pending := _unrecorded(results_dir, pending):
-            s = next((x for x in pending if not held(x)), pending[0])
+            free = [x for x in pending if not held(x)]
+            s = free[0] if free else pending[0]
             pending.remove(s)
-            on_run(*_one_run(s, results_dir, device, deadline, folders, mode))
+            got = _one_run(s, results_dir, device, deadline, folders, mode, wait=not free)
+            if got[1] is None and free and held(s):  # another process claimed it first: back to it last
+                pending.append(s)
+                continue
+            on_run(*got)
         return
     threads = max(1, (os.cpu_count() or 1) // workers)
     processes = None if os.environ.get(ENV_SHARING) else workers
@@ -468,7 +474,7 @@ def run_grid(specs, results_dir, *, device="auto", progress=True, backend: str =
              ray_address: str | None = None, num_cpus: float = 1, num_gpus: float = 0,
              max_retries: int = 3, budget: float | None = None, estimate_from=(),
              together: bool = False, max_together: int | None = None, workers: int = 1,
-             on_run=None) -> list[dict]:
+             on_run=None, wait: bool = True) -> list[dict]:
     """Run every spec not already recorded in ``results_dir``; return the records of the specs
     that have one (all of them, unless a ``budget`` left some for a later call).
 
@@ -486,7 +492,8 @@ def run_grid(specs, results_dir, *, device="auto", progress=True, backend: str =
     - ``'local'`` (default): in this process, one after another. Several processes (or
       machines) may run the same grid on one **shared** results folder: each run is claimed
       before it is computed (:mod:`fedlib.claims`), so every run is computed once and recorded
-      once; a process waits for the runs others hold and takes over those whose process died.
+      once; a process waits for the runs others hold (``wait`` False: it leaves them, without a
+      record) and takes over those whose process died.
       Use it on one machine, or on machines that share a folder but no Ray (e.g. SLURM array
       jobs on one network filesystem).
     - ``'ray'``: every run one Ray task (:mod:`fedlib.ray_grid`) needing ``num_cpus`` CPUs and
@@ -639,7 +646,7 @@ def run_grid(specs, results_dir, *, device="auto", progress=True, backend: str =
                           [] if plan is None else plan.folders[1:], mode, workers, each,
                           lambda line: print(line, file=sys.stderr, flush=True))
             else:
-                _run_local(todo, results_dir, device, bar, report, mode, plan, say)
+                _run_local(todo, results_dir, device, bar, report, mode, plan, say, wait)
     finally:
         if bar is not None:
             bar.close()
@@ -695,10 +702,14 @@ def _run_ray(todo, results_dir, device, report, address, num_cpus, num_gpus, max
                            f"the other {len(todo) - len(failed)} were):\n{lines}")
 
 
-def _run_local(todo, results_dir, device, bar, report, mode, budget: _Budget | None = None, say=print) -> None:
+def _run_local(todo, results_dir, device, bar, report, mode, budget: _Budget | None = None, say=print,
+               wait: bool = True) -> None:
     """The runs in this process, sharing the folder with other processes through claims; under
-    a ``budget``, only those that fit, and no waiting for other processes' runs past its end."""
+    a ``budget``, only those that fit, and no waiting for other processes' runs past its end
+    (with ``wait`` False, none at all: they are left without a record)."""
     waiting = _run_claimed(todo, results_dir, device, bar, report, budget, say)
+    if not wait:
+        return
     if waiting and mode == "lines":
         print(f"run_grid: waiting for {len(waiting)} runs that other processes are computing",
               file=sys.stderr, flush=True)
