@@ -16,7 +16,8 @@ is gone or it is too old:
   cannot be checked.
 
 ``stale_after`` defaults to ``$FEDLIB_CLAIM_TIMEOUT`` or :data:`DEFAULT_STALE_AFTER` (24 h): a
-run that takes longer than that may be taken over and computed twice (set it higher).
+run that takes longer than that may be taken over and computed twice (set it higher); a claim is
+never refreshed, so :func:`timeout` refuses less than :data:`MIN_STALE_AFTER` (1 h).
 
 A takeover never removes the claim file: the one process that creates the takeover token
 ``.<key>.claim.<id>.takeover`` (``O_EXCL``; ``<id>`` names the very stale claim it read, by its
@@ -31,15 +32,45 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import socket
 import time
 from pathlib import Path
 from typing import NamedTuple
 
-__all__ = ["claim_path", "try_claim", "release", "is_stale", "take_over", "start_token", "DEFAULT_STALE_AFTER"]
+from .validation import fail
+
+__all__ = ["claim_path", "try_claim", "release", "is_stale", "take_over", "start_token", "owner", "timeout",
+           "DEFAULT_STALE_AFTER"]
 
 DEFAULT_STALE_AFTER = 24 * 3600.0
+MIN_STALE_AFTER = 3600.0
+ENV_TIMEOUT = "FEDLIB_CLAIM_TIMEOUT"
+
+
+def timeout() -> float:
+    """``$FEDLIB_CLAIM_TIMEOUT`` in seconds, a number ≥ :data:`MIN_STALE_AFTER` (unset: the default)."""
+    raw = os.environ.get(ENV_TIMEOUT, "").strip()
+    try:
+        value = float(raw) if raw else DEFAULT_STALE_AFTER
+    except ValueError:
+        value = math.nan
+    if not MIN_STALE_AFTER <= value < math.inf:
+        fail(f"${ENV_TIMEOUT}", f"a number of seconds ≥ {MIN_STALE_AFTER:g} (a claim is never refreshed while its "
+             "run trains: a shorter timeout takes over runs still training; set it above the longest run) or unset "
+             f"for {DEFAULT_STALE_AFTER:g}", raw)
+    return value
+
+
+def owner(record: Path) -> dict | None:
+    """The claim on ``record``'s run (host, pid, time), or None (none, or one being written)."""
+    seen = _read(claim_path(record))
+    try:
+        info = json.loads(seen.text)
+    except (AttributeError, ValueError):
+        return None
+    return info if isinstance(info, dict) else None
 
 
 def claim_path(record: Path) -> Path:
@@ -148,7 +179,7 @@ def _stale_file(path: Path, stale_after: float | None = None) -> bool:
 def _is_stale(seen: _Seen, stale_after: float | None = None) -> bool:
     """Whether the process that wrote ``seen`` is gone (module doc)."""
     if stale_after is None:
-        stale_after = float(os.environ.get("FEDLIB_CLAIM_TIMEOUT", DEFAULT_STALE_AFTER))
+        stale_after = timeout()
     try:
         info = json.loads(seen.text)
         age = time.time() - float(info["time"])

@@ -381,14 +381,17 @@ def run_table(table, out, *, params=None, seeds=None, methods=None, alphas=None,
     sharing ``out`` recorded meanwhile are skipped and not among them), ``skipped`` (the specs a
     budget left for a later call).
     """
-    from fedlib.validation import check_number
+    from fedlib.engine import resolve_device
+    from fedlib.grid import FIRST_ROUNDS, SAFETY_FACTOR, check_settings
+    from fedlib.validation import check_choice, check_folder, check_int, check_number, fail
 
     deadline = None if budget is None else time.time() + check_number(budget, "--budget", 0, low_open=True)
-    from fedlib.engine import resolve_device
-    from fedlib.grid import FIRST_ROUNDS, SAFETY_FACTOR
-    from fedlib.validation import check_choice, check_int
-
     check_int(workers, "--workers", 1)
+    if estimate_from is not None and budget is None:
+        fail("--estimate-from", "given only with --budget (its records estimate the runs a budget admits; "
+             "--list reads it too): add --budget SECONDS or leave it out", estimate_from)
+    out = check_folder(out, "--out")  # before anything is created
+    check_settings()
     global _PROGRESS
     _PROGRESS = check_choice(progress, "--progress", ("rounds", "off"))
     folders = _estimate_folders(estimate_from) if budget is not None else []
@@ -406,7 +409,6 @@ def run_table(table, out, *, params=None, seeds=None, methods=None, alphas=None,
         s.validate()
     device = device or p.get("device", "auto")
     resolve_device(device)
-    out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     from fedlib.grid import _unrecorded, check_data
 
@@ -522,6 +524,7 @@ def main(argv=None, *, tables: dict | None = None) -> dict | None:
             ap.error(f"the following arguments are required with a table: --out (e.g. --out {t.records})"
                      if t.records else "the following arguments are required with a table: --out")
         if a.list or a.list_datasets:
+            __import__("fedlib.validation").validation.check_folder(a.out, "--out", writable=False)
             params = load_params(t, a.params)
             specs = select(t, params, **filters)
             if a.list_datasets:

@@ -5,7 +5,9 @@ defaults, equal to ``params/smoke``). A key of a params file that is not one of 
 injected by papermill and never read (papermill only warns), so a typo (``methds:``) would run
 the defaults with valid-looking records: here it is an error naming the key and the known ones.
 ``benchmarks/paper_grid.py``, the report and ``make workbook`` (``python -m fedlib.notebook_params
-FILE...`` before papermill) read params files through :func:`load`.
+FILE...`` before papermill) read params files through :func:`load`. Under papermill itself
+(``-p name value`` or ``-f file``), :func:`check_injected` refuses the unknown name when the
+notebook first imports fedlib, in the kernel (docs/running.md).
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from pathlib import Path
 from .paths import base_dir
 from .validation import fail
 
-__all__ = ["notebook_parameters", "check_keys", "load"]
+__all__ = ["notebook_parameters", "check_keys", "check_injected", "load"]
 
 
 def _notebooks_dir() -> Path:
@@ -36,14 +38,40 @@ def notebook_parameters(notebook: str) -> tuple[str, ...]:
     cells = [c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", [])]
     if len(cells) != 1:
         fail("notebook", "a notebook with exactly one cell tagged 'parameters'", notebook)
+    return _assigned("".join(cells[0]["source"]))
+
+
+def _assigned(source: str) -> tuple[str, ...]:
+    """The names a cell's top-level statements assign, in order."""
     names: list[str] = []
-    for node in ast.parse("".join(cells[0]["source"])).body:
+    for node in ast.parse(source).body:
         targets = node.targets if isinstance(node, ast.Assign) else \
             [node.target] if isinstance(node, ast.AnnAssign) else []
         for t in targets:
             if isinstance(t, ast.Name) and t.id not in names:
                 names.append(t.id)
     return tuple(names)
+
+
+def check_injected(cells=None) -> None:
+    """Refuse a name papermill's injected cell (first line its bare ``# Parameters``, after another
+    cell) sets that no earlier cell (``parameters``) assigns: papermill only warns. ``cells``: the
+    sources run so far (default: the kernel's history); fedlib's import calls this in a kernel."""
+    if cells is None:
+        ip = sys.modules["IPython"].get_ipython() if "IPython" in sys.modules else None
+        cells = [] if ip is None else list(ip.history_manager.input_hist_raw)
+    for i, source in enumerate(cells):
+        if source.split("\n", 1)[0].strip() != "# Parameters" or not any(c.strip() for c in cells[:i]):
+            continue  # papermill's cell follows the parameters cell (whose comment says more than this)
+        try:
+            known = [n for before in cells[:i] for n in _assigned(before)]
+            injected = _assigned(source)
+        except SyntaxError:  # magics and the like: not papermill's cell
+            continue
+        for name in injected:
+            if name not in known:
+                fail("papermill parameter (-p/-f)", f"a parameter of this notebook's parameters cell "
+                     f"(one of {', '.join(dict.fromkeys(known))}): check its spelling", name)
 
 
 def check_keys(params, notebook: str, where: str = "params") -> dict:

@@ -21,7 +21,7 @@ from .methods import METHODS, STREAMING_METHODS, FLConfig, make_hyper, method_in
 from .models import ARCH_FOR_DATASET, ARCHITECTURES
 from .records import RECORD_VERSION, with_current_defaults, with_recorded_defaults
 from .reproduction import REPRODUCTIONS, Settings, runs_differently, settings_for
-from .validation import check_choice, check_int, check_number, check_seed, fail
+from .validation import check_choice, check_int, check_number, check_seed, fail, plain
 
 __all__ = ["RunSpec", "grid_specs", "record_path", "sharing", "ENV_SHARING"]
 
@@ -82,6 +82,10 @@ class RunSpec:
     n_global_test: int | None = None
     reproduction: str = "paper_text"
     pool_test: bool = False
+
+    def __post_init__(self):  # numpy numbers as Python ones: the same key, a JSON record
+        for name, value in vars(self).items():
+            object.__setattr__(self, name, plain(value))
 
     def effective(self) -> tuple[dict, dict, Settings]:
         """(hyper, fl, settings): the spec's hyperparameters and training settings with its

@@ -10,11 +10,13 @@ plain Python type, so callers can store it.
 from __future__ import annotations
 
 import math
+import os
 from numbers import Integral, Real
+from pathlib import Path
 
 import numpy as np
 
-__all__ = ["check_int", "check_number", "check_choice", "check_seed", "fail"]
+__all__ = ["check_int", "check_number", "check_choice", "check_seed", "check_folder", "plain", "fail"]
 
 
 def fail(name: str, allowed: str, value) -> None:
@@ -78,6 +80,41 @@ def check_choice(value, name: str, choices) -> object:
     return value
 
 
+#: The largest seed torch, numpy and scikit-learn's ``random_state`` all take (2**70 fails mid-run).
+MAX_SEED = 2**32 - 1
+
+
 def check_seed(value, name: str = "seed") -> int:
-    """A non-negative integer (Python or numpy)."""
-    return check_int(value, name, 0)
+    """An integer in [0, :data:`MAX_SEED`] (Python or numpy)."""
+    return check_int(value, name, 0, MAX_SEED)
+
+
+def plain(value):
+    """``value`` with numpy scalars as Python ones, nested too (a float32 as it prints: 0.01)."""
+    if isinstance(value, np.floating) and np.finfo(value).bits < 64:
+        return float(str(value))
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, dict):
+        return {plain(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(plain(v) for v in value)
+    return value
+
+
+def check_folder(value, name: str, *, writable: bool = True) -> Path:
+    """A folder path (existing or not; nothing is created), not "", a file or under one, and
+    (``writable``) whose nearest existing folder this process can write."""
+    if not isinstance(value, (str, os.PathLike)) or not str(value).strip():
+        fail(name, "a folder path (not empty: '.' names the current folder)", value)
+    path = Path(value).expanduser()
+    if path.exists() and not path.is_dir():
+        fail(name, "a folder, not a file: choose another path", str(value))
+    parent = path
+    while not parent.exists() and parent != parent.parent:  # Path.exists is False under a file
+        parent = parent.parent
+    if not parent.is_dir():
+        fail(name, f"a folder path not under a file ({parent} is a file): choose another path", str(value))
+    if writable and not os.access(parent, os.W_OK | os.X_OK):
+        fail(name, f"a folder this user can write ({parent} is not writable): choose another path", str(value))
+    return path

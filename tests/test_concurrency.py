@@ -101,9 +101,9 @@ def test_a_live_claim_is_waited_for_and_taken_over_when_its_process_dies(tmp_pat
 def test_a_claim_from_another_host_is_honoured_until_it_is_old(tmp_path, monkeypatch):
     s = specs(1)[0]
     path = X.record_path(tmp_path, s)
-    claims.claim_path(path).write_text(json.dumps({"host": "elsewhere", "pid": 1, "time": time.time()}))
-    assert not claims.is_stale(path)
-    monkeypatch.setenv("FEDLIB_CLAIM_TIMEOUT", "0")
+    claims.claim_path(path).write_text(json.dumps({"host": "elsewhere", "pid": 1, "time": time.time() - 7200}))
+    assert not claims.is_stale(path)  # 2 h old, under the default 24 h
+    monkeypatch.setenv("FEDLIB_CLAIM_TIMEOUT", "3600")
     assert claims.is_stale(path)
     (rec,) = X.run_grid([s], tmp_path, progress=False)
     assert rec["status"] == "ok"

@@ -171,8 +171,8 @@ def test_from_spec_reads_the_methods_settings():
 
 BAD = [
     (lambda: F.ClustPSIPFL(dp_epsilon=0), "dp_epsilon must be a finite number > 0"),
-    (lambda: F.PSIPFL(dp_seed=-1), "dp_seed must be an integer ≥ 0"),
-    (lambda: F.FedAvg(seed=1.5), "seed must be an integer ≥ 0"),
+    (lambda: F.PSIPFL(dp_seed=-1), "dp_seed must be an integer in \\[0, 4294967295\\]"),
+    (lambda: F.FedAvg(seed=1.5), "seed must be an integer in \\[0, 4294967295\\]"),
     (lambda: F.ClustPSIPFL(hyper="tau=2"), "hyper must be a dict"),
     (lambda: F.ClustPSIPFL(fl={"keep_optimizer_state": True}), "keep_optimizer_state must be False"),
     (lambda: F.ClustPSIPFL(fl={"stream_average": True}), "stream_average must be False"),
@@ -180,12 +180,12 @@ BAD = [
     (lambda: F.ClustPSIPFL(timeout=0), "timeout must be a finite number > 0"),
     (lambda: F.PSIPFL.from_spec(spec()), "spec.method must be 'psi_pfl'"),
     (lambda: F.make_client_app("adult"), "spec must be a fedlib.experiment.RunSpec"),
-    (lambda: F.make_client_app(spec(), dp_seed=-2), "dp_seed must be an integer ≥ 0"),
+    (lambda: F.make_client_app(spec(), dp_seed=-2), "dp_seed must be an integer in \\[0, 4294967295\\]"),
     (lambda: F.simulate([], spec()), "strategies must be a fedlib.flower strategy"),
     (lambda: F.backend_config(num_cpus=0), "num_cpus must be an integer ≥ 1"),
     (lambda: F.group_fedavg({0: 1}, [0], seed=0, stream="s", fraction=0), "fraction (q) must be a finite number"),
     (lambda: F.group_fedavg({0: 1}, [5], seed=0, stream="s", fraction=0.5), "group must be a non-empty"),
-    (lambda: F.stream_rng(-1, "selection/group0"), "seed must be an integer ≥ 0"),
+    (lambda: F.stream_rng(-1, "selection/group0"), "seed must be an integer in \\[0, 4294967295\\]"),
     (lambda: F.client_counts(spec(), 0, epsilon=-1.0), "epsilon must be a finite number > 0"),
 ]
 

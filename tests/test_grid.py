@@ -36,9 +36,9 @@ def _claim(path, **fields):
 def test_a_claim_of_a_live_but_foreign_pid_older_than_its_stale_age_is_taken_over(tmp_path, monkeypatch):
     """This process's own pid, but another process's start token (a reused pid, a restarted
     container), written before the stale age: stale, and taken over."""
-    monkeypatch.setenv("FEDLIB_CLAIM_TIMEOUT", "60")
+    monkeypatch.setenv("FEDLIB_CLAIM_TIMEOUT", "3600")
     path = X.record_path(tmp_path, spec())
-    _claim(path, start="another-boot:12345", time=time.time() - 3600)
+    _claim(path, start="another-boot:12345", time=time.time() - 7200)
     assert claims.is_stale(path)
     assert claims.take_over(path)
     owner = json.loads(claims.claim_path(path).read_text())
@@ -46,13 +46,13 @@ def test_a_claim_of_a_live_but_foreign_pid_older_than_its_stale_age_is_taken_ove
 
 
 def test_a_reused_pid_is_stale_and_a_live_owner_is_not_until_its_stale_age(tmp_path, monkeypatch):
-    monkeypatch.setenv("FEDLIB_CLAIM_TIMEOUT", "60")
+    monkeypatch.setenv("FEDLIB_CLAIM_TIMEOUT", "3600")
     path = X.record_path(tmp_path, spec())
     _claim(path, start="another-boot:12345")  # young, but the pid is another process's now
     assert claims.is_stale(path)
     _claim(path)  # this very process, young: live
     assert not claims.is_stale(path) and not claims.take_over(path)
-    _claim(path, time=time.time() - 120)  # this very process, older than the stale age
+    _claim(path, time=time.time() - 7200)  # this very process, older than the stale age
     assert claims.is_stale(path)
     _claim(path, start=None)  # a claim without a token (an older fedlib): its pid decides
     assert not claims.is_stale(path)

@@ -97,7 +97,7 @@ def test_dispatch_runspec_and_metrics():
     (dict(n_clients=0), r"n_clients must be an integer ≥ 1, got 0"),
     (dict(n_clients=2.5), r"n_clients must be an integer ≥ 1, got 2\.5"),
     (dict(n_clients=31), r"n_clients=31 needs at least 31 samples .*dataset has 30"),
-    (dict(seed=-1), r"seed must be an integer ≥ 0, got -1"),
+    (dict(seed=-1), r"seed must be an integer in \[0, 4294967295\], got -1"),
     (dict(labels=np.array([0.5, 1.0])), r"labels must be integer class ids"),
 ])
 def test_bad_inputs_are_named(kwargs, match):

@@ -30,7 +30,7 @@ from ..cost import device_kind_of  # noqa: F401  (re-exported: the budget helper
 from ..engine import resolve_device
 from ..spec import ENV_SHARING, RunSpec, record_path, sharing  # noqa: F401  (ENV_SHARING: re-exported)
 from ..methods import FLConfig, method_info
-from ..validation import check_choice, check_int, check_number, fail
+from ..validation import check_choice, check_folder, check_int, check_number, fail
 
 __all__ = ["run_grid", "load_records", "write_manifest", "load_grid", "present_records", "check_data"]
 # The budget helpers (estimate_seconds, timing_records, fits_budget, sharing, device_kind_of,
@@ -203,6 +203,7 @@ class _Budget:
 
 
 _POLL_SECONDS = 0.5
+_NOTE_SECONDS = 60.0  # between two lines of a wait on other processes' runs
 
 
 def _claimed_live(path: Path) -> bool:
@@ -574,7 +575,7 @@ def run_grid(specs, results_dir, *, device="auto", progress=True, backend: str =
              "are the local backend's): use backend='local'", (workers, on_run))
     if on_run is not None and not callable(on_run):
         fail("on_run", "None or a callable on_run(spec, record, elsewhere, estimate)", on_run)
-    sharing()  # a bad $FEDLIB_SHARING fails here, before any training
+    check_settings()  # the environment's settings, before any training
     if backend != "local":
         _ray_backend().check_options(ray_address, num_cpus, num_gpus, max_retries)
     if ray_address is not None and backend != "ray":
@@ -661,6 +662,14 @@ def run_grid(specs, results_dir, *, device="auto", progress=True, backend: str =
     return lookup.find(specs, results_dir, restore_nonfinite=False)[0]  # as stored: null for NaN, as always
 
 
+def check_settings() -> None:
+    """The environment variables a grid reads, checked before its first run, not hours into it."""
+    sharing()
+    claims.timeout()
+    checkpoint._every_from_env()
+    check_folder(checkpoint.checkpoint_folder(), f"${checkpoint.ENV_FOLDER} (the checkpoints' folder)")
+
+
 def check_data(specs) -> None:
     """Fail before any training when a data set that ``specs`` need cannot be loaded here:
     :class:`fedlib.datasets.DataUnavailableError` naming every such data set with its loader's
@@ -713,7 +722,11 @@ def _run_local(todo, results_dir, device, bar, report, mode, budget: _Budget | N
     if waiting and mode == "lines":
         print(f"run_grid: waiting for {len(waiting)} runs that other processes are computing",
               file=sys.stderr, flush=True)
+    note = time.monotonic() + _NOTE_SECONDS
     while waiting:  # runs other processes claimed: wait for their records, take over if they die
+        if time.monotonic() >= note:  # a line a minute naming who holds the runs
+            note = time.monotonic() + _NOTE_SECONDS
+            say(_waiting_line(results_dir, waiting))
         if budget is not None and time.time() >= budget.deadline:
             budget.say(f"run_grid: the budget has ended: not waiting for the {len(waiting)} runs other "
                        "processes are computing (their records are theirs to write)")
@@ -729,6 +742,15 @@ def _run_local(todo, results_dir, device, bar, report, mode, budget: _Budget | N
         if orphans:
             left = _run_claimed(orphans, results_dir, device, bar, report, budget, say)
             waiting = [s for s in waiting if s not in orphans or s in left]
+
+
+def _waiting_line(results_dir: Path, waiting) -> str:
+    """What a wait on other processes' claims says each minute: the first run and its claim's owner."""
+    info = claims.owner(record_path(results_dir, waiting[0])) or {}
+    since = f", for {(time.time() - info['time']) / 60:.0f} min" if isinstance(info.get("time"), (int, float)) else ""
+    return (f"run_grid: waiting for {len(waiting)} run(s) other processes hold: {_describe(waiting[0])} is claimed by "
+            f"host {info.get('host', '?')} pid {info.get('pid', '?')}{since} (taken over if that process dies, or "
+            f"after ${claims.ENV_TIMEOUT} = {claims.timeout():g} s)")
 
 
 def load_records(results_dir) -> list[dict]:
