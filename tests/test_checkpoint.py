@@ -131,26 +131,30 @@ def test_a_method_that_cannot_resume_never_stops_and_is_unchanged(name, tmp_path
 
 
 def test_a_checkpoint_of_another_run_or_version_is_not_used(tmp_path, capsys):
+    """Its header says so: it is moved aside, never read further (tests/test_checkpoint_files.py: its contents)."""
     ck = StopAt(C.checkpoint_path("run", tmp_path), "run", every=1e9)
     ck.stop_after = 1
     with pytest.raises(C.RunStopped):
         outcome("fedavg", ck)
+    good = ck.path.read_bytes()
+    header, payload = json.loads(good.split(b"\n", 1)[0]), good.split(b"\n", 1)[1]
     other = tmp_path / "other.pt"
+    for change, says, reason in [({}, "belongs to run 'run'", "other-run"),
+                                 ({"key": "other", "fedlib": "0.0.0"}, "written by fedlib 0.0.0", "other-version"),
+                                 ({"key": "other", "code": "0" * 16}, "written by other fedlib code (source "
+                                  "fingerprint 0000000000000000", "other-code")]:
+        other.write_bytes(json.dumps({**header, **change}).encode() + b"\n" + payload)
+        assert C.Checkpointer.open("other", tmp_path).resumed_at is None
+        err = capsys.readouterr().err
+        assert says in err and f"moved aside to {other}.refused-{reason}; the run starts again at round 1" in err, err
+        assert not other.exists()
+    other.write_bytes(json.dumps({**header, "key": "other"}).encode() + b"\n" + payload)
+    assert C.Checkpointer.open("other", tmp_path).resumed_at is None  # the digest covers the header
+    assert "its SHA-256 digest does not match" in capsys.readouterr().err
     ck.path.rename(other)
+    torch.save({"checkpoint_version": 1, "key": "other"}, other)  # the format before issue 68: never unpickled
     assert C.Checkpointer.open("other", tmp_path).resumed_at is None
-    assert "belongs to run 'run'" in capsys.readouterr().err
-    blob = torch.load(other, weights_only=False)
-    torch.save({**blob, "key": "other", "fedlib": "0.0.0"}, other)
-    assert C.Checkpointer.open("other", tmp_path).resumed_at is None
-    assert "written by fedlib 0.0.0" in capsys.readouterr().err
-    torch.save({**blob, "key": "other", "code": "0" * 16}, other)
-    assert C.Checkpointer.open("other", tmp_path).resumed_at is None
-    assert "written by other fedlib code (source fingerprint 0000000000000000" in capsys.readouterr().err
-    torch.save({**blob, "key": "other"}, other)  # the same run, version and code: used
-    assert C.Checkpointer.open("other", tmp_path).resumed_at == (0, 1)
-    other.write_bytes(b"torn")
-    assert C.Checkpointer.open("other", tmp_path).resumed_at is None
-    assert "unreadable" in capsys.readouterr().err
+    assert "not a version-2 fedlib checkpoint (an older format" in capsys.readouterr().err
 
 
 def test_the_checkpoint_folder_and_interval_come_from_the_environment(monkeypatch, tmp_path):
@@ -189,7 +193,7 @@ def test_a_run_killed_mid_way_resumes_under_run_grid_with_the_same_record(tmp_pa
         while time.monotonic() < deadline and child.poll() is None:
             if path.exists():
                 try:
-                    resumable_from = torch.load(path, weights_only=False)["current"][1]
+                    resumable_from = json.loads(path.read_bytes().split(b"\n", 1)[0])["round"]
                 except Exception:  # caught mid-rename: read again
                     resumable_from = None
                 if resumable_from is not None and resumable_from >= 3:

@@ -377,7 +377,8 @@ def test_list_estimates_each_run_to_compute_and_totals_them(tmp_path, capsys, mo
     monkeypatch.setenv("FEDLIB_CHECKPOINTS", str(tmp_path / "checkpoints"))
     rounds = FLConfig.from_dict(specs[1].effective()[1]).rounds
     key = specs[1].key()
-    Checkpointer(checkpoint_path(key), key).write(0, rounds // 2, {}, SimpleNamespace(history=[], _opt_state=None))
+    Checkpointer(checkpoint_path(key), key).write(0, rounds // 2, {}, SimpleNamespace(
+        history=[], _opt_state=None, cfg=SimpleNamespace(rounds=rounds)))
     pg.main(argv + ["--device", "cpu"])
     lines = capsys.readouterr().out.splitlines()
     left = 1800 * (1 - (rounds // 2) / rounds)
@@ -452,7 +453,8 @@ def test_a_run_the_budget_stopped_is_reported_with_its_checkpoint(tmp_path, monk
     lines, computed, skipped = [], [], []
     pg._collect([(spec, None, False, 100.0)], computed, skipped, lines.append, True)
     assert lines == [f"{pg.describe(spec)}: left for a later call (estimated 100 s; it would not end before the budget does)"]
-    Checkpointer(checkpoint_path(spec.key()), spec.key()).write(0, 3, {}, SimpleNamespace(history=[], _opt_state=None))
+    Checkpointer(checkpoint_path(spec.key()), spec.key()).write(0, 3, {}, SimpleNamespace(
+        history=[], _opt_state=None, cfg=SimpleNamespace(rounds=10)))
     lines.clear()
     pg._collect([(spec, None, False, 100.0)], computed, skipped, lines.append, True)
     assert lines == [f"{pg.describe(spec)}: stopped by the budget before round 4; its checkpoint "
