@@ -1,6 +1,5 @@
 """workbook.plan: the next runs by the rows they would decide per CPU-hour (issue 67)."""
 import json
-import math
 
 import numpy as np
 import pandas as pd
@@ -43,7 +42,7 @@ def planned(tmp_path_factory):
     for seed in range(5):
         _t3(root, "cl", "similarity", 1.0, seed, 0.60 + 0.001 * seed)
     df = report.frame(root)
-    return root, df, P.plan(df, root, studies=False)
+    return root, df, P.plan(df, root, studies=False, report=report)
 
 
 def test_a_not_run_rows_first_seed_and_an_undecided_rows_next_seed_are_planned(planned):
@@ -160,7 +159,9 @@ def test_run_with_a_tiny_budget_starts_nothing_that_would_not_fit(tmp_path):
     (["--records", "/no/such/folder"], ["--records", "/no/such/folder"]),
 ])
 def test_bad_cli_input_names_the_parameter_and_the_fix(argv, names, capsys):
-    assert P.main(argv) == 2
+    from workbook.plan.__main__ import main
+
+    assert main(argv) == 2
     err = capsys.readouterr().err
     for n in names:
         assert n in err, (n, err)

@@ -909,7 +909,7 @@ def findings_markdown(df: pd.DataFrame, root: Path | str = RECORDS) -> str:
            *_groups_md(), ""]
     out += _scoreboard_md(scoreboard(df))
     from . import plan  # issue 67: the plan's head, right after the scoreboard
-    out += ["", *plan.head_markdown(df, root=root)]
+    out += ["", *plan.head_markdown(df, root=root, report=sys.modules[__name__])]
     out += ["", "## How to read a row", "",
             "Each row is one cell of a paper's table read one way. **paper**: the printed value (± its",
             "spread over its n runs where the paper gives one). **ours**: mean ± sample sd over seeds, n = seeds",
@@ -965,7 +965,7 @@ def sections(df: pd.DataFrame, root: Path | str = RECORDS, claims: pd.DataFrame 
         claims = paper_claims.frame(root)
     from . import plan  # issue 67: the plan's head (workbook.plan.head_markdown)
     out = {"rules": _rules_md(df), "scoreboard": [*_groups_md(), "", *_scoreboard_md(scoreboard(df))],
-           "plan": plan.head_markdown(df, root=root),
+           "plan": plan.head_markdown(df, root=root, report=sys.modules[__name__]),
            "claims": paper_claims.markdown(claims, link=link, shown=_shown_ids(df)),
            "vocabularies": _vocabularies_md(df)}
     out.update({p: paper_section(df, p, anchors=False, root=root) for p in PAPERS})

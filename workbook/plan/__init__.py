@@ -48,14 +48,12 @@ Every background computation takes its work from here: two ``python -m workbook.
 computed once); each skips the runs another live process holds when it builds a window, so
 neither waits on the other's runs.
 
-Pure functions over the report's frame (:func:`plan`), I/O at the edges (:func:`main`).
+Pure functions over the report's frame (:func:`plan`), I/O at the edges (:func:`run_plan`, and the
+command, ``workbook/plan/__main__.py``, which imports the report and hands it in: the report
+imports the plan, so the plan imports no report).
 """
 from __future__ import annotations
 
-import argparse
-import math
-import os
-import sys
 import time
 from functools import lru_cache
 from pathlib import Path
@@ -67,12 +65,12 @@ from scipy import stats
 
 from fedlib import cost, lookup
 from fedlib.validation import check_choice, check_int, check_number, fail
-from . import report as R, verdicts as V
-from .matching import RECORDS, _load, anchor_slug, matches
-from .report_cells import GRID_VARIANTS, PAPERS, RECORD_COMMANDS, cells, grid_tables, group_of, record_command
+from .. import verdicts as V
+from ..matching import RECORDS, _load, anchor_slug, matches
+from ..report_cells import GRID_VARIANTS, PAPERS, RECORD_COMMANDS, cells, grid_tables, group_of, record_command
 
 __all__ = ["DRAWS", "SEED", "MAX_SEEDS", "UNKNOWN_P", "p_decided", "row_value", "study_values", "plan", "plan_notes",
-           "plan_markdown", "head_markdown", "run_plan", "main"]
+           "plan_markdown", "head_markdown", "run_plan"]
 
 DRAWS = 2000
 """Draws of the next seed's value per undecided row (:func:`p_decided`)."""
@@ -129,9 +127,9 @@ def _paper_n(row) -> int:
     return 1 if n is None or (isinstance(n, float) and not np.isfinite(n)) else int(n)
 
 
-def row_value(row, pools: dict) -> tuple[float | None, str]:
+def row_value(row, pools: dict, R) -> tuple[float | None, str]:
     """(value of the row's next run, what it is) for one row (a dict) of :func:`workbook.report.frame`,
-    ``pools`` :func:`workbook.report._pools` over the frame: (1, "first seed") for a row not run,
+    ``pools`` :func:`workbook.report._pools` over the frame (``R``: :mod:`workbook.report`): (1, "first seed") for a row not run,
     (P(decided), "next seed") for an undecided one, (None, why) for a row never planned."""
     if row.get("reason") == "no_offline_data":
         return None, "no offline data"
@@ -204,16 +202,17 @@ def _fmt(v) -> str:
     return f"{v:g}" if isinstance(v, float) else str(v)
 
 
-def _group(key: str, root: str) -> tuple:
+@lru_cache(maxsize=None)
+def _group(key: str, root: str, R) -> tuple:
     """(candidate specs over seeds 0 … MAX_SEEDS − 1, keys of those without a record in ``root``, the
     params file's seeds, method -> [(spec, its dict)]) of command group ``key``."""
-    specs, own, by_method = _group_specs(key)
+    specs, own, by_method = _group_specs(key, R)
     done = _recorded(str(Path(root) / key.split(":")[0]))
     return specs, frozenset(s.key() for s in specs if _rkey(s) not in done), own, by_method
 
 
 @lru_cache(maxsize=None)
-def _group_specs(key: str) -> tuple:
+def _group_specs(key: str, R) -> tuple:
     """(candidate specs over seeds 0 … MAX_SEEDS − 1, the params file's seeds, method -> [(spec, its
     dict)]) of command group ``key``: its grid (or script) built by a command of the form the plan
     prints (:func:`workbook.report.command_specs`), once per process."""
@@ -223,7 +222,7 @@ def _group_specs(key: str) -> tuple:
     if t is None:
         if key not in RECORD_COMMANDS:
             return (), (), {}
-        from . import like_for_like  # the script's own methods: every one of the table
+        from .. import like_for_like  # the script's own methods: every one of the table
 
         command = record_command(key, {"settings": _script_settings(), "methods": list(like_for_like.METHODS),
                                        "seeds": list(map(str, seeds))})
@@ -259,7 +258,7 @@ def _recorded(folder: str) -> frozenset:
 
 
 def _script_settings() -> list[str]:
-    from . import like_for_like
+    from .. import like_for_like
 
     return [f"{p}:{float(level):g}" for p, levels in like_for_like.SETTINGS.items() for level in levels]
 
@@ -271,12 +270,12 @@ def _timings(folder: str, root: str) -> tuple:
     return tuple(timing_records(Path(root) / folder, Path(root)))
 
 
-def _row_runs(row, reading, root: str) -> list:
+def _row_runs(row, reading, root: str, R) -> list:
     """The runs of the row's next seed: the smallest seed at which a run the row reads (its own
     match, and each of ``shared_with``) has no record, those runs (at the level that answered a
     "most heterogeneous" row, else the smallest)."""
     key = group_of(row["records"], row["match"])
-    _, todo, _, by_method = _group(key, root)
+    _, todo, _, by_method = _group(key, root, R)
     wanted = [row["match"], *reading.shared_with]
     if reading.metric in ("ad_cl", "sdad_cl"):  # AD and SDAD read the CL run of the same seed too
         wanted.append(tuple((k, "cl" if k == "method" else v) for k, v in row["match"] if k != "reproduction"))
@@ -300,21 +299,21 @@ def _row_runs(row, reading, root: str) -> list:
     return []
 
 
-def _entries(df: pd.DataFrame, root: str, studies: bool) -> tuple[list[dict], dict]:
+def _entries(df: pd.DataFrame, root: str, studies: bool, R) -> tuple[list[dict], dict]:
     """The plan's runs before dedupe: dicts of folder, key (command group), spec, value, decides,
     basis; and the rows not planned counted by why."""
     readings = {anchor_slug(PAPERS[c.paper], c.table, c.row, c.column, rd.name): rd for c in cells() for rd in c.readings}
     pools = R._pools((_reading(r), list(r["values"])) for r in df.to_dict("records"))
     out, why = [], {}
     for row in df.to_dict("records"):
-        value, basis = row_value(row, pools)
+        value, basis = row_value(row, pools, R)
         if value is None:
             why[basis] = why.get(basis, 0) + 1
             continue
-        need = _row_runs(row, readings[row["id"]], root)
+        need = _row_runs(row, readings[row["id"]], root, R)
         if not need:
             key = group_of(row["records"], row["match"])
-            what = "no command computes its folder" if not _group(key, root)[0] else "no run of its command answers it"
+            what = "no command computes its folder" if not _group(key, root, R)[0] else "no run of its command answers it"
             why[what] = why.get(what, 0) + 1
             continue
         for s in need:
@@ -322,7 +321,7 @@ def _entries(df: pd.DataFrame, root: str, studies: bool) -> tuple[list[dict], di
                         "value": value / len(need),
                         "p": value if basis == "next seed" else np.nan, "decides": row["id"], "basis": basis})
     if studies:
-        for folder, block_of, missing in _study_missing(root):
+        for folder, block_of, missing in _study_missing(root, R):
             by_block: dict = {}
             for s in missing:
                 by_block.setdefault(f"{folder} block {block_of(s)}", []).append(s)
@@ -332,10 +331,10 @@ def _entries(df: pd.DataFrame, root: str, studies: bool) -> tuple[list[dict], di
     return out, why
 
 
-def _study_missing(root: str) -> list[tuple]:
+def _study_missing(root: str, R) -> list[tuple]:
     """(folder, block of a spec, the specs without a record) of notebooks 11 and 12's grids."""
     from fedlib import notebook_params
-    from . import beyond_label as B, cross_paper as X
+    from .. import beyond_label as B, cross_paper as X
 
     p11 = notebook_params.load(R.CROSS_PAPER_PARAMS, "11_cross_paper")
     p12 = notebook_params.load(R.BEYOND_LABEL_PARAMS, "12_beyond_label_skew")
@@ -354,17 +353,22 @@ def _describe(spec) -> str:
             f"K={spec.n_clients} seed {spec.seed}")
 
 
-def plan(df: pd.DataFrame, root: Path | str = RECORDS, device: str = "cpu", studies: bool = True) -> pd.DataFrame:
+def plan(df: pd.DataFrame, root: Path | str = RECORDS, device: str = "cpu", studies: bool = True, *,
+         report=None) -> pd.DataFrame:
     """The plan over the report's frame ``df`` (:func:`workbook.report.frame` of ``root``): one row
     per run, in order (the module's docstring): rank, decides (row ids or study blocks, "; "-joined),
     basis (first seed / next seed / share of a block), p (P(decided) of the row's next seed, NaN for a
     block), value (expected rows decided), run, folder, seconds (the estimate on ``device``, NaN
-    where none), cum_hours, cum_value, command, spec."""
+    where none), cum_hours, cum_value, command, spec; ``attrs['not_planned']``: the rows not planned,
+    counted by why. ``report``: the module :mod:`workbook.report`, passed in (the report imports the
+    plan, so the plan imports no report; its pooled sds and command specs are the report's)."""
+    R = _report(report)
     check_choice(device, "device", ("cpu", "cuda"))
     root = str(Path(root))
     _recorded.cache_clear()  # the records may have changed since the last plan (not the grids)
+    _group.cache_clear()
     _timings.cache_clear()
-    entries, _ = _entries(df, root, studies)
+    entries, not_planned = _entries(df, root, studies, R)
     merged: dict = {}
     for e in entries:
         k = (e["folder"], e["spec"].key())
@@ -382,7 +386,9 @@ def plan(df: pd.DataFrame, root: Path | str = RECORDS, device: str = "cpu", stud
         rows.append({**e, "seconds": np.nan if est is None else float(est)})
     d = pd.DataFrame(rows, columns=["folder", "group", "spec", "value", "p", "decides", "basis", "seconds"])
     if d.empty:
-        return d.assign(rank=[], run=[], cum_hours=[], cum_value=[], command=[])
+        d = d.assign(rank=[], run=[], cum_hours=[], cum_value=[], command=[])
+        d.attrs["not_planned"] = not_planned
+        return d
     d["priced"] = d.seconds.notna()
     d["rate"] = d.value / (d.seconds.fillna(np.inf) / 3600.0)
     d = d.sort_values(["priced", "rate", "seconds", "value"], ascending=[False, False, True, False],
@@ -391,7 +397,8 @@ def plan(df: pd.DataFrame, root: Path | str = RECORDS, device: str = "cpu", stud
     d["run"] = [_describe(s) for s in d.spec]
     d["cum_hours"] = d.seconds.fillna(0).cumsum() / 3600.0
     d["cum_value"] = d.value.cumsum()
-    d["command"] = [run_command(g, s, _group(g, root)[2] if g not in ("cross_paper", "beyond_label") else
+    d.attrs["not_planned"] = not_planned
+    d["command"] = [run_command(g, s, _group(g, root, R)[2] if g not in ("cross_paper", "beyond_label") else
                                 _study_seeds(g)) for g, s in zip(d.group, d.spec)]
     return d[["rank", "decides", "basis", "p", "value", "run", "folder", "seconds", "cum_hours", "cum_value",
               "command", "spec"]]
@@ -403,10 +410,17 @@ def _study_seeds(folder: str) -> tuple:
     return tuple(load_params(grid_tables()[folder].name)["seeds"])
 
 
-def plan_notes(df: pd.DataFrame, root: Path | str = RECORDS) -> dict:
-    """The rows of ``df`` the plan does not schedule, counted by why (decided, infeasible, no offline
+def plan_notes(p: pd.DataFrame) -> dict:
+    """The rows the plan ``p`` does not schedule, counted by why (decided, infeasible, no offline
     data, no command, no run of its command answering it)."""
-    return _entries(df, str(Path(root)), studies=False)[1]
+    return dict(p.attrs.get("not_planned", {}))
+
+
+def _report(report):
+    if report is None:
+        fail("report", "the module workbook.report (the report imports the plan and passes itself; the plan "
+                       "imports no report)", report)
+    return report
 
 
 # ----------------------------------------------------------------------------- rendering
@@ -427,11 +441,11 @@ def plan_markdown(p: pd.DataFrame, top: int | None = None) -> list[str]:
 
 
 def head_markdown(df: pd.DataFrame, hours: float = 10.0, root: Path | str = RECORDS, p: pd.DataFrame | None = None,
-                  top: int = 15) -> list[str]:
+                  top: int = 15, *, report=None) -> list[str]:
     """The report's lines on the plan's head: "the next ``hours`` CPU-hours would decide these rows",
     the rows and blocks of the runs within that many cumulative CPU-hours (their first ``top`` runs
     listed), and the command that computes them in order."""
-    p = plan(df, root) if p is None else p
+    p = plan(df, root, report=report) if p is None else p
     within = p[p.seconds.notna() & (p.cum_hours <= hours)]
     rows = list(dict.fromkeys(x for d in within.decides for x in d.split("; ")))
     out = ["## What to run next", "",
@@ -505,65 +519,3 @@ def run_plan(p: pd.DataFrame, budget: float, root: Path | str = RECORDS, workers
             computed += [r for r in got.values() if r is not None]
             left += [s for s in mine if got.get(s.key()) is None]
     return {"computed": computed, "left": left}
-
-
-def _parser() -> argparse.ArgumentParser:
-    a = argparse.ArgumentParser(prog=COMMAND, description="The next runs, ordered by the rows they would decide per "
-                                "CPU-hour (workbook.plan's docstring); --run --budget S computes them in that order.")
-    a.add_argument("--records", default=str(RECORDS), help="the records root (default benchmarks/records)")
-    a.add_argument("--top", default="30", help="print the first N runs (default 30; 'all' for every one)")
-    a.add_argument("--device", default="cpu", help="cpu (default) or cuda: what the estimates price and the runs use")
-    a.add_argument("--no-studies", action="store_true", help="leave notebooks 11 and 12's grids out")
-    a.add_argument("--run", action="store_true", help="compute the plan in order (needs --budget)")
-    a.add_argument("--budget", default=None, help="with --run: seconds from the start; no run starts that would not end by then")
-    a.add_argument("--workers", default="1", help="with --run: runs at once, one process and one thread each")
-    return a
-
-
-def _number(text, name: str, kind=float):
-    try:
-        return kind(text)
-    except (TypeError, ValueError):
-        fail(name, f"a {'whole ' if kind is int else ''}number", text)
-
-
-def main(argv=None) -> int:
-    """``python -m workbook.plan``: print the plan (or, with ``--run --budget S``, compute it). Bad
-    input exits 2 with the parameter, its value and the fix."""
-    a = _parser().parse_args(argv)
-    try:
-        device = check_choice(a.device, "--device", ("cpu", "cuda"))
-        top = None if a.top == "all" else check_int(_number(a.top, "--top", int), "--top", 1)
-        workers = check_int(_number(a.workers, "--workers", int), "--workers", 1)
-        budget = None if a.budget is None else check_number(_number(a.budget, "--budget"), "--budget", 0, low_open=True)
-        if a.run and budget is None:
-            fail("--budget", "seconds > 0 with --run (e.g. --run --budget 3600)", None)
-        if budget is not None and not a.run:
-            fail("--budget", "left out unless --run is given (it bounds the computation)", budget)
-        if workers != 1 and not a.run:
-            fail("--workers", "1 unless --run is given", workers)
-        root = Path(a.records)
-        if not root.is_dir():
-            fail("--records", "an existing folder of run records (e.g. benchmarks/records)", str(root))
-    except ValueError as e:
-        print(f"{COMMAND}: {e}", file=sys.stderr)
-        return 2
-    df = R.frame(root)
-    p = plan(df, root, device=device, studies=not a.no_studies)
-    if not a.run:
-        print(f"{len(p)} runs planned, {p.seconds.notna().sum()} priced ({p.seconds.sum() / 3600:.1f} "
-              f"{'CPU' if device == 'cpu' else 'GPU'}-hours), expected to decide {p.value.sum():.1f} rows; "
-              "not planned: " + ", ".join(f"{n} {w}" for w, n in plan_notes(df, root).items()))
-        print("\n".join(plan_markdown(p, top)))
-        return 0
-    os.environ["OMP_NUM_THREADS"] = "1"
-    import torch
-
-    torch.set_num_threads(1)
-    got = run_plan(p, budget, root, workers=workers, device=device)
-    print(f"plan: {len(got['computed'])} runs computed, {len(got['left'])} left for a later call")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
