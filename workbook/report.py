@@ -914,6 +914,8 @@ def findings_markdown(df: pd.DataFrame, root: Path | str = RECORDS) -> str:
            "## Scoreboard", "", headline(df), "",
            *_groups_md(), ""]
     out += _scoreboard_md(scoreboard(df))
+    from . import plan  # issue 67: the plan's head, right after the scoreboard
+    out += ["", *plan.head_markdown(df, root=root, report=sys.modules[__name__])]
     out += ["", "## How to read a row", "",
             "Each row is one cell of a paper's table read one way. **paper**: the printed value (± its",
             "spread over its n runs where the paper gives one). **ours**: mean ± sample sd over seeds, n = seeds",
@@ -957,6 +959,7 @@ def sections(df: pd.DataFrame, root: Path | str = RECORDS, claims: pd.DataFrame 
     """The report as notebook 00 displays it: section name -> markdown text, in the report's order.
 
     ``rules`` (the row count and the rules), ``scoreboard`` (its table, as docs/findings.md has it),
+    ``plan`` (what to run next: :func:`workbook.plan.head_markdown`, the next 10 CPU-hours),
     ``claims`` (:func:`workbook.paper_claims.markdown` of ``claims``, default
     ``paper_claims.frame(root)``, linking to the rows of the page at ``link``), ``vocabularies``
     (the reasons and the metrics the rows use), one entry per paper of :data:`PAPERS` (its key:
@@ -966,7 +969,9 @@ def sections(df: pd.DataFrame, root: Path | str = RECORDS, claims: pd.DataFrame 
 
     if claims is None:
         claims = paper_claims.frame(root)
+    from . import plan  # issue 67: the plan's head (workbook.plan.head_markdown)
     out = {"rules": _rules_md(df), "scoreboard": [*_groups_md(), "", *_scoreboard_md(scoreboard(df))],
+           "plan": plan.head_markdown(df, root=root, report=sys.modules[__name__]),
            "claims": paper_claims.markdown(claims, link=link, shown=_shown_ids(df)),
            "vocabularies": _vocabularies_md(df)}
     out.update({p: paper_section(df, p, anchors=False, root=root) for p in PAPERS})

@@ -1,0 +1,167 @@
+"""workbook.plan: the next runs by the rows they would decide per CPU-hour (issue 67)."""
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from workbook import plan as P, report, verdicts as V
+
+T3 = "clust_psi_pfl/table3_like_for_like"
+
+
+def _t3(root, method, protocol, level, seed, acc, cpu=600.0):
+    """A Table III like-for-like record (the grid's own spec, so the plan finds it recorded)."""
+    import record_fakes
+    from fedlib.spec import RunSpec, record_path
+    from workbook.like_for_like import FRACTION
+
+    s = RunSpec("fmnist", protocol, level, 100, seed, method, fl={"rounds": 40, "local_epochs": 5, "fraction": FRACTION})
+    r = record_fakes.record(s, "ok", acc, fl={"rounds": 40, "local_epochs": 5}, host={"threads": 1}, cpu_seconds=cpu)
+    r.update(global_accuracy=acc, local_accuracy=[acc] * 100)
+    path = record_path(root / T3, s)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(r))
+    return s
+
+
+def _row(df, row, column, reading="both readings"):
+    d = df[(df.paper == "clust_psi_pfl") & (df.table == "Table III") & (df.row == row) & (df.column == column)
+           & (df.reading == reading)]
+    assert len(d) == 1, (row, column, reading)
+    return d.iloc[0]
+
+
+@pytest.fixture(scope="module")
+def planned(tmp_path_factory):
+    root = tmp_path_factory.mktemp("records")
+    # FedAvg at S = 1 (paper 0.86 ± 0.01 over 5 runs): two seeds far apart, undecided
+    for seed, acc in enumerate([0.850, 0.875]):
+        _t3(root, "fedavg", "similarity", 1.0, seed, acc)
+    # CL at S = 1 (paper 0.90 ± 0.02): five seeds at 0.60, decided (differs)
+    for seed in range(5):
+        _t3(root, "cl", "similarity", 1.0, seed, 0.60 + 0.001 * seed)
+    df = report.frame(root)
+    return root, df, P.plan(df, root, studies=False, report=report)
+
+
+def test_a_not_run_rows_first_seed_and_an_undecided_rows_next_seed_are_planned(planned):
+    root, df, p = planned
+    undecided, decided = _row(df, "fedavg", "FMNIST, S = 1"), _row(df, "cl", "FMNIST, S = 1")
+    assert undecided.verdict == "undecided" and decided.verdict == "differs"
+    ids = [set(d.split("; ")) for d in p.decides]
+    mine = [i for i, d in enumerate(ids) if undecided.id in d]
+    assert len(mine) == 1
+    r = p.iloc[mine[0]]
+    assert r.basis == "next seed" and r.spec.seed == 2 and r.spec.method == "fedavg" and 0 < r.p < 1
+    # a decided row is never planned: every run of the plan ranks above it
+    assert not any(decided.id in d for d in ids)
+    # a row not run: its first seed (seed 0), worth 1
+    fedprox = _row(df, "fedprox", "FMNIST, S = 1", "paper_text")
+    assert fedprox.verdict == "not run"
+    first = p[[fedprox.id in d for d in ids]]
+    assert len(first) == 1 and first.basis.iloc[0] == "first seed" and first.spec.iloc[0].seed == 0
+    assert first.value.iloc[0] == pytest.approx(1.0)
+    # ordered by value per CPU-hour (the priced runs), cumulative columns add up
+    priced = p[p.seconds.notna()]
+    rate = (priced.value / priced.seconds).to_numpy()
+    assert np.all(np.diff(rate) <= 1e-12)
+    assert p.cum_value.iloc[-1] == pytest.approx(p.value.sum())
+    assert p.cum_hours.iloc[-1] == pytest.approx(priced.seconds.sum() / 3600)
+
+
+def test_each_groups_printed_command_computes_its_run(planned):
+    root, df, p = planned
+    for _, r in p.drop_duplicates("folder").iterrows():
+        if not r.command:
+            continue
+        specs, folder = report.command_specs(r.command)
+        assert r.spec.key() in {s.key() for s in specs}, r.command
+        assert str(folder).endswith(r.folder)
+
+
+def test_p_decided_is_the_verdict_simulated():
+    values, paper, sd, n_p, tol = [85.0, 87.5], 86.0, 1.0, 5, 1.0
+    got = P.p_decided(paper, sd, n_p, values, tol, draws=400, seed=3)
+    x = np.random.default_rng(3).normal(np.mean(values), np.std(values, ddof=1), 400)
+    by_hand = np.mean([V.verdict(paper, sd, n_p, [*values, v], tol).outcome != "undecided" for v in x])
+    assert got == pytest.approx(by_hand) and 0 < got < 1
+    # the vectorised test is the verdict's, draw by draw
+    draws = np.column_stack([np.broadcast_to(values, (50, 2)), x[:50]])
+    fast = P._decided(paper, sd, n_p, draws, tol)
+    slow = [V.verdict(paper, sd, n_p, list(d), tol).outcome != "undecided" for d in draws]
+    assert list(fast) == slow
+    # far from the paper with no seed noise: always decided; a one-seed row draws from its pooled sd
+    assert P.p_decided(86.0, None, 1, [60.0, 60.0], 1.0) == 1.0
+    assert 0 <= P.p_decided(86.0, 1.0, 5, [86.2], 1.0, pooled_sd=0.5) <= 1
+    with pytest.raises(ValueError, match="pooled_sd"):
+        P.p_decided(86.0, 1.0, 5, [86.2], 1.0)
+
+
+def test_study_blocks_share_one():
+    out = P.study_values({"a": ["x", "y"], "b": ["z"]})
+    assert [v for *_, v in out] == [0.5, 0.5, 1.0]
+
+
+def test_head_markdown_says_the_next_10_cpu_hours(planned):
+    root, df, p = planned
+    text = "\n".join(P.head_markdown(df, root=root, p=p))
+    assert "The next 10 CPU-hours would decide these rows" in text
+    assert "python -m workbook.plan --run --budget 36000" in text
+    assert "| 1 |" in text
+
+
+def _fake_plan(specs_seconds):
+    return pd.DataFrame([{"folder": T3, "spec": s, "seconds": sec} for s, sec in specs_seconds])
+
+
+def test_run_hands_only_priced_runs_to_the_grid_under_the_budget(tmp_path, monkeypatch):
+    from fedlib import grid
+    from fedlib.spec import RunSpec
+
+    calls = []
+
+    def fake_run_grid(specs, results_dir, **kw):
+        calls.append((list(specs), results_dir, kw))
+        for s in specs:
+            kw["on_run"](s, None, False, 1.0)
+        return []
+    monkeypatch.setattr(grid, "run_grid", fake_run_grid)
+    a = RunSpec("fmnist", "similarity", 1.0, 100, 7, "fedavg")
+    b = RunSpec("fmnist", "similarity", 1.0, 100, 8, "fedavg")
+    out = P.run_plan(_fake_plan([(a, 10.0), (b, float("nan"))]), budget=5, root=tmp_path, echo=lambda *_: None)
+    assert len(calls) == 1 and [s.key() for s in calls[0][0]] == [a.key()]  # never the unpriced run
+    assert 0 < calls[0][2]["budget"] <= 5 and calls[0][2]["estimate_from"] == [tmp_path]
+    assert {s.key() for s in out["left"]} == {a.key(), b.key()} and out["computed"] == []
+
+
+def test_run_with_a_tiny_budget_starts_nothing_that_would_not_fit(tmp_path):
+    """The real grid: a run estimated at 10,000 CPU-seconds is not started under a 2 s budget."""
+    from fedlib.spec import RunSpec
+    from workbook.like_for_like import FRACTION
+
+    _t3(tmp_path, "fedavg", "similarity", 1.0, 0, 0.86, cpu=10_000.0)
+    s = RunSpec("fmnist", "similarity", 1.0, 100, 1, "fedavg", fl={"rounds": 40, "local_epochs": 5, "fraction": FRACTION})
+    before = sorted(p.name for p in (tmp_path / T3).iterdir())
+    out = P.run_plan(_fake_plan([(s, 10_000.0)]), budget=2, root=tmp_path, echo=lambda *_: None)
+    assert out["computed"] == [] and [x.key() for x in out["left"]] == [s.key()]
+    assert sorted(p.name for p in (tmp_path / T3).iterdir()) == before
+
+
+@pytest.mark.parametrize("argv, names", [
+    (["--run"], ["--budget", "--run --budget 3600"]),
+    (["--budget", "60"], ["--budget", "unless --run"]),
+    (["--run", "--budget", "-5"], ["--budget", "-5"]),
+    (["--run", "--budget", "ten"], ["--budget", "ten"]),
+    (["--run", "--budget", "60", "--workers", "0"], ["--workers", "0"]),
+    (["--device", "tpu"], ["--device", "tpu", "cuda"]),
+    (["--top", "0"], ["--top"]),
+    (["--records", "/no/such/folder"], ["--records", "/no/such/folder"]),
+])
+def test_bad_cli_input_names_the_parameter_and_the_fix(argv, names, capsys):
+    from workbook.plan.__main__ import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    for n in names:
+        assert n in err, (n, err)

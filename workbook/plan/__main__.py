@@ -1,0 +1,77 @@
+"""``python -m workbook.plan``: print the plan, or compute it (``--run --budget S``); :mod:`workbook.plan`.
+
+A module of its own, so that the plan (:mod:`workbook.plan`, which the report imports) never
+imports the report: this command does, and hands it in."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from fedlib.validation import check_choice, check_int, check_number, fail
+from workbook import report as R
+from workbook.matching import RECORDS
+from workbook.plan import COMMAND, plan, plan_markdown, plan_notes, run_plan
+
+
+def _parser() -> argparse.ArgumentParser:
+    a = argparse.ArgumentParser(prog=COMMAND, description="The next runs, ordered by the rows they would decide per "
+                                "CPU-hour (workbook.plan's docstring); --run --budget S computes them in that order.")
+    a.add_argument("--records", default=str(RECORDS), help="the records root (default benchmarks/records)")
+    a.add_argument("--top", default="30", help="print the first N runs (default 30; 'all' for every one)")
+    a.add_argument("--device", default="cpu", help="cpu (default) or cuda: what the estimates price and the runs use")
+    a.add_argument("--no-studies", action="store_true", help="leave notebooks 11 and 12's grids out")
+    a.add_argument("--run", action="store_true", help="compute the plan in order (needs --budget)")
+    a.add_argument("--budget", default=None, help="with --run: seconds from the start; no run starts that would not end by then")
+    a.add_argument("--workers", default="1", help="with --run: runs at once, one process and one thread each")
+    return a
+
+
+def _number(text, name: str, kind=float):
+    try:
+        return kind(text)
+    except (TypeError, ValueError):
+        fail(name, f"a {'whole ' if kind is int else ''}number", text)
+
+
+def main(argv=None) -> int:
+    """``python -m workbook.plan``: print the plan (or, with ``--run --budget S``, compute it). Bad
+    input exits 2 with the parameter, its value and the fix."""
+    a = _parser().parse_args(argv)
+    try:
+        device = check_choice(a.device, "--device", ("cpu", "cuda"))
+        top = None if a.top == "all" else check_int(_number(a.top, "--top", int), "--top", 1)
+        workers = check_int(_number(a.workers, "--workers", int), "--workers", 1)
+        budget = None if a.budget is None else check_number(_number(a.budget, "--budget"), "--budget", 0, low_open=True)
+        if a.run and budget is None:
+            fail("--budget", "seconds > 0 with --run (e.g. --run --budget 3600)", None)
+        if budget is not None and not a.run:
+            fail("--budget", "left out unless --run is given (it bounds the computation)", budget)
+        if workers != 1 and not a.run:
+            fail("--workers", "1 unless --run is given", workers)
+        root = Path(a.records)
+        if not root.is_dir():
+            fail("--records", "an existing folder of run records (e.g. benchmarks/records)", str(root))
+    except ValueError as e:
+        print(f"{COMMAND}: {e}", file=sys.stderr)
+        return 2
+    df = R.frame(root)
+    p = plan(df, root, device=device, studies=not a.no_studies, report=R)
+    if not a.run:
+        print(f"{len(p)} runs planned, {p.seconds.notna().sum()} priced ({p.seconds.sum() / 3600:.1f} "
+              f"{'CPU' if device == 'cpu' else 'GPU'}-hours), expected to decide {p.value.sum():.1f} rows; "
+              "not planned: " + ", ".join(f"{n} {w}" for w, n in plan_notes(p).items()))
+        print("\n".join(plan_markdown(p, top)))
+        return 0
+    os.environ["OMP_NUM_THREADS"] = "1"
+    import torch
+
+    torch.set_num_threads(1)
+    got = run_plan(p, budget, root, workers=workers, device=device)
+    print(f"plan: {len(got['computed'])} runs computed, {len(got['left'])} left for a later call")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
