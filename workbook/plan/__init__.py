@@ -287,9 +287,9 @@ def _row_runs(row, reading, root: str, R) -> list:
         if i == 0 and not mine:  # no run of the command is the row's own (e.g. a derived reading's)
             return []
     if any(k == "level" and v == "most_heterogeneous" for k, v in row["match"]):
-        import json
+        from ..matching import matched_records
 
-        ran = [json.loads(spec)["level"] for _, spec in row["record_ids"]]
+        ran = [float(r["spec"]["level"]) for r in matched_records(reading, Path(root))[1] if r.get("status") == "ok"]
         level = min(ran) if ran else min((float(s.level) for s in mine), default=None)
         mine = [s for s in mine if float(s.level) == float(level)]
     for seed in sorted({s.seed for s in mine}):
