@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from workbook import cafa_study as S
-from fedlib import records
+from fedlib import lookup, records
 from fedlib.run import host_of, library_versions
 from fedlib.validation import check_choice, check_int, check_seed
 
@@ -41,8 +41,7 @@ def spec_of(generator: str, n_iid: int, n_noniid: int, seed: int, repeats: int) 
 
 
 def path_of(results: Path, spec: dict) -> Path:
-    return results / (f"{spec['generator']}_iid{spec['n_iid']}_noniid{spec['n_noniid']}"
-                      f"_seed{spec['seed']}.json")
+    return results / records.cbcc_name(spec)
 
 
 def run_one(spec: dict, labels) -> dict:
@@ -86,7 +85,7 @@ def main(argv=None) -> None:
             print(f"[{i}/{len(todo)}] {spec['generator']} {spec['n_iid']}+{spec['n_noniid']} seed={spec['seed']}: "
                   f"k={record['k']} acc={record['acc']:.2f} precision={record['precision']:.2f} "
                   f"recall={record['recall']:.2f} f1={record['f1']:.2f}", flush=True)
-    found = [records.read_strict(p) for p in sorted(results.glob("*.json"))]
+    found = lookup.load(results)
     table = S.with_paper(S.records_table(found))
     print(table.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
 

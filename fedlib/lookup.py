@@ -7,7 +7,8 @@ the notebooks, a grid's ``present_records``) finds a spec's record here instead:
 
 * :func:`spec_fields` — the fields that identify a run, normalised for comparison;
 * :func:`where` — each spec's record file in a folder (None: not recorded);
-* :func:`find` — each spec's finished record in a folder.
+* :func:`find` — each spec's finished record in a folder;
+* :func:`load` — every finished record in a folder (:func:`refused`: the files it leaves out).
 
 Layers: above :mod:`fedlib.spec` (the fields' defaults) and :mod:`fedlib.records` (reading).
 """
@@ -19,7 +20,7 @@ from .records import FINISHED, RECORD_VERSION, RecordError, normalised_fields, r
 from .spec import RunSpec
 from .validation import fail
 
-__all__ = ["spec_fields", "where", "find"]
+__all__ = ["spec_fields", "where", "find", "load", "refused"]
 
 
 def spec_fields(spec) -> dict:
@@ -50,26 +51,29 @@ def _hashable(value):
 def _key(spec) -> tuple:
     return _hashable(spec_fields(spec))
 
-_SEEN: dict = {}  # str(path) -> ((mtime_ns, size, inode), the record's _key or None)
+_SEEN: dict = {}  # str(path) -> ((mtime_ns, size, inode), the record's _key or None, why it was refused or None)
 
-def _key_of(path: Path):
-    """The :func:`_key` of the finished record in ``path``; None for anything else (a manifest, another
-    record format, an unfinished run, or a file failing :func:`read_strict`: named on stderr)."""
+def _key_of(path: Path) -> tuple:
+    """(the :func:`_key` of the finished record in ``path``, None) — (None, why) for a file that
+    fails :func:`read_strict` (named on stderr) and is a record (it has a ``spec``, ``status`` or
+    ``record_version``) or no JSON at all; (None, None) for anything else (a manifest, a benchmark's
+    timings, a file that is gone)."""
     try:
-        return _key(read_strict(path)["spec"])
+        return _key(read_strict(path)["spec"]), None
     except FileNotFoundError:
-        return None
+        return None, None
     except RecordError as err:
-        raw = read(path)  # None: not JSON (truncated); else named only if it is a finished record of this format
-        if raw is None or (isinstance(raw.get("spec"), dict) and raw.get("status") in FINISHED
-                           and raw.get("record_version") == RECORD_VERSION):
+        raw = read(path)  # None: not JSON (truncated)
+        if raw is None or {"spec", "status", "record_version"} & set(raw):
             warn(err, "skipped, not used")
-        return None
+            return None, err.problem
+        return None, None
 
-def _index(folder: Path) -> dict:
-    """:func:`_key` -> [path, …] of every finished record in ``folder``. A file is read again only
-    once it changed (mtime, size, inode): a grid asking before every run costs a directory listing."""
-    index: dict = {}
+def _scan(folder: Path) -> list:
+    """(path, :func:`_key` or None, why refused or None) of every ``*.json`` in ``folder``, in
+    file-name order. A file is read again only once it changed (mtime, size, inode): a grid asking
+    before every run costs a directory listing."""
+    out = []
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else ():
         try:
             st = path.stat()
@@ -77,10 +81,22 @@ def _index(folder: Path) -> dict:
             continue
         stamp, hit = (st.st_mtime_ns, st.st_size, st.st_ino), _SEEN.get(str(path))
         if hit is None or hit[0] != stamp:
-            hit = _SEEN[str(path)] = (stamp, _key_of(path))
-        if hit[1] is not None:
-            index.setdefault(hit[1], []).append(path)
+            hit = _SEEN[str(path)] = (stamp, *_key_of(path))
+        out.append((path, *hit[1:]))
+    return out
+
+def _index(folder: Path) -> dict:
+    """:func:`_key` -> [path, …] of every finished record in ``folder``."""
+    index: dict = {}
+    for path, key, _ in _scan(folder):
+        if key is not None:
+            index.setdefault(key, []).append(path)
     return index
+
+def refused(folder) -> list:
+    """(file, why) of every file in ``folder`` that is a record and fails :func:`read_strict`:
+    what :func:`load`, :func:`where` and :func:`find` leave out, for a page to say."""
+    return [(path, why) for path, _, why in _scan(Path(folder)) if why is not None]
 
 def _describe(fields_: dict) -> str:
     keys = ("dataset", "protocol", "level", "n_clients", "seed", "method", "reproduction")
@@ -97,13 +113,32 @@ def where(specs, folder) -> list:
     index, out = _index(folder), []
     for spec in specs:
         hits = index.get(_key(spec), [])
-        if len(hits) > 1:
-            names, fields_, n = [p.name for p in hits], spec_fields(spec), {2: "two"}.get(len(hits), len(hits))
-            fail("folder", f"a folder of at most one record per run, but {', '.join(names[:-1])} and {names[-1]} "
-                 f"{'both' if n == 'two' else 'all'} match the spec ({_describe(fields_)}): {n} records of seed "
-                 f"{fields_.get('seed')} of one run (e.g. written under two fedlib versions); keep one", str(folder))
+        _one(hits, spec, folder)
         out.append(hits[0] if hits else None)
     return out
+
+def _one(hits: list, spec, folder) -> None:
+    """ValueError (:func:`fedlib.validation.fail`) naming the folder and the files where ``hits``,
+    the records of ``spec``'s run in ``folder``, are more than one."""
+    if len(hits) > 1:
+        names, fields_, n = [p.name for p in hits], spec_fields(spec), {2: "two"}.get(len(hits), len(hits))
+        fail("folder", f"a folder of at most one record per run, but {', '.join(names[:-1])} and {names[-1]} "
+             f"{'both' if n == 'two' else 'all'} match the spec ({_describe(fields_)}): {n} records of seed "
+             f"{fields_.get('seed')} of one run (e.g. written under two fedlib versions); keep one", str(folder))
+
+def load(folder, consequence: str = "skipped, not used", *, restore_nonfinite: bool = True) -> list[dict]:
+    """Every finished record in ``folder`` (passing :func:`read_strict`), in file-name order: the
+    one reader of a records folder (the grid's ``load_records``, the report, the notebooks). A file
+    that fails the checks is named on stderr with ``consequence`` and left out (:func:`refused`
+    lists it); two records of one run are refused, a ValueError naming both files, as by :func:`where`."""
+    folder, paths = Path(folder), []
+    for path, why in refused(folder):
+        warn(RecordError(path, why), consequence)
+    for hits in _index(folder).values():
+        _one(hits, read(hits[0])["spec"], folder)
+        paths += hits
+    got = [read_valid(p, consequence=consequence, restore_nonfinite=restore_nonfinite) for p in sorted(paths)]
+    return [r for r in got if r is not None]
 
 def find(specs, folder, *, restore_nonfinite: bool = True) -> tuple[list[dict], list]:
     """Each spec's finished record in ``folder`` (:func:`where`; ``restore_nonfinite``:

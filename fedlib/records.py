@@ -20,6 +20,7 @@ The record's schema (what :func:`fedlib.experiment.run` writes): ``record_versio
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import io
 import json
 import math
@@ -33,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import strict_json
+from . import __version__, strict_json
 from .strict_json import NONFINITE_KEY, loads_strict, restore
 from .validation import fail
 
@@ -169,6 +170,99 @@ def _finite_number(value) -> bool:
             and math.isfinite(float(value)))
 
 
+#: The fields of a record that may hold null (a RunSpec field such as ``arch``, a method's
+#: diagnostics, an unknown fact of a divergence): any other null is refused unless ``nonfinite``
+#: lists it (then it is NaN or ±inf, restored).
+MAY_BE_NULL = ("spec", "fl", "info", "divergence", "reproduction_settings", "host", "versions", "error")
+#: Accuracies (fractions in [0, 1]) a ``status: ok`` run record may hold besides ``global_accuracy``.
+ACCURACIES = ("global_accuracy", "val_accuracy", "global_test_accuracy", "param_average_accuracy",
+              "reported_accuracy")
+#: Per-client counts, each within [0, its total]: count -> total (a list of them, or a scalar).
+COUNTS = {"correct": "n_test", "val_correct": "n_val", "global_test_correct": "n_global_test"}
+
+
+def key_of(spec: dict, fedlib_version: str) -> str:
+    """The key (the file name, less ``.json``) of the record of the spec dict ``spec`` written by
+    fedlib ``fedlib_version``: :meth:`fedlib.spec.RunSpec.key`'s hash, from the record's own fields."""
+    blob = json.dumps({**spec, "fedlib": fedlib_version, "record_version": RECORD_VERSION}, sort_keys=True, default=str)
+    return hashlib.sha1(blob.encode()).hexdigest()[:16]
+
+
+def cbcc_name(spec: dict) -> str:
+    """The file name of a CBCC record of the spec dict ``spec`` (benchmarks/cafa_cbcc.py)."""
+    return f"{spec['generator']}_iid{spec['n_iid']}_noniid{spec['n_noniid']}_seed{spec['seed']}.json"
+
+
+def _null(value, where: str):
+    """The path of the first null in ``value`` (``where`` its own), else None."""
+    if value is None:
+        return where
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    return next((p for k, v in items if (p := _null(v, f"{where}.{k}" if isinstance(k, str) else f"{where}[{k}]"))), None)
+
+
+def _fraction(value, nan: bool = False) -> bool:
+    """Whether ``value`` is a number in [0, 1] (or, with ``nan``, NaN: a client with no sample)."""
+    return _finite_number(value) and 0 <= value <= 1 or nan and isinstance(value, float) and math.isnan(value)
+
+
+def _values(record: dict, path) -> None:
+    """Refuse (:class:`RecordError`) a finished record whose values no run can produce: an
+    undeclared null, an accuracy or a history entry outside [0, 1], a count outside its range
+    (``correct`` in [0, ``n_test``], …; CBCC's ``k`` in [1, n_iid + n_noniid]),
+    ``global_accuracy`` ≠ Σ correct / Σ n_test, and a ``key`` or file name that is not its spec's."""
+    def bad(why):
+        raise RecordError(path, why)
+    null = next((p for k, v in record.items() if k not in MAY_BE_NULL and (p := _null(v, k))), None)
+    if null:
+        bad(f"{null} is null and not listed in {NONFINITE_KEY!r} (nulls are declared only in {', '.join(MAY_BE_NULL)})")
+    spec, name = record["spec"], Path(path).name
+    if "key" in record:
+        key = key_of(spec, (record.get("versions") or {}).get("fedlib", __version__))
+        if record["key"] != key:
+            bad(f"its key {record['key']!r} is not its spec's ({key}): the spec or the key was changed after the run")
+        if name.endswith(".json") and name != f"{key}.json":
+            bad(f"the file name is not the spec's key ({key}.json)")
+    elif "generator" in spec and name.endswith(".json") and name != cbcc_name(spec):
+        bad(f"the file name is not its spec's ({cbcc_name(spec)})")
+    for h in ("history", "history_before_divergence"):
+        for i, entry in enumerate(record.get(h) or []):
+            for k, v in entry.items() if isinstance(entry, dict) else [("", entry)]:
+                ok = (isinstance(v, int) and v >= 0 if k == "round" else
+                      all(_fraction(x, True) for x in v) if isinstance(v, list) else _fraction(v))
+                if not ok:
+                    bad(f"{h}[{i}].{k} is {v!r}, not {'a round' if k == 'round' else 'an accuracy in [0, 1]'}")
+    if record["status"] != "ok":
+        return
+    if "generator" in spec and "method" not in spec:
+        n = spec.get("n_iid", 0) + spec.get("n_noniid", 0)
+        if not (isinstance(record.get("k"), int) and 1 <= record["k"] <= n):
+            bad(f"k is {record.get('k')!r}, not a cluster count in [1, {n}] (n_iid + n_noniid)")
+        wrong = [k for k in CBCC_METRICS if not _fraction(record[k])]
+        if wrong:
+            bad(f"{wrong[0]} is {record[wrong[0]]!r}, not a score in [0, 1]")
+        return
+    for k in ACCURACIES:
+        if k in record and not _fraction(record[k]):
+            bad(f"{k} {record[k]!r} is not in [0, 1]")
+    wrong = [v for v in record.get("local_accuracy", ()) if not _fraction(v, True)]
+    if wrong:
+        bad(f"local_accuracy holds {wrong[0]!r}, not an accuracy in [0, 1]")
+    for k in ("n_train", "n_test", "n_val"):
+        if any(not (isinstance(v, int) and v >= 0) for v in record.get(k) or ()):
+            bad(f"{k} holds {next(v for v in record[k] if not (isinstance(v, int) and v >= 0))!r}, not a count")
+    for k, total in COUNTS.items():
+        if k in record and total in record:
+            totals = record[total] if isinstance(record[total], list) else [record[total]] * len(record[k])
+            over = [(c, t) for c, t in zip(record[k], totals) if not (isinstance(c, int) and 0 <= c <= t)]
+            if over:
+                bad(f"{k} holds {over[0][0]!r} where {total} is {over[0][1]!r}: not a count in [0, {total}]")
+    if "correct" in record and "n_test" in record and sum(record["n_test"]) > 0:
+        want = sum(record["correct"]) / sum(record["n_test"])
+        if not math.isclose(record["global_accuracy"], want, rel_tol=1e-9):
+            bad(f"global_accuracy {record['global_accuracy']!r} is not correct / n_test ({want!r})")
+
+
 def check(record, path="<record>", spec=None) -> dict:
     """``record`` (a parsed record, non-finite values already restored) if it is a valid
     record (of ``spec``, when given); else :class:`RecordError` naming ``path`` and the first
@@ -202,8 +296,6 @@ def check(record, path="<record>", spec=None) -> dict:
                                                                    and math.isnan(v)))]
             if bad:
                 raise RecordError(path, f"{k} holds {bad[0]!r}, not a finite number")
-        if not cbcc and not 0 <= float(record["global_accuracy"]) <= 1:
-            raise RecordError(path, f"global_accuracy {record['global_accuracy']!r} is not in [0, 1]")
     if spec is not None:
         if not dataclasses.is_dataclass(spec):
             fail("spec", "a RunSpec (the run the record should hold)", spec)
@@ -215,6 +307,7 @@ def check(record, path="<record>", spec=None) -> dict:
         key = spec.key() if hasattr(spec, "key") else None
         if key is not None and Path(path).name != f"{key}.json":
             raise RecordError(path, f"the file name is not the spec's key ({key}.json)")
+    _values(record, path)
     return record
 
 
@@ -232,6 +325,9 @@ def read_strict(path, spec=None, *, restore_nonfinite: bool = True) -> dict:
       (:data:`CBCC_METRICS`) their own metrics;
     * with ``spec`` (a RunSpec): the record's spec equals it (:func:`spec_fields`) and the
       file is named by its key (:meth:`fedlib.experiment.RunSpec.key`).
+    * its values are ones a run can write (:func:`_values`): no null but where declared
+      (:data:`MAY_BE_NULL`, ``nonfinite``), accuracies and history entries in [0, 1], counts in
+      range, ``global_accuracy`` = Σ correct / Σ n_test, its ``key``, spec and file name agreeing.
 
     ``restore_nonfinite``: return the record with its non-finite values restored (NaN, ±inf);
     False returns it as stored (null, with its ``nonfinite`` list), as ``run_grid`` and

@@ -3,6 +3,7 @@ grid machinery (claims, budgets, lookups) that fake the training: they pass
 :func:`fedlib.records.read_strict`, as every record a grid keeps must."""
 from __future__ import annotations
 
+import fedlib.spec
 from fedlib import records
 
 
@@ -10,7 +11,7 @@ def record(spec, status: str = "ok", accuracy: float = 0.5, **extra) -> dict:
     """A ``status`` record of ``spec`` (a RunSpec); ``ok`` ones carry consistent metrics of
     ``spec.n_clients`` clients of 10 test samples each at ``accuracy``."""
     base = {"record_version": records.RECORD_VERSION, "key": spec.key(), "spec": spec.to_dict(),
-            "versions": {}, "host": {}, "status": status}
+            "versions": {"fedlib": fedlib.spec.__version__}, "host": {}, "status": status}
     if status != "ok":
         return {**base, "error": "fake", **extra}
     k = int(spec.n_clients)

@@ -579,8 +579,10 @@ def _authors_record(method, seed, official, level=0.0, status="ok", **spec):
 def _write_records(root, recs):
     import json
     (root / "cafa" / "training").mkdir(parents=True, exist_ok=True)
-    for i, rec in enumerate(recs):
-        (root / "cafa" / "training" / f"r{i}.json").write_text(json.dumps(rec))
+    from fedlib import records
+    for rec in recs:  # each under its spec's key, as a grid writes it
+        rec["key"] = records.key_of(rec["spec"], (rec.get("versions") or {}).get("fedlib", records.__version__))
+        (root / "cafa" / "training" / f"{rec['key']}.json").write_text(json.dumps(rec))
 
 
 def _cafa_values(root, reading_name):

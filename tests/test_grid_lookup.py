@@ -122,7 +122,7 @@ def test_the_report_refuses_two_records_of_one_run_naming_both_files(tmp_path):
 
     rec = {"record_version": 1, "spec": {"dataset": "fmnist", "protocol": "similarity", "level": 1.0,
                                          "n_clients": 100, "seed": 1, "method": "fedavg", "hyper": {}},
-           "status": "ok", "global_accuracy": 0.8, "local_accuracy": [0.8, 0.8]}
+           "status": "ok", "global_accuracy": 0.8, "local_accuracy": [0.8] * 100}
     d = tmp_path / "clust_psi_pfl" / "table3_like_for_like"
     d.mkdir(parents=True)
     (d / "0aa1.json").write_text(json.dumps(rec))

@@ -24,7 +24,7 @@ def _record(method, seed, acc, *, status="ok", level=0.0):
             "n_train": None, "test_fraction": 0.2, "arch": None}
     r = {"record_version": 1, "spec": spec, "status": status}
     if status == "ok":
-        r.update(global_accuracy=acc, local_accuracy=[acc, acc], ad_cl=None, sdad_cl=None, cp=None)
+        r.update(global_accuracy=acc, local_accuracy=[acc, acc])
     return r
 
 

@@ -88,7 +88,8 @@ def test_a_record_under_another_file_name_is_refused(tmp_path):
     records.write(path, fake_record(s))
     with pytest.raises(records.RecordError, match=r"the file name is not the spec's key"):
         records.read_strict(path, s)
-    records.read_strict(path)  # without a spec it is a valid record
+    with pytest.raises(records.RecordError, match=r"0123456789abcdef\.json: the file name is not the spec's key"):
+        records.read_strict(path)  # without a spec too: a record is named by its key (issue 68)
 
 
 @pytest.mark.parametrize("damage", ["truncated", "empty", "null", "no metrics", "unknown status", "bad version"])
@@ -149,8 +150,8 @@ def test_a_full_disk_names_the_path_and_keeps_the_record(tmp_path, monkeypatch):
     assert info.value.errno == errno.ENOSPC and info.value.record is rec  # nothing trained is lost
     assert list(tmp_path.iterdir()) == []  # no temporary left
     monkeypatch.undo()
-    records.write(tmp_path / "elsewhere.json", info.value.record)
-    assert records.read_strict(tmp_path / "elsewhere.json")["global_accuracy"] == rec["global_accuracy"]
+    records.write(tmp_path / "elsewhere.json", info.value.record)  # saved: a record only under its key's name
+    assert records.read(tmp_path / "elsewhere.json")["global_accuracy"] == rec["global_accuracy"]
 
 
 def test_write_fsyncs_the_file_and_the_folder(tmp_path, monkeypatch):

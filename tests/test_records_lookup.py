@@ -117,12 +117,16 @@ SPEC = RunSpec("fmnist", "dirichlet", 0.3, 10, 0, "fedavg")
 
 
 def test_two_records_of_one_spec_fail_naming_both(tmp_path):
-    (tmp_path / "aaaa.json").write_text(json.dumps(_record(SPEC, cpu_seconds=1.0)))
-    (tmp_path / "bbbb.json").write_text(json.dumps(_record(SPEC, cpu_seconds=2.0)))
-    with pytest.raises(ValueError, match=r"aaaa\.json and bbbb\.json both match") as err:
+    names = []
+    for version in ("0.0.9", fedlib.__version__):  # one run, written under two fedlib versions
+        rec = {**_record(SPEC), "versions": {"fedlib": version}, "key": records.key_of(SPEC.to_dict(), version)}
+        names.append(f"{rec['key']}.json")
+        (tmp_path / names[-1]).write_text(json.dumps(rec))
+    a, b = sorted(names)
+    with pytest.raises(ValueError, match=rf"{a} and {b} both match") as err:
         fedlib.lookup.find([SPEC], tmp_path)
     assert str(tmp_path) in str(err.value)
-    with pytest.raises(ValueError, match="bbbb.json"):
+    with pytest.raises(ValueError, match=b):
         experiment.present_records([SPEC], tmp_path)
 
 
@@ -130,7 +134,7 @@ def test_truncated_records_and_other_seeds_are_missing(tmp_path):
     other = RunSpec("fmnist", "dirichlet", 0.3, 10, 1, "fedavg")
     text = json.dumps(_record(other))
     (tmp_path / "cccc.json").write_text(text[: len(text) // 2])  # a half-written file: no record
-    (tmp_path / "dddd.json").write_text(json.dumps(_record(SPEC)))
+    (tmp_path / f"{SPEC.key()}.json").write_text(json.dumps(_record(SPEC)))
     assert records.read(tmp_path / "cccc.json") is None
     found, missing = fedlib.lookup.find([other, SPEC, RunSpec("fmnist", "dirichlet", 0.3, 10, 7, "fedavg")], tmp_path)
     assert [r["spec"]["seed"] for r in found] == [0]
@@ -162,17 +166,18 @@ def test_a_moved_default_keeps_old_records_meaning(tmp_path):
     today's default; a new spec states its attention, so its record is told apart."""
     old = {**_record(RunSpec("fmnist", "dirichlet", 0.3, 10, 0, "fedamp"))}
     old["spec"] = {**old["spec"], "hyper": {}}  # as written before the key existed
-    (tmp_path / "old.json").write_text(json.dumps(old))
+    old["key"] = records.key_of(old["spec"], fedlib.__version__)
+    (tmp_path / f"{old['key']}.json").write_text(json.dumps(old))
     today, softmax = (RunSpec("fmnist", "dirichlet", 0.3, 10, 0, "fedamp"),
                       RunSpec("fmnist", "dirichlet", 0.3, 10, 0, "fedamp", hyper={"attention": "softmax"}))
     assert today.to_dict()["hyper"] == {"attention": "heurfedamp"}  # the default is stated
     assert records.with_recorded_defaults(old["spec"])["hyper"] == {"attention": "softmax"}
     assert softmax.to_dict()["hyper"] == {}  # the recorded value: left out, as the old records have it
     assert softmax.to_dict() == old["spec"] and softmax.key() != today.key()  # the old record's spec and file name
-    assert fedlib.lookup.find([today, softmax], tmp_path) == ([records.read(tmp_path / "old.json")], [today])
+    assert fedlib.lookup.find([today, softmax], tmp_path) == ([records.read(tmp_path / f"{old['key']}.json")], [today])
     assert RunSpec.from_record(old["spec"]).hyper == {"attention": "softmax"}
     new = _record(today)
-    (tmp_path / "new.json").write_text(json.dumps(new))
+    (tmp_path / f"{today.key()}.json").write_text(json.dumps(new))
     found, missing = fedlib.lookup.find([today, softmax], tmp_path)
     assert [r["spec"]["hyper"] for r in found] == [{"attention": "heurfedamp"}, {}] and missing == []
     # the report's readings match a record as the configuration it ran

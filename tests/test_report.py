@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from workbook import report, report_cells
+from fedlib import records
 from fedlib.methods import display_name
 from fedlib.paths import ROOT
 
@@ -518,7 +519,9 @@ def test_a_count_and_a_score_are_held_to_their_step():
 def test_k_of_ten_and_a_third_against_ten_reproduces(tmp_path):
     recs = [{"spec": {"generator": "authors", "n_iid": 20, "n_noniid": 20, "seed": s}, "status": "ok",
              "k": k, "acc": 1.0, "precision": 1.0, "recall": 1.0, "f1": 1.0} for s, k in enumerate((10, 10, 11))]
-    _write(tmp_path, "cafa/cbcc", recs)
+    (tmp_path / "cafa" / "cbcc").mkdir(parents=True)
+    for r in recs:  # each under its spec's name, as benchmarks/cafa_cbcc.py writes it
+        (tmp_path / "cafa" / "cbcc" / records.cbcc_name(r["spec"])).write_text(json.dumps({"record_version": 1, **r}))
     df = report.frame(tmp_path)
     k = df[(df.paper == "cafa") & (df.table == "Table III") & (df.row == "CBCC k")
            & (df.column == "20 IID + 20 non-IID clients") & (df.reading == "authors' generator")].iloc[0]

@@ -31,20 +31,12 @@ RECORDS = ROOT / "benchmarks" / "records"
 @lru_cache(maxsize=None)
 def _load(directory: str) -> tuple:
     """Every valid finished record (a dict) in ``directory``, sorted by file name; () if absent.
-    Each is read by :func:`fedlib.records.read_strict`: a file that fails its checks (NaN,
-    truncated, no metrics, an unknown status) is named on stderr and skipped, never used. Two
-    records of one run (equal spec fields, e.g. written under two fedlib versions) are refused
-    by :func:`fedlib.lookup.where`, a ValueError naming both files."""
+    Read by :func:`fedlib.lookup.load`: a file that fails its checks (NaN, truncated, no metrics, a
+    value out of range, a spec not its key's) is named on stderr and skipped, never used (the page
+    lists it, :func:`workbook.report.refused_lines`); two records of one run are refused, a
+    ValueError naming both files."""
     d = Path(directory)
-    if not d.is_dir():
-        return ()
-    out = []
-    for p in sorted(d.glob("*.json")):
-        r = records.read_valid(p, consequence="skipped by the report, not used")
-        if r is not None:
-            out.append(r)
-    lookup.where([r["spec"] for r in out], d)  # a duplicate fails here, named
-    return tuple(out)
+    return tuple(lookup.load(d, "skipped by the report, not used")) if d.is_dir() else ()
 
 
 def seed_files(reading, root: Path, recs, seed) -> str:

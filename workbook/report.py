@@ -54,7 +54,7 @@ from .matching import (DERIVATIONS, RECORDS, _derived, _load, _most_heterogeneou
                        matches, record_value)
 from . import paper_claims, verdicts as V
 
-__all__ = ["RECORDS", "VERDICTS", "GROUPS", "group", "headline", "AT_CHANCE", "DERIVATIONS", "record_value", "cfl_row_note", "cl_distance", "matches", "row_values", "frame", "scoreboard", "VERDICT_RULE", "EVIDENCE_RULE", "NOT_RUN_SEEDS", "not_run_groups",
+__all__ = ["RECORDS", "VERDICTS", "GROUPS", "group", "headline", "AT_CHANCE", "DERIVATIONS", "record_value", "cfl_row_note", "cl_distance", "matches", "row_values", "frame", "scoreboard", "refused_lines", "VERDICT_RULE", "EVIDENCE_RULE", "NOT_RUN_SEEDS", "not_run_groups",
            "matched_records", "anchor_slug", "format_ours", "paper_section", "cpu_hours", "cross_paper_markdown", "beyond_label_markdown", "findings_markdown", "sections", "show", "readme_block", "write", "check", "main"]
 
 VERDICTS = ("reproduced", "differs", "undecided", "infeasible", "not run")
@@ -903,6 +903,18 @@ def _beyond_label_over_seeds(p: dict, root: Path) -> list[str]:
     return head + [frame_markdown(t)]
 
 
+def refused_lines(root: Path | str = RECORDS) -> list[str]:
+    """The record files under ``root`` that every reader refuses (:func:`fedlib.lookup.refused`:
+    they fail :func:`fedlib.records.read_strict`), each with why, as the page says it right after the
+    scoreboard: "1 record refused: <file>: <why>"; [] when there is none."""
+    root = Path(root)
+    bad = [(p.relative_to(root).as_posix(), why) for d in sorted({p.parent for p in root.rglob("*.json")})
+           for p, why in lookup.refused(d)]
+    if len(bad) == 1:
+        return [f"1 record refused: {bad[0][0]}: {bad[0][1]} (left out of every row)"]
+    return [f"{len(bad)} records refused (left out of every row):", ""] + [f"- {f}: {why}" for f, why in bad] if bad else []
+
+
 def findings_markdown(df: pd.DataFrame, root: Path | str = RECORDS) -> str:
     """docs/findings.md: the rules, the scoreboard, the papers' claims, the vocabularies, then
     every row, per paper and table, with the rows not run listed with their command."""
@@ -914,6 +926,7 @@ def findings_markdown(df: pd.DataFrame, root: Path | str = RECORDS) -> str:
            "## Scoreboard", "", headline(df), "",
            *_groups_md(), ""]
     out += _scoreboard_md(scoreboard(df))
+    out += ["", *refused] if (refused := refused_lines(root)) else []
     from . import plan  # issue 67: the plan's head, right after the scoreboard
     out += ["", *plan.head_markdown(df, root=root, report=sys.modules[__name__])]
     out += ["", "## How to read a row", "",
@@ -970,7 +983,8 @@ def sections(df: pd.DataFrame, root: Path | str = RECORDS, claims: pd.DataFrame 
     if claims is None:
         claims = paper_claims.frame(root)
     from . import plan  # issue 67: the plan's head (workbook.plan.head_markdown)
-    out = {"rules": _rules_md(df), "scoreboard": [*_groups_md(), "", *_scoreboard_md(scoreboard(df))],
+    out = {"rules": _rules_md(df), "scoreboard": [*_groups_md(), "", *_scoreboard_md(scoreboard(df)),
+                                                  *(["", *r] if (r := refused_lines(root)) else [])],
            "plan": plan.head_markdown(df, root=root, report=sys.modules[__name__]),
            "claims": paper_claims.markdown(claims, link=link, shown=_shown_ids(df)),
            "vocabularies": _vocabularies_md(df)}
@@ -1115,9 +1129,12 @@ def main(argv=None) -> int:
     if a.write:
         write()
     if a.check:
-        stale = check()
-        if stale:
+        stale, refused = check(), refused_lines()
+        if refused:  # a refused record: fix or delete it; --write would only state the loss on the page
+            print("refused (fix or delete the record; the page leaves it out):", *refused, sep="\n", file=sys.stderr)
+        elif stale:
             print("stale (run python -m workbook.report --write):", *stale, file=sys.stderr)
+        if stale or refused:
             return 1
     if not (a.write or a.check):
         print(findings_markdown(frame()))

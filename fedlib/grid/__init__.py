@@ -754,19 +754,11 @@ def _waiting_line(results_dir: Path, waiting) -> str:
 
 
 def load_records(results_dir) -> list[dict]:
-    """Every valid finished record in ``results_dir`` (:func:`fedlib.records.read_strict`), in
-    file-name order. Half-written temporaries (``.tmp-*.json.part``) are not records; a file
-    that fails the checks (NaN, truncated, no metrics) is named on stderr and skipped, never
-    used."""
-    out = []
-    for p in sorted(Path(results_dir).glob("*.json")):
-        raw = records.read(p)
-        if p.name.startswith(".") or (raw is not None and not {"spec", "status", "record_version"} & set(raw)):
-            continue  # a temporary, or not a record at all (a manifest)
-        rec = records.read_valid(p, consequence="skipped, not used", restore_nonfinite=False)
-        if rec is not None:
-            out.append(rec)
-    return out
+    """Every valid finished record in ``results_dir``, in file-name order, as stored (null for NaN):
+    :func:`fedlib.lookup.load`. A file that fails :func:`fedlib.records.read_strict` (NaN,
+    truncated, a value out of range, a spec not its key's) is named on stderr and skipped, never
+    used; two records of one run are refused, a ValueError naming both files."""
+    return lookup.load(results_dir, restore_nonfinite=False)
 
 
 def write_manifest(results_dir, specs, name: str = "manifest.json") -> Path:
