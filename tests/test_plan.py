@@ -18,7 +18,8 @@ def _t3(root, method, protocol, level, seed, acc, cpu=600.0):
 
     s = RunSpec("fmnist", protocol, level, 100, seed, method, fl={"rounds": 40, "local_epochs": 5, "fraction": FRACTION})
     r = record_fakes.record(s, "ok", acc, fl={"rounds": 40, "local_epochs": 5}, host={"threads": 1}, cpu_seconds=cpu)
-    r.update(global_accuracy=acc, local_accuracy=[acc] * 100)
+    c = round(1000 * acc)  # 1,000 test samples a client: global_accuracy = Σ correct / Σ n_test, as records check
+    r.update(n_test=[1000] * 100, correct=[c] * 100, global_accuracy=c / 1000, local_accuracy=[c / 1000] * 100)
     path = record_path(root / T3, s)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(r))
