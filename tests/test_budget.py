@@ -121,7 +121,9 @@ def test_a_run_that_cannot_end_within_the_budget_is_left_unclaimed_and_unwritten
     assert X.run_grid([s], out, device="cpu", progress="lines", budget=600) == []
     assert not X.record_path(out, s).exists() and not claims.claim_path(X.record_path(out, s)).exists()
     assert sorted(p.name for p in out.iterdir()) == ["fake.json"]
-    err = capsys.readouterr().err.splitlines()
+    # the timing fake is named fake.json, not its key: the records reader refuses it as a record (named on
+    # stderr), while the estimate still reads its seconds
+    err = [e for e in capsys.readouterr().err.splitlines() if not e.startswith("fedlib: record ")]
     assert err[0] == "run_grid: 1 runs, 0 already recorded, 1 to train"
     assert err[1] == ("run_grid: budget 600 s: a run starts only if 1.15 × its estimated seconds end before it "
                       "(a resumable method's run: those of its first 2 rounds; it stops at a round boundary)")

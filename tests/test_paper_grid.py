@@ -264,7 +264,7 @@ def test_a_run_another_process_is_computing_is_taken_last(tmp_path, monkeypatch)
     assert claims.try_claim(record_path(out, specs[0]))  # "another process" is computing the first
     order = []
 
-    def fake(spec, out_, device, mode, budget=None, estimate_from=()):
+    def fake(spec, out_, device, mode, budget=None, estimate_from=(), wait=True):
         order.append(spec.key())
         if spec.key() == specs[0].key():  # by now its owner has finished it
             claims.release(record_path(out, spec))
@@ -293,7 +293,7 @@ def test_a_run_another_process_recorded_meanwhile_is_skipped(tmp_path, monkeypat
                       methods=["fedavg", "local"], alphas=[0.1])
     order = []
 
-    def fake(spec, out_, device, mode, budget=None, estimate_from=()):
+    def fake(spec, out_, device, mode, budget=None, estimate_from=(), wait=True):
         order.append(spec.key())
         record_path(out, specs[1]).write_text(json.dumps(record_fakes.record(specs[1])))  # meanwhile, the other process records the second run
         return {"status": "ok", "seconds": 0.0, "spec": spec.to_dict()}
@@ -416,7 +416,7 @@ def test_a_budget_leaves_the_runs_that_would_not_fit_for_a_later_call(tmp_path, 
     (times / "fast.json").write_text(json.dumps(_comparable(specs[1], 1.0)))
     started = []
 
-    def fake(spec, out_, device, mode, budget=None, estimate_from=()):
+    def fake(spec, out_, device, mode, budget=None, estimate_from=(), wait=True):
         started.append(spec.method)
         assert 0 < budget <= 600 and [str(f) for f in estimate_from] == [str(times)]
         return {"status": "ok", "seconds": 1.0, "spec": spec.to_dict()}

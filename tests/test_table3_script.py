@@ -13,10 +13,14 @@ RECORDS = ROOT / "benchmarks" / "records" / "clust_psi_pfl" / "table3_like_for_l
 
 
 def _seed0(paths):
-    """The records of seed 0, the seed ``--report`` reads by default (``--seeds 0``); the folder
-    holds other seeds too."""
+    """The records of seed 0 at the script's settings, what ``--report`` reads by default (``--seeds 0``);
+    the folder holds other seeds, and other Table III columns (the report's), too."""
+    from workbook.like_for_like import SETTINGS
+
+    shown = {(p, float(x)) for p, levels in SETTINGS.items() for x in levels}
     for path in sorted(paths):
-        if json.loads(path.read_text())["spec"].get("seed", 0) == 0:
+        spec = json.loads(path.read_text())["spec"]
+        if spec.get("seed", 0) == 0 and (spec["protocol"], float(spec["level"])) in shown:
             yield path
 
 
