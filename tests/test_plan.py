@@ -54,7 +54,7 @@ def test_a_not_run_rows_first_seed_and_an_undecided_rows_next_seed_are_planned(p
     mine = [i for i, d in enumerate(ids) if undecided.id in d]
     assert len(mine) == 1
     r = p.iloc[mine[0]]
-    assert r.basis == "next seed" and r.spec.seed == 2 and r.spec.method == "fedavg" and 0 < r.p < 1
+    assert r.basis.startswith("next") and r.spec.seed == 2 and r.spec.method == "fedavg" and 0 < r.p < 1
     # a decided row is never planned: every run of the plan ranks above it
     assert not any(decided.id in d for d in ids)
     # a row not run: its first seed (seed 0), worth 1
@@ -84,7 +84,9 @@ def test_each_groups_printed_command_computes_its_run(planned):
 def test_p_decided_is_the_verdict_simulated():
     values, paper, sd, n_p, tol = [85.0, 87.5], 86.0, 1.0, 5, 1.0
     got = P.p_decided(paper, sd, n_p, values, tol, draws=400, seed=3)
-    x = np.random.default_rng(3).normal(np.mean(values), np.std(values, ddof=1), 400)
+    rng = np.random.default_rng(3)  # the true mean drawn around ours (its se), then the next seed around it
+    mu = rng.normal(np.mean(values), np.std(values, ddof=1) / np.sqrt(2), 400)
+    x = rng.normal(mu[:, None], np.std(values, ddof=1), (400, 1))[:, 0]
     by_hand = np.mean([V.verdict(paper, sd, n_p, [*values, v], tol).outcome != "undecided" for v in x])
     assert got == pytest.approx(by_hand) and 0 < got < 1
     # the vectorised test is the verdict's, draw by draw
@@ -97,6 +99,32 @@ def test_p_decided_is_the_verdict_simulated():
     assert 0 <= P.p_decided(86.0, 1.0, 5, [86.2], 1.0, pooled_sd=0.5) <= 1
     with pytest.raises(ValueError, match="pooled_sd"):
         P.p_decided(86.0, 1.0, 5, [86.2], 1.0)
+
+
+def test_a_row_one_seed_cannot_decide_is_valued_by_the_seeds_that_would():
+    # paper 86.0 ± 1.0 over 5 runs (margin 2 pp): three seeds around 88.4, sd 0.8 — Δ ≈ +2.4 pp, its
+    # interval straddles the margin's bound; one more seed rarely decides it, several do
+    values, paper, sd, n_p, tol = [87.6, 88.4, 89.2], 86.0, 1.0, 5, 1.0
+    p1 = P.p_decided(paper, sd, n_p, values, tol)
+    p6 = P.p_decided(paper, sd, n_p, values, tol, extra=6)
+    assert p6 > p1
+    k, pk = P.best_bundle(paper, sd, n_p, values, tol)
+    assert 1 <= k <= P.LOOKAHEAD
+    assert pk == pytest.approx(P.p_decided(paper, sd, n_p, values, tol, extra=k))
+    # k maximises P_k / k over the look-ahead, by hand
+    rates = [P.p_decided(paper, sd, n_p, values, tol, extra=j) / j for j in range(1, P.LOOKAHEAD + 1)]
+    assert pk / k == pytest.approx(max(rates))
+    # with the extra seeds drawn from a true mean near the margin's bound, not all draws decide
+    assert 0 < pk < 1
+    with pytest.raises(ValueError, match="extra"):
+        P.p_decided(paper, sd, n_p, values, tol, extra=0)
+
+
+def test_feasible_share_is_laplaces_rule_over_the_seeds_tried():
+    assert P.feasible_share([]) == 1.0
+    assert P.feasible_share(["ok", "ok"]) == 1.0
+    assert P.feasible_share(["infeasible", "ok", "infeasible", "infeasible"]) == pytest.approx(2 / 6)
+    assert P.feasible_share(["infeasible"]) == pytest.approx(1 / 3)
 
 
 def test_study_blocks_share_one():
@@ -157,6 +185,7 @@ def test_run_with_a_tiny_budget_starts_nothing_that_would_not_fit(tmp_path):
     (["--run", "--budget", "60", "--workers", "0"], ["--workers", "0"]),
     (["--device", "tpu"], ["--device", "tpu", "cuda"]),
     (["--top", "0"], ["--top"]),
+    (["--without", "fedsgd"], ["--without", "fedsgd", "fedavg"]),
     (["--records", "/no/such/folder"], ["--records", "/no/such/folder"]),
 ])
 def test_bad_cli_input_names_the_parameter_and_the_fix(argv, names, capsys):

@@ -11,13 +11,20 @@ the report's own verdict rule (:func:`workbook.verdicts.verdict`):
 * a row **not run** (the data available): its first seed is worth **1** — one run turns "not
   run" into a verdict with its interval, which is what the row lacks most, even where that one
   seed leaves it "undecided" (P(decided at n = 1) would need a mean we do not have);
-* an **undecided** row: its next seed is worth **P(decided)**, by simulation from the seed noise
-  model: the next seed's value is drawn :data:`DRAWS` times (a fixed generator, :data:`SEED`:
-  the plan is reproducible) from Normal(our mean, s), s the row's own sample sd (n ≥ 2) or the
-  seed sd the report pooled for it (n = 1: :func:`workbook.report._pools`, the same rule and
-  scopes), and the verdict is recomputed with the drawn value appended; P is the share of draws
-  that read *reproduced* or *differs*. A one-seed row with no pooled sd is worth
-  :data:`UNKNOWN_P` (nothing to draw from);
+* an **undecided** row: its next seed is worth **P_k / k** for the k ≤ :data:`LOOKAHEAD` more seeds
+  that decide most rows per seed (:func:`best_bundle`): P_k = P(decided after k more seeds), by
+  simulation from the seed noise model — per draw (:data:`DRAWS` of them, a fixed generator,
+  :data:`SEED`: the plan is reproducible) the row's true mean μ ~ Normal(our mean, s²/n) and the k new
+  values ~ Normal(μ, s), s the row's own sample sd (n ≥ 2) or the seed sd the report pooled for it
+  (n = 1: :func:`workbook.report._pools`, the same rule and scopes) — and the verdict recomputed with
+  them appended; P_k is the share of draws that read *reproduced* or *differs*. Looking k seeds
+  ahead matters under a verdict rule with a margin: a row at n = 3 whose interval straddles a bound
+  is rarely decided by a 4th seed, often by a 6th. A one-seed row with no pooled sd is worth
+  :data:`UNKNOWN_P` (nothing to draw from); a row no :data:`LOOKAHEAD` more seeds would likely
+  decide (value < :data:`MIN_VALUE`) is not planned, counted by why;
+* a cell whose partition was **infeasible** for some seeds (a Dirichlet draw at small α that gives
+  some client too few samples) has each value scaled by the share of its next seeds expected to be
+  feasible, :func:`feasible_share`;
 * a **decided** row (reproduced, differs): never planned — one more seed would only confirm it
   at the same level; *infeasible* rows and rows whose data have no offline source
   (``no_offline_data``) neither; nor a row no run of its command answers (counted by
@@ -69,7 +76,7 @@ from .. import verdicts as V
 from ..matching import RECORDS, _load, anchor_slug, matches
 from ..report_cells import GRID_VARIANTS, PAPERS, RECORD_COMMANDS, cells, grid_tables, group_of, record_command
 
-__all__ = ["DRAWS", "SEED", "MAX_SEEDS", "UNKNOWN_P", "p_decided", "row_value", "study_values", "plan", "plan_notes",
+__all__ = ["DRAWS", "SEED", "MAX_SEEDS", "UNKNOWN_P", "LOOKAHEAD", "MIN_VALUE", "p_decided", "best_bundle", "row_value", "feasible_share", "study_values", "plan", "plan_notes",
            "plan_markdown", "head_markdown", "run_plan"]
 
 DRAWS = 2000
@@ -80,41 +87,67 @@ MAX_SEEDS = 12
 """The seeds 0 … MAX_SEEDS − 1 among which a row's next seed is looked for."""
 UNKNOWN_P = 0.5
 """The value of a one-seed undecided row's next seed where no comparable row gives a pooled sd."""
+LOOKAHEAD = 6
+"""The most seeds ahead a row's value looks (:func:`best_bundle`)."""
+MIN_VALUE = 0.01
+"""A run worth less (expected rows decided) is not planned: no affordable number of seeds decides its row."""
 COMMAND = "python -m workbook.plan"
 
 
 # ----------------------------------------------------------------------------- values (pure)
 def _decided(paper_mean, paper_sd, paper_n, values, tolerance, alpha=V.ALPHA) -> np.ndarray:
     """For each row of ``values`` (draws × seeds, n ≥ 2 each), whether :func:`workbook.verdicts.verdict`
-    reads it reproduced or differs: its own sample sd, Welch's se and df (:func:`workbook.verdicts.delta_se`),
-    the margin (:func:`workbook.verdicts.margin_of`) and the interval's test, vectorised over the draws
-    (``tests/test_plan.py`` checks it against the verdict itself)."""
+    reads it reproduced or differs: its own sample sd, Welch's se and df (:func:`workbook.verdicts.delta_se`,
+    here over arrays), the margin (:func:`workbook.verdicts.margin_of`) and the interval's test, vectorised
+    over the draws (``tests/test_plan.py`` checks it against the verdict itself)."""
     values = np.asarray(values, dtype=float)
     n = values.shape[1]
     p_sd = 0.0 if paper_sd is None or not np.isfinite(paper_sd) else float(paper_sd)
     margin = V.margin_of(tolerance, paper_sd)
     delta = values.mean(axis=1) - float(paper_mean)
-    se_df = np.array([V.delta_se(p_sd, paper_n, float(s), n, n - 1) for s in values.std(axis=1, ddof=1)])
-    se, df = se_df[:, 0], se_df[:, 1]
-    half = np.where(se > 0, stats.t.ppf(1 - alpha, df) * se, 0.0)
+    a = p_sd ** 2 / paper_n if p_sd > 0 else 0.0
+    b = values.var(axis=1, ddof=1) / n
+    se = np.sqrt(a + b)
+    denominator = (a * a / (paper_n - 1) if a and paper_n > 1 else 0.0) + b * b / (n - 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        df = np.where(denominator > 0, (a + b) ** 2 / np.where(denominator > 0, denominator, 1.0), np.inf)
+        half = np.where(se > 0, stats.t.ppf(1 - alpha, df) * se, 0.0)
     low, high = delta - half, delta + half
     return ((-margin < low) & (high < margin)) | (low > margin) | (high < -margin)
 
 
 def p_decided(paper_mean: float, paper_sd: float | None, paper_n: int, values, tolerance: float,
-              pooled_sd: float | None = None, draws: int = DRAWS, seed: int = SEED) -> float:
-    """P(the row is decided after one more seed): the next value drawn ``draws`` times from
-    Normal(mean of ``values``, s) — s their sample sd (two or more), else ``pooled_sd`` — and the
-    verdict recomputed with it appended; the share of draws decided."""
+              pooled_sd: float | None = None, draws: int = DRAWS, seed: int = SEED, extra: int = 1) -> float:
+    """P(the row is decided after ``extra`` more seeds), by simulation from the seed noise model: per
+    draw, the row's true mean μ ~ Normal(mean of ``values``, s²/n) (today's mean is itself an estimate),
+    then the ``extra`` new values ~ Normal(μ, s) — s the values' sample sd (two or more), else
+    ``pooled_sd`` — and the verdict recomputed with them appended; the share of ``draws`` decided."""
     v = np.asarray([x for x in values if np.isfinite(x)], dtype=float)
     if not len(v):
         fail("values", "at least one finite seed value", values)
+    check_int(extra, "extra", 1)
     s = float(np.std(v, ddof=1)) if len(v) >= 2 else pooled_sd
     if s is None or not np.isfinite(s) or s < 0:
         fail("pooled_sd", "the pooled seed sd (≥ 0) of a one-seed row", pooled_sd)
-    x = np.random.default_rng(seed).normal(v.mean(), s, draws)
+    rng = np.random.default_rng(seed)
+    mu = rng.normal(v.mean(), s / np.sqrt(len(v)), draws)
+    x = rng.normal(mu[:, None], s, (draws, extra))
     both = np.column_stack([np.broadcast_to(v, (draws, len(v))), x])
     return float(np.mean(_decided(paper_mean, paper_sd, paper_n, both, tolerance)))
+
+
+def best_bundle(paper_mean: float, paper_sd: float | None, paper_n: int, values, tolerance: float,
+                pooled_sd: float | None = None, lookahead: int = LOOKAHEAD) -> tuple[int, float]:
+    """(k, P_k): the number k ≤ ``lookahead`` of more seeds with the most rows decided per seed,
+    P_k / k, P_k = :func:`p_decided` after k more. A row one seed cannot decide but three would is
+    worth P_3 / 3 a seed, not 0 (a one-step look-ahead would never plan it); each of the k seeds is
+    planned one at a time, the next first, and the row is valued again when it lands."""
+    best = (1, p_decided(paper_mean, paper_sd, paper_n, values, tolerance, pooled_sd))
+    for k in range(2, lookahead + 1):
+        pk = p_decided(paper_mean, paper_sd, paper_n, values, tolerance, pooled_sd, extra=k)
+        if pk / k > best[1] / best[0]:
+            best = (k, pk)
+    return best
 
 
 def _reading(row) -> SimpleNamespace:
@@ -127,25 +160,39 @@ def _paper_n(row) -> int:
     return 1 if n is None or (isinstance(n, float) and not np.isfinite(n)) else int(n)
 
 
-def row_value(row, pools: dict, R) -> tuple[float | None, str]:
-    """(value of the row's next run, what it is) for one row (a dict) of :func:`workbook.report.frame`,
-    ``pools`` :func:`workbook.report._pools` over the frame (``R``: :mod:`workbook.report`): (1, "first seed") for a row not run,
-    (P(decided), "next seed") for an undecided one, (None, why) for a row never planned."""
+def row_value(row, pools: dict, R) -> tuple[float | None, str, float]:
+    """(value of the row's next run, what it is, P) for one row (a dict) of :func:`workbook.report.frame`,
+    ``pools`` :func:`workbook.report._pools` over the frame (``R``: :mod:`workbook.report`): (1, "first
+    seed", NaN) for a row not run; for an undecided one (P_k / k, "next seed" or "next of k seeds", P_k)
+    by :func:`best_bundle`; (None, why, NaN) for a row never planned — decided, infeasible, no offline
+    data, or no affordable number of seeds likely to decide it (value < :data:`MIN_VALUE`)."""
     if row.get("reason") == "no_offline_data":
-        return None, "no offline data"
+        return None, "no offline data", np.nan
     verdict = row["verdict"]
     if verdict == "not run":
-        return 1.0, "first seed"
+        return 1.0, "first seed", np.nan
     if verdict != "undecided":
-        return None, "decided" if verdict in ("reproduced", "differs") else verdict
+        return None, "decided" if verdict in ("reproduced", "differs") else verdict, np.nan
     values = list(row["values"])
     pooled = None
     if len(values) == 1:
         pool = next((pools[k] for k in R._pool_keys(_reading(row)) if k in pools), None)
         if pool is None:
-            return UNKNOWN_P, "next seed"
+            return UNKNOWN_P, "next seed (no pooled sd: value assumed)", np.nan
         pooled = pool[0]
-    return p_decided(row["paper_value"], row["spread"], _paper_n(row), values, row["tolerance"], pooled), "next seed"
+    k, pk = best_bundle(row["paper_value"], row["spread"], _paper_n(row), values, row["tolerance"], pooled)
+    if pk / k < MIN_VALUE:
+        return None, f"no {LOOKAHEAD} more seeds likely decide it", np.nan
+    return pk / k, "next seed" if k == 1 else f"next of {k} seeds", pk
+
+
+def feasible_share(statuses) -> float:
+    """The expected share of a cell's next seeds whose partition can be drawn: (ok + 1) / (tried + 2)
+    over the statuses of its seeds tried so far (Laplace's rule; 1 where none was infeasible) —
+    a Dirichlet partition at small α may have no draw giving every client enough samples, by seed."""
+    statuses = list(statuses)
+    bad = sum(st == "infeasible" for st in statuses)
+    return 1.0 if not bad else (len(statuses) - bad + 1) / (len(statuses) + 2)
 
 
 def study_values(missing_by_block: dict) -> list[tuple]:
@@ -257,6 +304,28 @@ def _recorded(folder: str) -> frozenset:
                      if r.get("status") in FINISHED and r.get("record_version", RECORD_VERSION) == RECORD_VERSION)
 
 
+@lru_cache(maxsize=None)
+def _statuses_by_partition(folder: str) -> dict:
+    """(dataset, protocol, level, n_clients) -> {seed: "infeasible" if any of its records is, else "ok"}
+    over ``folder``'s records (a partition's feasibility depends on its seed, not its method)."""
+    out: dict = {}
+    for r in _load(folder):
+        s = r.get("spec") or {}
+        try:
+            cell = (s["dataset"], s["protocol"], float(s["level"]), int(s["n_clients"]))
+        except (KeyError, TypeError, ValueError):
+            continue
+        seeds = out.setdefault(cell, {})
+        if r.get("status") == "infeasible" or seeds.get(s.get("seed")) != "infeasible":
+            seeds[s.get("seed")] = "infeasible" if r.get("status") == "infeasible" else "ok"
+    return out
+
+
+def _partition_statuses(folder: str, spec) -> list:
+    return list(_statuses_by_partition(folder).get((spec.dataset, spec.protocol, float(spec.level),
+                                                    int(spec.n_clients)), {}).values())
+
+
 def _script_settings() -> list[str]:
     from .. import like_for_like
 
@@ -306,7 +375,7 @@ def _entries(df: pd.DataFrame, root: str, studies: bool, R) -> tuple[list[dict],
     pools = R._pools((_reading(r), list(r["values"])) for r in df.to_dict("records"))
     out, why = [], {}
     for row in df.to_dict("records"):
-        value, basis = row_value(row, pools, R)
+        value, basis, p_k = row_value(row, pools, R)
         if value is None:
             why[basis] = why.get(basis, 0) + 1
             continue
@@ -316,10 +385,11 @@ def _entries(df: pd.DataFrame, root: str, studies: bool, R) -> tuple[list[dict],
             what = "no command computes its folder" if not _group(key, root, R)[0] else "no run of its command answers it"
             why[what] = why.get(what, 0) + 1
             continue
+        share = min(feasible_share(_partition_statuses(str(Path(root) / row["records"]), s)) for s in need)
         for s in need:
             out.append({"folder": row["records"], "group": group_of(row["records"], row["match"]), "spec": s,
-                        "value": value / len(need),
-                        "p": value if basis == "next seed" else np.nan, "decides": row["id"], "basis": basis})
+                        "value": share * value / len(need), "p": p_k, "decides": row["id"],
+                        "basis": basis if share == 1 else f"{basis}, {share:.2f} of seeds feasible"})
     if studies:
         for folder, block_of, missing in _study_missing(root, R):
             by_block: dict = {}
@@ -368,6 +438,7 @@ def plan(df: pd.DataFrame, root: Path | str = RECORDS, device: str = "cpu", stud
     _recorded.cache_clear()  # the records may have changed since the last plan (not the grids)
     _group.cache_clear()
     _timings.cache_clear()
+    _statuses_by_partition.cache_clear()
     entries, not_planned = _entries(df, root, studies, R)
     merged: dict = {}
     for e in entries:
@@ -433,7 +504,7 @@ def plan_markdown(p: pd.DataFrame, top: int | None = None) -> list[str]:
     seconds, cumulative CPU-hours, cumulative expected rows decided, then its command."""
     out = []
     for r in (p if top is None else p.head(top)).itertuples():
-        pv = "" if not np.isfinite(r.p) else f", P(decided) {r.p:.2f}"
+        pv = "" if not np.isfinite(r.p) else f", P(decided by then) {r.p:.2f}"
         out += [f"{r.rank:>4}. {r.run} → {r.decides} [{r.basis}{pv}; value {r.value:.2f}] "
                 f"est. {_hours(r.seconds)} s, cum. {r.cum_hours:.2f} CPU-h, cum. {r.cum_value:.2f} rows decided",
                 f"      {r.command or '(no command is known for this folder)'}"]
@@ -451,18 +522,21 @@ def head_markdown(df: pd.DataFrame, hours: float = 10.0, root: Path | str = RECO
     out = ["## What to run next", "",
            f"The next {hours:g} CPU-hours would decide these rows: {len(within)} runs of the plan "
            f"(`{COMMAND}`: each run valued by the rows it would decide, per CPU-hour — a row not run counts 1 for "
-           "its first seed, an undecided row the probability that its next seed decides it, simulated from its "
-           "seed sd; decided rows are never planned; a study block's missing runs share 1), expected to decide "
+           "its first seed; an undecided row P_k / k, P_k the probability that k more seeds decide it, simulated from "
+           f"its seed sd, for the k ≤ {LOOKAHEAD} that decides most per seed; a cell whose partition is infeasible for "
+           "some seeds, that times the share expected feasible; decided rows are never planned; a study block's missing "
+           "runs share 1), expected to decide "
            f"{within.value.sum():.1f} rows ({len(rows)} rows or blocks touched). "
            f"`{COMMAND} --run --budget {int(hours * 3600)}` computes them in this order, resumably.", ""]
     if within.empty:
         return out + ["No priced run fits (the plan is empty, or its first run is longer)."]
-    out += ["| # | run | decides | P(decided) | est. s | cum. CPU-h | cum. rows |", "|---|---|---|---|---|---|---|"]
+    out += ["| # | run | decides | basis | P(decided by then) | est. s | cum. CPU-h | cum. rows |",
+            "|---|---|---|---|---|---|---|---|"]
     for r in within.head(top).itertuples():
         pv = "—" if not np.isfinite(r.p) else f"{r.p:.2f}"
         ids = r.decides.split("; ")
         decides = ids[0] + (f" (+ {len(ids) - 1} more)" if len(ids) > 1 else "")
-        out.append(f"| {r.rank} | {r.run} | {decides} | {pv} | {r.seconds:.0f} | {r.cum_hours:.2f} | {r.cum_value:.2f} |")
+        out.append(f"| {r.rank} | {r.run} | {decides} | {r.basis} | {pv} | {r.seconds:.0f} | {r.cum_hours:.2f} | {r.cum_value:.2f} |")
     if len(within) > top:
         out += ["", f"… and {len(within) - top} more runs (`{COMMAND}` lists them all, each with its command)."]
     return out

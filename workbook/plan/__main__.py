@@ -22,6 +22,8 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--top", default="30", help="print the first N runs (default 30; 'all' for every one)")
     a.add_argument("--device", default="cpu", help="cpu (default) or cuda: what the estimates price and the runs use")
     a.add_argument("--no-studies", action="store_true", help="leave notebooks 11 and 12's grids out")
+    a.add_argument("--without", nargs="+", default=[], metavar="METHOD",
+                   help="leave these methods' runs out (e.g. methods whose code is changing: their records would be superseded)")
     a.add_argument("--run", action="store_true", help="compute the plan in order (needs --budget)")
     a.add_argument("--budget", default=None, help="with --run: seconds from the start; no run starts that would not end by then")
     a.add_argument("--workers", default="1", help="with --run: runs at once, one process and one thread each")
@@ -50,6 +52,10 @@ def main(argv=None) -> int:
             fail("--budget", "left out unless --run is given (it bounds the computation)", budget)
         if workers != 1 and not a.run:
             fail("--workers", "1 unless --run is given", workers)
+        from fedlib.methods import METHODS
+
+        for m in a.without:
+            check_choice(m, "--without", tuple(sorted(METHODS)))
         root = Path(a.records)
         if not root.is_dir():
             fail("--records", "an existing folder of run records (e.g. benchmarks/records)", str(root))
@@ -58,6 +64,8 @@ def main(argv=None) -> int:
         return 2
     df = R.frame(root)
     p = plan(df, root, device=device, studies=not a.no_studies, report=R)
+    if a.without:
+        p = p[[s.method not in a.without for s in p.spec]].reset_index(drop=True)
     if not a.run:
         print(f"{len(p)} runs planned, {p.seconds.notna().sum()} priced ({p.seconds.sum() / 3600:.1f} "
               f"{'CPU' if device == 'cpu' else 'GPU'}-hours), expected to decide {p.value.sum():.1f} rows; "
