@@ -63,6 +63,7 @@ for arg in "${cmd[@]}"; do
         *paper_grid.py|fedlib-grid|*/fedlib-grid) kind=paper_grid ;;  # the grid command, its old path, its script
         fedlib.grid) [ "$prev" = -m ] && kind=paper_grid ;;  # python -m fedlib.grid
         *table3_like_for_like.py) kind=table3 ;;
+        workbook.plan) [ "$prev" = -m ] && kind=plan ;;  # python -m workbook.plan --run: the plan's head
         --budget|--budget=*|--device|--device=*|--workers|--workers=*)
             refuse "leave $arg out of the command: this script sets --device cuda and --budget, and runs WORKERS copies" ;;
         --list|--list-datasets|--report)
@@ -70,7 +71,7 @@ for arg in "${cmd[@]}"; do
     esac
     prev=$arg
 done
-[ -n "$kind" ] || refuse "the command must run python -m fedlib.grid (or benchmarks/paper_grid.py) or benchmarks/table3_like_for_like.py"
+[ -n "$kind" ] || refuse "the command must run python -m workbook.plan --run, python -m fedlib.grid (or benchmarks/paper_grid.py) or benchmarks/table3_like_for_like.py"
 option() {  # option NAME: the value of --NAME in the command (last one wins), else empty
     local i value=""
     for ((i = 0; i < ${#cmd[@]}; i++)); do
@@ -81,8 +82,12 @@ option() {  # option NAME: the value of --NAME in the command (last one wins), e
     done
     echo "$value"
 }
+if [ "$kind" = plan ]; then
+    case " ${cmd[*]} " in *" --run "*) ;; *) refuse "the plan command computes nothing without --run" ;; esac
+    case " ${cmd[*]} " in *" --together "*) refuse "leave --together out: this script sets it" ;; esac
+fi
 case ${cmd[0]##*/} in python*) py=${cmd[0]} ;; *) py=${PYTHON:-python3} ;; esac
-[ "$kind" = table3 ] || [ -n "$(option out)" ] || refuse "the grid command (python -m fedlib.grid) needs --out (the records folder)"
+[ "$kind" != paper_grid ] || [ -n "$(option out)" ] || refuse "the grid command (python -m fedlib.grid) needs --out (the records folder)"
 
 # ---------------------------------------------------------------- the GPU
 command -v nvidia-smi > /dev/null 2>&1 || refuse "no CUDA here: nvidia-smi is not on PATH; run this on the GPU machine"
@@ -109,7 +114,11 @@ nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv,noheader 2>&1 
     2>&1 | tee -a "$log"
 
 # ---------------------------------------------------------------- the records folder and the data
-if [ "$kind" = paper_grid ]; then
+if [ "$kind" = plan ]; then  # the records root: the plan's runs go to its folders
+    records=$(option records)
+    records=${records:-benchmarks/records}
+    datasets=${LEASE_DATASETS:-fmnist adult}
+elif [ "$kind" = paper_grid ]; then
     records=$(option out)
     datasets=${LEASE_DATASETS:-$("${cmd[@]}" --list-datasets 2>> "$log" | tr '\n' ' ')}
 else
@@ -123,6 +132,8 @@ else
 fi
 [ -n "${datasets// /}" ] || refuse "found no data set to prepare (the command's filters select no run?); set LEASE_DATASETS"
 mkdir -p "$records"
+depth=1
+[ "$kind" = plan ] && depth=4  # the records root's folders (clust_psi_pfl/table3_like_for_like/…)
 say "records: $records; preparing the data once: $datasets (FEDLIB_DATA=${FEDLIB_DATA:-default})"
 # shellcheck disable=SC2086  # one word per data set
 "$py" -m fedlib.datasets prepare $datasets 2>&1 | tee -a "$log"
@@ -133,11 +144,18 @@ budget=$((total - $(elapsed) - ${LEASE_MARGIN:-30}))
 
 # ---------------------------------------------------------------- the workers
 pids=()
-for ((i = 1; i <= workers; i++)); do
-    OMP_NUM_THREADS=1 FEDLIB_SHARING=$workers "${cmd[@]}" --device cuda --budget "$budget" \
-        > "$work/worker-$i.log" 2>&1 &
+if [ "$kind" = plan ]; then  # one plan (built once), its runs WORKERS at a time, together where they may
+    OMP_NUM_THREADS=1 FEDLIB_SHARING=$workers "${cmd[@]}" --device cuda --budget "$budget" --workers "$workers" \
+        --together > "$work/worker-1.log" 2>&1 &
     pids+=($!)
-done
+    workers=1
+else
+    for ((i = 1; i <= workers; i++)); do
+        OMP_NUM_THREADS=1 FEDLIB_SHARING=$workers "${cmd[@]}" --device cuda --budget "$budget" \
+            > "$work/worker-$i.log" 2>&1 &
+        pids+=($!)
+    done
+fi
 say "started $workers workers with --budget $budget"
 
 stop=$((start + total - 10))  # the packing's reserve
@@ -150,7 +168,7 @@ while [ "$alive" -gt 0 ]; do
     now=$(date +%s)
     if [ $((now - last_util)) -ge 60 ]; then
         last_util=$now
-        n=$(find "$records" -maxdepth 1 -name '*.json' -newer "$stamp" | wc -l)
+        n=$(find "$records" -maxdepth "$depth" -name '*.json' -newer "$stamp" | wc -l)
         say "$alive workers running, $n records written; GPU $(nvidia-smi --query-gpu=utilization.gpu,memory.used \
             --format=csv,noheader 2>&1 | head -n 1)"
     fi
@@ -173,7 +191,7 @@ for ((i = 1; i <= workers; i++)); do
 done
 
 # ---------------------------------------------------------------- the archive
-(cd "$records" && find . -maxdepth 1 -type f -name '*.json' -newer "$stamp" | sed 's|^\./||' | sort) > "$work/new"
+(cd "$records" && find . -maxdepth "$depth" -type f -name '*.json' -newer "$stamp" | sed 's|^\./||' | sort) > "$work/new"
 tar czf "$out/records.tgz" -C "$records" -T "$work/new"
 tar czf "$out/logs.tgz" -C "$work" $(cd "$work" && ls worker-*.log)
 say "packed $(wc -l < "$work/new") records into $out/records.tgz; unpack: tar xzf records.tgz -C $records"

@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu_lease.sh"
 BASH = shutil.which("bash")
 GRID = [sys.executable, "benchmarks/paper_grid.py", "fedprism-table1", "--params", "params/smoke/09_fedprism.yaml"]
+PLAN = [sys.executable, "-m", "workbook.plan"]
 MODULE = [sys.executable, "-m", "fedlib.grid", "fedprism-table1", "--params", "params/smoke/09_fedprism.yaml"]
 
 
@@ -56,9 +57,13 @@ def test_without_nvidia_smi_on_path_it_refuses_with_exit_2(tmp_path):
     (["600", "0", "--", *GRID, "--out", "r"], "WORKERS must be a whole number in [1, 64], got '0'"),
     (["600", "4", *GRID, "--out", "r"], f"expected -- after WORKERS, got '{sys.executable}'"),
     (["600", "4", "--", sys.executable, "benchmarks/report.py"],
-     "the command must run python -m fedlib.grid (or benchmarks/paper_grid.py) or benchmarks/table3_like_for_like.py"),
+     "the command must run python -m workbook.plan --run, python -m fedlib.grid (or benchmarks/paper_grid.py) or "
+     "benchmarks/table3_like_for_like.py"),
     (["600", "4", "--", sys.executable, "-m", "fedlib.datasets", "prepare"],
-     "the command must run python -m fedlib.grid (or benchmarks/paper_grid.py)"),
+     "the command must run python -m workbook.plan --run, python -m fedlib.grid"),
+    (["600", "4", "--", *PLAN], "the plan command computes nothing without --run"),
+    (["600", "4", "--", *PLAN, "--run", "--together"], "leave --together out: this script sets it"),
+    (["600", "4", "--", *PLAN, "--run", "--workers", "4"], "leave --workers out of the command"),
     (["600", "4", "--", *GRID, "--out", "r", "--budget", "100"], "leave --budget out of the command"),
     (["600", "4", "--", *GRID, "--out", "r", "--device=cpu"], "leave --device=cpu out of the command"),
     (["600", "4", "--", *GRID, "--out", "r", "--workers", "2"], "leave --workers out of the command"),

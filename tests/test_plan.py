@@ -162,6 +162,9 @@ def test_run_hands_only_priced_runs_to_the_grid_under_the_budget(tmp_path, monke
     assert len(calls) == 1 and [s.key() for s in calls[0][0]] == [a.key()]  # never the unpriced run
     assert 0 < calls[0][2]["budget"] <= 5 and calls[0][2]["estimate_from"] == [tmp_path]
     assert {s.key() for s in out["left"]} == {a.key(), b.key()} and out["computed"] == []
+    assert calls[0][2]["together"] is False
+    P.run_plan(_fake_plan([(a, 10.0)]), budget=5, root=tmp_path, echo=lambda *_: None, together=True)
+    assert calls[-1][2]["together"] is True  # the GPU lease's way: runs that may train together do
 
 
 def test_run_with_a_tiny_budget_starts_nothing_that_would_not_fit(tmp_path):
@@ -186,6 +189,7 @@ def test_run_with_a_tiny_budget_starts_nothing_that_would_not_fit(tmp_path):
     (["--device", "tpu"], ["--device", "tpu", "cuda"]),
     (["--top", "0"], ["--top"]),
     (["--without", "fedsgd"], ["--without", "fedsgd", "fedavg"]),
+    (["--together"], ["--together", "unless --run"]),
     (["--records", "/no/such/folder"], ["--records", "/no/such/folder"]),
 ])
 def test_bad_cli_input_names_the_parameter_and_the_fix(argv, names, capsys):

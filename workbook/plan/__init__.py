@@ -553,11 +553,12 @@ def _held(folder: Path, spec) -> bool:
 
 
 def run_plan(p: pd.DataFrame, budget: float, root: Path | str = RECORDS, workers: int = 1, device: str = "cpu",
-             echo=print) -> dict:
+             echo=print, together: bool = False) -> dict:
     """Compute the priced runs of plan ``p`` in its order with :func:`fedlib.grid.run_grid`, a window of
     ``4 × workers`` runs at a time grouped by records folder, each call under what is left of ``budget``
     seconds (a run starts only if it is estimated to end in time; a resumable one stops at a round
-    boundary). Runs another live process holds are left to it. Returns ``computed`` (records) and
+    boundary). Runs another live process holds are left to it. ``together``: the runs of a window that
+    may train together (:func:`fedlib.together.group_specs`) do, in one engine call per round. Returns ``computed`` (records) and
     ``left`` (specs not computed here)."""
     check_number(budget, "--budget", 0, low_open=True)
     check_int(workers, "--workers", 1)
@@ -589,7 +590,7 @@ def run_plan(p: pd.DataFrame, budget: float, root: Path | str = RECORDS, workers
                 echo(f"{_describe(spec)}: " + ("left for a later call" if record is None else
                                                f"{record.get('status')} ({'another process' if elsewhere else 'here'})"))
             grid.run_grid(mine, where, device=device, progress="off", budget=remaining, estimate_from=[Path(root)],
-                          workers=workers, on_run=on_run)
+                          workers=workers, on_run=on_run, together=together)
             computed += [r for r in got.values() if r is not None]
             left += [s for s in mine if got.get(s.key()) is None]
     return {"computed": computed, "left": left}

@@ -26,6 +26,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="leave these methods' runs out (e.g. methods whose code is changing: their records would be superseded)")
     a.add_argument("--run", action="store_true", help="compute the plan in order (needs --budget)")
     a.add_argument("--budget", default=None, help="with --run: seconds from the start; no run starts that would not end by then")
+    a.add_argument("--together", action="store_true", help="with --run: runs of the FedAvg family that may train together "
+                   "do, in one engine call per round (fedlib.together; on a GPU, one wide call replaces many narrow ones)")
     a.add_argument("--workers", default="1", help="with --run: runs at once, one process and one thread each")
     return a
 
@@ -50,6 +52,8 @@ def main(argv=None) -> int:
             fail("--budget", "seconds > 0 with --run (e.g. --run --budget 3600)", None)
         if budget is not None and not a.run:
             fail("--budget", "left out unless --run is given (it bounds the computation)", budget)
+        if a.together and not a.run:
+            fail("--together", "left out unless --run is given", True)
         if workers != 1 and not a.run:
             fail("--workers", "1 unless --run is given", workers)
         from fedlib.methods import METHODS
@@ -76,7 +80,7 @@ def main(argv=None) -> int:
     import torch
 
     torch.set_num_threads(1)
-    got = run_plan(p, budget, root, workers=workers, device=device)
+    got = run_plan(p, budget, root, workers=workers, device=device, together=a.together)
     print(f"plan: {len(got['computed'])} runs computed, {len(got['left'])} left for a later call")
     return 0
 
