@@ -127,6 +127,16 @@ def test_feasible_share_is_laplaces_rule_over_the_seeds_tried():
     assert P.feasible_share(["infeasible"]) == pytest.approx(1 / 3)
 
 
+def test_rows_the_claims_read_are_the_claims_own():
+    from workbook import paper_claims as C
+
+    rows = P.claim_rows()
+    # Clust-PSI-PFL's own claim reads its α = 0.05 row against each baseline of that column
+    assert "clust-psi-pfl-table-iii-clust-psi-pfl-fmnist-alpha-0-05-paper-text" in rows
+    by_hand = {C._row_id(r) for c in C.CLAIMS for comp in c.comparisons for r in (comp.a, comp.b) if r is not None}
+    assert rows == by_hand - {None}
+
+
 def test_study_blocks_share_one():
     out = P.study_values({"a": ["x", "y"], "b": ["z"]})
     assert [v for *_, v in out] == [0.5, 0.5, 1.0]

@@ -22,6 +22,8 @@ the report's own verdict rule (:func:`workbook.verdicts.verdict`):
   is rarely decided by a 4th seed, often by a 6th. A one-seed row with no pooled sd is worth
   :data:`UNKNOWN_P` (nothing to draw from); a row no :data:`LOOKAHEAD` more seeds would likely
   decide (value < :data:`MIN_VALUE`) is not planned, counted by why;
+* a row a paper's headline **claim** reads (:func:`claim_rows`) counts :data:`CLAIM_WEIGHT` rows: its
+  verdict and the claim's comparison, which the report's first screen shows;
 * a cell whose partition was **infeasible** for some seeds (a Dirichlet draw at small α that gives
   some client too few samples) has each value scaled by the share of its next seeds expected to be
   feasible, :func:`feasible_share`;
@@ -76,7 +78,7 @@ from .. import verdicts as V
 from ..matching import RECORDS, _load, anchor_slug, matches
 from ..report_cells import GRID_VARIANTS, PAPERS, RECORD_COMMANDS, cells, grid_tables, group_of, record_command
 
-__all__ = ["DRAWS", "SEED", "MAX_SEEDS", "UNKNOWN_P", "LOOKAHEAD", "MIN_VALUE", "p_decided", "best_bundle", "row_value", "feasible_share", "study_values", "plan", "plan_notes",
+__all__ = ["DRAWS", "SEED", "MAX_SEEDS", "UNKNOWN_P", "LOOKAHEAD", "MIN_VALUE", "CLAIM_WEIGHT", "claim_rows", "p_decided", "best_bundle", "row_value", "feasible_share", "study_values", "plan", "plan_notes",
            "plan_markdown", "head_markdown", "run_plan"]
 
 DRAWS = 2000
@@ -89,6 +91,9 @@ UNKNOWN_P = 0.5
 """The value of a one-seed undecided row's next seed where no comparable row gives a pooled sd."""
 LOOKAHEAD = 6
 """The most seeds ahead a row's value looks (:func:`best_bundle`)."""
+CLAIM_WEIGHT = 2.0
+"""A row a paper's headline claim reads (:data:`workbook.paper_claims.CLAIMS`) counts this many rows:
+deciding it decides its verdict and feeds the claim's comparison, the report's first screen."""
 MIN_VALUE = 0.01
 """A run worth less (expected rows decided) is not planned: no affordable number of seeds decides its row."""
 COMMAND = "python -m workbook.plan"
@@ -184,6 +189,15 @@ def row_value(row, pools: dict, R) -> tuple[float | None, str, float]:
     if pk / k < MIN_VALUE:
         return None, f"no {LOOKAHEAD} more seeds likely decide it", np.nan
     return pk / k, "next seed" if k == 1 else f"next of {k} seeds", pk
+
+
+@lru_cache(maxsize=1)
+def claim_rows() -> frozenset:
+    """The ids of the report rows the papers' headline claims read (either side of a comparison)."""
+    from .. import paper_claims as C
+
+    return frozenset(i for c in C.CLAIMS for comp in c.comparisons for r in (comp.a, comp.b)
+                     if r is not None for i in [C._row_id(r)] if i)
 
 
 def feasible_share(statuses) -> float:
@@ -373,6 +387,7 @@ def _entries(df: pd.DataFrame, root: str, studies: bool, R) -> tuple[list[dict],
     basis; and the rows not planned counted by why."""
     readings = {anchor_slug(PAPERS[c.paper], c.table, c.row, c.column, rd.name): rd for c in cells() for rd in c.readings}
     pools = R._pools((_reading(r), list(r["values"])) for r in df.to_dict("records"))
+    claimed = claim_rows()
     out, why = [], {}
     for row in df.to_dict("records"):
         value, basis, p_k = row_value(row, pools, R)
@@ -386,6 +401,8 @@ def _entries(df: pd.DataFrame, root: str, studies: bool, R) -> tuple[list[dict],
             why[what] = why.get(what, 0) + 1
             continue
         share = min(feasible_share(_partition_statuses(str(Path(root) / row["records"]), s)) for s in need)
+        if row["id"] in claimed:
+            value, basis = CLAIM_WEIGHT * value, f"{basis}, read by a claim"
         for s in need:
             out.append({"folder": row["records"], "group": group_of(row["records"], row["match"]), "spec": s,
                         "value": share * value / len(need), "p": p_k, "decides": row["id"],
@@ -523,7 +540,8 @@ def head_markdown(df: pd.DataFrame, hours: float = 10.0, root: Path | str = RECO
            f"The next {hours:g} CPU-hours would decide these rows: {len(within)} runs of the plan "
            f"(`{COMMAND}`: each run valued by the rows it would decide, per CPU-hour — a row not run counts 1 for "
            "its first seed; an undecided row P_k / k, P_k the probability that k more seeds decide it, simulated from "
-           f"its seed sd, for the k ≤ {LOOKAHEAD} that decides most per seed; a cell whose partition is infeasible for "
+           f"its seed sd, for the k ≤ {LOOKAHEAD} that decides most per seed; a row a headline claim reads counts "
+           f"{CLAIM_WEIGHT:g}; a cell whose partition is infeasible for "
            "some seeds, that times the share expected feasible; decided rows are never planned; a study block's missing "
            "runs share 1), expected to decide "
            f"{within.value.sum():.1f} rows ({len(rows)} rows or blocks touched). "
