@@ -220,8 +220,11 @@ def describe(spec, table=None) -> str:
 
 
 def _line(name, spec, record: dict) -> str:
-    """A finished run's line: ``name(spec)`` (:func:`describe`), its status and seconds."""
-    return f"{name(spec)}: {record['status']} in {record.get('seconds', float('nan')):.1f} s"
+    """A finished run's line: ``name(spec)`` (:func:`describe`), its status, seconds and (when
+    it finished) accuracy: the record's ``global_accuracy``, in percent."""
+    acc = record.get("global_accuracy")
+    acc = f", weighted local accuracy {100 * acc:.2f} %" if isinstance(acc, (int, float)) else ""
+    return f"{name(spec)}: {record['status']} in {record.get('seconds', float('nan')):.1f} s{acc}"
 
 
 #: run_grid's ``progress`` for each run (``--progress``): 'rounds' prints a line a minute while a
