@@ -103,3 +103,35 @@ def test_report_check_says_what_it_compared(tmp_path, monkeypatch, capsys):
                    "record files under benchmarks/records render: 3 table rows of 2 papers, no record refused"), out
     findings.write_text("edited\n")
     assert report.main(["--check"]) == 1 and "report --check: current" not in capsys.readouterr().out
+
+
+def test_list_summary_counts_by_row_and_setting_with_the_same_totals(tmp_path, capsys):
+    """``--list --summary`` (or ``--summary``): the counts by row and by setting instead of a line
+    per run; its totals line is --list's, and its counts add up to the runs --list prints."""
+    from collections import Counter
+
+    from fedlib import records
+    from fedlib.spec import record_path
+
+    smoke = grid_cli.ROOT / "params" / "smoke" / "09_fedprism.yaml"
+    table = "fedprism-table1"
+    specs = grid_cli.select(table, grid_cli.load_params(table, str(smoke)), seeds=[0])
+    for s in specs[:2]:
+        records.write(record_path(tmp_path, s), record_fakes.record(s))
+    argv = [table, "--out", str(tmp_path), "--params", str(smoke), "--seeds", "0", "--device", "cpu",
+            "--estimate-from", str(tmp_path)]
+    grid_cli.main(argv + ["--list"])
+    full = capsys.readouterr().out.splitlines()
+    grid_cli.main(argv + ["--summary"])
+    short = capsys.readouterr().out.splitlines()
+    assert short[-1] == full[-1] and len(full) == len(specs) + 1
+    rows = Counter(grid_cli.table_of(table).label(s) for s in specs)
+    settings = Counter(f"{s.dataset} {s.protocol}={s.level:g} K={s.n_clients}" for s in specs)
+    assert short[0] == "by row:" and short[1 + len(rows)] == "by setting:"
+    assert len(short) == 3 + len(rows) + len(settings)
+    recorded = {grid_cli.table_of(table).label(s) for s in specs[:2]}
+    for line in short[1:1 + len(rows)]:
+        row, counts = line.strip().split(": ", 1)
+        done = sum(grid_cli.table_of(table).label(s) == row for s in specs[:2])
+        assert counts.startswith(f"{rows[row]} runs, {done} recorded, 0 running, {rows[row] - done} to compute"), line
+    assert recorded and {line.strip().split(": ")[0] for line in short[2 + len(rows):-1]} == set(settings)
