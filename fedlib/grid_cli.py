@@ -76,13 +76,18 @@ N`` each worker checks the run it is about to start against the one deadline.
 
 Prints one line before (the runs, how many are recorded already) and one per finished run::
 
-    <dataset> <protocol>=<level> K=<K> <row> seed=<s>: <status> in <seconds> s
+    <dataset> <protocol>=<level> K=<K> <row> seed=<s>: <status> in <seconds> s, weighted local accuracy <a> %
 
-(seconds: the record's ``seconds``, the run's wall time), and, on stderr while a run trains
-(``--progress rounds``, the default; ``off``: none), a line a minute from
-:class:`fedlib.checkpoint.Checkpointer`::
+(seconds: the record's ``seconds``, the run's wall time; the accuracy: its ``global_accuracy``,
+for a finished run), and, on stderr while a run trains (``--progress rounds``, the default;
+``off``: none), a line a minute (``$FEDLIB_PROGRESS_INTERVAL`` seconds) from
+:class:`fedlib.checkpoint.Checkpointer`, for every method: a resumable one's at a round's end::
 
       <run>: round <t>/<rounds> (phase <p>), accuracy <a>% after round <r>, <s> s/round, phase ends in ≈ <m> min
+
+any other's (and a resumable one's within a round longer than the interval)::
+
+    run_grid: <run>: training, <m> min so far, accuracy <a>% after round <r>
 """
 from __future__ import annotations
 
