@@ -139,8 +139,10 @@ test-other-cpu: setup data
 # (token included) with this machine's address, or tunnel: ssh -L 8888:localhost:8888 <host>.
 # The kernels inherit FEDLIB_FIGURES: the notebooks' figures and tables go to build/figures/, as
 # `make workbook`'s do, not into the committed figures/ (run records go to results/, ignored).
-# The server's pre_save_hook (scripts/jupyter/) saves a notebook in its committed form, so
-# running all cells and saving leaves `git status` clean.
+# Its settings (scripts/jupyter/, this target only): opening a committed notebook does not mark it
+# modified, the server's pre_save_hook saves a notebook in its committed form, autosave is off (a
+# notebook is written only when saved, never mid-run) and no news prompt is shown
+# (docs/running.md, tests/test_lab_browser.py).
 lab: export FEDLIB_FIGURES := $(BUILD_FIGURES)
 lab: setup data
 	@echo "lab: JupyterLab at http://$(LAB_IP):$(LAB_PORT)/lab (the token is in the URL printed below; Ctrl-C stops it)"

@@ -55,6 +55,7 @@ import json
 import os
 import socket
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -69,6 +70,7 @@ CHECKPOINT_VERSION = 2
 ENV_FOLDER = "FEDLIB_CHECKPOINTS"
 ENV_EVERY = "FEDLIB_CHECKPOINT_EVERY"
 DEFAULT_EVERY = 300.0  # seconds of training between two checkpoint writes
+ENV_PROGRESS = "FEDLIB_PROGRESS_INTERVAL"  # seconds between two progress lines of a run (default 60)
 _TAG = "$fedlib"  # a dict with this key is an encoded value (_encode)
 
 __all__ = ["Checkpointer", "RunStopped", "checkpoint_folder", "checkpoint_path", "active", "current", "saved_round",
@@ -103,17 +105,17 @@ def checkpoint_path(key: str, folder=None) -> Path:
     return Path(folder if folder is not None else checkpoint_folder()) / f"{key}.pt"
 
 
-def _every_from_env() -> float:
-    raw = os.environ.get(ENV_EVERY, "").strip()
+def _every_from_env(name: str = ENV_EVERY, default: float = DEFAULT_EVERY, zero: bool = True) -> float:
+    raw = os.environ.get(name, "").strip()
     if not raw:
-        return DEFAULT_EVERY
+        return default
     try:
         every = float(raw)
     except ValueError:
         every = -1.0
-    if not every >= 0:
-        raise ValueError(f"${ENV_EVERY} must be a number of seconds ≥ 0 (0: a checkpoint every round), got "
-                         f"{raw!r}; unset it for the default {DEFAULT_EVERY:g}")
+    if not (every >= 0 if zero else every > 0):
+        raise ValueError(f"${name} must be a number of seconds {'≥' if zero else '>'} 0"
+                         f"{' (0: a checkpoint every round)' if zero else ''}, got {raw!r}; unset it for the default {default:g}")
     return every
 
 
@@ -276,7 +278,8 @@ class Checkpointer:
     resumed_at: tuple | None = None  # (phase, round) it resumed from, for the progress line
     label: str = ""  # the run, as progress lines name it
     say: object = None  # where progress lines go (None: nowhere)
-    progress_every: float = 60.0  # seconds between two progress lines
+    progress_every: float = field(default_factory=lambda: _every_from_env(ENV_PROGRESS, 60.0, zero=False))
+    ctx: object = None  # the run's context (fedlib.run sets it): its last evaluation, for the progress lines
     _finished: list = field(default_factory=list)  # per phase entered: its encoded (state, ctx) or None (opaque)
     _current: tuple | None = None  # the interrupted phase's encoded (state, ctx), from the file
     _rounds: int | None = None  # the run's rounds, as the file says
@@ -370,6 +373,20 @@ class Checkpointer:
         self.say(f"  {self.label}: round {t + 1}/{window.stop} (phase {phase + 1}){accuracy}, "
                  f"{round_seconds:.1f} s/round, phase ends in ≈ {left / 60:.1f} min")
 
+    def _heartbeat(self, stop: threading.Event) -> None:
+        """While the run trains, a line every ``progress_every`` seconds for every method (a
+        resumable one's per-round line of :meth:`rounds` counts as one): minutes so far, last
+        evaluation. It starts with ``run_grid: `` (what clean_notebooks strips from notebooks)."""
+        while not stop.wait(min(self.progress_every, 5.0)):
+            if time.monotonic() - self._last_progress < self.progress_every:
+                continue
+            self._last_progress = time.monotonic()
+            seen = next((h for h in reversed(list(getattr(self.ctx, "history", None) or []))
+                         if "global_accuracy" in h), None)
+            accuracy = f", accuracy {100 * seen['global_accuracy']:.2f}% after round {seen['round']}" if seen else ""
+            self.say(f"run_grid: {self.label}: training, {(time.time() - self._started + self.elapsed) / 60:.1f} min"
+                     f" so far{accuracy}")
+
     def _restore(self, ctx, saved: dict) -> None:
         ctx.history, ctx._opt_state = saved["history"], saved["opt_state"]
 
@@ -458,10 +475,13 @@ _ACTIVE: contextvars.ContextVar[Checkpointer | None] = contextvars.ContextVar("f
 def active(checkpointer: Checkpointer | None):
     """Within the block, :func:`fedlib.experiment.run` trains with ``checkpointer`` (grids set it
     around each run, so ``run(spec, device)`` keeps its signature)."""
-    token = _ACTIVE.set(checkpointer)
+    token, stop = _ACTIVE.set(checkpointer), threading.Event()
+    if checkpointer is not None and checkpointer.say is not None:  # a line a minute, whatever the method
+        threading.Thread(target=checkpointer._heartbeat, args=(stop,), daemon=True).start()
     try:
         yield checkpointer
     finally:
+        stop.set()
         _ACTIVE.reset(token)
 
 

@@ -47,6 +47,7 @@ names (:attr:`fedlib.tables.PaperTable.filters`). ``--list``
 prints the filtered runs, each with where it stands in ``--out`` (``recorded (ok)``, ``running`` in
 another process, ``to compute`` with its estimated seconds), then one totals line (runs recorded,
 running, to compute, and the estimated CPU-hours or GPU-minutes of those to compute), and exits;
+``--summary`` prints, instead of a line per run, the counts by row (method) and by setting;
 ``--list-datasets`` prints the data sets the filtered runs need, one a line, and exits (what
 ``benchmarks/gpu_lease.sh`` prepares). ``--workers N`` computes N runs at once, in N processes
 (each on ``max(1, cores // N)`` torch threads) sharing the folder (and, unless ``$FEDLIB_SHARING``
@@ -75,13 +76,18 @@ N`` each worker checks the run it is about to start against the one deadline.
 
 Prints one line before (the runs, how many are recorded already) and one per finished run::
 
-    <dataset> <protocol>=<level> K=<K> <row> seed=<s>: <status> in <seconds> s
+    <dataset> <protocol>=<level> K=<K> <row> seed=<s>: <status> in <seconds> s, weighted local accuracy <a> %
 
-(seconds: the record's ``seconds``, the run's wall time), and, on stderr while a run trains
-(``--progress rounds``, the default; ``off``: none), a line a minute from
-:class:`fedlib.checkpoint.Checkpointer`::
+(seconds: the record's ``seconds``, the run's wall time; the accuracy: its ``global_accuracy``,
+for a finished run), and, on stderr while a run trains (``--progress rounds``, the default;
+``off``: none), a line a minute (``$FEDLIB_PROGRESS_INTERVAL`` seconds) from
+:class:`fedlib.checkpoint.Checkpointer`, for every method: a resumable one's at a round's end::
 
       <run>: round <t>/<rounds> (phase <p>), accuracy <a>% after round <r>, <s> s/round, phase ends in ≈ <m> min
+
+any other's (and a resumable one's within a round longer than the interval)::
+
+    run_grid: <run>: training, <m> min so far, accuracy <a>% after round <r>
 """
 from __future__ import annotations
 
@@ -220,8 +226,11 @@ def describe(spec, table=None) -> str:
 
 
 def _line(name, spec, record: dict) -> str:
-    """A finished run's line: ``name(spec)`` (:func:`describe`), its status and seconds."""
-    return f"{name(spec)}: {record['status']} in {record.get('seconds', float('nan')):.1f} s"
+    """A finished run's line: ``name(spec)`` (:func:`describe`), its status, seconds and (when
+    it finished) accuracy: the record's ``global_accuracy``, in percent."""
+    acc = record.get("global_accuracy")
+    acc = f", weighted local accuracy {100 * acc:.2f} %" if isinstance(acc, (int, float)) else ""
+    return f"{name(spec)}: {record['status']} in {record.get('seconds', float('nan')):.1f} s{acc}"
 
 
 #: run_grid's ``progress`` for each run (``--progress``): 'rounds' prints a line a minute while a
@@ -266,17 +275,20 @@ def _claimed_elsewhere(out: Path, spec) -> bool:
     return _claimed_live(record_path(out, spec))
 
 
-def run_state(out: Path, spec) -> str:
+def run_state(out: Path, spec, found=...) -> str:
     """Where ``spec``'s run stands in the records folder ``out``: ``recorded (<status>)`` (found by
     its fields, :func:`fedlib.lookup.find`, whatever fedlib version wrote it), ``running`` (claimed
     by a live process), ``to compute``, or ``to compute (invalid record: <what is wrong>)`` for a
-    file at its key that fails :func:`fedlib.records.read_strict`, as ``--list`` prints it."""
+    file at its key that fails :func:`fedlib.records.read_strict`, as ``--list`` prints it.
+    ``found``: its record file as :func:`fedlib.lookup.where` found it (``--list`` looks all its runs
+    up at once: one lookup a run scanned the folder each time)."""
     from fedlib import lookup, records
     from fedlib.spec import record_path
 
-    found = lookup.find([spec], Path(out))[0]
-    if found:
-        return f"recorded ({found[0]['status']})"
+    found = lookup.where([spec], Path(out))[0] if found is ... else found
+    record = found and records.read_valid(found, consequence="skipped, not used")
+    if record:
+        return f"recorded ({record['status']})"
     path = record_path(Path(out), spec)
     try:
         records.read_strict(path, spec)
@@ -307,28 +319,42 @@ def device_kind(device) -> str:
     return "cuda" if d.startswith("cuda") else "cpu" if d == "cpu" else resolve_device(d).type
 
 
-def list_runs(specs, out, kind: str, estimate_from=None, echo=print, name=None) -> dict:
+def list_runs(specs, out, kind: str, estimate_from=None, echo=print, name=None, summary: bool = False,
+              table=None) -> dict:
     """``--list``: a line per run (named by ``name(spec)``, default :func:`describe`; where it stands in
     ``out``, :func:`run_state`; a run to compute with its estimated seconds on a ``kind`` device, less what
     its checkpoint holds: found by its key, so lost to a version bump), then the totals line. Returns the totals:
-    ``recorded``, ``running``, ``to_compute``, ``estimated`` (those to compute with an estimate), ``seconds``."""
+    ``recorded``, ``running``, ``to_compute``, ``estimated`` (those to compute with an estimate), ``seconds``.
+
+    ``summary`` (``--summary``): instead of a line per run, the counts by row (the method, or
+    ``table``'s row label) and by setting (data set, protocol and level, K), then the totals line.
+    The records are looked up once for all runs, and runs that differ only in their seed share
+    one estimate (:func:`fedlib.cost.estimate` reads no seed)."""
+    from collections import defaultdict
+
     from fedlib.checkpoint import saved_round
-    from fedlib import cost
+    from fedlib import cost, lookup
     from fedlib.grid import sharing, timing_records
     from fedlib.methods import FLConfig
 
     folders = _estimate_folders(estimate_from)
     timings = None  # the records' timings, read once a call (not once a run: a walk of every folder each)
     totals = {"recorded": 0, "running": 0, "to_compute": 0, "estimated": 0, "seconds": 0.0}
-    for s in specs:
-        state = run_state(Path(out), s)
+    specs, estimates = list(specs), {}
+    groups = {"row": defaultdict(lambda: defaultdict(float)), "setting": defaultdict(lambda: defaultdict(float))}
+    for s, found in zip(specs, lookup.where(specs, Path(out))):
+        state, secs = run_state(Path(out), s, found), 0.0
         if state == "to compute":
             totals["to_compute"] += 1
             if timings is None:
                 timings = timing_records(Path(out), *folders)
-            est = cost.estimate(s, timings, kind, sharing()).seconds
+            cfg = FLConfig.from_dict(s.effective()[1])
+            like = (s.dataset, s.n_train, cfg.rounds, cfg.local_epochs, s.method, s.n_clients)  # what prices it
+            if like not in estimates:
+                estimates[like] = cost.estimate(s, timings, kind, sharing()).seconds
+            est = estimates[like]
             resumes = saved_round(s.key())
-            left, rounds = 1.0, FLConfig.from_dict(s.effective()[1]).rounds
+            left, rounds = 1.0, cfg.rounds
             if resumes is not None:  # a checkpoint holds its first rounds: what is left of it
                 left = 1 - resumes / rounds
                 state += f", checkpoint resumes it at round {resumes + 1} of {rounds}"
@@ -337,10 +363,27 @@ def list_runs(specs, out, kind: str, estimate_from=None, echo=print, name=None) 
             else:
                 totals["estimated"] += 1
                 totals["seconds"] += est * left
+                secs = est * left
                 state += f" (≈ {est * left:.0f} s left on {kind})" if resumes is not None else f" (≈ {est:.0f} s on {kind})"
         else:
             totals["running" if state == "running" else "recorded"] += 1
-        echo(f"{(name or describe)(s)}: {state}")
+        if not summary:
+            echo(f"{(name or describe)(s)}: {state}")
+            continue
+        row = s.method if table is None else table_of(table).label(s)
+        row += "" if getattr(s, "reproduction", "paper_text") == "paper_text" else f" ({s.reproduction})"
+        for by, key in (("row", row), ("setting", f"{s.dataset} {s.protocol}={s.level:g} K={s.n_clients}")):
+            g = groups[by][key]
+            g["runs"] += 1
+            g["to compute" if state.startswith("to compute") else "running" if state == "running" else "recorded"] += 1
+            g["seconds"] += secs
+    unit = (3600, "CPU-hours") if kind == "cpu" else (60, "GPU-minutes")
+    for by in groups if summary else ():
+        echo(f"by {by}:")
+        for key, g in groups[by].items():
+            priced = f" (≈ {g['seconds'] / unit[0]:.2f} {unit[1]})" if g["seconds"] else ""
+            echo(f"  {key}: {g['runs']:.0f} runs, {g['recorded']:.0f} recorded, {g['running']:.0f} running, "
+                 f"{g['to compute']:.0f} to compute{priced}")
     secs, n = totals["seconds"], totals["to_compute"]
     cost = f"≈ {secs / 3600:.2f} CPU-hours" if kind == "cpu" else f"≈ {secs / 60:.1f} GPU-minutes"
     if not totals["estimated"]:
@@ -507,6 +550,8 @@ def main(argv=None, *, tables: dict | None = None) -> dict | None:
                          "(default: benchmarks/records)")
     ap.add_argument("--list", action="store_true", help="print the filtered runs, where each stands in --out and "
                     "its estimated seconds, then the totals, and exit")
+    ap.add_argument("--summary", action="store_true", help="--list's counts by row (method) and by setting "
+                    "instead of a line per run, then the totals, and exit")
     ap.add_argument("--list-datasets", action="store_true", help="print the data sets the filtered runs need and exit")
     ap.add_argument("--progress", choices=("rounds", "off"), default="rounds",
                     help="rounds (default): while a run trains, a line a minute on stderr (its round, last accuracy, "
@@ -523,7 +568,7 @@ def main(argv=None, *, tables: dict | None = None) -> dict | None:
         if a.out is None:
             ap.error(f"the following arguments are required with a table: --out (e.g. --out {t.records})"
                      if t.records else "the following arguments are required with a table: --out")
-        if a.list or a.list_datasets:
+        if a.list or a.summary or a.list_datasets:
             __import__("fedlib.validation").validation.check_folder(a.out, "--out", writable=False)
             params = load_params(t, a.params)
             specs = select(t, params, **filters)
@@ -531,7 +576,7 @@ def main(argv=None, *, tables: dict | None = None) -> dict | None:
                 print("\n".join(dict.fromkeys(s.dataset for s in specs)))
             else:
                 list_runs(specs, Path(a.out), device_kind(a.device or params.get("device", "auto")), a.estimate_from,
-                          name=lambda spec: describe(spec, t))
+                          name=lambda spec: describe(spec, t), summary=a.summary, table=t)
             return None
         return run_table(t, a.out, params=a.params, **filters, device=a.device, workers=a.workers, budget=a.budget,
                          estimate_from=a.estimate_from, together=a.together, progress=a.progress,

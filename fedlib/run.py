@@ -193,6 +193,8 @@ def run(spec: RunSpec, device="auto") -> dict:
     except P.InfeasiblePartitionError as err:
         return {**base, "status": "infeasible", "error": str(err)}
     ctx.checkpoints = ck
+    if ck is not None:
+        ck.ctx = ctx  # its progress lines read the last evaluation
     fed, cfg = ctx.fed, ctx.cfg
     hyper, _, settings = spec.effective()
     method = get_method(spec.method)

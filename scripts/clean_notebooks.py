@@ -3,19 +3,26 @@
 
 Removes papermill's records (``metadata.papermill`` of the notebook and of each cell),
 per-cell execution timings (``metadata.execution``), widget state, papermill's
-``injected-parameters`` cells (the committed notebooks run with their own defaults), the
-kernel's Python version (``metadata.language_info.version``: its patch level differs between
-3.11.x kernels) and ``run_grid``'s progress lines from stderr outputs (``make refresh-notebooks``
-prints them for papermill's log; they carry timings, so every refresh would change them);
-renumbers execution counts 1, 2, ... in cell order; merges a cell's consecutive stream outputs
-of one name (stdout or stderr) into one, as JupyterLab does whenever it opens or runs a notebook
-(papermill writes one output per message the kernel sent, so how a cell's printing is split
-depends on timing; nbval compares the streams merged); keeps the other outputs, tags and cell
-ids; sets the kernelspec to the one JupyterLab writes for the venv's ``python3`` kernel. So
-opening and saving a notebook in ``make lab`` leaves it unchanged: the server of ``make lab``
+``injected-parameters`` cells (the committed notebooks run with their own defaults) and
+``run_grid``'s progress lines from stderr outputs (``make refresh-notebooks`` prints them for
+papermill's log; they carry timings, so every refresh would change them); renumbers execution
+counts 1, 2, ... in cell order; merges a cell's consecutive stream outputs of one name (stdout or
+stderr) into one, as JupyterLab does whenever it opens or runs a notebook (papermill writes one
+output per message the kernel sent, so how a cell's printing is split depends on timing; nbval
+compares the streams merged); keeps the other outputs, tags and cell ids; sets the kernelspec to
+the one JupyterLab writes for the venv's ``python3`` kernel and keeps the kernel's
+``language_info`` whole, Python version included (the one the kernel that ran it reported; where
+a notebook has none, the ``python3`` kernel's: :func:`kernel_python_version`).
+
+The file is written as Jupyter's server writes it (``nbformat.write(nb, f,
+version=NO_CONVERT)``: one-space indent, sorted keys, non-ASCII kept, a final newline). So
+opening a committed notebook in ``make lab`` does not mark it modified: JupyterLab copies its
+kernel's ``language_info`` into the notebook when the kernel starts, and marks it modified only
+where that differs from the file's. Saving it leaves it unchanged: the server of ``make lab``
 brings every notebook it saves to the same form (:func:`pre_save_hook`, loaded by
-``scripts/jupyter/jupyter_server_config.py``: the kernel version JupyterLab writes stripped, the
-streams merged by :func:`canonical_form`, the one function both use).
+``scripts/jupyter/jupyter_server_config.py``: the streams merged by :func:`canonical_form`, the
+function both use, and the Python version the file on disk already holds kept, so a kernel of
+another 3.11.x patch level does not rewrite it).
 Idempotent: running it twice changes nothing the second time.
 
 Usage
@@ -27,8 +34,11 @@ Usage
 from __future__ import annotations
 
 import argparse
+import json
 import re
+import subprocess
 import sys
+from functools import lru_cache
 from pathlib import Path
 
 import nbformat
@@ -42,13 +52,28 @@ KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "nam
 PROGRESS_LINE = re.compile(r"^run_grid(: | \[\d+/\d+\] )")
 
 
-def strip_language_version(nb: dict) -> dict:
-    """Drop ``metadata.language_info.version`` (the kernel's Python patch level) from a
-    notebook (dict or NotebookNode, modified in place); the other fields of ``language_info``
-    are the same for every 3.11 kernel."""
+@lru_cache(maxsize=1)
+def kernel_python_version() -> str:
+    """The Python version (``3.11.7``) the ``python3`` kernel reports in ``language_info``:
+    ipykernel's ``sys.version.split()[0]`` of the interpreter its kernelspec starts (this
+    script's own where the kernelspec cannot be read)."""
+    try:
+        from jupyter_client.kernelspec import KernelSpecManager
+
+        python = KernelSpecManager().get_kernel_spec("python3").argv[0]
+        python = sys.executable if python in ("python", "python3") else python
+        return subprocess.run([python, "-c", "import sys; print(sys.version.split()[0])"], check=True,
+                              capture_output=True, text=True, timeout=60).stdout.strip()
+    except Exception:  # no jupyter_client, no kernelspec: this interpreter is the kernel's
+        return sys.version.split()[0]
+
+
+def set_language_version(nb: dict, version: str | None) -> dict:
+    """Set ``metadata.language_info.version`` of ``nb`` (dict or NotebookNode, modified in
+    place) to ``version`` where it has a ``language_info`` (None: leave it as it is)."""
     info = nb.get("metadata", {}).get("language_info")
-    if isinstance(info, dict):
-        info.pop("version", None)
+    if isinstance(info, dict) and version:
+        info["version"] = version
     return nb
 
 
@@ -85,23 +110,37 @@ def merge_streams(outputs: list) -> list:
 
 def canonical_form(nb: dict) -> dict:
     """The form in which a notebook is committed and saved (dict or NotebookNode, modified in
-    place): no kernel version in ``language_info`` (:func:`strip_language_version`) and each
-    cell's consecutive same-name streams merged (:func:`merge_streams`). Shared by
-    :func:`clean` (``make refresh-notebooks``) and :func:`pre_save_hook` (``make lab``)."""
-    strip_language_version(nb)
+    place): each cell's consecutive same-name streams merged (:func:`merge_streams`). Shared
+    by :func:`clean` (``make refresh-notebooks``) and :func:`pre_save_hook` (``make lab``)."""
     for cell in nb.get("cells", []):
         if cell.get("cell_type") == "code" and cell.get("outputs"):
             cell["outputs"] = merge_streams(cell["outputs"])
     return nb
 
 
-def pre_save_hook(model: dict, **kwargs) -> None:
+def _version_on_disk(path: str | None, contents_manager) -> str | None:
+    """``language_info.version`` of the notebook file the server is about to overwrite (None
+    where there is none, or it cannot be read)."""
+    try:
+        os_path = contents_manager._get_os_path(path)
+        with open(os_path, encoding="utf-8") as f:
+            version = json.load(f)["metadata"]["language_info"]["version"]
+        return version if isinstance(version, str) else None
+    except Exception:
+        return None
+
+
+def pre_save_hook(model: dict, path: str | None = None, contents_manager=None, **kwargs) -> None:
     """Jupyter server's ``ContentsManager.pre_save_hook``: bring a notebook to its committed
-    form (:func:`canonical_form`) before it is written. JupyterLab copies the kernel's
-    ``language_info``, Python patch level included, into every notebook it opens, and keeps a
+    form (:func:`canonical_form`) before it is written, keeping the Python version
+    (``language_info.version``) of the file it replaces. JupyterLab copies the kernel's
+    ``language_info``, patch level included, into every notebook it opens: on a machine whose
+    3.11.x differs from the committed one, saving would otherwise rewrite that line. It keeps a
     cell's consecutive stream outputs as one; a notebook papermill wrote may hold them split."""
     if model.get("type") == "notebook" and isinstance(model.get("content"), dict):
         canonical_form(model["content"])
+        if contents_manager is not None and path:
+            set_language_version(model["content"], _version_on_disk(path, contents_manager))
 
 
 def clean(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
@@ -125,6 +164,8 @@ def clean(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
                     out["execution_count"] = count
         else:
             cell.execution_count = None
+    if not nb.metadata.get("language_info", {}).get("version"):
+        set_language_version(nb, kernel_python_version())
     return canonical_form(nb)
 
 
@@ -132,7 +173,8 @@ def process(path: Path, check: bool) -> bool:
     """Clean one notebook file; return True if it changed (or would change, with check)."""
     before = path.read_text(encoding="utf-8")
     nb = clean(nbformat.reads(before, as_version=4))
-    after = nbformat.writes(nb) + "\n"
+    after = nbformat.writes(nb, version=nbformat.NO_CONVERT)  # as nbformat.write, which the server uses
+    after += "" if after.endswith("\n") else "\n"
     if after == before:
         return False
     if not check:

@@ -127,7 +127,8 @@ def test_a_run_prints_its_progress_lines_and_the_commands_own_lines_stay(tmp_pat
                                 methods=["fedavg"], alphas=[0.1], device="cpu", echo=lines.append, progress=progress)
     (spec,) = result["specs"]
     assert lines == [f"fedprism-table1: 1 runs, 0 already recorded in {tmp_path / 't1'}, 1 to compute",
-                     f"{grid_cli.describe(spec, 'fedprism-table1')}: ok in {result['computed'][0]['seconds']:.1f} s"]
+                     f"{grid_cli.describe(spec, 'fedprism-table1')}: ok in {result['computed'][0]['seconds']:.1f} s, "
+                     f"weighted local accuracy {100 * result['computed'][0]['global_accuracy']:.2f} %"]
     err = capsys.readouterr().err
     assert ("round 3/40" in err) == (progress == "rounds"), err
     assert "run_grid: 1 runs" not in err and "run_grid [1/1]" not in err

@@ -79,11 +79,16 @@ def _clean_notebooks():
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
-def test_committed_notebook_carries_no_kernel_version(name):
-    """JupyterLab writes its kernel's Python version (patch level included) into
-    ``language_info``: a committed version would differ from any other 3.11.x kernel's."""
+def test_committed_language_info_is_the_kernels(name):
+    """JupyterLab copies its kernel's ``language_info`` (Python version included) into a notebook
+    when the kernel starts, and marks the notebook modified where it differs: the committed one
+    is the venv's ``python3`` kernel's (ipykernel's), so opening it in `make lab` changes nothing
+    (tests/test_lab_browser.py checks it in a real JupyterLab)."""
+    from ipykernel.ipkernel import IPythonKernel
+
     nb = json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text())
-    assert "version" not in nb["metadata"].get("language_info", {})
+    kernel = {**IPythonKernel.language_info, "version": _clean_notebooks().kernel_python_version()}
+    assert nb["metadata"]["language_info"] == kernel
 
 
 def _lab_recipe() -> tuple[str, str]:
@@ -112,8 +117,8 @@ def _as_jupyterlab_sends(nb: dict) -> dict:
     """What JupyterLab (4.x) sends the server when it saves notebook ``nb`` (a dict, modified):
     each cell's consecutive stream outputs of one name merged, as its output area holds them
     from the moment it loads or runs the cell (written independently of clean_notebooks);
-    every multiline text as one string; and the kernel's ``language_info``, patch level
-    included, in the metadata."""
+    every multiline text as one string; and the kernel's ``language_info``, here a kernel of
+    another patch level than the committed one."""
     def joined(text):
         return "".join(text) if isinstance(text, list) else text
 
@@ -135,16 +140,24 @@ def _as_jupyterlab_sends(nb: dict) -> dict:
     return nb
 
 
-def test_make_lab_strips_the_kernel_version_when_jupyter_saves(tmp_path, monkeypatch):
+def test_make_lab_keeps_the_python_version_of_the_file_it_saves_over(tmp_path, monkeypatch):
     """The Jupyter server of `make lab` (its config found through JUPYTER_CONFIG_PATH) writes a
-    notebook without the ``language_info.version`` JupyterLab copied from the kernel."""
+    new notebook with the ``language_info.version`` JupyterLab copied from the kernel, and keeps
+    the version of the file it replaces (a kernel of another 3.11.x patch level does not rewrite
+    the line)."""
     import nbformat
 
     manager = _lab_contents_manager(tmp_path, monkeypatch)
-    nb = nbformat.v4.new_notebook(metadata={"language_info": {"name": "python", "version": "3.11.9"}})
-    manager.save({"type": "notebook", "format": "json", "content": json.loads(nbformat.writes(nb))}, "a.ipynb")
-    saved = json.loads((tmp_path / "a.ipynb").read_text())
-    assert saved["metadata"]["language_info"] == {"name": "python"}
+
+    def save(version):
+        nb = nbformat.v4.new_notebook(metadata={"language_info": {"name": "python", "version": version}})
+        manager.save({"type": "notebook", "format": "json", "content": json.loads(nbformat.writes(nb))}, "a.ipynb")
+        return json.loads((tmp_path / "a.ipynb").read_text())["metadata"]["language_info"]
+
+    assert save("3.11.9") == {"name": "python", "version": "3.11.9"}
+    assert save("3.11.4") == {"name": "python", "version": "3.11.9"}
+    (tmp_path / "a.ipynb").unlink()
+    assert save("3.11.4") == {"name": "python", "version": "3.11.4"}
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
@@ -153,6 +166,7 @@ def test_saving_a_committed_notebook_in_make_lab_leaves_it_byte_identical(name, 
     through the contents manager of `make lab`: the file written is the committed one, byte
     for byte."""
     committed = (ROOT / "notebooks" / f"{name}.ipynb").read_bytes()
+    (tmp_path / f"{name}.ipynb").write_bytes(committed)  # saved over, as in `make lab`
     manager = _lab_contents_manager(tmp_path, monkeypatch)
     model = _as_jupyterlab_sends(json.loads(committed))
     manager.save({"type": "notebook", "format": "json", "content": model}, f"{name}.ipynb")
@@ -201,7 +215,7 @@ def test_split_streams_are_saved_and_cleaned_to_the_committed_form(name, tmp_pat
     split = json.loads(committed)
     _split_streams(split)
     cleaned = _clean_notebooks().clean(nbformat.from_dict(split))
-    assert nbformat.writes(cleaned) + "\n" == committed
+    assert nbformat.writes(cleaned, version=nbformat.NO_CONVERT) + "\n" == committed
 
 
 def test_make_lab_loads_its_hook_without_warnings(tmp_path, monkeypatch):
@@ -236,7 +250,7 @@ def test_committed_notebooks_are_in_their_clean_form():
     assert _clean_notebooks().main(["--check", *map(str, sorted((ROOT / "notebooks").glob("*.ipynb")))]) == 0
 
 
-def test_clean_notebooks_strips_the_kernel_version_and_progress_lines_only():
+def test_clean_notebooks_keeps_the_kernel_version_and_strips_progress_lines():
     import nbformat
 
     cn = _clean_notebooks()
@@ -251,7 +265,9 @@ def test_clean_notebooks_strips_the_kernel_version_and_progress_lines_only():
         nbformat.v4.new_output("stream", name="stdout", text="run_grid [1/3] printed by the notebook\n")])
     nb.cells = [cell]
     out = cn.clean(nb)
-    assert out.metadata.language_info == {"name": "python"}
+    assert out.metadata.language_info == {"name": "python", "version": "3.11.7"}  # the kernel that ran it
+    bare = cn.clean(nbformat.v4.new_notebook(metadata={"language_info": {"name": "python"}}))
+    assert bare.metadata.language_info == {"name": "python", "version": cn.kernel_python_version()}
     assert [(o.name, o.text) for o in out.cells[0].outputs] == [
         ("stderr", warning), ("stdout", "run_grid [1/3] printed by the notebook\n")]
     assert out.cells[0].execution_count == 1

@@ -1110,9 +1110,20 @@ def write(root: Path | str = RECORDS, findings: Path = FINDINGS, readme: Path = 
     Path(readme).write_text(new_readme)
 
 
+#: What the last :func:`check` compared (``--check`` prints it on success): the rows rendered, their
+#: papers, the record files under the records folder, the findings page's lines.
+LAST_CHECK: dict = {}
+
+
 def check(root: Path | str = RECORDS, findings: Path = FINDINGS, readme: Path = README) -> list[str]:
-    """The files that differ from a fresh render ([] when both are current)."""
-    page, new_readme = _rendered(frame(root), Path(readme).read_text(), root)
+    """The files that differ from a fresh render ([] when both are current); what was compared
+    goes to :data:`LAST_CHECK`."""
+    df = frame(root)
+    page, new_readme = _rendered(df, Path(readme).read_text(), root)
+    LAST_CHECK.clear()
+    LAST_CHECK.update(rows=len(df), papers=int(df["paper"].nunique()) if "paper" in df else 0,
+                      records=sum(1 for _ in Path(root).rglob("*.json")), lines=page.count("\n"),
+                      findings=str(findings), readme=str(readme))
     stale = []
     if not Path(findings).is_file() or Path(findings).read_text() != page:
         stale.append(str(findings))
@@ -1121,10 +1132,18 @@ def check(root: Path | str = RECORDS, findings: Path = FINDINGS, readme: Path = 
     return stale
 
 
+def _shown(path) -> str:
+    """``path`` relative to the repository where it is inside it."""
+    try:
+        return Path(path).resolve().relative_to(ROOT).as_posix()
+    except ValueError:
+        return str(path)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m workbook.report", description=__doc__.split("\n")[0])
     ap.add_argument("--write", action="store_true", help="rewrite docs/findings.md and the README's block")
-    ap.add_argument("--check", action="store_true", help="exit 1 if either is stale")
+    ap.add_argument("--check", action="store_true", help="exit 1 if either is stale; on success, say what was compared")
     a = ap.parse_args(argv)
     if a.write:
         write()
@@ -1136,6 +1155,11 @@ def main(argv=None) -> int:
             print("stale (run python -m workbook.report --write):", *stale, file=sys.stderr)
         if stale or refused:
             return 1
+        c = LAST_CHECK
+        if c:
+            print(f"report --check: current: {_shown(c['findings'])} ({c['lines']} lines) and the findings block of "
+                  f"{_shown(c['readme'])} are what the {c['records']} record files under {_shown(RECORDS)} render: "
+                  f"{c['rows']} table rows of {c['papers']} papers, no record refused")
     if not (a.write or a.check):
         print(findings_markdown(frame()))
     return 0

@@ -667,6 +667,7 @@ def check_settings() -> None:
     sharing()
     claims.timeout()
     checkpoint._every_from_env()
+    checkpoint._every_from_env(checkpoint.ENV_PROGRESS, 60.0, zero=False)
     check_folder(checkpoint.checkpoint_folder(), f"${checkpoint.ENV_FOLDER} (the checkpoints' folder)")
 
 
