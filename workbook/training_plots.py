@@ -18,7 +18,7 @@ import seaborn as sns
 from matplotlib.lines import Line2D
 
 from fedlib.methods import METHODS, display_name
-from fedlib.partition import level_log_scale, level_symbol
+from fedlib.partition import level_axis, level_log_scale, level_symbol, partition_name
 
 __all__ = ["fig5_silhouette", "fig6_tau", "fig7_accuracy", "fig8_ecdf", "ecdf_panel", "method_color", "method_order",
            "method_legend"]
@@ -208,11 +208,11 @@ def fig7_accuracy(runs: pd.DataFrame, proposed: str = PROPOSED) -> plt.Figure:
         levels = sub.level.unique()
         if len(levels) >= 2:
             _level_panel(ax, sub, proto, methods, proposed)
-            ax.set_title(f"{ds}, {proto}, K={k}")
+            ax.set_title(f"{ds}, {level_axis(proto, proto).replace(' (log scale)', '')}, K={k}")
             any_lines = True
         else:
             _single_level_panel(ax, sub, methods, proposed)
-            ax.set_title(f"{ds}, {proto}, K={k}, {_label(proto, levels[0])}\n"
+            ax.set_title(f"{ds}, {partition_name(proto, levels[0])}, K={k}\n"
                          f"median WPSI = {sub.wpsi.median():.3g}")
     extra = [(Line2D([], [], color="k", ls=":", lw=1.4), "median WPSI")] if any_lines else []
     method_legend(fig, methods, extra, proposed=proposed)
@@ -238,7 +238,7 @@ def ecdf_panel(ax, runs: pd.DataFrame, methods, proposed: str = PROPOSED) -> Non
 def fig8_ecdf(runs: pd.DataFrame, protocol: str, level: float, n_clients: int,
               proposed: str = PROPOSED) -> plt.Figure:
     """ECDF of clients' local accuracy per method (all seeds pooled) for one setting,
-    one panel per dataset, one legend below the panels."""
+    one panel per dataset (titled by the partition's display name), one legend below the panels."""
     ok = runs[(runs.status == "ok") & (runs.protocol == protocol) & (runs.level == level)
               & (runs.n_clients == n_clients)]
     datasets = list(dict.fromkeys(ok.dataset))
@@ -247,7 +247,7 @@ def fig8_ecdf(runs: pd.DataFrame, protocol: str, level: float, n_clients: int,
     fig, axes = plt.subplots(1, n, figsize=(max(5.0 * n, 8.0), 4.2), squeeze=False)
     for ax, ds in zip(axes[0], datasets):
         ecdf_panel(ax, ok[ok.dataset == ds], methods, proposed)
-        ax.set_title(f"{ds}, {_label(protocol, level)}, K={n_clients}")
+        ax.set_title(f"{ds}, {partition_name(protocol, level)}, K={n_clients}")
     method_legend(fig, methods, marker=None, proposed=proposed)
     fig.tight_layout(rect=(0, 0.14, 1, 1))
     return fig
