@@ -218,11 +218,14 @@ def select(table, params: dict, *, seeds=None, methods=None, alphas=None, settin
 def describe(spec, table=None) -> str:
     """One run as the progress lines name it: setting, row (the table's
     :attr:`~fedlib.tables.PaperTable.label`, with the reading where it is not the paper's text)
-    and seed; ``table`` a name or a PaperTable (None: the row is the method)."""
+    and seed, the partition by its display name (:func:`fedlib.partition.partition_name`);
+    ``table`` a name or a PaperTable (None: the row is the method)."""
+    from fedlib.partition import partition_name
+
     row = spec.method if table is None else table_of(table).label(spec)
     if getattr(spec, "reproduction", "paper_text") != "paper_text":  # e.g. PSI-PFL's baselines as their code ran them
         row += f" ({spec.reproduction})"
-    return f"{spec.dataset} {spec.protocol}={spec.level:g} K={spec.n_clients} {row} seed={spec.seed}"
+    return f"{spec.dataset} ({partition_name(spec.protocol, spec.level)}) K={spec.n_clients} {row} seed={spec.seed}"
 
 
 def _line(name, spec, record: dict) -> str:

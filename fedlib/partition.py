@@ -59,6 +59,7 @@ __all__ = [
     "level_symbol",
     "level_axis",
     "level_log_scale",
+    "partition_name",
     "partition_inputs",
     "dirichlet",
     "dirichlet_client", "dirichlet_client_mixes",
@@ -1234,6 +1235,43 @@ def level_log_scale(protocol: str) -> bool:
     """Whether plots draw ``protocol``'s level on a log axis (its entry's ``log_scale``)."""
     entry = PROTOCOLS.get(protocol) if isinstance(protocol, str) else None
     return entry is not None and entry.log_scale
+
+
+def _steps(n, fmt) -> str:
+    return "/".join(fmt(g) for g in range(int(n)))
+
+
+_NAMES = {
+    "dirichlet": lambda v: f"Dirichlet α = {v:g}",
+    "dirichlet_client": lambda v: f"per-client Dir({v:g})",
+    "similarity": lambda v: f"Similarity S = {v:g}",
+    "shards": lambda v: f"{v:g} shards per client",
+    "classes_per_client": lambda v: f"{v:g} classes per client",
+    "pathological_clusters": lambda v: f"pathological, {v:g} clusters",
+    "noisy_clusters": lambda v: f"noisy, {v:g} clusters",
+    "iid_fraction_classes": lambda v: f"{100 * v:g} % IID, others 2–4 classes",
+    "iid_fraction_classes_1_2": lambda v: f"{100 * v:g} % IID, others 1–2 classes",
+    "quantity_skew": lambda v: f"quantity skew, 3 size tiers (σ = {v:g})",
+    "small_clients": lambda v: f"{100 * v:g} % small clients (5–20 samples)",
+    "attribute_skew": lambda v: f"{ADULT_ATTRIBUTE} bins (purity {v:g})",
+    "rotated_groups": lambda v: f"rotated {_steps(v, lambda g: str(90 * g))}°",
+    "brightness_groups": lambda v: "brightness ×" + _steps(v, lambda g: f"{1 - BRIGHTNESS_STEP * g:g}".lstrip("0")),
+    "noise_groups": lambda v: "Gaussian noise s.d. " + _steps(v, lambda g: f"{NOISE_STEP * g:g}".lstrip("0") or "0"),
+    "joint_label_rotation": lambda v: f"2 label groups × {v:g} rotations",
+}
+
+
+def partition_name(protocol: str, level) -> str:
+    """The one display name of a partition (``protocol`` at ``level``) that tables, figures and
+    the grid command's lines show: ``partition_name("dirichlet_client", 0.1)`` ->
+    ``"per-client Dir(0.1)"``, ``("iid_fraction_classes_1_2", 0.25)`` -> ``"25 % IID, others 1–2
+    classes"``, ``("dirichlet", 0.3)`` -> ``"Dirichlet α = 0.3"``. Every protocol of
+    :data:`PROTOCOLS` has one; ValueError naming the parameter for another protocol or a
+    non-numeric level."""
+    check_choice(protocol, "protocol", tuple(PROTOCOLS))
+    if isinstance(level, bool) or not isinstance(level, (int, float, np.integer, np.floating)):
+        fail("level", "a number (the protocol's level: α, S, a count or a share)", level)
+    return _NAMES[protocol](float(level))
 
 
 def partition_inputs(protocol: str, **available) -> dict:

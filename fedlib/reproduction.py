@@ -179,7 +179,7 @@ def describe(methods, n_clients: int, fraction: float) -> list[dict]:
     Returns
     -------
     list of dict with ``method``, ``paper_code`` (what the code did differently, or "as Table II")
-    and ``own_run`` (True: the two readings are two runs; False: one run serves both).
+    and ``separate_run`` (True: the two readings are two runs; False: one run serves both).
     """
     if isinstance(methods, str):
         fail("methods", "a list of method names", methods)
@@ -188,5 +188,5 @@ def describe(methods, n_clients: int, fraction: float) -> list[dict]:
         _check_method(m)
         s = PAPER_CODE.get(m)
         out.append({"method": m, "paper_code": s.note if s is not None else "as Table II (not in the code's baselines)",
-                    "own_run": runs_differently(m, n_clients, fraction)})
+                    "separate_run": runs_differently(m, n_clients, fraction)})
     return out

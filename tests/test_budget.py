@@ -161,7 +161,7 @@ def test_a_run_without_any_comparable_record_is_started_and_said_so(tmp_path, ca
     monkeypatch.setattr(fedlib.run, "run", lambda s, device="auto": record_fakes.record(s, "infeasible"))
     recs = X.run_grid([spec()], tmp_path, device="cpu", progress="lines", budget=600)
     assert [r["status"] for r in recs] == ["infeasible"]
-    assert ("run_grid: no comparable record estimates adult dirichlet=0.5 K=10 fedavg seed=0 on cpu: started; "
+    assert ("run_grid: no comparable record estimates adult (Dirichlet α = 0.5) K=10 fedavg seed=0 on cpu: started; "
             "the budget cannot protect it") in capsys.readouterr().err.splitlines()
 
 

@@ -6,7 +6,7 @@ and the last bits of a run differ and grow over the rounds. So nbval does not co
 that come from training (``tests/nbval_sanitize.cfg`` masks the tables' ``mean ± std`` cells;
 notebook 06's trend lines are not compared); this file compares them instead, with a stated
 tolerance, against the committed ``figures/table3_global_accuracy.csv`` and
-``figures/table4_fairness.csv``.
+``figures/table4_fairness.csv`` (numbers only, in percent: :func:`workbook.tables.csv_table`).
 
 CI (``.ci/run``) runs ``make workbook`` and ``make test`` with the kernels forced to
 ``tests/other_cpu.env``: the smoke grid is retrained on them, every notebook's output is compared
@@ -33,13 +33,13 @@ from fedlib.paths import ROOT, results_dir
 OTHER_CPU_ENV = ROOT / "tests" / "other_cpu.env"
 
 #: Largest difference allowed between a cell of the smoke grid's tables computed here and the
-#: committed one (a mean over the cell's two seeds). Global accuracy: ±1 pp, the tolerance of
-#: the paper's artifact appendix; AD: ±5 % relative (the appendix's fairness tolerance), at
-#: least 0.01. Measured with the kernels of tests/other_cpu.env (ATen, oneDNN, MKL, OpenBLAS
-#: forced, one thread; README "Reproducibility"): 9 of 84 cells differ, accuracy by at most
-#: 0.0019, AD by at most 0.0022.
-ACCURACY_TOLERANCE = 0.01
-AD_RELATIVE_TOLERANCE, AD_MIN_TOLERANCE = 0.05, 0.01
+#: committed one (a mean over the cell's two seeds), in percentage points (the CSVs' unit).
+#: Global accuracy: ±1 pp, the tolerance of the paper's artifact appendix; AD: ±5 % relative
+#: (the appendix's fairness tolerance), at least 1 pp. Measured with the kernels of
+#: tests/other_cpu.env (ATen, oneDNN, MKL, OpenBLAS forced, one thread; README
+#: "Reproducibility"): 9 of 84 cells differ, accuracy by at most 0.19 pp, AD by at most 0.22 pp.
+ACCURACY_TOLERANCE = 1.0
+AD_RELATIVE_TOLERANCE, AD_MIN_TOLERANCE = 0.05, 1.0
 
 
 def tolerance(column: str, committed: pd.Series) -> pd.Series:
@@ -110,13 +110,16 @@ def _smoke_tables() -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
 
 
 def _compare(new: pd.DataFrame, committed: Path, column: str) -> None:
+    """``new`` (a :func:`tables.table3` / :func:`tables.table4` table, fractions) against the committed
+    CSV (:func:`tables.csv_table`: percent, ``n`` for ``n_seeds``), cell by cell."""
     old = pd.read_csv(committed)
+    new = tables.csv_table(new) if "n_seeds" in new.columns else new
     keys = ["dataset", "protocol", "level", "n_clients", "method"]
     merged = old.merge(new, on=keys, how="outer", suffixes=("_committed", "_here"), indicator=True)
     assert (merged["_merge"] == "both").all(), (
         f"{committed.name}: rows differ from the smoke grid's:\n"
         f"{merged.loc[merged['_merge'] != 'both', keys + ['_merge']]}")
-    assert (merged["n_seeds_committed"] == merged["n_seeds_here"]).all()
+    assert (merged["n_committed"] == merged["n_here"]).all()
     diff = (merged[f"{column}_committed"] - merged[f"{column}_here"]).abs()
     assert not diff.isna().any(), f"{column}: a value is missing on one side"
     allowed = tolerance(column, merged[f"{column}_committed"])

@@ -237,8 +237,8 @@ def test_progress_lines_one_per_trained_run(tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err.splitlines()
     assert err[0] == "run_grid: 2 runs, 0 already recorded, 2 to train"
     assert [line.split(":")[0] for line in err[1:]] == [
-        "run_grid [1/2] adult dirichlet=0.5 K=10 local seed=0",
-        "run_grid [2/2] adult dirichlet=0.5 K=10 local seed=1"]
+        "run_grid [1/2] adult (Dirichlet α = 0.5) K=10 local seed=0",
+        "run_grid [2/2] adult (Dirichlet α = 0.5) K=10 local seed=1"]
     assert all(re.search(r": weighted local accuracy \d+\.\d\d% in ", line) for line in err[1:]), err
     monkeypatch.setenv("FEDLIB_PROGRESS", "lines")  # progress=True follows the environment
     X.run_grid(specs, tmp_path)

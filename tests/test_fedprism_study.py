@@ -3,6 +3,7 @@ test-set subset (RunSpec.n_global_test) its smoke profile uses."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from fedlib import partition as P
@@ -83,6 +84,20 @@ def test_main_table_puts_the_paper_beside_ours_and_shows_failures(frame):
     assert t.loc["FedPrism", "α=0.1 Loc (paper)"] == "95.66"
     assert t.loc["FedAvg", "α=0.1 Glob"] == "80.00 (n = 1)" and t.loc["FedAvg", "α=0.1 Glob (paper)"] == "84.35"
     assert t.loc["IFCA", "α=0.1 Loc"] == "failed"
+
+
+def test_main_numbers_are_the_tables_numbers_for_its_csv(frame):
+    """The CSV of Tables 1/6/7: numbers only (mean, sd, n, paper in percent), never "95.00 (n = 1)"."""
+    n = S.main_numbers(frame, ["fedprism", "fedavg", "ifca"]).set_index(["method", "alpha", "column"])
+    assert n.loc[("FedPrism", 0.1, "Loc"), "mean"] == pytest.approx(95.0)
+    assert n.loc[("FedPrism", 0.1, "Loc"), "paper"] == pytest.approx(95.66)
+    assert n.loc[("FedPrism", 0.1, "Loc"), "n"] == 1 and n.loc[("FedPrism", 0.1, "Loc"), "sd"] == 0.0
+    assert n.loc[("FedAvg", 0.1, "Glob"), "mean"] == pytest.approx(80.0)
+    assert n.loc[("FedAvg", 0.1, "Glob"), "paper"] == pytest.approx(84.35)
+    ifca = n.loc[("IFCA", 0.1, "Loc")]
+    assert ifca.status == "failed" and np.isnan(ifca["mean"]) and ifca.n == 0
+    for c in ("mean", "sd", "n", "paper", "alpha"):
+        assert pd.api.types.is_numeric_dtype(n.reset_index()[c])
 
 
 def test_cfl_rows_name_their_thresholds_and_only_the_papers_gets_the_paper_value():

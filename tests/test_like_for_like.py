@@ -28,10 +28,10 @@ def test_markdown_writes_each_cell_as_paper_text_code_by_hand():
              ("similarity", 0.0, "cfl"): (0.59, 0.1, 0.48215, False),        # two runs
              ("dirichlet", 0.3, "cfl"): (0.74, 0.8799, NAN, False)}          # its code run to come
     assert lfl.markdown(table, protocols, ["fedavg", "cfl"]) == "\n".join([
-        "| method | S = 0 | α = 0.3 |",
+        "| Method | S = 0 (%) | α = 0.3 (%) |",
         "|---|---|---|",
-        "| fedavg | 14 · 10.0 · = | 82 · — · — |",
-        "| cfl | 59 · 10.0 · 48.2 | 74 · 88.0 · — |"])
+        "| FedAvg | 14 · 10.0 · = | 82 · — · — |",
+        "| CFL | 59 · 10.0 · 48.2 | 74 · 88.0 · — |"])
     lines = lfl.report_lines(table)
     assert lines[2] == "similarity=0 cfl paper=59.00% paper_text=10.00% paper_code=48.22% closer=paper_code"
     assert lines[1] == "dirichlet=0.3 fedavg paper=82.00% paper_text=— paper_code=— closer=—"

@@ -225,7 +225,7 @@ def test_runs_are_recorded_and_a_second_call_computes_nothing(tmp_path):
     assert record["status"] == "ok" and record["spec"]["protocol"] == "dirichlet_client"
     assert [r["spec"] for r in load_records(out)] == [record["spec"]]
     assert lines[0] == f"fedprism-table1: 1 runs, 0 already recorded in {out}, 1 to compute"
-    assert lines[1] == f"fmnist dirichlet_client=0.1 K=20 fedavg seed=0: ok in {record['seconds']:.1f} s"
+    assert lines[1] == f"fmnist (per-client Dir(0.1)) K=20 fedavg seed=0: ok in {record['seconds']:.1f} s"
     stored = json.loads(next(out.glob("*.json")).read_text())
     assert stored["seconds"] == record["seconds"]
     lines.clear()

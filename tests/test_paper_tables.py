@@ -50,7 +50,7 @@ def test_a_toy_table_is_listed_selected_and_named_by_the_command(tmp_path, toy_p
     assert [s.seed for s in specs] == [1]
     grid_cli.main(["toy", "--out", str(tmp_path / "r"), "--params", str(toy_params), "--list"], tables=tables)
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("adult dirichlet=0.5 K=4 toy-fedavg seed=0: to compute")
+    assert lines[0].startswith("adult (Dirichlet α = 0.5) K=4 toy-fedavg seed=0: to compute")
     assert lines[-1].startswith("totals: 2 runs, 0 recorded, 0 running elsewhere, 2 to compute")
     with pytest.raises(ValueError, match=r"--alphas must be left out for toy \(its filters: --seeds, --methods\)"):
         grid_cli.select(TOY, {"seeds": [0]}, alphas=[0.5])
@@ -67,7 +67,7 @@ def test_a_toy_table_runs_through_run_table(tmp_path, toy_params, monkeypatch):
     result = grid_cli.run_table(TOY, tmp_path / "r", params=toy_params, device="cpu", echo=lines.append,
                                 progress="off")
     assert len(result["computed"]) == 2 and lines[0] == f"toy: 2 runs, 0 already recorded in {tmp_path / 'r'}, 2 to compute"
-    assert lines[1].startswith("adult dirichlet=0.5 K=4 toy-fedavg seed=0: ok in ")
+    assert lines[1].startswith("adult (Dirichlet α = 0.5) K=4 toy-fedavg seed=0: ok in ")
     grid_cli._PROGRESS = "rounds"
 
 

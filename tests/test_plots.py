@@ -168,8 +168,10 @@ def test_fig7_single_level_panel_is_a_dot_chart_without_twin_axis():
     assert len(fig.axes) == 1  # no (empty) twin axis
     ax = fig.axes[0]
     assert [t.get_text() for t in ax.get_yticklabels()] == [DISPLAY_NAMES[m] for m in ALL_METHODS]
-    assert "α=0.3" in ax.get_title() and "median WPSI = 5.05" in ax.get_title()
-    stats = runs.groupby("method").global_accuracy.agg(["mean", "min", "max"])
+    assert "Dirichlet α = 0.3" in ax.get_title() and "median WPSI = 5.05" in ax.get_title()  # partition_name
+    assert "dirichlet," not in ax.get_title()  # never the protocol's id
+    stats = 100 * runs.groupby("method").global_accuracy.agg(["mean", "min", "max"])  # percent
+    assert ax.get_xlabel().startswith("global accuracy (%)") and ax.get_xlim() == (0, 102)
     assert len(ax.containers) == len(ALL_METHODS)
     for y, (m, c) in enumerate(zip(ALL_METHODS, ax.containers)):
         x_dot, y_dot = c.lines[0].get_data()
@@ -187,15 +189,16 @@ def test_fig7_two_levels_keep_lines_and_the_wpsi_axis():
     fig = training_plots.fig7_accuracy(runs)
     assert len(fig.axes) == 3  # similarity panel + its WPSI twin, dirichlet dot panel
     sim, dot, twin = fig.axes
-    assert sim.get_title() == "fmnist, similarity, K=20"
+    assert sim.get_title() == "fmnist, Similarity S, K=20"
     lines = {to_hex(l.get_color()): l for l in sim.get_lines()}
     assert len(sim.get_lines()) == len(ALL_METHODS) == len(lines)
     for m in ALL_METHODS:
         line = lines[to_hex(training_plots.method_color(m))]
         mine = runs[(runs.method == m) & (runs.protocol == "similarity")]
-        expected = mine.groupby("level").global_accuracy.mean()
+        expected = 100 * mine.groupby("level").global_accuracy.mean()  # the records' fractions, in percent
         np.testing.assert_allclose(line.get_xdata(), [0.0, 1.0])
         np.testing.assert_allclose(line.get_ydata(), expected.to_numpy())
+    assert sim.get_ylabel() == "global accuracy (%)" and sim.get_ylim() == (0, 102)
     (wpsi,) = twin.get_lines()
     np.testing.assert_allclose(wpsi.get_ydata(), [12.05, 0.05])
     assert "WPSI" in twin.get_ylabel()
@@ -227,15 +230,16 @@ def test_fig8_one_ecdf_per_method_and_a_full_legend():
     fig = training_plots.fig8_ecdf(runs, protocol="dirichlet", level=0.3, n_clients=20)
     assert len(fig.axes) == 2
     for ax, ds in zip(fig.axes, ("adult", "fmnist")):
-        assert ax.get_title() == f"{ds}, α=0.3, K=20"
+        assert ax.get_title() == f"{ds}, Dirichlet α = 0.3, K=20"
         lines = ax.get_lines()
         assert [to_hex(l.get_color()) for l in lines] == _hexes(map(training_plots.method_color, ALL_METHODS))
         for m, line in zip(ALL_METHODS, lines):
-            pooled = np.sort(np.concatenate(runs[(runs.dataset == ds) & (runs.level == 0.3)
-                                                 & (runs.method == m)].local_accuracy.to_list()))
+            pooled = 100 * np.sort(np.concatenate(runs[(runs.dataset == ds) & (runs.level == 0.3)
+                                                       & (runs.method == m)].local_accuracy.to_list()))
             x, y = line.get_data()
             assert y[-1] == pytest.approx(1.0) and y[0] == pytest.approx(0.0)
-            assert set(np.round(x[np.isfinite(x)], 9)) == set(np.round(pooled, 9))
+            assert set(np.round(x[np.isfinite(x)], 9)) == set(np.round(pooled, 9))  # percent
+        assert ax.get_xlabel() == "local accuracy (%)" and ax.get_xlim() == (0, 101)
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
     assert legend == [DISPLAY_NAMES[m] for m in ALL_METHODS]
 

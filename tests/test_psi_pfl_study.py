@@ -74,17 +74,21 @@ def test_observations_computed_on_each_variant_the_papers_named():
     assert o2[o2.variant == study.PAPER_VARIANT].best_percentile.tolist() == [10.0, 10.0]
     assert o2[o2.variant == "psi_pfl"].best_percentile.tolist() == [25.0, 25.0]
     assert "2/2" in lines[0] and "2/2" in lines[1]
-    # Obs. 3: the paper's variant (10th: (9+8)/20 = 0.85) vs the best baseline HACCS 0.70: +0.15;
-    # ours (25th: 0.70): margin 0
+    # Obs. 3: the paper's variant (10th: (9+8)/20 = 85 %) vs the best baseline HACCS 70 %: +15 pp;
+    # ours (25th: 70 %): margin 0 — percent, the readers' unit, in frames and lines
     o3 = frames["obs3"]
-    assert o3[o3.variant == study.PAPER_VARIANT].margin.tolist() == pytest.approx([0.15, 0.15])
+    assert o3[o3.variant == study.PAPER_VARIANT].margin.tolist() == pytest.approx([15.0, 15.0])
+    assert o3.best_baseline_accuracy.tolist() == pytest.approx([70.0] * 4)
+    assert "(margin from +15.00 to +15.00 pp)" in lines[2]
     assert o3[o3.variant == "psi_pfl"].margin.tolist() == pytest.approx([0.0, 0.0])
     assert o3.best_baseline.tolist() == ["haccs"] * 4
-    # Obs. 4 at α=0.1, CL = 0.9: paper's (0.9, 0.8) → AD 0.05; ours (0.7, 0.7) → 0.2; HACCS 0.2
+    # Obs. 4 at α=0.1, CL = 90 %: paper's (90, 80) → AD 5 %; ours (70, 70) → 20 %; HACCS 20 %
     o4 = frames["obs4"].set_index("variant")
-    assert o4.loc[study.PAPER_VARIANT, "psi_pfl_ad_cl"] == pytest.approx(0.05)
-    assert o4.loc["psi_pfl", "psi_pfl_ad_cl"] == pytest.approx(0.2)
-    assert (o4.level == 0.1).all() and o4.best_baseline_ad_cl.tolist() == pytest.approx([0.2, 0.2])
+    assert o4.loc[study.PAPER_VARIANT, "psi_pfl_ad_cl"] == pytest.approx(5.0)
+    assert o4.loc["psi_pfl", "psi_pfl_ad_cl"] == pytest.approx(20.0)
+    assert (o4.level == 0.1).all() and o4.best_baseline_ad_cl.tolist() == pytest.approx([20.0, 20.0])
+    assert "(PSI-PFL's AD 5.00–5.00 %; the paper's 3.00 % is compared" in lines[4]
+    assert frames["obs2"].best_test_accuracy.dropna().tolist() == pytest.approx([85.0, 85.0])
 
 
 def test_observation_3_can_hold_for_the_papers_variant_and_fail_for_ours():
@@ -92,7 +96,7 @@ def test_observation_3_can_hold_for_the_papers_variant_and_fail_for_ours():
             record("psi_pfl", 0.1, candidates=CANDS)]
     lines, frames = study.observations(_with_variant(recs), study.candidates_frame(recs))
     o3 = frames["obs3"].set_index("variant").margin
-    assert o3[study.PAPER_VARIANT] == pytest.approx(0.85 - 0.8) and o3["psi_pfl"] == pytest.approx(0.7 - 0.8)
+    assert o3[study.PAPER_VARIANT] == pytest.approx(85 - 80) and o3["psi_pfl"] == pytest.approx(70 - 80)  # pp
     assert "1/1" in lines[2] and " confirmed" in lines[2]
     assert "0/1" in lines[3] and "not confirmed" in lines[3]
 
@@ -102,7 +106,7 @@ def test_observation_3_not_confirmed_when_a_baseline_wins():
             record("psi_pfl", 0.1, candidates=CANDS)]
     lines, frames = study.observations(tables.records_frame(recs), study.candidates_frame(recs))
     # without the paper's variant's rows, only ours is judged
-    assert frames["obs3"].margin.iloc[0] == pytest.approx(0.7 - 1.0)
+    assert frames["obs3"].margin.iloc[0] == pytest.approx(70 - 100)  # pp
     assert len(lines) == 3 and "0/1" in lines[1] and "not confirmed" in lines[1]
 
 
@@ -122,14 +126,17 @@ def test_paper_comparison_reads_ours_at_the_papers_setting_only():
                  record("haccs", level, correct=(0, 3, 9), n=(10, 10, 10))]
     df = tables.records_frame(recs)
     c = study.paper_comparison(df, level=0.05, n_clients=3).set_index(["method", "metric"])
-    # AD vs CL (0.9): |0 − .9|, |.3 − .9|, 0 → mean 0.5, population std sqrt(0.14)
-    assert c.loc[("haccs", "AD vs CL"), "paper"] == 0.24 and c.loc[("haccs", "AD vs CL"), "ours"] == pytest.approx(0.5)
-    assert c.loc[("haccs", "SDAD vs CL"), "paper"] == 0.13
-    assert c.loc[("haccs", "SDAD vs CL"), "ours"] == pytest.approx(np.sqrt(0.14))
+    # AD vs CL (90 %): |0 − 90|, |30 − 90|, 0 → mean 50 %, population std 100·sqrt(0.14) — percent, as
+    # the report prints them; CP stays a ratio
+    assert c.loc[("haccs", "AD vs CL"), "paper"] == pytest.approx(24.0)
+    assert c.loc[("haccs", "AD vs CL"), "ours"] == pytest.approx(50.0)
+    assert c.loc[("haccs", "SDAD vs CL"), "paper"] == pytest.approx(13.0)
+    assert c.loc[("haccs", "SDAD vs CL"), "ours"] == pytest.approx(100 * np.sqrt(0.14))
+    assert c.loc[("haccs", "AD vs CL"), "unit"] == "%" and c.loc[("haccs", "CP"), "unit"] == "ratio"
     cp = c.loc[("haccs", "CP")]
     assert cp.paper == 2.2 and cp.ours == pytest.approx(2.0) and cp.ours_cp_inf == np.inf and cp.n_zero == 1
     assert c.loc[("fedyogi", "CP"), "paper"] == 3.7 and np.isnan(c.loc[("fedyogi", "CP"), "ours"])
-    assert c.loc[(study.PAPER_VARIANT, "AD vs CL"), "paper"] == 0.03
+    assert c.loc[(study.PAPER_VARIANT, "AD vs CL"), "paper"] == pytest.approx(3.0)
     assert np.isnan(c.loc[("psi_pfl", "AD vs CL"), "paper"])  # ours, listed beside the paper's variant
     # the default is the paper's most heterogeneous setting (α = 0.05, K = 100): no run of it here
     d = study.paper_comparison(df)
@@ -173,8 +180,15 @@ def test_figures_draw_from_records():
     fig = study.fig5_thresholds(c)
     ax = fig.axes[0]
     assert len(ax.get_lines()) == 2 and ax.get_title() == "adult, K=2"
+    # percent, the readers' unit: each line is 100 × the mean test accuracy per percentile
+    for line in ax.get_lines():
+        np.testing.assert_allclose(line.get_ydata(), [85.0, 70.0, 50.0, 45.0, 40.0])
+    assert ax.get_ylabel() == "global accuracy (%)" and ax.get_ylim() == (0, 102)
     fig = study.fig7_ecdfs(tables.records_frame(recs), n_clients=2)
     assert [a.get_title() for a in fig.axes] == ["adult, α=50, K=2", "adult, α=0.1, K=2"]
+    for a in fig.axes:
+        assert a.get_xlabel() == "local accuracy (%)"
+        assert max(np.nanmax(line.get_xdata()) for line in a.get_lines()) > 1.0  # percent, not fractions
 
 
 def test_an_infeasible_setting_stays_infeasible_for_the_paper_variant():

@@ -152,7 +152,7 @@ def test_table3_reads_each_reproduction(cfl_records):
 
 def test_paper_values_and_the_side_by_side_table(cfl_records):
     from workbook.paper_table3 import paper_value
-    from workbook.tables import beside_paper
+    from workbook.tables import beside_paper, beside_paper_markdown
 
     assert paper_value("fmnist", "cfl", "similarity", 0) == 0.59
     assert paper_value("adult", "cfl", "similarity", 0.0) == 0.76      # ACSIncome's column, adult its stand-in
@@ -160,9 +160,14 @@ def test_paper_values_and_the_side_by_side_table(cfl_records):
     assert paper_value("fmnist", "local", "similarity", 0.0) is None   # not a Table III row
     cl = X.run(spec("cl"))
     t = beside_paper(records_frame([cl, *cfl_records.values()])).set_index("method")
-    assert bool(t.loc["cfl", "own_run"]) and not bool(t.loc["cl", "own_run"])
-    # in percent, the workbook's unit for accuracies; one seed: no ± 0.00
-    assert t.loc["cfl", "paper_text"] == f"{100 * cfl_records['paper_text']['global_accuracy']:.2f}"
-    assert t.loc["cfl", "paper_code"] == f"{100 * cfl_records['paper_code']['reported_accuracy']:.2f}"
-    assert t.loc["cl", "paper_code"] == t.loc["cl", "paper_text"]
+    assert bool(t.loc["cfl", "separate_code_run"]) and not bool(t.loc["cl", "separate_code_run"])
+    # numbers only, in percent, the workbook's unit for accuracies
+    assert t.loc["cfl", "paper_text_mean"] == pytest.approx(100 * cfl_records['paper_text']['global_accuracy'])
+    assert t.loc["cfl", "paper_code_mean"] == pytest.approx(100 * cfl_records['paper_code']['reported_accuracy'])
+    assert t.loc["cfl", "paper_text_n"] == 1 and t.loc["cfl", "paper_text_sd"] == 0.0
+    assert t.loc["cl", "paper_code_mean"] == t.loc["cl", "paper_text_mean"]
+    assert all(t[c].dtype != object for c in t.columns if c.startswith(("paper_text", "paper_code")))
+    md = beside_paper_markdown(t.reset_index())  # for readers: display names, one seed: no ± 0.00
+    assert f"| CFL | — | {100 * cfl_records['paper_text']['global_accuracy']:.2f} | " in md
+    assert "| own run |" in md and "| = paper_text |" in md and "paper_text (%)" in md
     assert t.paper.isna().all() and (t.paper_dataset == "acs_income").all()  # α = 0.5 is not in the table

@@ -679,18 +679,18 @@ def table_markdown(windows_df: pd.DataFrame, best_df: pd.DataFrame) -> str:
 
 
 def fig_curves(hist: pd.DataFrame, title: str, diverged: pd.DataFrame | None = None):
-    """Fig. 6: official-test accuracy per round, mean over seeds, one line per method; with
+    """Fig. 6: official-test accuracy (%) per round, mean over seeds, one line per method; with
     ``diverged`` (:func:`diverged_history_frame`) also each diverged run's curve until its
     divergence, dashed and ending in a cross, one per (method, seed)."""
     fig, ax = plt.subplots(figsize=(6, 3.5))
     for m, g in hist.groupby("method", sort=False):
-        mean = g.groupby("round").accuracy.mean()
+        mean = 100.0 * g.groupby("round").accuracy.mean()
         ax.plot(mean.index, mean.values, label=display_name(m))
     for (m, seed), g in ([] if diverged is None else diverged.groupby(["method", "seed"], sort=False)):
-        line, = ax.plot(g["round"], g.accuracy, ls="--", lw=1,
+        line, = ax.plot(g["round"], 100.0 * g.accuracy, ls="--", lw=1,
                         label=f"{display_name(m)}, seed {seed}: diverged in round {int(g.diverged_round.iloc[0])}")
-        ax.plot(g["round"].iloc[-1], g.accuracy.iloc[-1], "x", color=line.get_color())
-    ax.set(xlabel="round", ylabel=OFFICIAL_TEST, title=title)
+        ax.plot(g["round"].iloc[-1], 100.0 * g.accuracy.iloc[-1], "x", color=line.get_color())
+    ax.set(xlabel="round", ylabel=f"{OFFICIAL_TEST} (%)", title=title)
     ax.legend()
     fig.tight_layout()
     return fig

@@ -85,27 +85,32 @@ added here once its records hold a grouping."""
 
 @dataclass(frozen=True)
 class Partition:
-    """One seed paper's partition rule: a protocol of :data:`fedlib.partition.PROTOCOLS` at a level."""
+    """One seed paper's partition rule: a protocol of :data:`fedlib.partition.PROTOCOLS` at a level;
+    ``label`` its one display name (:func:`fedlib.partition.partition_name`), as tables, figures and
+    the grid command's lines show it."""
     protocol: str
     level: float
     paper: str
-    label: str
+
+    @property
+    def label(self) -> str:
+        return P.partition_name(self.protocol, self.level)
 
 
 PARTITIONS = {
-    "dirichlet_0.3": Partition("dirichlet", 0.3, "Clust-PSI-PFL", "Dirichlet α = 0.3"),
-    "similarity_0": Partition("similarity", 0.0, "Clust-PSI-PFL", "Similarity S = 0"),
-    "similarity_1": Partition("similarity", 1.0, "Clust-PSI-PFL", "Similarity S = 1"),
-    "pathological": Partition("pathological_clusters", 5, "pFedLIA", "pathological, 5 clusters"),
-    "noisy": Partition("noisy_clusters", 5, "pFedLIA", "noisy, 5 clusters"),
-    "client_dirichlet_0.1": Partition("dirichlet_client", 0.1, "FedPrism", "per-client Dir(0.1)"),
-    "cafa_iid_0.25": Partition("iid_fraction_classes_1_2", 0.25, "CAFA", "25 % IID, others 1–2 classes"),
+    "dirichlet_0.3": Partition("dirichlet", 0.3, "Clust-PSI-PFL"),
+    "similarity_0": Partition("similarity", 0.0, "Clust-PSI-PFL"),
+    "similarity_1": Partition("similarity", 1.0, "Clust-PSI-PFL"),
+    "pathological": Partition("pathological_clusters", 5, "pFedLIA"),
+    "noisy": Partition("noisy_clusters", 5, "pFedLIA"),
+    "client_dirichlet_0.1": Partition("dirichlet_client", 0.1, "FedPrism"),
+    "cafa_iid_0.25": Partition("iid_fraction_classes_1_2", 0.25, "CAFA"),
     # more levels of the same rules, for the focused design of issue 58 (params/designs/11_*focused*.yaml)
-    "dirichlet_0.1": Partition("dirichlet", 0.1, "Clust-PSI-PFL", "Dirichlet α = 0.1"),
-    "dirichlet_1": Partition("dirichlet", 1.0, "Clust-PSI-PFL", "Dirichlet α = 1"),
-    "similarity_0.5": Partition("similarity", 0.5, "Clust-PSI-PFL", "Similarity S = 0.5"),
-    "client_dirichlet_0.5": Partition("dirichlet_client", 0.5, "FedPrism", "per-client Dir(0.5)"),
-    "cafa_iid_0.5": Partition("iid_fraction_classes_1_2", 0.5, "CAFA", "50 % IID, others 1–2 classes"),
+    "dirichlet_0.1": Partition("dirichlet", 0.1, "Clust-PSI-PFL"),
+    "dirichlet_1": Partition("dirichlet", 1.0, "Clust-PSI-PFL"),
+    "similarity_0.5": Partition("similarity", 0.5, "Clust-PSI-PFL"),
+    "client_dirichlet_0.5": Partition("dirichlet_client", 0.5, "FedPrism"),
+    "cafa_iid_0.5": Partition("iid_fraction_classes_1_2", 0.5, "CAFA"),
 }
 """The partitions by name (the notebook's ``partitions`` parameter); level: α, S, the number of
 planted clusters, or the IID share (the protocol's ``level_name``)."""

@@ -49,7 +49,7 @@ from .tables import mean_sd, frame_markdown as table_markdown
 from fedlib.validation import check_choice, check_int, check_number, fail
 from . import paper_values
 
-__all__ = ["PARTITION", "PARTITIONS", "PAPER_MAIN", "PAPER_TABLE9", "PAPER_TABLE10", "PAPER_TABLE11", "NOT_RUN_HERE", "METHODS",
+__all__ = ["main_numbers", "PARTITION", "PARTITIONS", "PAPER_MAIN", "PAPER_TABLE9", "PAPER_TABLE10", "PAPER_TABLE11", "NOT_RUN_HERE", "METHODS",
            "CFL_PAPER", "FEDAMP_ATTENTIONS", "CLIP_NAMES", "PAPER_RECORDS", "alpha_gamma_table", "private_part_lines", "local_epochs_total", "training_specs", "ablation_specs", "GRID_PARAMS", "notebook_grid", "grid_label", "accuracy_frame", "variant_of",
            "method_label",
            "main_table", "ablation_table", "weight_sweep_table", "observations", "training_labels", "partition_preview",
@@ -370,6 +370,36 @@ def main_table(df: pd.DataFrame, methods=None, dataset: str = "fmnist") -> pd.Da
                     row[col] += f" ({note})"
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def main_numbers(df: pd.DataFrame, methods=None, dataset: str = "fmnist") -> pd.DataFrame:
+    """:func:`main_table`'s numbers for its CSV, one row per (method, α, column): ``method``
+    (display name, as the table), ``alpha``, ``column`` ("Glob", "Glob, param. avg", "Loc"),
+    ``mean``, ``sd`` (population, over seeds), ``n`` (seeds that finished), ``paper`` (the
+    paper's value; NaN where it has none), all in percent; ``status`` ("ok", or the runs'
+    non-ok statuses joined by "/", with NaN numbers) and ``note`` (e.g. "CFL never split").
+    Numbers only: no formatted "mean ± sd" string."""
+    paper_ds = _paper_columns(dataset)
+    main = df[(df.method != "fedprism") | (df.variant == "full")]
+    labels = []
+    for m in methods or METHODS:
+        labels += [m] + (sorted(x for x in set(main.method) if x.startswith(m + " (")) if m in ("cfl", "fedamp")
+                         else [])
+    rows = []
+    for m in labels:
+        for a in sorted(main.level.unique()):
+            g = main[(main.method == m) & (main.level == a)]
+            ok = g[g.status == "ok"]
+            bad = "/".join(sorted(set(g.status) - {"ok"}))
+            paper = paper_ds.get(round(a, 6), {}).get(m, (np.nan, np.nan))
+            note = cfl.split_note(ok.never_split) if m.startswith("cfl") and not bad and len(ok) else ""
+            for column, field, p in (("Glob", "global", paper[0]), ("Glob, param. avg", "param_average", np.nan),
+                                     ("Loc", "local", paper[1])):
+                v = np.asarray([] if bad else ok[field].dropna(), float)
+                rows.append({"method": _display(m), "alpha": a, "column": column,
+                             "mean": v.mean() if v.size else np.nan, "sd": v.std() if v.size else np.nan,
+                             "n": int(v.size), "paper": p, "status": bad or "ok", "note": note})
+    return pd.DataFrame(rows, columns=["method", "alpha", "column", "mean", "sd", "n", "paper", "status", "note"])
 
 
 def ablation_table(df: pd.DataFrame, alpha: float, table: int) -> pd.DataFrame:

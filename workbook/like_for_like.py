@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedlib.methods import display_name
 from fedlib.paths import ROOT
 from fedlib.reproduction import runs_differently
 from fedlib.spec import grid_specs
@@ -220,15 +221,16 @@ def report_lines(table: dict) -> list[str]:
 
 
 def markdown(table: dict, protocols: dict | None = None, methods=METHODS) -> str:
-    """The cells as one markdown table: one row per method, one column per setting, each cell
-    ``paper · paper_text · paper_code`` in percent ("=" where the code ran the method as Table II
-    says, so one run is both readings; "—" where there is no value)."""
+    """The cells as one markdown table: one row per method (its display name), one column per
+    setting (its heading says "(%)"), each cell ``paper · paper_text · paper_code`` in percent
+    ("=" where the code ran the method as Table II says, so one run is both readings; "—" where
+    there is no value)."""
     protocols = SETTINGS if protocols is None else protocols
     settings = [(p, float(lv)) for p, levels in protocols.items() for lv in levels]
-    head = ["method"] + [setting_name(p, lv, " = ") for p, lv in settings]
+    head = ["Method"] + [f"{setting_name(p, lv, ' = ')} (%)" for p, lv in settings]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for m in methods:
-        row = [m]
+        row = [display_name(m)]
         for p, lv in settings:
             paper, t, c, same = table[(p, lv, m)]
             code_text = "=" if same and np.isfinite(t) else _fmt(100 * c, 1)

@@ -141,7 +141,7 @@ def _finished_runs(records) -> list[tuple[dict, dict]]:
 
 
 def fig5_thresholds(cands: pd.DataFrame) -> plt.Figure:
-    """Fig. 5: global (test) accuracy against the threshold's PSI percentile, mean over seeds,
+    """Fig. 5: global (test) accuracy (%) against the threshold's PSI percentile, mean over seeds,
     one panel per (dataset, K), a line per α."""
     panels = cands[["dataset", "n_clients"]].drop_duplicates().values.tolist()
     fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.8), squeeze=False)
@@ -150,9 +150,9 @@ def fig5_thresholds(cands: pd.DataFrame) -> plt.Figure:
     for ax, (ds, k) in zip(axes[0], panels):
         sub = cands[(cands.dataset == ds) & (cands.n_clients == k)]
         for level, g in sub.groupby("level"):
-            m = g.groupby("percentile").test_accuracy.mean()
+            m = 100.0 * g.groupby("percentile").test_accuracy.mean()
             ax.plot(m.index, m.values, marker="o", color=colours[level], label=f"α={level:g}")
-        ax.set(xlabel="threshold ζ: PSI percentile", ylabel="global accuracy", ylim=(0, 1.02),
+        ax.set(xlabel="threshold ζ: PSI percentile", ylabel="global accuracy (%)", ylim=(0, 102),
                title=f"{ds}, K={k}", xticks=sorted(cands.percentile.unique()))
         ax.legend(fontsize=8)
     fig.tight_layout()
@@ -334,7 +334,8 @@ def observations(df: pd.DataFrame, cands: pd.DataFrame) -> tuple[list[str], dict
     Returns
     -------
     (lines, frames): one verdict sentence per observation × variant (the paper's variant first),
-    and the per-setting tables behind them (``obs2``, ``obs3``, ``obs4``, a ``variant`` column each).
+    and the per-setting tables behind them (``obs2``, ``obs3``, ``obs4``, a ``variant`` column each);
+    accuracies and AD in percent, margins in percentage points (CP a ratio), in lines and frames.
     """
     lines, frames = [], {}
     keys = ["dataset", "level", "n_clients"]
@@ -344,7 +345,8 @@ def observations(df: pd.DataFrame, cands: pd.DataFrame) -> tuple[list[str], dict
         if variant not in present or cands.empty or cands[score].isna().all():
             continue
         mean = cands.groupby(keys + ["percentile"])[score].mean().reset_index()  # sorted by percentile
-        best = mean.loc[mean.groupby(keys)[score].idxmax()]  # ties: the lower percentile
+        best = mean.loc[mean.groupby(keys)[score].idxmax()].copy()  # ties: the lower percentile
+        best[score] = 100.0 * best[score]  # percent, the readers' unit
         best = best.rename(columns={"percentile": "best_percentile", score: "best_" + score})
         best.insert(0, "variant", variant)
         obs2.append(best.reset_index(drop=True))
@@ -363,15 +365,15 @@ def observations(df: pd.DataFrame, cands: pd.DataFrame) -> tuple[list[str], dict
             base = row[_federated(row.dropna().index)]
             if variant not in row or pd.isna(row[variant]) or base.empty:
                 continue
-            rows.append({"variant": variant, **dict(zip(SETTING_KEYS, setting)), "psi_pfl": row[variant],
-                         "best_baseline": base.idxmax(), "best_baseline_accuracy": base.max(),
-                         "margin": row[variant] - base.max()})
+            rows.append({"variant": variant, **dict(zip(SETTING_KEYS, setting)), "psi_pfl": 100.0 * row[variant],
+                         "best_baseline": base.idxmax(), "best_baseline_accuracy": 100.0 * base.max(),
+                         "margin": 100.0 * (row[variant] - base.max())})
         o = pd.DataFrame(rows)
         obs3.append(o)
         k = int((o.margin >= 0).sum()) if len(o) else 0
         lines.append(f"Observation 3 {_label(variant)} (PSI-PFL ≥ every baseline's global accuracy): holds in "
                      f"{k}/{len(o)} settings: {_verdict(k, len(o))}"
-                     + (f" (margin from {o.margin.min():+.3f} to {o.margin.max():+.3f})." if len(o) else "."))
+                     + (f" (margin from {o.margin.min():+.2f} to {o.margin.max():+.2f} pp)." if len(o) else "."))
     frames["obs3"] = pd.concat(obs3, ignore_index=True) if obs3 else pd.DataFrame()
     fair = fairness_table(df) if len(ok) else pd.DataFrame(columns=SETTING_KEYS + ["method"])
     obs4 = []
@@ -383,16 +385,18 @@ def observations(df: pd.DataFrame, cands: pd.DataFrame) -> tuple[list[str], dict
             if variant not in g.index or base.empty:
                 continue
             rows.append({"variant": variant, "dataset": ds, "n_clients": kk, "level": g.level.iloc[0],
-                         "psi_pfl_ad_cl": g.loc[variant, "ad_cl"], "psi_pfl_sdad_cl": g.loc[variant, "sdad_cl"],
+                         "psi_pfl_ad_cl": 100.0 * g.loc[variant, "ad_cl"],
+                         "psi_pfl_sdad_cl": 100.0 * g.loc[variant, "sdad_cl"],
                          "psi_pfl_cp": g.loc[variant, "cp"], "psi_pfl_cp_nonzero": g.loc[variant, "cp_nonzero"],
-                         "best_baseline": base.ad_cl.idxmin(), "best_baseline_ad_cl": base.ad_cl.min()})
+                         "best_baseline": base.ad_cl.idxmin(), "best_baseline_ad_cl": 100.0 * base.ad_cl.min()})
         o = pd.DataFrame(rows)
         obs4.append(o)
         k = int((o.psi_pfl_ad_cl <= o.best_baseline_ad_cl).sum()) if len(o) else 0
         lines.append(f"Observation 4 {_label(variant)} (smallest AD from CL at the most heterogeneous α here): "
                      f"holds in {k}/{len(o)} (dataset, K) settings: {_verdict(k, len(o))}"
-                     + (f" (PSI-PFL's AD {o.psi_pfl_ad_cl.min():.3f}–{o.psi_pfl_ad_cl.max():.3f}; the paper's "
-                        f"0.03 is compared at its own setting by paper_comparison)." if len(o) else "."))
+                     + (f" (PSI-PFL's AD {o.psi_pfl_ad_cl.min():.2f}–{o.psi_pfl_ad_cl.max():.2f} %; the paper's "
+                        f"{100 * PAPER_EQ3[(PAPER_VARIANT, 'ad_cl')]:.2f} % is compared at its own setting by "
+                        f"paper_comparison)." if len(o) else "."))
     frames["obs4"] = pd.concat(obs4, ignore_index=True) if obs4 else pd.DataFrame()
     order = {"2": 0, "3": 1, "4": 2}
     lines.sort(key=lambda line: order[line.split()[1]])  # stable: the paper's variant first per observation
@@ -411,7 +415,8 @@ def paper_comparison(df: pd.DataFrame, level: float = PAPER_MOST_HETEROGENEOUS["
 
     Returns
     -------
-    DataFrame, one row per (dataset, method, metric): ``paper``, ``ours`` (mean over seeds; NaN
+    DataFrame, one row per (dataset, method, metric): ``unit`` ("%" for AD and SDAD, the
+    readers' unit, as the report prints them; "ratio" for CP), ``paper``, ``ours`` (mean over seeds; NaN
     where no run of that setting exists here), ``n_seeds``, and for CP ``ours_cp_inf`` (the
     records' ``cp``, inf when a client scores 0) beside ``ours`` (``cp_nonzero``) and ``n_zero``
     (mean number of clients at 0). A PSI-PFL row is added for our validation-selected variant
@@ -427,9 +432,12 @@ def paper_comparison(df: pd.DataFrame, level: float = PAPER_MOST_HETEROGENEOUS["
         for (method, metric), paper in wanted:
             g = here[(here.dataset == ds) & (here.method == method)] if len(here) else here
             col = "cp_nonzero" if metric == "cp" else metric
+            scale = 1.0 if metric == "cp" else 100.0  # AD, SDAD in percent; CP is a ratio
             row = {"dataset": ds, "setting": f"α={level:g}, K={n_clients}", "method": method,
                    "metric": {"ad_cl": "AD vs CL", "sdad_cl": "SDAD vs CL", "cp": "CP"}[metric],
-                   "paper": paper, "ours": float(g[col].mean()) if len(g) else np.nan, "n_seeds": len(g)}
+                   "unit": "ratio" if metric == "cp" else "%",
+                   "paper": scale * paper, "ours": scale * float(g[col].mean()) if len(g) else np.nan,
+                   "n_seeds": len(g)}
             if metric == "cp":
                 row["ours_cp_inf"] = float(g["cp"].mean()) if len(g) else np.nan
                 row["n_zero"] = float(g["n_zero"].mean()) if len(g) else np.nan

@@ -8,6 +8,12 @@ A cell with a failed (diverged) run has ``n_failed`` > 0, ``mean`` and ``std`` N
 seeds' numbers would silently drop it) and renders as "failed" (all seeds failed) or
 "failed (f/n seeds)". ``to_markdown`` pivots a table to the paper's layout (methods ×
 settings, "mean ± std").
+
+Units. Readers see one unit for accuracies and for AD/SDAD: percent, in tables, figures, text and
+CSVs. Records and the frames built here hold fractions of 1 (as the records do); what is shown
+or written converts: :func:`to_markdown` prints percent, :func:`in_percent` converts a frame for a
+figure's CSV, :func:`csv_table` turns a table into the numbers-only CSV (``mean``, ``sd``, ``n``
+in percent — never a formatted "mean ± sd" string).
 """
 from __future__ import annotations
 
@@ -18,7 +24,8 @@ from fedlib.frame import records_frame  # the core reader, kept under this name 
 from fedlib.methods import METHODS, display_name
 from fedlib.partition import level_symbol
 
-__all__ = ["mean_sd", "records_frame", "for_reproduction", "table3", "table4", "beside_paper", "seed_summary", "to_markdown", "frame_markdown", "setting_name", "SETTING_KEYS", "provenance"]
+__all__ = ["mean_sd", "records_frame", "for_reproduction", "table3", "table4", "beside_paper", "seed_summary", "to_markdown", "frame_markdown", "setting_name", "SETTING_KEYS", "provenance",
+           "PERCENT_COLUMNS", "in_percent", "csv_table", "beside_paper_markdown", "readings_frame"]
 
 SETTING_KEYS = ["dataset", "protocol", "level", "n_clients"]
 _KEYS = SETTING_KEYS + ["method"]
@@ -83,12 +90,53 @@ def table3(df: pd.DataFrame, reproduction: str = "paper_text") -> pd.DataFrame:
     return _aggregate(df, "global_accuracy" if reproduction == "paper_text" else "reported_accuracy")
 
 
+PERCENT_COLUMNS = ("global_accuracy", "reported_accuracy", "local_accuracy", "ad", "sdad", "ad_cl", "sdad_cl",
+                   "ad_std", "mean", "std", "sd", "accuracy", "pooled_split_accuracy", "val_accuracy",
+                   "test_accuracy", "global_test_accuracy", "param_average_accuracy", "paper")
+"""Columns that hold a fraction of 1 in the workbook's frames (accuracies, AD/SDAD, their means
+and spreads): :func:`in_percent` multiplies these by 100. A ratio (CP), a count or a PSI is
+none of them."""
+
+
+def in_percent(frame: pd.DataFrame, columns=None) -> pd.DataFrame:
+    """A copy of ``frame`` with its fraction columns in percent (×100): ``columns`` (default the
+    :data:`PERCENT_COLUMNS` present). A column of per-client lists (``local_accuracy``) is
+    converted element by element. For a figure's CSV (:func:`workbook.plots.save_figure`)."""
+    if not isinstance(frame, pd.DataFrame):
+        from fedlib.validation import fail
+
+        fail("frame", "a pandas DataFrame", type(frame).__name__)
+    out = frame.copy()
+    for c in [c for c in (PERCENT_COLUMNS if columns is None else columns) if c in out.columns]:
+        if out[c].dtype == object:
+            out[c] = [100.0 * np.asarray(v, float) if isinstance(v, (list, tuple, np.ndarray))
+                      else (np.nan if v is None else 100.0 * float(v)) for v in out[c]]
+        else:
+            out[c] = 100.0 * out[c].astype(float)
+    return out
+
+
+_CSV_NAMES = {"std": "sd", "ad_std": "ad_sd", "n_seeds": "n"}
+
+
+def csv_table(table: pd.DataFrame) -> pd.DataFrame:
+    """The numbers-only CSV of a :func:`table3` / :func:`table4` table (or any frame with
+    ``mean``/``std``/``n_seeds`` columns): fractions in percent (:func:`in_percent`), ``std`` named
+    ``sd``, ``ad_std`` ``ad_sd``, ``n_seeds`` ``n``; no formatted string. ``figures/*.csv`` hold
+    these (the tables shown in the notebooks keep their "mean ± sd" cells)."""
+    return in_percent(table).rename(columns=_CSV_NAMES)
+
+
 def beside_paper(df: pd.DataFrame, n_clients: int | None = None) -> pd.DataFrame:
     """Table III in both readings beside the paper's K = 100 value, one row per (data set,
-    setting, method): ``paper`` (the published mean, of the paper's data set that ``dataset``
-    stands in for — :data:`workbook.paper_table3.STAND_INS`; NaN where the table has
-    none), ``paper_text`` and ``paper_code`` as "mean ± std" over seeds (:func:`table3`), all in
-    percent (the workbook's unit for accuracies), and ``own_run`` (whether the two readings are two runs here). ``n_clients`` keeps one K."""
+    setting, method), numbers only, all in percent (the workbook's unit for accuracies):
+    ``paper`` (the published mean, of the paper's data set that ``dataset`` stands in for —
+    :data:`workbook.paper_table3.STAND_INS`; NaN where the table has none), ``paper_text_mean``,
+    ``paper_text_sd``, ``paper_text_n`` and the same for ``paper_code`` over seeds
+    (:func:`table3`; NaN mean where none ran or a run failed, ``*_failed`` the failed runs), and
+    ``separate_code_run`` (True: the authors' code ran the method differently here, so
+    ``paper_code`` is a run of its own; False: one run, made as Table II says, serves both
+    readings). ``n_clients`` keeps one K. :func:`beside_paper_markdown` renders it."""
     from .paper_table3 import STAND_INS, paper_value
 
     keys = _KEYS
@@ -100,15 +148,46 @@ def beside_paper(df: pd.DataFrame, n_clients: int | None = None) -> pd.DataFrame
         if n_clients is not None and k != n_clients:
             continue
         c = code.loc[key] if key in code.index else None
-        rows.append({"dataset": name, "paper_dataset": STAND_INS.get(name, name),
-                     "setting": f"{setting_name(protocol, level)}, K={k}", "method": method,
-                     "paper": 100.0 * (paper_value(name, method, protocol, level) or np.nan),
-                     "paper_text": _fmt(100.0 * t["mean"], 100.0 * t["std"], t["n_seeds"],
-                                        n_failed=t.get("n_failed", 0)),
-                     "paper_code": "—" if c is None else _fmt(100.0 * c["mean"], 100.0 * c["std"], c["n_seeds"],
-                                                              n_failed=c.get("n_failed", 0)),
-                     "own_run": key in own})
+        row = {"dataset": name, "paper_dataset": STAND_INS.get(name, name),
+               "setting": f"{setting_name(protocol, level)}, K={k}", "method": method,
+               "paper": 100.0 * (paper_value(name, method, protocol, level) or np.nan)}
+        for reading, r in (("paper_text", t), ("paper_code", c)):
+            row[f"{reading}_mean"] = np.nan if r is None else 100.0 * r["mean"]
+            row[f"{reading}_sd"] = np.nan if r is None else 100.0 * r["std"]
+            row[f"{reading}_n"] = 0 if r is None else int(r["n_seeds"])
+            row[f"{reading}_failed"] = 0 if r is None else int(r.get("n_failed", 0))
+        row["separate_code_run"] = key in own
+        rows.append(row)
     return pd.DataFrame(rows)
+
+
+def beside_paper_markdown(side: pd.DataFrame) -> str:
+    """:func:`beside_paper` as a Markdown table for readers: methods by display name, each
+    reading "mean ± sd" in percent (the heading says so), the paper's value, and the column
+    "paper_code run": "own run" where the authors' code ran the method differently (two runs),
+    "= paper_text" where one run serves both readings."""
+    t = pd.DataFrame({
+        "data set": side.dataset, "paper's data set": side.paper_dataset, "setting": side.setting,
+        "method": side.method.map(display_name),
+        "paper (%)": side.paper,
+        **{f"{r} (%)": [_fmt(a, b, n, n_failed=f) for a, b, n, f in
+                        zip(side[f"{r}_mean"], side[f"{r}_sd"], side[f"{r}_n"], side[f"{r}_failed"])]
+           for r in ("paper_text", "paper_code")},
+        "paper_code run": np.where(side.separate_code_run, "own run", "= paper_text")})
+    return frame_markdown(t)
+
+
+def readings_frame(methods, n_clients: int, fraction: float) -> pd.DataFrame:
+    """What the ``paper_code`` reading changes per method (:func:`fedlib.reproduction.describe`),
+    for readers: ``method`` (display name), ``what the authors' code did`` and ``runs`` — "two:
+    paper_text and paper_code" where that makes another run at K = ``n_clients``, q =
+    ``fraction``, "one serves both readings" where it does not."""
+    from fedlib.reproduction import describe
+
+    d = pd.DataFrame(describe(methods, n_clients, fraction))
+    return pd.DataFrame({"method": d.method.map(display_name), "what the authors' code did": d.paper_code,
+                         "runs": np.where(d.separate_run, "two: paper_text and paper_code",
+                                          "one serves both readings")})
 
 
 def table4(df: pd.DataFrame, reproduction: str = "paper_text") -> pd.DataFrame:

@@ -3,7 +3,10 @@ the CSV behind it through :func:`workbook.plots.save_figure`.
 
 Colours are stable: a method always gets :func:`method_color` (one distinct colour for each
 of the 14 registered methods, Clust-PSI-PFL in black), and a series of Figs. 5–6 gets its
-colour from the sorted set of series in the frame, so two series never share a colour."""
+colour from the sorted set of series in the frame, so two series never share a colour.
+
+Units: the runs' frames hold accuracies as fractions of 1 (as the records do); the figures plot
+them in percent, the workbook's one unit for readers, and every accuracy axis says "(%)"."""
 from __future__ import annotations
 
 import zlib
@@ -15,7 +18,7 @@ import seaborn as sns
 from matplotlib.lines import Line2D
 
 from fedlib.methods import METHODS, display_name
-from fedlib.partition import level_log_scale, level_symbol
+from fedlib.partition import level_axis, level_log_scale, level_symbol, partition_name
 
 __all__ = ["fig5_silhouette", "fig6_tau", "fig7_accuracy", "fig8_ecdf", "ecdf_panel", "method_color", "method_order",
            "method_legend"]
@@ -155,10 +158,10 @@ def _level_panel(ax, sub, proto, methods, proposed: str = PROPOSED) -> None:
     """Global accuracy (mean over seeds) against the level, a line per method; median WPSI dashed
     on a twin axis."""
     for m in methods:
-        s = sub[sub.method == m].groupby("level").global_accuracy.mean()
+        s = 100.0 * sub[sub.method == m].groupby("level").global_accuracy.mean()
         if not s.empty:
             ax.plot(s.index, s.values, marker="o", ms=4, **_method_line(m, proposed))
-    ax.set(xlabel=level_symbol(proto, "level"), ylabel="global accuracy", ylim=(0, 1.02))
+    ax.set(xlabel=level_symbol(proto, "level"), ylabel="global accuracy (%)", ylim=(0, 102))
     if level_log_scale(proto) and (sub.level > 0).all():
         ax.set_xscale("log")
     w = sub.groupby("level").wpsi.median()
@@ -170,7 +173,7 @@ def _level_panel(ax, sub, proto, methods, proposed: str = PROPOSED) -> None:
 
 def _single_level_panel(ax, sub, methods, proposed: str = PROPOSED) -> None:
     """One level only: a dot per method at its mean global accuracy over seeds, bars = min..max."""
-    stats = sub.groupby("method").global_accuracy.agg(["mean", "min", "max"])
+    stats = 100.0 * sub.groupby("method").global_accuracy.agg(["mean", "min", "max"])
     shown = [m for m in methods if m in stats.index]
     for y, m in enumerate(shown):
         mean, lo, hi = stats.loc[m, ["mean", "min", "max"]]
@@ -183,11 +186,11 @@ def _single_level_panel(ax, sub, methods, proposed: str = PROPOSED) -> None:
     ax.set_ylim(len(shown) - 0.5, -0.5)  # first method on top
     ax.grid(axis="y", color="0.9", lw=0.8)
     ax.set_axisbelow(True)
-    ax.set(xlabel="global accuracy (mean over seeds; bars = min..max)", xlim=(0, 1.02))
+    ax.set(xlabel="global accuracy (%) (mean over seeds; bars = min..max)", xlim=(0, 102))
 
 
 def fig7_accuracy(runs: pd.DataFrame, proposed: str = PROPOSED) -> plt.Figure:
-    """Global accuracy per method, one panel per (dataset, protocol, K).
+    """Global accuracy (%) per method, one panel per (dataset, protocol, K).
 
     A panel with at least two levels draws accuracy (mean over seeds) against the level, a line
     per method, and the median WPSI dotted on a second axis. A panel with a single level draws a
@@ -205,11 +208,11 @@ def fig7_accuracy(runs: pd.DataFrame, proposed: str = PROPOSED) -> plt.Figure:
         levels = sub.level.unique()
         if len(levels) >= 2:
             _level_panel(ax, sub, proto, methods, proposed)
-            ax.set_title(f"{ds}, {proto}, K={k}")
+            ax.set_title(f"{ds}, {level_axis(proto, proto).replace(' (log scale)', '')}, K={k}")
             any_lines = True
         else:
             _single_level_panel(ax, sub, methods, proposed)
-            ax.set_title(f"{ds}, {proto}, K={k}, {_label(proto, levels[0])}\n"
+            ax.set_title(f"{ds}, {partition_name(proto, levels[0])}, K={k}\n"
                          f"median WPSI = {sub.wpsi.median():.3g}")
     extra = [(Line2D([], [], color="k", ls=":", lw=1.4), "median WPSI")] if any_lines else []
     method_legend(fig, methods, extra, proposed=proposed)
@@ -219,22 +222,23 @@ def fig7_accuracy(runs: pd.DataFrame, proposed: str = PROPOSED) -> plt.Figure:
 
 def ecdf_panel(ax, runs: pd.DataFrame, methods, proposed: str = PROPOSED) -> None:
     """One ECDF per method of the clients' local accuracies in ``runs`` (seeds pooled, NaN —
-    clients without a test split — dropped), in each method's colour and line style."""
+    clients without a test split — dropped), in each method's colour and line style; accuracy
+    in percent on the x axis."""
     for m in methods:
         g = runs[runs.method == m]
         if g.empty:
             continue
         acc = np.concatenate([np.asarray(a, float).ravel() for a in g.local_accuracy])
-        acc = acc[~np.isnan(acc)]
+        acc = 100.0 * acc[~np.isnan(acc)]
         if acc.size:
             sns.ecdfplot(x=acc, ax=ax, label=display_name(m), **_method_line(m, proposed))
-    ax.set(xlabel="local accuracy", ylabel="ECDF", xlim=(0, 1.01), ylim=(0, 1.02))
+    ax.set(xlabel="local accuracy (%)", ylabel="ECDF (share of clients)", xlim=(0, 101), ylim=(0, 1.02))
 
 
 def fig8_ecdf(runs: pd.DataFrame, protocol: str, level: float, n_clients: int,
               proposed: str = PROPOSED) -> plt.Figure:
     """ECDF of clients' local accuracy per method (all seeds pooled) for one setting,
-    one panel per dataset, one legend below the panels."""
+    one panel per dataset (titled by the partition's display name), one legend below the panels."""
     ok = runs[(runs.status == "ok") & (runs.protocol == protocol) & (runs.level == level)
               & (runs.n_clients == n_clients)]
     datasets = list(dict.fromkeys(ok.dataset))
@@ -243,7 +247,7 @@ def fig8_ecdf(runs: pd.DataFrame, protocol: str, level: float, n_clients: int,
     fig, axes = plt.subplots(1, n, figsize=(max(5.0 * n, 8.0), 4.2), squeeze=False)
     for ax, ds in zip(axes[0], datasets):
         ecdf_panel(ax, ok[ok.dataset == ds], methods, proposed)
-        ax.set_title(f"{ds}, {_label(protocol, level)}, K={n_clients}")
+        ax.set_title(f"{ds}, {partition_name(protocol, level)}, K={n_clients}")
     method_legend(fig, methods, marker=None, proposed=proposed)
     fig.tight_layout(rect=(0, 0.14, 1, 1))
     return fig

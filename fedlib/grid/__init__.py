@@ -79,8 +79,11 @@ def _progress_mode(progress) -> str:
 
 
 def _describe(s: RunSpec) -> str:
+    """A run as progress lines name it; the partition by its display name (:func:`fedlib.partition.partition_name`)."""
+    from fedlib.partition import partition_name
+
     tag = "" if s.reproduction == "paper_text" else f" ({s.reproduction})"
-    return f"{s.dataset} {s.protocol}={s.level:g} K={s.n_clients} {s.method}{tag} seed={s.seed}"
+    return f"{s.dataset} ({partition_name(s.protocol, s.level)}) K={s.n_clients} {s.method}{tag} seed={s.seed}"
 
 
 # ----------------------------------------------------------------------------- budgets
