@@ -38,7 +38,7 @@ def test_a_non_resumable_methods_run_prints_a_line_every_interval(tmp_path, monk
     assert record["status"] == "ok"
     beats = [line for line in capsys.readouterr().err.splitlines() if ": training, " in line]
     assert len(beats) >= 3, beats  # 1.5 s quiet at 0.2 s a line
-    label = "adult dirichlet=0.5 K=4 local seed=0"
+    label = "adult (Dirichlet α = 0.5) K=4 local seed=0"  # the partition by its display name (partition_name)
     assert all(line.startswith(f"run_grid: {label}: training, ") and " min so far" in line for line in beats), beats
     last = record["history"][-1]
     assert f"accuracy {100 * last['global_accuracy']:.2f}% after round {last['round']}" in beats[-1], beats
@@ -72,9 +72,9 @@ def test_a_finished_runs_line_carries_its_accuracy():
     spec = X.RunSpec("adult", "dirichlet", 0.5, 4, 0, "fedprism", fl={"rounds": 2, "local_epochs": 1}, n_train=400)
     ok = record_fakes.record(spec, accuracy=0.7)
     assert grid_cli._line(grid_cli.describe, spec, {**ok, "seconds": 15.7}) == (
-        "adult dirichlet=0.5 K=4 fedprism seed=0: ok in 15.7 s, weighted local accuracy 70.00 %")
+        "adult (Dirichlet α = 0.5) K=4 fedprism seed=0: ok in 15.7 s, weighted local accuracy 70.00 %")
     failed = record_fakes.record(spec, status="failed", seconds=3.0)
-    assert grid_cli._line(grid_cli.describe, spec, failed) == "adult dirichlet=0.5 K=4 fedprism seed=0: failed in 3.0 s"
+    assert grid_cli._line(grid_cli.describe, spec, failed) == "adult (Dirichlet α = 0.5) K=4 fedprism seed=0: failed in 3.0 s"
 
 
 def test_report_check_says_what_it_compared(tmp_path, monkeypatch, capsys):
