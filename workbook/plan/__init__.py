@@ -436,7 +436,9 @@ def _study_missing(root: str, R) -> list[tuple]:
 
 def _describe(spec) -> str:
     reading = f" ({spec.reproduction})" if getattr(spec, "reproduction", "paper_text") != "paper_text" else ""
-    return (f"{spec.method}{reading} {spec.dataset} {spec.protocol}={float(spec.level):g} "
+    from fedlib.partition import partition_name
+
+    return (f"{spec.method}{reading} {spec.dataset} ({partition_name(spec.protocol, spec.level)}) "
             f"K={spec.n_clients} seed {spec.seed}")
 
 
