@@ -66,6 +66,9 @@ FOREST_DIR = ROOT / "figures" / "findings"
 """Where ``--write`` draws docs/findings.md's forest plots (:func:`forest_figure_stems`)."""
 README = ROOT / "README.md"
 _BLOCK = re.compile(r"(<!-- findings:start -->\n)(.*?)(<!-- findings:end -->)", re.S)
+_COSTS_BLOCK = re.compile(r"(<!-- costs:start -->\n)(.*?)(<!-- costs:end -->)", re.S)
+COSTS = ROOT / "benchmarks" / "records" / "commands" / "costs.json"
+"""The measured time and disk of the README's commands (:func:`costs_block` renders them)."""
 
 
 # ----------------------------------------------------------------------------- records
@@ -1157,11 +1160,34 @@ def readme_block(df: pd.DataFrame, link: str = "docs/findings.md", root: Path | 
     return "\n".join(lines) + "\n"
 
 
+def _size(n: float) -> str:
+    return f"about {n / 1e9:.1f} GB" if n >= 1e9 else f"about {n / 1e6:.0f} MB"
+
+
+def costs_block(path: Path | str = COSTS) -> str:
+    """The README's table of its commands' time and disk, from the committed measurement at
+    ``path`` (:data:`COSTS`: per command its minutes or seconds, the folders it fills in bytes,
+    a note; the cores it ran on): one row per command."""
+    import json
+
+    rec = json.loads(Path(path).read_text())
+    lines = [f"| command | time (approximate, measured once on {rec['cores']} cores) | disk | what |", "|---|---|---|---|"]
+    for c in rec["commands"]:
+        time = (f"about {c['minutes']} min" if "minutes" in c else f"about {c['seconds']} s" if "seconds" in c else "—")
+        disk = ", ".join(f"`{folder}` {_size(n)}" for folder, n in c["disk"].items()) or "—"
+        lines.append(f"| `{c['command']}` | {time} | {disk} | {c['note']} |")
+    return "\n".join(lines) + "\n"
+
+
 def _rendered(df: pd.DataFrame, readme_text: str, root: Path | str = RECORDS) -> tuple[str, str]:
     if not _BLOCK.search(readme_text):
         fail("README.md", "a file with a '<!-- findings:start -->' line and a '<!-- findings:end -->' line "
              "(the findings go between them)", "no such block")
     new_readme = _BLOCK.sub(lambda m: m.group(1) + readme_block(df, root=root) + m.group(3), readme_text, count=1)
+    if not _COSTS_BLOCK.search(new_readme):
+        fail("README.md", "a file with a '<!-- costs:start -->' line and a '<!-- costs:end -->' line "
+             "(the commands' time and disk go between them)", "no such block")
+    new_readme = _COSTS_BLOCK.sub(lambda m: m.group(1) + costs_block() + m.group(3), new_readme, count=1)
     return findings_markdown(df, root), new_readme
 
 
