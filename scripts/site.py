@@ -34,7 +34,15 @@ Links. Every relative link of a page (Markdown ``[text](target)``, ``![alt](targ
 The same file is the MkDocs hook of the staged config (:func:`on_post_page`): nbconvert's page
 template loads MathJax from a URL that mkdocs-jupyter leaves empty (``<script src="">``); the
 notebooks write their symbols in Unicode, not TeX, so the hook drops that dead tag and the site
-loads nothing from the network.
+loads nothing from the network. The hook also readies every page's tables for reading (issue 71,
+:func:`readable_tables`): a cell holding a number gets class ``num`` (``white-space: nowrap``),
+and a long reason (the report's last column, ``reason``) becomes one collapsible line
+(``<details class="why">``), so that a table's key columns fit the content width.
+
+Styles and script. ``scripts/site_assets/`` (``workbook.css``: the wider content column, the
+tables' scrolling and unwrapped numbers; ``workbook.js``: a click on an image shows it at its
+natural size) is copied to ``assets/`` of the site, named by ``mkdocs.yml``'s ``extra_css`` and
+``extra_javascript``.
 
 Usage
 -----
@@ -44,6 +52,7 @@ Usage
 from __future__ import annotations
 
 import argparse
+import html
 import json
 import os
 import posixpath
@@ -60,6 +69,7 @@ SITE = ROOT / "build" / "site"
 PAGES_DIR = "pages"  # under STAGE; MkDocs refuses a docs_dir that holds its config file
 REPORT = "notebooks/00_report.ipynb"
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".gif", ".svg", ".webp"}
+SITE_ASSETS = Path(__file__).resolve().parent / "site_assets"  # -> assets/ of the site (mkdocs.yml)
 
 #: Markdown links and images: ``[text](target)`` / ``![alt](target)`` (``target`` without spaces;
 #: an optional ``"title"`` after it is kept).
@@ -251,6 +261,7 @@ def stage(root: Path = ROOT, stage_dir: Path = STAGE, site_dir: Path = SITE) -> 
     for repo in sorted(assets):
         (out / repo).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(root / repo, out / repo)
+    shutil.copytree(SITE_ASSETS, out / "assets")
     config = stage_dir / "mkdocs.yml"
     rel = lambda p: json.dumps(os.path.relpath(p, stage_dir))  # noqa: E731
     config.write_text(
@@ -301,9 +312,63 @@ def on_page_context(context, page, config, nav):
     return context
 
 
+TABLE = re.compile(r"<table\b.*?</table>", re.S)
+ROW = re.compile(r"<tr\b[^>]*>.*?</tr>", re.S)
+CELL = re.compile(r"<(?P<tag>t[dh])(?P<attrs>\b[^>]*)>(?P<inner>.*?)</(?P=tag)>", re.S)
+TAG = re.compile(r"<[^>]+>")
+SHORT_REASON = 40
+"""A reason of at most this many characters stays as it is; a longer one is collapsed."""
+
+
+def is_number(inner: str) -> bool:
+    """Whether a table cell's HTML holds a number (a value, ``90.12 ± 0.48 (n = 3)``, an interval,
+    counts ``3 / 28``): a digit, and no Latin letter outside ``(n = …)``."""
+    text = html.unescape(TAG.sub("", inner)).strip()
+    rest = re.sub(r"\bn = \d+", "", text)
+    return bool(re.search(r"\d", text)) and not re.search(r"[A-Za-z]", rest)
+
+
+def collapsed_reason(inner: str) -> str:
+    """A reason cell's HTML as one collapsible line: ``<details class="why"><summary>`` its
+    head (the text before the first ``: ``, or its first words) ``</summary>`` all of it
+    ``</details>``; a short reason (:data:`SHORT_REASON`) is left as it is."""
+    text = html.unescape(TAG.sub("", inner)).strip()
+    if len(text) <= SHORT_REASON:
+        return inner
+    head = text.split(": ", 1)[0].split("; ", 1)[0]
+    if len(head) > 32:
+        head = " ".join(head.split()[:4])
+    return (f'<details class="why"><summary>{html.escape(head)} …</summary>{inner.strip()}</details>')
+
+
+def readable_tables(output: str) -> str:
+    """Every table of a page's HTML with its number cells marked ``class="num"`` and, in a table
+    whose last header is ``reason``, each long reason collapsed (:func:`collapsed_reason`)."""
+    def table(m: re.Match) -> str:
+        t = m.group(0)
+        heads = [html.unescape(TAG.sub("", c["inner"])).strip() for c in CELL.finditer(t) if c["tag"] == "th"]
+        reason = bool(heads) and heads[-1] == "reason"
+
+        def row(r: re.Match) -> str:
+            cells = [c for c in CELL.finditer(r.group(0)) if c["tag"] == "td"]
+            out, last = [], 0
+            for i, c in enumerate(cells):
+                inner, attrs = c["inner"], c["attrs"]
+                if reason and i == len(heads) - 1 == len(cells) - 1:
+                    inner = collapsed_reason(inner)
+                elif is_number(inner) and "class=" not in attrs:
+                    attrs += ' class="num"'
+                out += [r.group(0)[last:c.start()], f"<td{attrs}>{inner}</td>"]
+                last = c.end()
+            return "".join(out) + r.group(0)[last:]
+        return ROW.sub(row, t)
+    return TABLE.sub(table, output)
+
+
 def on_post_page(output: str, page, config) -> str:
-    """MkDocs hook: drop the MathJax loader mkdocs-jupyter leaves without a URL."""
-    return output.replace('<script src=""> </script>', "")
+    """MkDocs hook: drop the MathJax loader mkdocs-jupyter leaves without a URL, and ready the
+    page's tables for reading (:func:`readable_tables`)."""
+    return readable_tables(output.replace('<script src=""> </script>', ""))
 
 
 def main(argv: list[str] | None = None) -> int:

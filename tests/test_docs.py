@@ -12,8 +12,10 @@ The rules (also in docs/index.md, "Rules for these pages"):
   must exist; spans with placeholders (``<paper>``, ``*``) are not paths.
 - **Links.** Every relative Markdown link points at an existing file, and its ``#anchor`` at a
   heading (GitHub's slug) or an explicit ``id``/``name`` anchor of that file.
-- **The README** is at most 200 lines, a front door. Outside the generated findings block
-  (between ``<!-- findings:start -->`` and ``<!-- findings:end -->``) it holds no timing (a
+- **The README** is at most 200 lines, a front door. Outside the generated blocks (the
+  findings, between ``<!-- findings:start -->`` and ``<!-- findings:end -->``, and the commands'
+  measured time and disk, between ``<!-- costs:start -->`` and ``<!-- costs:end -->``, both
+  rendered by ``python -m workbook.report --write``) it holds no timing (a
   time unit or a number of seconds/hours), no typed result (``±``, ``%``, ``0.xx``, ``xx.xx``)
   and no machine or session words; every numbered notebook has a row.
 - **Pages written by hand** (README and docs/ except the generated findings.md and
@@ -35,6 +37,7 @@ PAGES = [README] + sorted(DOCS.glob("*.md"))
 HAND_WRITTEN = [p for p in PAGES if p.name not in GENERATED or p.parent != DOCS]
 
 FINDINGS_START, FINDINGS_END = "<!-- findings:start -->", "<!-- findings:end -->"
+COSTS_START, COSTS_END = "<!-- costs:start -->", "<!-- costs:end -->"
 README_MAX_LINES = 200
 
 SPAN = re.compile(r"`([^`\n]+)`")
@@ -139,9 +142,11 @@ def _readme_outside_findings() -> list[tuple[int, str]]:
     lines = README.read_text().splitlines()
     assert lines.count(FINDINGS_START) == 1 and lines.count(FINDINGS_END) == 1, \
         f"README.md must hold the generated block {FINDINGS_START} … {FINDINGS_END} once"
-    start, end = lines.index(FINDINGS_START), lines.index(FINDINGS_END)
-    assert start < end
-    return [(i + 1, line) for i, line in enumerate(lines) if not start <= i <= end]
+    assert lines.count(COSTS_START) == 1 and lines.count(COSTS_END) == 1, \
+        f"README.md must hold the generated block {COSTS_START} … {COSTS_END} once"
+    blocks = [(lines.index(a), lines.index(b)) for a, b in ((FINDINGS_START, FINDINGS_END), (COSTS_START, COSTS_END))]
+    assert all(start < end for start, end in blocks)
+    return [(i + 1, line) for i, line in enumerate(lines) if not any(start <= i <= end for start, end in blocks)]
 
 
 def test_readme_is_a_front_door():

@@ -118,3 +118,23 @@ def test_claims_plot_draws_one_marker_per_claim():
     assert _markers(fig) == len(rows) == 5
     assert len(fig.axes) == 2  # pp, then scores
     plt.close(fig)
+
+
+def test_forest_figures_split_by_panel_and_keep_labels_legible_at_the_figure_width():
+    """One figure per panel; each FIGURE_WIDTH inches wide (so shown near its natural width on the
+    site), its row labels at LABEL_PT points and wrapped, so that a long label does not squeeze the
+    panel (issue 71: labels at least 10 px tall where the site shows the figure)."""
+    long_row = _cell("fedamp " + "word " * 30, "differs", mean=70.0, sd=0.5, n=3, margin=1.0)
+    rows = forest.forest_rows([*CELLS, long_row])
+    figs = forest.forest_figures(rows)
+    assert list(figs) == list(dict.fromkeys(rows["panel"]))
+    assert sum(_markers(f) for f in figs.values()) == len(rows)
+    for fig in figs.values():
+        assert fig.get_figwidth() == forest.FIGURE_WIDTH
+        ax = fig.axes[0]
+        labels = [t for t in ax.get_yticklabels() if t.get_text()]
+        assert labels and all(t.get_fontsize() == forest.LABEL_PT for t in labels)
+        assert max(len(line) for t in labels for line in t.get_text().split("\n")) <= forest.WRAP
+        assert ax.get_position().width * forest.FIGURE_WIDTH > 0.35 * forest.FIGURE_WIDTH  # the labels leave room
+        plt.close(fig)
+    assert forest.wrap_label("A · b c · " + "d" * 10, width=12) == "A · b c\n" + "d" * 10

@@ -246,6 +246,23 @@ def test_the_cross_paper_table_is_the_reports_last_section(tmp_path):
     assert sections[-2:] == ["PSI beyond label skew (notebook 12)", "Cross-paper table (notebook 11)"]
 
 
+def test_the_readme_costs_block_is_rendered_from_its_record(tmp_path):
+    """The README's commands' time and disk come from the committed measurement, by code."""
+    rec = {"cores": 2, "commands": [
+        {"command": "make workbook", "minutes": 23, "disk": {".venv/": 6.2e9, "data/": 1.59e8}, "note": "first run"},
+        {"command": "make lab", "disk": {}, "note": "Lab"},
+        {"command": "make site", "seconds": 39, "disk": {"build/site/": 1.8e7}, "note": "site"}]}
+    path = tmp_path / "costs.json"
+    path.write_text(json.dumps(rec))
+    lines = report.costs_block(path).splitlines()
+    assert lines[0] == "| command | time (approximate, measured once on 2 cores) | disk | what |"
+    assert lines[2] == "| `make workbook` | about 23 min | `.venv/` about 6.2 GB, `data/` about 159 MB | first run |"
+    assert lines[3] == "| `make lab` | — | — | Lab |"
+    assert lines[4] == "| `make site` | about 39 s | `build/site/` about 18 MB | site |"
+    readme = (ROOT / "README.md").read_text()
+    assert report.costs_block() in readme and "`make test` | about" in readme and "chromium" in readme
+
+
 def test_missing_readme_markers_are_refused(tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text("no block here\n")

@@ -280,3 +280,107 @@ def test_chromium_renders_a_notebook_and_a_docs_page(site, tmp_path, page, noteb
     assert seen["tables"] > 0 and seen["stylesheets"] == seen["stylesheets_loaded"] >= 1
     if notebook:
         assert seen["images"] == _image_outputs(ROOT / "notebooks" / notebook) > 0
+
+
+# --- issue 71: read at a 1,440-px window ------------------------------------------------------
+
+READING = """<!doctype html><html><body style="margin:0"><pre id="out">pending</pre>
+<iframe id="f" style="width:{width}px;height:900px;border:0;display:block" src="{url}"></iframe>
+<script>
+document.getElementById('f').addEventListener('load', () => {{
+  const w = document.getElementById('f').contentWindow, d = w.document;
+  const box = (el) => {{  // the box that clips el: its nearest ancestor that scrolls or hides overflow
+    for (let p = el.parentElement; p; p = p.parentElement) {{
+      if (/(auto|scroll|hidden)/.test(w.getComputedStyle(p).overflowX)) return p.getBoundingClientRect();
+    }}
+    return {{left: 0, right: w.innerWidth}};
+  }};
+  const forest = [...d.querySelectorAll('article img')].filter(i => i.alt.startsWith('Forest plot'));
+  const verdicts = [...d.querySelectorAll('article th')].filter(t => t.textContent.trim().startsWith('verdict'));
+  const nums = [...d.querySelectorAll('article td.num')];
+  const result = {{
+    viewport: w.innerWidth,
+    forest: forest.map(i => ({{alt: i.alt, shown: i.getBoundingClientRect().width, natural: i.naturalWidth}})),
+    verdicts: verdicts.map(t => ({{right: t.getBoundingClientRect().right, box: box(t).right}})),
+    nums: nums.length,
+    nums_wrapping: nums.filter(c => w.getComputedStyle(c).whiteSpace !== 'nowrap').length,
+    reasons: d.querySelectorAll('article details.why').length,
+  }};
+  const img = forest[0] || d.querySelector('article img');
+  if (img) {{
+    img.click();
+    const big = d.querySelector('.wb-lightbox img');
+    result.enlarged = big ? {{shown: big.getBoundingClientRect().width, natural: img.naturalWidth}} : null;
+  }}
+  document.getElementById('out').textContent = JSON.stringify(result);
+}});
+</script></body></html>
+"""
+WINDOW = 1440
+"""The window width the reader's checks are made at (issue 71)."""
+
+
+def read_at_window(page: Path, tmp: Path, width: int = WINDOW) -> dict:
+    """What headless Chromium measures on ``page`` laid out ``width`` px wide (the page in a frame
+    of that width, the frame at the probe's top left): the viewport's width; per forest-plot image
+    (alt text "Forest plot: …") its shown and natural width; per ``verdict…`` table header its
+    right edge and the right edge of the box that clips it (the table's scrolling box, else the
+    viewport), with nothing scrolled; the number cells and those that may wrap; the collapsed
+    reasons; and, after a click on the first forest plot (else the first image), the width of
+    the enlarged copy (None when nothing opened)."""
+    probe = tmp / "reading.html"
+    probe.write_text(READING.format(url=page.resolve().as_uri(), width=width))
+    cmd = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+           f"--user-data-dir={tmp / 'profile-reading'}", "--allow-file-access-from-files",
+           f"--window-size={width + 40},1000", "--virtual-time-budget=15000", "--dump-dom", probe.as_uri()]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    m = re.search(r'<pre id="out">([^<]*)</pre>', run.stdout)
+    assert run.returncode == 0 and m, f"chromium failed ({run.returncode}):\n{run.stderr[-2000:]}"
+    assert m.group(1) != "pending", f"{page} did not load in chromium:\n{run.stderr[-2000:]}"
+    return json.loads(html.unescape(m.group(1)))
+
+
+def label_px(shown: float, natural: float) -> float:
+    """A forest plot's row labels' height as shown, px: their height in the PNG (LABEL_PT points
+    at the figures' DPI: LABEL_PT × DPI / 72 px) times the scale the page shows the image at."""
+    from workbook import forest, plots
+    return forest.LABEL_PT * plots.DPI / 72 * shown / natural
+
+
+def test_findings_forest_plots_are_legible_at_a_1440_px_window(site, tmp_path):
+    """Issue 71: docs/findings.md's forest plots (one per table or column), shown at the site's
+    content width in a 1,440-px window, have row labels at least 10 px tall; a click shows a
+    figure at its natural size."""
+    seen = read_at_window(site / "docs" / "findings.html", tmp_path)
+    linked = len(re.findall(r"^!\[Forest plot: ", (ROOT / "docs" / "findings.md").read_text(), flags=re.M))
+    assert seen["viewport"] == WINDOW and linked > 0 and len(seen["forest"]) == linked
+    small = [(f["alt"], round(label_px(f["shown"], f["natural"]), 1)) for f in seen["forest"]
+             if not label_px(f["shown"], f["natural"]) >= 10]
+    assert not small, f"forest plots whose labels show under 10 px tall: {small}"
+    assert seen["enlarged"] and seen["enlarged"]["shown"] == seen["enlarged"]["natural"] > 0
+
+
+@pytest.mark.parametrize("page", ["docs/findings.html", "index.html"])
+def test_the_verdict_column_is_visible_without_scrolling_at_a_1440_px_window(site, tmp_path, page):
+    """Issue 71: in every table of the report (the findings page, the front page), the verdict
+    column's right edge lies within the viewport and within the table's scrolling box, with
+    nothing scrolled; numbers never wrap, and long reasons are collapsed to one line."""
+    seen = read_at_window(site / page, tmp_path)
+    assert len(seen["verdicts"]) >= 5, "the report's tables: at least one per paper"
+    hidden = [v for v in seen["verdicts"] if not v["right"] <= min(v["box"], seen["viewport"]) + 0.5]
+    assert not hidden, f"{len(hidden)} of {len(seen['verdicts'])} tables hide their verdict column: {hidden[:5]}"
+    assert seen["nums"] > 0 and seen["nums_wrapping"] == 0
+    assert seen["reasons"] > 0
+
+
+def test_numbers_are_marked_and_long_reasons_collapsed():
+    table = ("<table><thead><tr><th>row</th><th>ours</th><th>verdict</th><th>reason</th></tr></thead><tbody>"
+             "<tr><td>FedAvg</td><td>90.12 ± 0.48 (n = 3)</td><td>differs (±1.00)</td>"
+             "<td>stand_in_dataset: suspected: adult (1994 census) stands in for ACSIncome</td></tr>"
+             "<tr><td>CL</td><td>+0.50 [−0.20, +1.20]</td><td>reproduced</td><td>short</td></tr></tbody></table>")
+    out = site_builder.readable_tables(table)
+    assert out.count('<td class="num">') == 2 and "<td>FedAvg</td>" in out and "<td>differs (±1.00)</td>" in out
+    assert ('<td><details class="why"><summary>stand_in_dataset …</summary>stand_in_dataset: suspected: '
+            "adult (1994 census) stands in for ACSIncome</details></td>") in out
+    assert "<td>short</td>" in out
+    assert site_builder.is_number("3 / 28 / 22") and not site_builder.is_number("Table III")

@@ -17,11 +17,22 @@ claims_rows   the papers' claims (:func:`workbook.paper_claims.frame`) -> one ro
               our A − B with its sd, the margin, and the region the claim needs.
 claims_plot   one figure of those rows: the region each claim needs shaded, our A − B as a marker
               coloured by whether the claim holds, the paper's own A − B as an open diamond.
+forest_figures  the forest plot split for reading: one figure per panel (a table, or a table's
+              column where it is split), as docs/findings.md shows them.
+
+Legibility (issue 71). Every figure is :data:`FIGURE_WIDTH` inches wide, one panel to a line,
+with its row labels at :data:`LABEL_PT` points, wrapped at about :data:`WRAP` characters: saved at
+:data:`workbook.plots.DPI` the figure is about ``FIGURE_WIDTH × DPI`` ≈ 935 px wide, close to the
+site's content width, so a label shows about ``LABEL_PT × DPI / 72 × shown width / natural width``
+≈ 13 px tall there (``tests/test_site.py`` measures it in Chromium at a 1,440-px window; the bar is
+10 px). Rows take :data:`ROW_IN` inches each, and :data:`LINE_IN` more per extra line of label.
 
 The figures are saved by :func:`workbook.plots.save_figure` (fixed dpi, PNG metadata
 without the matplotlib version, so the files are deterministic).
 """
 from __future__ import annotations
+
+import textwrap
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -30,8 +41,18 @@ import pandas as pd
 from fedlib.methods import display_name
 from .plots import DPI
 
-__all__ = ["VERDICT_COLOURS", "VERDICT_LABELS", "CLAIM_COLOURS", "MARKER_GID", "verdict_colour", "forest_rows",
-           "forest_plot", "claims_rows", "claims_plot"]
+__all__ = ["VERDICT_COLOURS", "VERDICT_LABELS", "CLAIM_COLOURS", "MARKER_GID", "FIGURE_WIDTH", "LABEL_PT",
+           "verdict_colour", "forest_rows", "forest_plot", "forest_figures", "claims_rows", "claims_plot",
+           "wrap_label"]
+
+FIGURE_WIDTH = 8.5
+"""Width of every forest and claims figure, inches (one panel to a line): about 935 px at DPI 110."""
+LABEL_PT = 9.0
+"""Font size of the row labels, points (the smallest text a reader must read)."""
+WRAP = 52
+"""Row labels are wrapped at about this many characters (at their `` · `` separators first)."""
+ROW_IN, LINE_IN = 0.26, 0.15
+"""Height of a row with a one-line label, inches; and what each further line of label adds."""
 
 VERDICT_COLOURS = {"reproduced": "tab:green", "differs": "tab:red", "undecided": "tab:orange", "infeasible": "0.6"}
 """Verdict of a report row -> its marker's colour (rows not run are not drawn)."""
@@ -122,27 +143,56 @@ def _extent(rows: pd.DataFrame, *cols) -> float:
     return float(vals.max()) * 1.08 if vals.size and vals.max() > 0 else 1.0
 
 
+LEGEND_IN = 0.75  # three lines of legend below the panels
+
+
+def wrap_label(label: str, width: int = WRAP) -> str:
+    """``label`` on lines of at most about ``width`` characters, broken at its `` · `` separators
+    first, then between words."""
+    lines: list[str] = []
+    for part in str(label).split(" · "):
+        if lines and len(lines[-1]) + 3 + len(part) <= width:
+            lines[-1] += " · " + part
+        else:
+            lines += textwrap.wrap(part, width) or [""]
+    return "\n".join(lines)
+
+
+def _row_layout(labels) -> tuple[np.ndarray, np.ndarray, float, list[str]]:
+    """(y centre, height) of each row, in inches from the panel's bottom (first row on top), the
+    panel's height of rows, and the wrapped labels."""
+    wrapped = [wrap_label(x) for x in labels]
+    h = np.array([ROW_IN + LINE_IN * w.count("\n") for w in wrapped], dtype=float)
+    top = np.cumsum(h) - h
+    total = float(h.sum())
+    return total - top - h / 2, h, total, wrapped
+
+
+def _panel_height(labels) -> float:
+    return _row_layout(labels)[2] + 1.0  # the rows, then the title and the x axis
+
+
 def _panel_axes(keys: list, heights: list, ncols: int, width: float, title: str | None):
     ncols = max(1, min(ncols, len(keys)))
     nrows = int(np.ceil(len(keys) / ncols))
     row_h = [max(heights[i * ncols:(i + 1) * ncols]) for i in range(nrows)]
-    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, sum(row_h)), dpi=DPI, squeeze=False,
-                             gridspec_kw={"height_ratios": row_h})
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, sum(row_h) + LEGEND_IN + (0.4 if title else 0)),
+                             dpi=DPI, squeeze=False, gridspec_kw={"height_ratios": row_h})
     for ax in axes.flat[len(keys):]:
         ax.set_visible(False)
     if title:
-        fig.suptitle(title, fontsize=10)
+        fig.suptitle(title, fontsize=LABEL_PT + 2)
     return fig, list(axes.flat)
 
 
 def _forest_panel(ax, rows: pd.DataFrame, title: str | None) -> None:
-    y = np.arange(len(rows))[::-1].astype(float)  # first row at the top
+    y, h, total, labels = _row_layout(rows["label"])  # first row at the top; y in inches
     tol = np.nan_to_num(rows["allowed"].to_numpy(float))  # the margin: max(tolerance, 2 × paper's sd)
-    ax.barh(y, 2 * tol, left=-tol, height=0.8, color="tab:green", alpha=0.12, linewidth=0, zorder=0)
+    ax.barh(y, 2 * tol, left=-tol, height=h - 0.05, color="tab:green", alpha=0.12, linewidth=0, zorder=0)
     spread = rows["spread"].to_numpy(float)
     has = np.isfinite(spread)
     if has.any():
-        ax.hlines(y[has] - 0.28, -spread[has], spread[has], color="0.45", linewidth=2.0, zorder=1)
+        ax.hlines(y[has] - 0.3 * ROW_IN, -spread[has], spread[has], color="0.45", linewidth=2.0, zorder=1)
     delta = rows["delta"].to_numpy(float)
     lo, hi = rows["lo"].to_numpy(float), rows["hi"].to_numpy(float)
     colours = rows["colour"].tolist()
@@ -161,30 +211,39 @@ def _forest_panel(ax, rows: pd.DataFrame, title: str | None) -> None:
     ax.axvline(0, color="0.3", linewidth=0.6, zorder=1)
     lim = _extent(rows, "delta", "hi", "lo", "spread", "allowed")
     ax.set_xlim(-lim, lim)
-    ax.set_ylim(-0.7, len(rows) - 0.3)
+    ax.set_ylim(0, total)
     ax.set_yticks(y)
-    ax.set_yticklabels(rows["label"], fontsize=6.5)
+    ax.set_yticklabels(labels, fontsize=LABEL_PT)
     unit = rows["unit"].iloc[0] if len(rows) else "%"
-    ax.set_xlabel("Δ = ours − paper" + (" (pp)" if unit == "%" else " (the value's own unit)"), fontsize=7.5)
-    ax.tick_params(axis="x", labelsize=7)
+    ax.set_xlabel("Δ = ours − paper" + (" (pp)" if unit == "%" else " (the value's own unit)"), fontsize=LABEL_PT)
+    ax.tick_params(axis="x", labelsize=LABEL_PT)
     ax.grid(axis="x", alpha=0.3)
     if title:
-        ax.set_title(title, fontsize=8.5)
+        ax.set_title(title, fontsize=LABEL_PT + 1)
 
 
 def _legend(fig, handles) -> None:
-    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=7, frameon=False,
+    fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=LABEL_PT, frameon=False,
                bbox_to_anchor=(0.5, 0.0))
 
 
-def forest_plot(rows: pd.DataFrame, ax=None, ncols: int = 3, panel_width: float = 5.6, title: str | None = None):
+def _fit(fig, title: bool) -> None:
+    """Lay the panels out above the legend (:data:`LEGEND_IN` inches) and below the title."""
+    h = fig.get_figheight()
+    fig.tight_layout(rect=(0, LEGEND_IN / h, 1, 1 - (0.4 / h if title else 0)))
+
+
+def forest_plot(rows: pd.DataFrame, ax=None, ncols: int = 1, panel_width: float = FIGURE_WIDTH,
+                title: str | None = None):
     """The forest plot of ``rows`` (:func:`forest_rows`), as a Figure: one marker per row at its
     Δ (coloured by verdict, :data:`VERDICT_COLOURS`; an infeasible row an × at 0), Δ's 90 %
     interval as an error bar, the paper's spread ± s as a grey bar about 0 below the marker, and
     the margin as a green band about 0: ± max(tolerance, 2 × the paper's sd); a row reproduces when
     its interval lies inside the band, differs when it lies wholly outside
     (:data:`workbook.report.VERDICT_RULE`). With ``ax`` every row is
-    drawn on it (one panel); else one panel per ``panel``, ``ncols`` to a line."""
+    drawn on it (one panel); else one panel per ``panel``, ``ncols`` to a line (one by default:
+    each panel the figure's width, so that its labels stay legible where the figure is shown at
+    that width; see the module docstring)."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
@@ -204,13 +263,20 @@ def forest_plot(rows: pd.DataFrame, ax=None, ncols: int = 3, panel_width: float 
         ax.set_axis_off()
         return fig
     keys = list(dict.fromkeys(rows["panel"]))
-    heights = [0.9 + 0.16 * int((rows["panel"] == k).sum()) for k in keys]
+    heights = [_panel_height(rows.loc[rows["panel"] == k, "label"]) for k in keys]
     fig, axes = _panel_axes(keys, heights, ncols, panel_width, title)
     for a, k in zip(axes, keys):
         _forest_panel(a, rows[rows["panel"] == k], k)
-    fig.tight_layout(rect=(0, 0.035 if len(axes) > 1 else 0.06, 1, 0.97 if title else 1))
+    _fit(fig, bool(title))
     _legend(fig, handles)
     return fig
+
+
+def forest_figures(rows: pd.DataFrame, title: str | None = None) -> dict:
+    """The forest plot of ``rows`` (:func:`forest_rows`) split for reading: panel name -> a
+    Figure of that panel alone (:func:`forest_plot`; a table's rows, or one column's where the
+    table is split), in the rows' order; ``title`` over each. Empty ``rows``: no figure."""
+    return {k: forest_plot(rows[rows["panel"] == k], title=title) for k in dict.fromkeys(rows["panel"])}
 
 
 # ----------------------------------------------------------------------------- the claims
@@ -250,12 +316,12 @@ def claims_rows(claims) -> pd.DataFrame:
 
 
 def _claims_panel(ax, rows: pd.DataFrame, title: str | None) -> None:
-    y = np.arange(len(rows))[::-1].astype(float)
+    y, h, total, labels = _row_layout(rows["label"])
     lim = _extent(rows, "delta", "lo", "hi", "margin", "paper_delta")
     lo = np.clip(rows["need_lo"].to_numpy(float), -lim, lim)
     hi = np.clip(rows["need_hi"].to_numpy(float), -lim, lim)
     ok = np.isfinite(lo) & np.isfinite(hi)
-    ax.barh(y[ok], (hi - lo)[ok], left=lo[ok], height=0.8, color="tab:blue", alpha=0.13, linewidth=0, zorder=0)
+    ax.barh(y[ok], (hi - lo)[ok], left=lo[ok], height=(h - 0.05)[ok], color="tab:blue", alpha=0.13, linewidth=0, zorder=0)
     delta, sd = rows["delta"].to_numpy(float), rows["sd"].to_numpy(float)
     colours = rows["colour"].tolist()
     ran = np.isfinite(delta)
@@ -279,20 +345,20 @@ def _claims_panel(ax, rows: pd.DataFrame, title: str | None) -> None:
     margins = margins[np.isfinite(margins) & (margins > 0)]
     if margins.size and lim > 20 * margins.min():  # a few claims far out: keep the margins readable
         ax.set_xscale("symlog", linthresh=float(np.median(margins)), linscale=1.5)
-    ax.set_ylim(-0.7, len(rows) - 0.3)
+    ax.set_ylim(0, total)
     ax.set_yticks(y)
-    ax.set_yticklabels(rows["label"], fontsize=7)
+    ax.set_yticklabels(labels, fontsize=LABEL_PT)
     unit = rows["unit"].iloc[0] if len(rows) else "%"
     ax.set_xlabel("A − B" + (" (pp)" if unit == "%" else " (the value's own unit)")
                   + ("; symmetric log scale beyond ±" + f"{ax.xaxis.get_transform().linthresh:g}"
-                     if ax.get_xscale() == "symlog" else ""), fontsize=8)
-    ax.tick_params(axis="x", labelsize=7)
+                     if ax.get_xscale() == "symlog" else ""), fontsize=LABEL_PT)
+    ax.tick_params(axis="x", labelsize=LABEL_PT)
     ax.grid(axis="x", alpha=0.3)
     if title:
-        ax.set_title(title, fontsize=8.5)
+        ax.set_title(title, fontsize=LABEL_PT + 1)
 
 
-def claims_plot(rows: pd.DataFrame, ax=None, width: float = 9.0):
+def claims_plot(rows: pd.DataFrame, ax=None, width: float = FIGURE_WIDTH):
     """The papers' claims (:func:`claims_rows`) as a Figure: per claim, the region of A − B the
     claim needs (shaded; clipped to the axis), our A − B ± sd as a marker coloured by verdict
     (:data:`CLAIM_COLOURS`; a claim not run an × at 0), the paper's own A − B as an open diamond.
@@ -304,8 +370,8 @@ def claims_plot(rows: pd.DataFrame, ax=None, width: float = 9.0):
         _claims_panel(ax, rows, None)
         return ax.figure
     units = sorted(dict.fromkeys(rows["unit"]), key=lambda u: u != "%") or ["%"]
-    heights = [0.9 + 0.24 * max(1, int((rows["unit"] == u).sum())) for u in units]
-    fig, axes = plt.subplots(len(units), 1, figsize=(width, sum(heights) + 0.4), dpi=DPI, squeeze=False,
+    heights = [_panel_height(rows.loc[rows["unit"] == u, "label"]) for u in units]
+    fig, axes = plt.subplots(len(units), 1, figsize=(width, sum(heights) + LEGEND_IN), dpi=DPI, squeeze=False,
                              gridspec_kw={"height_ratios": heights})
     for a, u in zip(axes.flat, units):
         _claims_panel(a, rows[rows["unit"] == u], "claims in pp" if u == "%" else "claims on scores and counts")
@@ -314,6 +380,6 @@ def claims_plot(rows: pd.DataFrame, ax=None, width: float = 9.0):
     handles += [Line2D([], [], marker="x", linestyle="", color=CLAIM_COLOURS["not run"], label="not run (drawn at 0)"),
                 Line2D([], [], marker="D", linestyle="", markerfacecolor="none", color="0.25", label="paper's A − B"),
                 Patch(color="tab:blue", alpha=0.13, label="what the claim needs")]
-    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    _fit(fig, False)
     _legend(fig, handles)
     return fig

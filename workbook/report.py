@@ -32,7 +32,10 @@ disagree: the notebook displays, as rendered Markdown, the same tables (:func:`s
 :func:`show`) and draws each paper's rows as a forest plot (:mod:`workbook.forest`). The
 README's findings block is :func:`readme_block`.
 ``python -m workbook.report --write`` rewrites both files, ``--check`` fails if either is
-stale.
+stale. docs/findings.md also shows each paper's forest plot split into one figure per table (or
+per column of a split table; :func:`workbook.forest.forest_figures`), under :data:`FOREST_DIR`:
+``--write`` draws them (with the CSV behind each), ``--check`` fails when one the page links is
+missing (it does not redraw them: a figure's pixels depend on the machine's fonts).
 """
 from __future__ import annotations
 
@@ -55,12 +58,17 @@ from .matching import (DERIVATIONS, RECORDS, _derived, _load, _most_heterogeneou
 from . import paper_claims, verdicts as V
 
 __all__ = ["RECORDS", "VERDICTS", "GROUPS", "group", "headline", "AT_CHANCE", "DERIVATIONS", "record_value", "cfl_row_note", "cl_distance", "matches", "row_values", "frame", "scoreboard", "refused_lines", "VERDICT_RULE", "EVIDENCE_RULE", "NOT_RUN_SEEDS", "not_run_groups",
-           "matched_records", "anchor_slug", "format_ours", "paper_section", "cpu_hours", "cross_paper_markdown", "beyond_label_markdown", "findings_markdown", "sections", "show", "readme_block", "write", "check", "main"]
+           "matched_records", "anchor_slug", "format_ours", "paper_section", "cpu_hours", "cross_paper_markdown", "beyond_label_markdown", "findings_markdown", "sections", "show", "readme_block", "forest_figure_stems", "write_forest_figures", "write", "check", "main"]
 
 VERDICTS = ("reproduced", "differs", "undecided", "infeasible", "not run")
 FINDINGS = ROOT / "docs" / "findings.md"
+FOREST_DIR = ROOT / "figures" / "findings"
+"""Where ``--write`` draws docs/findings.md's forest plots (:func:`forest_figure_stems`)."""
 README = ROOT / "README.md"
 _BLOCK = re.compile(r"(<!-- findings:start -->\n)(.*?)(<!-- findings:end -->)", re.S)
+_COSTS_BLOCK = re.compile(r"(<!-- costs:start -->\n)(.*?)(<!-- costs:end -->)", re.S)
+COSTS = ROOT / "benchmarks" / "records" / "commands" / "costs.json"
+"""The measured time and disk of the README's commands (:func:`costs_block` renders them)."""
 
 
 # ----------------------------------------------------------------------------- records
@@ -927,6 +935,7 @@ def findings_markdown(df: pd.DataFrame, root: Path | str = RECORDS) -> str:
            *_groups_md(), ""]
     out += _scoreboard_md(scoreboard(df))
     out += ["", *refused] if (refused := refused_lines(root)) else []
+    out += ["", *_forest_md(df)]  # issue 71: the picture first, legible at the site's width
     from . import plan  # issue 67: the plan's head, right after the scoreboard
     out += ["", *plan.head_markdown(df, root=root, report=sys.modules[__name__])]
     out += ["", "## How to read a row", "",
@@ -941,6 +950,63 @@ def findings_markdown(df: pd.DataFrame, root: Path | str = RECORDS) -> str:
     out += ["", *beyond_label_markdown(root)]
     out += ["", *cross_paper_markdown(root)]  # last: every method on every seed paper's partition
     return "\n".join(out) + "\n"
+
+
+def forest_figure_stems(df: pd.DataFrame) -> list[tuple[str, str, str]]:
+    """``(paper, panel, file stem)`` of each forest figure docs/findings.md shows, in the page's
+    order: one per panel of :func:`workbook.forest.forest_rows` of each paper (a table, or a
+    column of a split table); stem ``forest_<paper>_<nn>_<panel slug>``."""
+    from . import forest
+
+    out = []
+    for paper in PAPERS:
+        panels = dict.fromkeys(forest.forest_rows(df[df.paper == paper])["panel"])
+        for i, panel in enumerate(panels):
+            slug = re.sub(r"[^a-z0-9]+", "_", panel.lower()).strip("_")
+            out.append((paper, panel, f"forest_{paper}_{i:02d}_{slug}"))
+    return out
+
+
+def _forest_md(df: pd.DataFrame) -> list[str]:
+    """The page's section of forest plots: per paper, one figure per table (or column)."""
+    rel = Path("..") / FOREST_DIR.relative_to(ROOT)
+    out = ["## Δ = ours − paper, per paper and table", "",
+           "Each row that ran, as a marker at Δ (pp for accuracies, the value's own unit for scores and counts):",
+           "green reproduced, red differs, orange undecided, a grey × at 0 infeasible; the error bar is Δ's",
+           "90 % interval, the grey bar the paper's spread, the green band the margin. The rows are in the",
+           "tables below; on the site a click enlarges a figure."]
+    last = None
+    for paper, panel, stem in forest_figure_stems(df):
+        if paper != last:
+            out += ["", f"### {PAPERS[paper]}: Δ per row", ""]
+            last = paper
+        out += [f"![Forest plot: {PAPERS[paper]} {panel}]({(rel / stem).as_posix()}.png)", ""]
+    while out[-1] == "":
+        out.pop()
+    return out
+
+
+def write_forest_figures(df: pd.DataFrame, directory: Path = FOREST_DIR) -> list[Path]:
+    """Draw docs/findings.md's forest figures (:func:`forest_figure_stems`) into ``directory``,
+    each PNG with the CSV of its rows (:func:`workbook.plots.save_figure`), and remove the figures
+    of panels that no longer exist; returns the PNGs' paths."""
+    from . import forest, plots
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    stems = forest_figure_stems(df)
+    written = []
+    for paper in PAPERS:
+        rows = forest.forest_rows(df[df.paper == paper])
+        figs = forest.forest_figures(rows)
+        for (_, panel, stem) in (t for t in stems if t[0] == paper):
+            png, _ = plots.save_figure(figs.pop(panel), rows[rows.panel == panel], stem, directory)
+            written.append(png)
+    keep = {s for _, _, s in stems}
+    for old in directory.glob("forest_*.*"):
+        if old.suffix in (".png", ".csv") and old.stem not in keep:
+            old.unlink()
+    return written
 
 
 def _shown_ids(df: pd.DataFrame) -> set:
@@ -1094,17 +1160,44 @@ def readme_block(df: pd.DataFrame, link: str = "docs/findings.md", root: Path | 
     return "\n".join(lines) + "\n"
 
 
+def _size(n: float) -> str:
+    return f"about {n / 1e9:.1f} GB" if n >= 1e9 else f"about {n / 1e6:.0f} MB"
+
+
+def costs_block(path: Path | str = COSTS) -> str:
+    """The README's table of its commands' time and disk, from the committed measurement at
+    ``path`` (:data:`COSTS`: per command its minutes or seconds, the folders it fills in bytes,
+    a note; the cores it ran on): one row per command."""
+    import json
+
+    rec = json.loads(Path(path).read_text())
+    lines = [f"| command | time (approximate, measured once on {rec['cores']} cores) | disk | what |", "|---|---|---|---|"]
+    for c in rec["commands"]:
+        time = (f"about {c['minutes']} min" if "minutes" in c else f"about {c['seconds']} s" if "seconds" in c else "—")
+        disk = ", ".join(f"`{folder}` {_size(n)}" for folder, n in c["disk"].items()) or "—"
+        lines.append(f"| `{c['command']}` | {time} | {disk} | {c['note']} |")
+    return "\n".join(lines) + "\n"
+
+
 def _rendered(df: pd.DataFrame, readme_text: str, root: Path | str = RECORDS) -> tuple[str, str]:
     if not _BLOCK.search(readme_text):
         fail("README.md", "a file with a '<!-- findings:start -->' line and a '<!-- findings:end -->' line "
              "(the findings go between them)", "no such block")
     new_readme = _BLOCK.sub(lambda m: m.group(1) + readme_block(df, root=root) + m.group(3), readme_text, count=1)
+    if not _COSTS_BLOCK.search(new_readme):
+        fail("README.md", "a file with a '<!-- costs:start -->' line and a '<!-- costs:end -->' line "
+             "(the commands' time and disk go between them)", "no such block")
+    new_readme = _COSTS_BLOCK.sub(lambda m: m.group(1) + costs_block() + m.group(3), new_readme, count=1)
     return findings_markdown(df, root), new_readme
 
 
-def write(root: Path | str = RECORDS, findings: Path = FINDINGS, readme: Path = README) -> None:
-    """Rewrite docs/findings.md and the README's findings block from the records."""
-    page, new_readme = _rendered(frame(root), Path(readme).read_text(), root)
+def write(root: Path | str = RECORDS, findings: Path = FINDINGS, readme: Path = README,
+          figures: Path = FOREST_DIR) -> None:
+    """Rewrite docs/findings.md, its forest figures (:func:`write_forest_figures`) and the
+    README's findings block from the records."""
+    df = frame(root)
+    page, new_readme = _rendered(df, Path(readme).read_text(), root)
+    write_forest_figures(df, figures)
     Path(findings).parent.mkdir(parents=True, exist_ok=True)
     Path(findings).write_text(page)
     Path(readme).write_text(new_readme)
@@ -1116,15 +1209,17 @@ LAST_CHECK: dict = {}
 
 
 def check(root: Path | str = RECORDS, findings: Path = FINDINGS, readme: Path = README) -> list[str]:
-    """The files that differ from a fresh render ([] when both are current); what was compared
-    goes to :data:`LAST_CHECK`."""
+    """The files that differ from a fresh render ([] when both are current), and the forest
+    figures the page links that are missing from :data:`FOREST_DIR`; what was compared goes to
+    :data:`LAST_CHECK`."""
     df = frame(root)
     page, new_readme = _rendered(df, Path(readme).read_text(), root)
     LAST_CHECK.clear()
     LAST_CHECK.update(rows=len(df), papers=int(df["paper"].nunique()) if "paper" in df else 0,
                       records=sum(1 for _ in Path(root).rglob("*.json")), lines=page.count("\n"),
                       findings=str(findings), readme=str(readme))
-    stale = []
+    stale = [str(FOREST_DIR / f"{stem}.png") for _, _, stem in forest_figure_stems(df)
+             if not (FOREST_DIR / f"{stem}.png").is_file()]
     if not Path(findings).is_file() or Path(findings).read_text() != page:
         stale.append(str(findings))
     if Path(readme).read_text() != new_readme:
@@ -1142,7 +1237,8 @@ def _shown(path) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m workbook.report", description=__doc__.split("\n")[0])
-    ap.add_argument("--write", action="store_true", help="rewrite docs/findings.md and the README's block")
+    ap.add_argument("--write", action="store_true",
+                    help="rewrite docs/findings.md, its forest figures (figures/findings/) and the README's block")
     ap.add_argument("--check", action="store_true", help="exit 1 if either is stale; on success, say what was compared")
     a = ap.parse_args(argv)
     if a.write:
