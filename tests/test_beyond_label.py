@@ -83,21 +83,29 @@ def test_cfl_row_names_its_thresholds_and_cells_say_where_it_never_split():
     recs = []
     for part, info in (("rotated", never), ("noise", split)):
         r = _record(part, "cfl", acc)
-        r["spec"]["hyper"] = {"eps1": "auto", "auto_scale": 0.7}
+        r["spec"]["hyper"] = {"split_rule": "ratio"}
         r["info"] = info
         recs.append(r)
     df = B.runs_frame(recs)
     assert list(df.never_split) == [True, False]
-    label = "CFL (ε1 = auto (0.7 × warm-up update), ε2 = 0.1, γ = 0.5)"
+    label = "CFL (‖mean ΔW‖ < 0.25 · max ‖ΔW_i‖ (scale-free), γ = 0.5)"
     assert B.variant_row_label(df, "cfl") == label
     table = B.cell_table(df, "weighted_local", ["rotated", "noise"]).set_index("Variant")
     assert table.loc[label, B.PARTITIONS["rotated"].label].endswith(" (CFL never split)")
     assert "never split" not in table.loc[label, B.PARTITIONS["noise"].label]
-    # the grid's calibrated CFL specs at Table II's thresholds: the specs of the records made before issue 57
+    # the grid's scale-free CFL specs at Table II's thresholds (the records made before issue 57) and
+    # at ε1 = auto (issues 57–69, defective: labelled so, not ranked)
     specs = B.training_specs(["rotated"], [], 8, [0], ["cfl", "fedavg"], {"rounds": 4},
-                             hyper={"cfl": {"eps1": "auto", "auto_scale": 0.7}})
+                             hyper={"cfl": {"split_rule": "ratio"}})
     (old,) = B.table_ii_cfl_specs(specs)
     assert old.method == "cfl" and old.hyper == {} and old.key() != specs[0].key()
+    (auto,) = B.superseded_cfl_specs(specs)
+    assert auto.hyper == {"eps1": "auto", "auto_scale": 0.7} and auto.key() not in {old.key(), specs[0].key()}
+    auto_rec = _record("rotated", "cfl", acc)
+    auto_rec["spec"]["hyper"] = auto.hyper
+    assert B.runs_frame([auto_rec]).thresholds.iloc[0] == \
+        "ε1 = auto (defective, superseded; 0.7 × warm-up update), ε2 = 0.1, γ = 0.5"
+    assert B.table_ii_cfl_specs([auto]) == [old]  # an ε1 = auto grid (before issue 69) reads the same old records
 
 
 def test_runs_frame_scores_groupings_against_the_planted_groups_and_the_small_clients():

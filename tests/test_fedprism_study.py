@@ -106,7 +106,7 @@ def test_cfl_rows_name_their_thresholds_and_only_the_papers_gets_the_paper_value
     cfl_specs = [s for s in specs if s.method == "cfl"]
     assert [s.hyper for s in cfl_specs] == [S.CFL_PAPER, {**S.CFL_PAPER, "eps1": "auto"}]
     assert [S.method_label(s.to_dict()) for s in cfl_specs] == [
-        "cfl", "cfl (ε1 = auto (0.5 × warm-up update), ε2 = 0.1, γ = 0.5)"]
+        "cfl", "cfl (ε1 = auto (defective, superseded; 0.5 × warm-up update), ε2 = 0.1, γ = 0.5)"]
     assert S.method_label({"method": "cfl", "hyper": {}}) == "cfl"  # Table II is the default: old records
     assert len(S.training_specs([0.1], 20, [0], FL, methods=["fedavg"], cfl_variants=[{"eps1": "auto"}])) == 1
     with pytest.raises(ValueError, match="cfl_variants"):
@@ -115,7 +115,7 @@ def test_cfl_rows_name_their_thresholds_and_only_the_papers_gets_the_paper_value
             record("fedavg", 0.1, [0.6, 0.8], 0.8)]
     t = S.main_table(S.accuracy_frame(recs), ["fedavg", "cfl"]).set_index("Method")
     table_ii = "CFL (FedCFL; ε1 = 1e-05, ε2 = 0.1, γ = 0.5: Clust-PSI-PFL's Table II; FedPrism states none)"
-    auto = "CFL (ε1 = auto (0.5 × warm-up update), ε2 = 0.1, γ = 0.5)"
+    auto = "CFL (ε1 = auto (defective, superseded; 0.5 × warm-up update), ε2 = 0.1, γ = 0.5)"
     assert t.index.tolist() == ["FedAvg", table_ii, auto]
     assert t.loc[table_ii, "α=0.1 Loc"] == "45.00 (n = 1)" and t.loc[table_ii, "α=0.1 Loc (paper)"] == "44.86"
     assert t.loc[auto, "α=0.1 Loc"] == "80.00 (n = 1)" and t.loc[auto, "α=0.1 Loc (paper)"] == "—"

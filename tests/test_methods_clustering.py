@@ -170,6 +170,48 @@ def test_auto_eps1_splits_two_opposed_populations_that_table_ii_never_splits():
     assert cfl.split_reasons(cfl.update_norms(same)["mean_norm"], np.sqrt(1.01), eps1, 0.1, 4, False) == ["mean ≥ ε1"]
 
 
+def test_ratio_test_by_hand():
+    """The scale-free test ‖mean ΔW‖ < ρ · max ‖ΔW_i‖ (ρ = 0.25 = Sattler's 0.4/1.6), by hand. Two
+    opposed populations (1, 0.1), (−1, 0.1): mean (0, 0.1), norm 0.1; max √1.01 ≈ 1.005; 0.1 <
+    0.2512: it passes. Congruent updates: mean = max, it fails. Sattler's own test implies it: mean
+    0.3 < 0.4 and max 1.7 > 1.6 give 0.3 < 0.425. It reads no absolute scale: the same updates ×1000
+    give the same answer, where Sattler's ε1 = 0.4 would not."""
+    later = torch.tensor([[1.0, 0.1], [-1.0, 0.1], [1.0, 0.1], [-1.0, 0.1]])
+    n = cfl.update_norms(later)
+    assert n["mean_norm"] == pytest.approx(0.1) and n["max_norm"] == pytest.approx(np.sqrt(1.01))
+    assert cfl.ratio_test(n["mean_norm"], n["max_norm"], 0.25)
+    assert cfl.split_reasons(n["mean_norm"], n["max_norm"], None, None, 4, False, rho=0.25) == []
+    big = cfl.update_norms(1000 * later)
+    assert cfl.ratio_test(big["mean_norm"], big["max_norm"], 0.25)
+    assert not cfl.split_criterion(1000 * later, **{k: cfl.SATTLER[k] for k in ("eps1", "eps2")})  # 100 ≥ 0.4
+    same = cfl.update_norms(torch.tensor([[1.0, 0.1]] * 4))
+    assert same["mean_norm"] == pytest.approx(same["max_norm"])
+    assert cfl.split_reasons(same["mean_norm"], same["max_norm"], None, None, 4, False, rho=0.25) == ["mean ≥ ρ·max"]
+    assert cfl.ratio_test(0.3, 1.7, 0.25) and 0.3 < cfl.SATTLER["eps1"] and 1.7 > cfl.SATTLER["eps2"]
+    assert not cfl.ratio_test(0.5, 2.0, 0.25)  # strict: 0.5 is not < 0.25 · 2
+    assert cfl.ratio_test(0.45, 2.0, 0.25) and not (0.45 < cfl.SATTLER["eps1"])  # scale-free ≠ Sattler's
+    # ε1 and ε2 are not read under the ratio rule; the other reasons stay in their order
+    assert cfl.split_reasons(0.45, 2.0, 1e-9, 1e9, 2, True, rho=0.25) == ["warm-up", "too few clients"]
+
+
+def test_ratio_test_never_passes_a_single_client():
+    """One client's cluster: the weighted mean of one update is the update, mean = max, so
+    ‖mean‖ < ρ · max fails at every ρ < 1 (and "too few clients" refuses it first)."""
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        dw = torch.as_tensor(rng.normal(size=(1, 30)) * 10.0 ** rng.uniform(-6, 3))
+        n = cfl.update_norms(dw, weights=[rng.integers(1, 100)])
+        assert not cfl.ratio_test(n["mean_norm"], n["max_norm"], 0.999)
+        assert cfl.split_reasons(n["mean_norm"], n["max_norm"], None, None, 1, False, rho=0.25) == [
+            "too few clients", "mean ≥ ρ·max"]
+    with pytest.raises(ValueError, match=r"^rho must be"):
+        make_hyper("cfl", {"split_rule": "ratio", "rho": 1.0})
+    with pytest.raises(ValueError, match="^eps1 must be a number with split_rule='ratio'"):
+        make_hyper("cfl", {"split_rule": "ratio", "eps1": "auto"})
+    with pytest.raises(ValueError, match="^split_rule must be one of"):
+        make_hyper("cfl", {"split_rule": "relative"})
+
+
 def test_never_split_reads_the_split_log_then_the_splits():
     log = [{"round": 1, "split": False}, {"round": 2, "split": False}]
     assert cfl.split_rounds({"split_log": log, "splits": []}) == [] and cfl.never_split({"split_log": log})
@@ -181,6 +223,7 @@ def test_never_split_reads_the_split_log_then_the_splits():
     assert cfl.split_note([True, False, None, float("nan")]) == "CFL split in 1 of 2 runs"
     assert cfl.split_note([False]) == "" and cfl.split_note([None]) == "" and cfl.split_note([]) == ""
     assert cfl.calibrated({"eps1": "auto"}) and not cfl.calibrated({}) and not cfl.calibrated({"eps1": 1e-5})
+    assert cfl.scale_free({"split_rule": "ratio"}) and not cfl.scale_free({}) and not cfl.scale_free({"eps1": "auto"})
 
 
 def test_thresholds_label_fills_in_table_ii():
@@ -188,7 +231,9 @@ def test_thresholds_label_fills_in_table_ii():
     assert cfl.thresholds_label({"eps1": 0.4, "eps2": 1.6, "gamma": 0.0, "warmup_rounds": 20}) == \
         "ε1 = 0.4, ε2 = 1.6, γ = 0"
     assert cfl.thresholds_label({"eps1": "auto", "auto_scale": 0.25}) == \
-        "ε1 = auto (0.25 × warm-up update), ε2 = 0.1, γ = 0.5"
+        "ε1 = auto (defective, superseded; 0.25 × warm-up update), ε2 = 0.1, γ = 0.5"
+    assert cfl.thresholds_label({"split_rule": "ratio"}) == "‖mean ΔW‖ < 0.25 · max ‖ΔW_i‖ (scale-free), γ = 0.5"
+    assert cfl.thresholds({"split_rule": "ratio", "rho": 0.1}) == (("ratio", 0.1), None, 0.5)
     assert cfl.thresholds({}) == cfl.thresholds({"eps1": 1e-5, "eps2": 0.1, "gamma": 0.5, "warmup_rounds": 3})
     assert cfl.thresholds({"eps1": "auto"}) != cfl.thresholds({"eps1": "auto", "auto_scale": 0.25})
     with pytest.raises(ValueError, match="eps2"):
@@ -297,7 +342,7 @@ def test_cfl_auto_eps1_is_calibrated_at_the_end_of_warm_up_and_splits_the_groups
     assert len(last_warm_up) == 1
     assert out.info["eps1_auto_from"] == last_warm_up[0]["mean_of_norms"]
     assert out.info["eps1"] == pytest.approx(0.5 * last_warm_up[0]["mean_of_norms"])
-    assert "departure" in out.info["eps1_rule"]
+    assert out.info["eps1_rule"] == cfl.AUTO_LABEL == "auto (defective, superseded)"
     assert out.info["n_clusters"] == 2 and recovery_accuracy(out.assignment, group) == 1.0
 
 
@@ -413,3 +458,59 @@ def test_grids_are_table_ii():
     assert cfl.GRID == {"eps1": (1e-5, 1e-4, 1e-3), "eps2": (0.001, 0.01, 0.1), "gamma": (0.1, 0.5, 0.9)}
     assert (cfl.Hyper().eps1, cfl.Hyper().eps2, cfl.Hyper().gamma) == (1e-5, 0.1, 0.5)
     assert fedsoft.GRID == {"n_clusters": (5, 10, 50)} and fedsoft.Hyper().n_clusters == 5
+
+
+# ----------------------------------------------------------------------------- CFL: the faithful rule, the scale-free reading
+@pytest.mark.cross_cpu
+@pytest.mark.parametrize("reading", ["default", "sattler", "ratio"])
+def test_cfl_never_splits_an_iid_federation(reading):
+    """An IID federation (Similarity S = 1, 12 clients, all training every round): CFL at its
+    default (Table II), at Sattler's rule (:data:`~fedlib.methods.cfl.SATTLER`, 24 rounds so that 4
+    come after the 20 of warm-up) and at the scale-free reading keeps one cluster, and its split log
+    says which test refused."""
+    hyper = {"default": {}, "sattler": dict(cfl.SATTLER), "ratio": {"split_rule": "ratio", "warmup_rounds": 2}}[reading]
+    ctx = make_context(protocol="similarity", level=1.0, n_clients=12, fraction=1.0,
+                       rounds=24 if reading == "sattler" else 10)
+    out = run("cfl", ctx, **hyper)
+    assert out.info["n_clusters"] == 1 and cfl.never_split(out.info)
+    after = [r for r in out.info["split_log"] if r["round"] > out.info["warmup_rounds"]]
+    assert len(after) == ctx.cfg.rounds - out.info["warmup_rounds"] > 0
+    expected = {"default": "mean ≥ ε1", "sattler": "mean ≥ ε1", "ratio": "mean ≥ ρ·max"}[reading]
+    assert all(expected in r["reason"] for r in after)
+    if reading == "ratio":
+        assert out.info["split_rule"] == "ratio" and out.info["eps1"] is None
+        assert all(r["mean"] >= 0.25 * r["max"] and r["rho"] == 0.25 for r in after)
+
+
+@pytest.mark.cross_cpu
+def test_cfl_sattler_rule_waits_twenty_rounds():
+    """Sattler's ``c_round > 20``: no split in 0-based rounds 0–19 however the test reads (ε1 huge,
+    ε2 0), a split in round 21 (1-based) on two opposed label groups."""
+    ctx, group = opposite_label_groups()
+    ctx.cfg = dataclasses.replace(ctx.cfg, rounds=21)
+    out = run("cfl", ctx, **{**cfl.SATTLER, "eps1": 1e3, "eps2": 0.0})
+    assert all(r["reason"].startswith("warm-up") for r in out.info["split_log"] if r["round"] <= 20)
+    assert cfl.split_rounds(out.info) == [21] and recovery_accuracy(out.assignment, group) == 1.0
+
+
+@pytest.mark.cross_cpu
+@pytest.mark.parametrize("fraction", [1.0, 0.5])
+def test_cfl_scale_free_rule_splits_two_planted_groups_and_never_a_single_client(fraction):
+    """Two groups with swapped labels: the scale-free test passes once the groups' updates cancel
+    in the mean, the bipartition finds them, and no cluster with ≤ 2 trained members ever splits
+    (every cluster is tested on its own members' updates of the round, after a split too)."""
+    ctx, group = opposite_label_groups()
+    ctx.cfg = dataclasses.replace(ctx.cfg, fraction=fraction, rounds=8)
+    out = run("cfl", ctx, split_rule="ratio", warmup_rounds=2)
+    assert cfl.never_split(out.info) is False
+    assert recovery_accuracy(out.assignment, group) == 1.0
+    log = out.info["split_log"]
+    for r in log:
+        if r["split"]:
+            assert r["trained"] > 2 and r["mean"] < 0.25 * r["max"] and r["round"] > 2
+        if r["trained"] <= 2:
+            assert not r["split"] and "too few clients" in r["reason"]
+    # the sides are tested on their own: after the split each side's updates are congruent
+    (first,) = cfl.split_rounds(out.info)[:1]
+    later = [r for r in log if r["round"] > first]
+    assert {r["cluster"] for r in later} == {0, 1} and all("mean ≥ ρ·max" in r["reason"] for r in later)

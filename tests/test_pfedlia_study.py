@@ -40,7 +40,7 @@ def test_training_specs_follow_the_paper():
     assert [s.hyper for s in variants] == [{**study.CFL_PAPER, "warmup_rounds": 3},
                                            {**study.CFL_PAPER, "warmup_rounds": 3, "eps1": "auto", "eps2": 0.0}]
     assert [study.method_label(s.to_dict()) for s in variants] == [
-        "cfl", "cfl (ε1 = auto (0.5 × warm-up update), ε2 = 0, γ = 0)"]
+        "cfl", "cfl (ε1 = auto (defective, superseded; 0.5 × warm-up update), ε2 = 0, γ = 0)"]
     assert {s.val_fraction for s in specs} == {0.2} and {s.level for s in specs} == {5}
     assert by[("pathological_clusters", "local")][0].hyper == {"epochs": round(10 * 0.25 * 2)}
     for s in specs:
@@ -76,7 +76,7 @@ def test_tables_from_records():
     assert rec.loc["pFedLIA", "Pathological ARI"] == "1.00 (n = 1)"
     assert rec.loc["pFedLIA (p2p)", "Pathological ARI"] == "0.00 (n = 1)"
     flbench = "CFL (ε1 = 0.4, ε2 = 1.6, γ = 0: FL-bench's)"
-    auto = "CFL (ε1 = auto (0.5 × warm-up update), ε2 = 0.1, γ = 0.5)"  # Table II's ε2, γ: the cfl defaults
+    auto = "CFL (ε1 = auto (defective, superseded; 0.5 × warm-up update), ε2 = 0.1, γ = 0.5)"  # Table II's ε2, γ: the cfl defaults
     assert t.index.tolist()[-4:] == [flbench, auto, "pFedLIA", "pFedLIA (p2p)"]
     assert t.loc[flbench, "Noisy"] == "50.00 (n = 1)" and t.loc[flbench, "Noisy (paper)"] == "67.10 ± 4.80"
     assert t.loc[auto, "Noisy"] == "70.00 (n = 1)" and t.loc[auto, "Noisy (paper)"] == "—"

@@ -291,7 +291,7 @@ def test_each_variant_of_a_method_answers_its_own_reading(tmp_path):
     assert _pfedlia_row(df, "pfedlia", wb)["mean"] == pytest.approx(90.0)
     assert _pfedlia_row(df, "pfedlia", f"{wb}, peer-to-peer clustering")["mean"] == pytest.approx(60.0)
     assert _pfedlia_row(df, "cfl", wb)["mean"] == pytest.approx(66.0)
-    assert _pfedlia_row(df, "cfl", f"{wb}, CFL ε1 = auto")["mean"] == pytest.approx(99.0)
+    assert _pfedlia_row(df, "cfl", f"{wb}, CFL ε1 = auto (defective, superseded)")["mean"] == pytest.approx(99.0)
     assert _pfedlia_row(df, "cfl", "paper protocol, FL-bench split, pooled")["verdict"] == "not run"
 
 
@@ -608,7 +608,7 @@ def test_a_cause_no_run_tests_is_suspected(tmp_path):
 def test_variant_readings_carry_no_blanket_cause():
     for c in report_cells.cells():
         if c.paper == "pfedlia":
-            assert c.cause("paper protocol, CFL ε1 = auto") is None
+            assert c.cause(report_cells.CFL_AUTO) is None
             assert c.cause("paper protocol, peer-to-peer clustering") is None
         if c.paper == "fedprism" and c.table == "Table 9":
             assert not c.causes  # the ablations fix the components: γ's note does not apply
@@ -786,8 +786,8 @@ def test_cfl_rows_say_their_thresholds_and_that_cfl_never_split(tmp_path):
     df = report.frame(tmp_path)
     wb = "workbook split, mean over clients"
     assert _pfedlia_row(df, "cfl", wb)["why"].endswith("CFL at ε1 = 0.4, ε2 = 1.6, γ = 0; CFL never split")
-    auto = _pfedlia_row(df, "cfl", f"{wb}, CFL ε1 = auto")["why"]
-    assert auto.endswith("CFL at ε1 = auto (0.5 × warm-up update), ε2 = 0, γ = 0") and "never split" not in auto
+    auto = _pfedlia_row(df, "cfl", f"{wb}, CFL ε1 = auto (defective, superseded)")["why"]
+    assert auto.endswith("CFL at ε1 = auto (defective, superseded; 0.5 × warm-up update), ε2 = 0, γ = 0") and "never split" not in auto
     assert report.cfl_row_note([{"spec": {"method": "fedavg"}}]) == ""
 
 

@@ -36,10 +36,12 @@ bin), while the signed per-bin terms separate them (0.93). Both readings stay se
 that choose their own k — Clust-PSI-PFL, CFL, pFedLIA — do not have). Images are summarised for
 attribute PSI by six statistics (:func:`fedlib.noniid.image_summaries`: mean, s.d., the four
 quadrant means; the module docstring of that function says why); tabular rows use every input column.
-CFL runs the calibrated ε1 (``hyper: cfl: {eps1: auto, auto_scale: 0.7}`` in the params: no protocol
-here gives CFL's own thresholds; Table II's 1e-5 never split on any partition of this study, the
-records before issue 57, :func:`table_ii_cfl_specs`, a labelled second reading); its row names the
-thresholds and a cell says "CFL never split" where it did not.
+CFL runs the scale-free split test (``hyper: cfl: {split_rule: ratio}`` in the params,
+:func:`fedlib.methods.cfl.ratio_test`: no protocol here gives CFL's own thresholds, and Sattler's, from
+round 20, never split at R = 10; Table II's 1e-5 never split on any partition of this study, the
+records before issue 57, :func:`table_ii_cfl_specs`, a labelled second reading; ε1 = auto, issues 57–69,
+:func:`superseded_cfl_specs`, is defective and not ranked); its row names the test and a cell says "CFL
+never split" where it did not.
 
 **Per run** (:func:`runs_frame`): the weighted local accuracy, the worst 10 % clients, the small
 clients' mean local accuracy (``small_*`` partitions), the ARI against the planted groups, and
@@ -61,7 +63,7 @@ from fedlib.experiment import RunSpec, present_records
 from fedlib.noniid import IMAGE_SUMMARIES, psi
 from fedlib.validation import check_choice, check_int, check_number, fail
 from fedlib.methods import cfl
-from .cross_paper import table_ii_cfl_specs, worst_clients_accuracy
+from .cross_paper import superseded_cfl_specs, table_ii_cfl_specs, worst_clients_accuracy
 from .tables import frame_markdown as table_markdown, mean_sd
 
 __all__ = ["Partition", "PARTITIONS", "Variant", "VARIANTS", "EXTENSIONS", "NEEDS_K", "CHANCE", "RECOVERED",
@@ -69,7 +71,7 @@ __all__ = ["Partition", "PARTITIONS", "Variant", "VARIANTS", "EXTENSIONS", "NEED
            "extension_label", "variant_of", "runs_frame", "RUN_COLUMNS", "METRICS", "cell_table", "label_spread", "answer",
            "small_curve", "small_gap",
            "fig_small_curve", "fig_ari", "n_bins_of", "dataset_shapes", "reveals_table", "partition_of_spec", "table_markdown",
-           "variant_row_label", "table_ii_cfl_specs"]
+           "variant_row_label", "table_ii_cfl_specs", "superseded_cfl_specs"]
 
 
 @dataclass(frozen=True)
@@ -242,8 +244,7 @@ def variant_of(spec: dict) -> str:
 
 def grid_label(spec: RunSpec) -> str:
     """A run's row as the grid command's progress lines print it (``python -m fedlib.grid
-    beyond-label``): its variant (:func:`variant_of`), CFL's with the thresholds it runs (the
-    params calibrate ε1)."""
+    beyond-label``): its variant (:func:`variant_of`), CFL's with the split test it runs."""
     d = spec.to_dict()
     row = variant_of(d)
     return f"{row} ({cfl.thresholds_label(d.get('hyper'))})" if row == "cfl" else row
@@ -334,7 +335,7 @@ def _order(df: pd.DataFrame, column: str, names) -> list:
 
 def variant_row_label(df: pd.DataFrame, variant: str) -> str:
     """A row's name: the variant's label, and for CFL the thresholds its runs in ``df`` used
-    (``'CFL (ε1 = auto (0.7 × warm-up update), ε2 = 0.1, γ = 0.5)'``; several, joined by " / ")."""
+    (``'CFL (‖mean ΔW‖ < 0.25 · max ‖ΔW_i‖ (scale-free), γ = 0.5)'``; several, joined by " / ")."""
     label = VARIANTS[variant].label if variant in VARIANTS else variant
     if variant != "cfl" or "thresholds" not in df:
         return label

@@ -18,13 +18,18 @@ defined on the pathological partition only — pFedLIA's Table I shows "–" for
 model on the pooled data) is the ceiling. CL and the Oracle are references: they are shown, but
 not ranked (one is not federated, the other reads the truth).
 
-**CFL's thresholds**: no seed paper's protocol here gives CFL its own, and Table II's ε1 = 1e-5
-never splits against the mean update norms of this protocol (0.36–0.95: CFL's split log reads
-"mean ≥ ε1" every round and its rows were FedAvg's, bit for bit). The params run ε1 = auto
-(``{eps1: auto, auto_scale: 0.7}``, :func:`fedlib.methods.cfl.auto_eps1`), which the spec shows;
-the tables name the thresholds in CFL's row and say "CFL never split" in a cell where it did not
-(:func:`cfl_notes`). The records at 1e-5 stay in the folder as a labelled second reading
-(:func:`table_ii_cfl_specs`); the ranking uses the calibrated ones only.
+**CFL's thresholds**: no seed paper's protocol here gives CFL its own. Table II's ε1 = 1e-5 never
+splits against the mean update norms of this protocol (0.36–0.95: CFL's split log reads "mean ≥ ε1"
+every round and its rows were FedAvg's, bit for bit), and Sattler's own rule (ε1 0.4, ε2 1.6, from
+round 20: :data:`fedlib.methods.cfl.SATTLER`) never splits at R ≤ 20 rounds. The params run the
+scale-free test (``{split_rule: ratio}``: ‖mean ΔW‖ < 0.25 · max ‖ΔW_i‖ of the same cluster and
+round, :func:`fedlib.methods.cfl.ratio_test`), which the spec shows; the tables name the test in
+CFL's row and say "CFL never split" in a cell where it did not (:func:`cfl_notes`). Two older sets of
+records stay in the folder, not ranked: Table II's 1e-5 (before issue 57, :func:`table_ii_cfl_specs`,
+a labelled second reading) and ε1 = auto (issues 57–69, :func:`superseded_cfl_specs`): defective —
+its ε1, a multiple of the mean of the clients' update norms, is compared with the norm of their mean,
+which is never larger, so nearly every cluster passed it and it split an IID federation — labelled
+"auto (defective, superseded)" where shown.
 
 **One training protocol** for every method (``fl``): Clust-PSI-PFL's Table II (Adam, lr 10⁻³,
 batch 32, E local epochs, a share q of the clients per round), rounds and E scaled to the
@@ -73,7 +78,7 @@ from .tables import frame_markdown as table_markdown, records_frame
 __all__ = ["Partition", "PARTITIONS", "REFERENCES", "GROUPING_METHODS", "WORST_SHARE", "worst_clients_accuracy", "ALPHA", "allowed",
            "training_specs", "GRID_PARAMS", "notebook_grid", "grid_label", "present_records", "partition_of", "runs_frame", "RUN_COLUMNS", "status_table",
            "score_table", "METRICS", "DIGITS", "cell_table", "ranking", "fig_cd", "fig_heatmap", "ecdf_frame", "fig_ecdf", "which_method_when",
-           "table_markdown", "method_row_label", "cfl_notes", "table_ii_cfl_specs", "tau_lines"]
+           "table_markdown", "method_row_label", "cfl_notes", "table_ii_cfl_specs", "superseded_cfl_specs", "tau_lines"]
 
 GROUPING_METHODS = tuple(m for m in METHODS if m in {"clust_psi_pfl", "cfl", "ifca", "fedclust", "fedprism", "fesem",
                                                       "pfedlia", "oracle"})
@@ -169,13 +174,38 @@ GRID_PARAMS = ("dataset", "n_train", "n_global_test", "partitions", "n_clients",
 :func:`notebook_grid`'s keywords."""
 
 
+_CFL_RULE_KEYS = ("eps1", "auto_scale", "split_rule", "rho")
+"""CFL's hyperparameters that choose its split test (the rest of a spec's ``hyper`` is kept)."""
+
+
+def _cfl_rule_specs(specs, rule: dict) -> list[RunSpec]:
+    """The CFL runs of ``specs`` that pick their split test (ε1 = auto or the scale-free rule), with
+    ``rule`` in place of that choice; no duplicates, in order."""
+    out = []
+    for s in specs:
+        if s.method == "cfl" and (cfl.calibrated(s.hyper) or cfl.scale_free(s.hyper)):
+            new = dataclasses.replace(s, hyper={**{k: v for k, v in s.hyper.items() if k not in _CFL_RULE_KEYS},
+                                                **rule})
+            if new not in out:
+                out.append(new)
+    return out
+
+
 def table_ii_cfl_specs(specs) -> list[RunSpec]:
-    """The CFL runs of ``specs`` that calibrate ε1 (``eps1='auto'``), at Table II's thresholds instead
-    (``eps1`` and ``auto_scale`` dropped: the default 1e-5): the specs of the CFL records this grid ran
-    before issue 57 (they never split: CFL trained as FedAvg). They are not ranked; notebook 11 and
-    the report show them as a labelled second reading (:func:`fedlib.experiment.present_records`)."""
-    return [dataclasses.replace(s, hyper={k: v for k, v in s.hyper.items() if k not in ("eps1", "auto_scale")})
-            for s in specs if s.method == "cfl" and cfl.calibrated(s.hyper)]
+    """The CFL runs of ``specs`` that choose their split test (``split_rule='ratio'``, or
+    ``eps1='auto'``), at Table II's thresholds instead (the choice dropped: the default 1e-5): the
+    specs of the CFL records this grid ran before issue 57 (they never split: CFL trained as
+    FedAvg). They are not ranked; notebook 11 and the report show them as a labelled second reading
+    (:func:`fedlib.experiment.present_records`)."""
+    return _cfl_rule_specs(specs, {})
+
+
+def superseded_cfl_specs(specs) -> list[RunSpec]:
+    """The CFL runs of ``specs`` that choose their split test, at ``eps1='auto'`` (scale 0.7)
+    instead: the specs of the CFL records this grid ran from issue 57 to issue 69, whose ε1 test
+    every cluster passed (:data:`fedlib.methods.cfl.AUTO_LABEL`). Not ranked; the report names them
+    "auto (defective, superseded)" (:func:`fedlib.methods.cfl.thresholds_label`)."""
+    return _cfl_rule_specs(specs, {"eps1": "auto", "auto_scale": 0.7})
 
 
 def notebook_grid(*, dataset: str, n_train, n_global_test, partitions, n_clients: int, seeds, methods, fl: dict,
@@ -277,7 +307,7 @@ def _order(df: pd.DataFrame, column: str, names) -> list:
 
 def method_row_label(df: pd.DataFrame, method: str) -> str:
     """A table row's name: the method's display name, and for CFL the thresholds its runs in ``df``
-    used (``'CFL (ε1 = auto (0.7 × warm-up update), ε2 = 0.1, γ = 0.5)'``; several, joined by " / ")."""
+    used (``'CFL (‖mean ΔW‖ < 0.25 · max ‖ΔW_i‖ (scale-free), γ = 0.5)'``; several, joined by " / ")."""
     name = display_name(method)
     if method != "cfl" or "thresholds" not in df:
         return name

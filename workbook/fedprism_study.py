@@ -217,7 +217,7 @@ networks), as their rows are named. A record whose spec has no ``attention`` ran
 
 def method_label(spec: dict) -> str:
     """The row name of a run: its method, and CFL's thresholds when they are not
-    :data:`CFL_PAPER`, e.g. ``'cfl (ε1 = auto (0.5 × warm-up update), ε2 = 0.1, γ = 0.5)'``, or
+    :data:`CFL_PAPER`, e.g. ``'cfl (ε1 = auto (defective, superseded; 0.5 × warm-up update), ε2 = 0.1, γ = 0.5)'``, or
     FedAMP's attention when it is not the default HeurFedAMP (:data:`FEDAMP_ATTENTIONS`; a
     record's spec is read as the attention it ran)."""
     if spec["method"] == "cfl" and cfl.thresholds(spec.get("hyper", {})) != cfl.thresholds(CFL_PAPER):

@@ -186,7 +186,7 @@ def notebook_grid(*, dataset: str, n_train, settings, n_clusters: int, n_clients
 # ----------------------------------------------------------------------------- records → frames
 def method_label(spec: dict) -> str:
     """The row name of a run: the method, pFedLIA's clustering when it is peer-to-peer, CFL's
-    thresholds when they are not the paper's (:data:`CFL_PAPER`), e.g. ``'cfl (ε1 = auto (0.5 ×
+    thresholds when they are not the paper's (:data:`CFL_PAPER`), e.g. ``'cfl (ε1 = auto (defective, superseded; 0.5 ×
     warm-up update), ε2 = 0, γ = 0)'``, FeSEM's start when it is not the paper's
     (``'fesem (all-clients start)'``: ``init='clients'``, which every FeSEM record written before
     ``init`` existed ran — :func:`fedlib.records.with_recorded_defaults`)."""

@@ -799,8 +799,9 @@ def _tau_lines(found, scores) -> list[str]:
 
 def _cfl_lines(frame: pd.DataFrame, specs, root) -> list[str]:
     """Above the cross-paper table (each line followed by a blank one): where CFL never split
-    (:func:`workbook.cross_paper.cfl_notes`), and CFL at Table II's ε1 = 1e-5 (the records
-    before issue 57), a labelled reading that is not ranked."""
+    (:func:`workbook.cross_paper.cfl_notes`), then the CFL readings that are not ranked: Table II's
+    ε1 = 1e-5 (the records before issue 57) and ε1 = auto (issues 57–69, "auto (defective,
+    superseded)": :func:`workbook.cross_paper.superseded_cfl_specs`)."""
     from . import cross_paper as X
 
     notes = X.cfl_notes(frame)
@@ -810,12 +811,14 @@ def _cfl_lines(frame: pd.DataFrame, specs, root) -> list[str]:
         out += [f"{X.method_row_label(frame, 'cfl')}: "
                 + (f"{', '.join(f'{X.PARTITIONS[q].label}: {n}' for q, n in notes.items() if n)}." if never
                    else "it split on every partition it ran."), ""]
-    old, _ = X.present_records(X.table_ii_cfl_specs(specs), Path(root) / "cross_paper")
-    if old:
-        f = X.runs_frame(old)
-        cells = X.cell_table(f, "weighted_local")
-        out += [f"Not ranked, a second reading: {cells.Method.iloc[0]}, the records before issue 57 — "
-                + "; ".join(f"{c} {cells[c].iloc[0]}" for c in cells.columns[1:]) + ".", ""]
+    for pick, what in ((X.table_ii_cfl_specs, "a second reading: {}, the records before issue 57"),
+                       (X.superseded_cfl_specs, "superseded: {}, the records of issues 57–69, whose ε1 test "
+                        "nearly every cluster passed (issue 69)")):
+        old, _ = X.present_records(pick(specs), Path(root) / "cross_paper")
+        if old:
+            cells = X.cell_table(X.runs_frame(old), "weighted_local")
+            out += [f"Not ranked, {what.format(cells.Method.iloc[0])} — "
+                    + "; ".join(f"{c} {cells[c].iloc[0]}" for c in cells.columns[1:]) + ".", ""]
     return out
 
 

@@ -484,9 +484,14 @@ _FESEM_PAPER_START_CAUSE = Cause("rule_unresolved", "with the paper's random cen
 """Why FeSEM with the paper's start may fall below the paper (issue 57's replay: its clusters do not form)."""
 
 
+CFL_AUTO = "paper protocol, CFL ε1 = auto (defective, superseded)"
+"""The reading of CFL's ``eps1='auto'`` runs (:data:`fedlib.methods.cfl.AUTO_LABEL`: its ε1 test
+every cluster passes, issue 69)."""
+
+
 def _variant_readings(records: str, base: dict, metric: str, cfl_paper: dict) -> tuple[Reading, ...]:
     """The readings of one cell of a method that the grids run in several variants: CFL at the
-    paper's thresholds (``cfl_paper``) and at ε1 = auto; FedAMP (FedPrism's grid) with HeurFedAMP
+    paper's thresholds (``cfl_paper``) and at ε1 = auto (:data:`CFL_AUTO`); FedAMP (FedPrism's grid) with HeurFedAMP
     (the paper's rule for deep networks, the default), Huang et al.'s A′ and the workbook's
     earlier softmax; FeSEM with the paper's start (Forgy) and the workbook's earlier all-clients
     start; pFedLIA clustering centrally (the paper's Algorithm) and peer to peer. Each reading
@@ -496,7 +501,7 @@ def _variant_readings(records: str, base: dict, metric: str, cfl_paper: dict) ->
     method = base["method"]
     if method == "cfl":
         return (Reading("paper protocol", records, _m(**base, **{"hyper.eps1": cfl_paper["eps1"]}), metric),
-                Reading("paper protocol, CFL ε1 = auto", records, _m(**base, **{"hyper.eps1": "auto"}), metric))
+                Reading(CFL_AUTO, records, _m(**base, **{"hyper.eps1": "auto"}), metric))
     if method == "fedamp" and records.startswith("fedprism/"):
         return (Reading("paper protocol", records, _m(**base, **{"hyper.attention": "heurfedamp"}), metric),
                 Reading("paper protocol, Huang et al.'s attention", records,

@@ -38,38 +38,46 @@ Warm-up: Sattler's experiments allowed splits after 20 of 80 rounds; the workboo
 quarter of the run, ``warmup_rounds=None`` → ⌊T/4⌋ (:func:`warmup_for`): 10 of the paper's
 T = 40, 1 of the smoke protocol's T = 4. An integer fixes it.
 
-Why Table II's thresholds never split (measured; the CFL records under
-benchmarks/records/clust_psi_pfl/ keep every round's norms): the test needs ‖mean ΔW‖ < ε1 = 1e-5
-while some ‖ΔW_i‖ > ε2 = 0.1, i.e. a max/mean ratio above 10⁴. On FMNIST (S = 0, K = 100) the
-mean update's norm is ≈ 1.5–2.8 with Adam (a fresh Adam moves every weight by ≈ lr per step,
-so updates do not shrink as training stalls) and ≈ 0.02 with the authors' SGD, and the ratio
-max/mean is 3–10. Every round's norms are recorded in ``info['norms']`` (round, cluster, size,
-mean_norm, max_norm, ratio), and every round's decision per cluster in ``info['split_log']``
-(:func:`split_reasons`: the two statistics the test compares, ε1, ε2, and why the cluster did or did
-not split — "warm-up", "too few clients", "mean ≥ ε1", "max ≤ ε2", "γ_max ≤ γ" or "split"), so a
-user sees why a run does or does not split.
+The faithful rule (:data:`SATTLER`: ``{eps1: 0.4, eps2: 1.6, warmup_rounds: 20}``). Sattler et al.'s
+public notebook (github.com/felisat/clustered-federated-learning, ``clustered_federated_learning.ipynb``)
+sets ``EPS_1 = 0.4``, ``EPS_2 = 1.6`` and splits a cluster only when ``mean_norm < EPS_1 and
+max_norm > EPS_2 and len(idc) > 2 and c_round > 20`` (``mean_norm`` the norm of the mean update,
+``max_norm`` the largest update norm, 1-based rounds, every client every round); FL-bench's
+``src/server/cfl.py`` (KarhouTam/FL-bench) has the same defaults, ``--eps_1 0.4 --eps_2 1.6
+--min_cluster_size 2 --start_clustering_round 20``, tested as ``len(indices) > min_cluster_size and
+current_epoch >= start_clustering_round`` (0-based), and no γ check. Here: ``warmup_rounds=20`` is
+"no split before the 0-based round 20" = Sattler's ``c_round > 20``; "more than 2 members" is read
+on the members that trained this round (the same at full participation, and never fewer than 3 of
+the cluster's members). Where the protocol has R ≤ 20 rounds the warm-up covers the whole run: no
+cluster ever splits and CFL trains FedAvg's clients, bit for bit (its ``split_log`` reads
+"warm-up" every round). Past round 20, ‖mean ΔW‖ < 0.4 is rare under Adam (a fresh Adam moves every
+weight by ≈ lr per step): at these values pFedLIA's Table I runs (notebook 10) never split. The
+dataclass default stays Table II's (ε1 = 1e-5, ε2 = 0.1): the PSI papers' tables run CFL at the
+values they state, and the committed records without ``eps1`` ran them.
 
-``eps1='auto'`` (a departure from Table II, labelled so in the record's ``info['eps1']``):
-ε1 := ``auto_scale`` · mean_i ‖ΔW_i‖ over the clients that trained in the last warm-up round
-(:func:`auto_eps1`). The test then reads "the federation's mean update is smaller than
-``auto_scale`` times a typical client's update of that time": a scale-free form of Sattler's
-stationarity condition (congruent clients' updates add up, ratio ≈ 1; incongruent ones cancel).
-It needs a warm-up of at least one round. What it claims, and what it does not: ‖Σ w_i ΔW_i‖ ≤
-Σ w_i ‖ΔW_i‖ always, with equality for parallel updates, so at scale s < 1 the test fires only
-once the clients' updates cancel by a factor s against the norms they had at the calibration round
-(tested by hand: :func:`auto_eps1` with :func:`split_reasons` on two opposed populations, which the
-fixed 1e-5 never splits). It compares with the *calibration-time* norms: where every update shrinks
-after warm-up (plain SGD near a joint optimum) an IID federation can pass it too, and Sattler's γ
-check (no cross-side cosine similarity ≥ 1 − 2γ²) is then what refuses the split. Nor is the
-calibration round a point of congruent updates everywhere: in the cross-paper records (K = 100, 50
-clients a round, Adam, R = 10, calibrated at round 2) ‖mean ΔW‖ / mean ‖ΔW_i‖ is already 0.28–0.69
-there, below 0.7 on every partition, so the ε1 test passes from the first round after warm-up
-and whether CFL splits rests on the γ check alone (it refused every round on Dirichlet α = 0.3 and
-on the per-client Dir(0.1); it split on the other five). Tables where no
-protocol gives CFL its own thresholds (notebooks 11 and 12; FedPrism's Table 1 as a second row)
-run it with s = 0.7; a record's spec shows ``eps1: auto`` and its ``info['eps1']`` the value used,
-and a spec without ``eps1`` ran Table II's 1e-5 (:func:`calibrated`). Whether a run split at all is
-:func:`never_split` of its record (:func:`split_rounds`, from ``info['split_log']``).
+The scale-free reading (``split_rule='ratio'``, :func:`ratio_test`), for tables where no protocol
+gives CFL thresholds (notebooks 11 and 12): a cluster's round passes when ‖Σ_i w_i ΔW_i‖ <
+ρ · max_i ‖ΔW_i‖, ρ = 0.25 = Sattler's ε1/ε2, both norms of the same cluster in the same round —
+a necessary condition of Sattler's test at his values that no longer depends on the optimiser's
+step size. Nothing is carried between rounds, so every cluster (a new one after a split too) is
+tested on its own members' updates only. One client, or any set of parallel updates, has mean =
+max and never passes; congruent updates (an IID federation early on) have mean close to max.
+Incongruent groups cancel in the mean while each client's update stays large. The γ check, the
+"more than 2 trained members" and the warm-up apply as above. What it does not claim: with M
+updates that are pure noise around a vanished common direction, ‖mean‖ ≈ max/√M, so at M > 16
+such a cluster passes it; the γ check is then what must refuse (tested on a small IID federation,
+measured on the records of notebooks 11 and 12 in their split logs).
+
+``eps1='auto'`` — :data:`AUTO_LABEL`: defective, superseded by the scale-free reading, kept only
+so that the records that ran it can be read and labelled. ε1 := ``auto_scale`` · mean_i ‖ΔW_i‖ of
+the last warm-up round (:func:`auto_eps1`) is compared with ‖mean ΔW‖, which is never larger than
+the mean of the norms (‖Σ w_i ΔW_i‖ ≤ Σ w_i ‖ΔW_i‖): at scale 0.7 nearly every cluster passes it
+(368 of 391 cluster-rounds after warm-up in the 18 records of notebooks 11 and 12; ε1 even exceeds
+single clients' own update norms), ε2 = 0.1 is always exceeded under Adam, and what is left is the γ
+check: those runs split an IID federation (S = 1) into 17 clusters (issue 69). A record's spec
+shows ``eps1: auto`` and its ``info['eps1_rule']`` the label; a spec without ``eps1`` ran Table
+II's 1e-5 (:func:`calibrated`). Whether a run split at all is :func:`never_split` of its record
+(:func:`split_rounds`, from ``info['split_log']``).
 
 The authors' code (reference-notes: "What produced Table III") tested the *mean of the norms* of
 the clients' deviations from the new aggregate against ε1 instead (``split_test='mean_of_norms'``:
@@ -99,23 +107,37 @@ NAME = "cfl"
 
 
 SPLIT_TESTS = ("sattler", "mean_of_norms")
+SPLIT_RULES = ("absolute", "ratio")
+
+#: Sattler et al.'s and FL-bench's thresholds and start (module docstring: "The faithful rule").
+SATTLER = {"eps1": 0.4, "eps2": 1.6, "warmup_rounds": 20}
+
+#: The label of ``eps1='auto'``, kept for the records that ran it (module docstring).
+AUTO_LABEL = "auto (defective, superseded)"
 
 
 @dataclass(frozen=True)
 class Hyper:
-    """CFL's thresholds (Table II) and warm-up."""
+    """CFL's thresholds (Table II) and warm-up; :data:`SATTLER` the authors' thresholds and start."""
 
-    eps1: float | str = 1e-5   # ε1: mean-update norm below which the cluster is stationary; 'auto': auto_eps1
+    eps1: float | str = 1e-5   # ε1: mean-update norm below which the cluster is stationary; 'auto': auto_eps1 (defective)
     eps2: float = 0.1          # ε2: max client-update norm above which a client is not
     gamma: float = 0.5         # γ: split only if √((1 − α_cross^max)/2) > γ
     warmup_rounds: int | None = None  # no split before round index t = warmup_rounds (0-based); None: ⌊T/4⌋
     auto_scale: float = 0.5    # eps1='auto': ε1 = auto_scale · mean client-update norm at the end of warm-up
+    split_rule: str = "absolute"  # "absolute" (‖mean‖ < ε1, max > ε2) or "ratio" (‖mean‖ < rho · max, scale-free)
+    rho: float = 0.25          # split_rule='ratio': ρ, Sattler's ε1/ε2 = 0.4/1.6
     split_test: str = "sattler"   # "sattler" (‖mean ΔW‖, max‖ΔW_i‖) or "mean_of_norms" (the authors' code)
     aggregation: str = "samples"  # cluster model: "samples" (n_i-weighted) or "uniform" (the authors' code)
 
     def __post_init__(self):
         check_choice(self.split_test, "split_test", SPLIT_TESTS)
         check_choice(self.aggregation, "aggregation", AGGREGATIONS)
+        check_choice(self.split_rule, "split_rule", SPLIT_RULES)
+        check_number(self.rho, "rho", 0, 1, low_open=True, high_open=True)
+        if self.split_rule == "ratio" and self.eps1 == "auto":
+            fail("eps1", "a number with split_rule='ratio' (the scale-free test reads rho, never ε1; 'auto' is "
+                 "defective and superseded by it: drop eps1)", self.eps1)
         if not (isinstance(self.eps1, str) and self.eps1 == "auto"):
             try:
                 check_number(self.eps1, "eps1", 0)
@@ -177,19 +199,35 @@ def auto_eps1(mean_of_norms: float, scale: float) -> float:
     return scale * mean_of_norms
 
 
+def ratio_test(mean: float, max_: float, rho: float) -> bool:
+    """The scale-free split test (``split_rule='ratio'``): ‖mean_i ΔW_i‖ < ρ · max_i ‖ΔW_i‖, both of
+    one cluster's one round. Sattler's test implies it at ρ = ε1/ε2 (mean < ε1 and max > ε2 give
+    mean/max < ε1/ε2 = 0.25 at his values); one client (mean = max) or congruent clients
+    (mean ≈ max) never pass it."""
+    return mean < rho * max_
+
+
 def thresholds(values: dict | None = None) -> tuple:
     """(ε1, ε2, γ) of a run's CFL hyperparameter overrides ``values`` (a spec's ``hyper``), Table
-    II's defaults filled in; ``eps1='auto'`` reads ('auto', auto_scale). Other keys are ignored."""
-    hp = Hyper(**{k: v for k, v in (values or {}).items() if k in ("eps1", "eps2", "gamma", "auto_scale")})
+    II's defaults filled in; ``eps1='auto'`` reads ('auto', auto_scale), ``split_rule='ratio'``
+    (('ratio', rho), None, γ). Other keys are ignored."""
+    keys = ("eps1", "eps2", "gamma", "auto_scale", "split_rule", "rho")
+    hp = Hyper(**{k: v for k, v in (values or {}).items() if k in keys})
+    if hp.split_rule == "ratio":
+        return ("ratio", float(hp.rho)), None, float(hp.gamma)
     eps1 = ("auto", float(hp.auto_scale)) if hp.eps1 == "auto" else float(hp.eps1)
     return eps1, float(hp.eps2), float(hp.gamma)
 
 
 def thresholds_label(values: dict | None = None) -> str:
     """:func:`thresholds` in words, for a table row: ``'ε1 = 1e-05, ε2 = 0.1, γ = 0.5'``;
-    ``eps1='auto'`` reads ``'ε1 = auto (0.5 × warm-up update)'`` (:func:`auto_eps1`)."""
+    ``eps1='auto'`` reads ``'ε1 = auto (defective, superseded; 0.5 × warm-up update), …'``
+    (:func:`auto_eps1`, :data:`AUTO_LABEL`), ``split_rule='ratio'`` ``'‖mean ΔW‖ < 0.25 · max ‖ΔW_i‖
+    (scale-free), γ = 0.5'``."""
     eps1, eps2, gamma = thresholds(values)
-    first = f"auto ({eps1[1]:g} × warm-up update)" if isinstance(eps1, tuple) else f"{eps1:g}"
+    if isinstance(eps1, tuple) and eps1[0] == "ratio":
+        return f"‖mean ΔW‖ < {eps1[1]:g} · max ‖ΔW_i‖ (scale-free), γ = {gamma:g}"
+    first = (f"{AUTO_LABEL[:-1]}; {eps1[1]:g} × warm-up update)" if isinstance(eps1, tuple) else f"{eps1:g}")
     return f"ε1 = {first}, ε2 = {eps2:g}, γ = {gamma:g}"
 
 
@@ -231,9 +269,16 @@ def split_note(flags) -> str:
 
 def calibrated(values: dict | None) -> bool:
     """Whether a run's CFL hyperparameters ``values`` (a spec's ``hyper``) calibrate ε1
-    (``eps1='auto'``). A spec without ``eps1`` ran Table II's 1e-5 (the default): records made
-    before a table switched to the calibrated threshold keep that meaning."""
+    (``eps1='auto'``: :data:`AUTO_LABEL`, superseded by :func:`scale_free`). A spec without
+    ``eps1`` ran Table II's 1e-5 (the default): records made before a table switched to the
+    calibrated threshold keep that meaning."""
     return (values or {}).get("eps1") == "auto"
+
+
+def scale_free(values: dict | None) -> bool:
+    """Whether a run's CFL hyperparameters ``values`` (a spec's ``hyper``) run the scale-free
+    test (``split_rule='ratio'``, :func:`ratio_test`)."""
+    return (values or {}).get("split_rule") == "ratio"
 
 
 def cosine_similarity_matrix(dw: torch.Tensor) -> torch.Tensor:
@@ -279,8 +324,8 @@ SPLIT_STATISTICS = {"sattler": ("mean_norm", "max_norm"),
                     "mean_of_norms": ("mean_deviation_norm", "max_deviation_norm")}
 
 
-def split_reasons(mean: float, max_: float, eps1: float | None, eps2: float, trained: int,
-                  warm_up: bool) -> list[str]:
+def split_reasons(mean: float, max_: float, eps1: float | None, eps2: float | None, trained: int,
+                  warm_up: bool, rho: float | None = None) -> list[str]:
     """Why one cluster's round fails CFL's split test; ``[]`` when the test passes (the
     bipartition and its γ check come next).
 
@@ -289,11 +334,15 @@ def split_reasons(mean: float, max_: float, eps1: float | None, eps2: float, tra
     is not near a stationary point of its joint objective), ``"max ≤ ε2"`` (not ``max_`` > ε2:
     no client is far from its own). ``mean`` and ``max_`` are the statistics the split test
     compares (:data:`SPLIT_STATISTICS`); ``eps1`` None (``eps1='auto'`` before its calibration,
-    inside the warm-up) leaves the mean uncompared.
+    inside the warm-up) leaves the mean uncompared. With ``rho`` (``split_rule='ratio'``) the
+    threshold test is :func:`ratio_test` instead, ``"mean ≥ ρ·max"`` when it fails; ε1 and ε2 are
+    not read.
     """
     reasons = ["warm-up"] if warm_up else []
     if trained <= 2:
         reasons.append("too few clients")
+    if rho is not None:
+        return reasons + ([] if ratio_test(mean, max_, rho) else ["mean ≥ ρ·max"])
     if eps1 is not None and not mean < eps1:
         reasons.append("mean ≥ ε1")
     if not max_ > eps2:
@@ -377,7 +426,9 @@ def _update_cluster(ctx: Context, hp: Hyper, warm_up: bool, eps1: float | None, 
     sides = [np.arange(len(picked))]
     w = to_host(aggregation_weights(n, hp.aggregation), np.float64)
     mean_key, max_key = SPLIT_STATISTICS[hp.split_test]
-    reasons = split_reasons(norms[mean_key], norms[max_key], eps1, hp.eps2, len(picked), warm_up)
+    rho = hp.rho if hp.split_rule == "ratio" else None
+    eps1, eps2 = (None, None) if rho is not None else (eps1, hp.eps2)
+    reasons = split_reasons(norms[mean_key], norms[max_key], eps1, eps2, len(picked), warm_up, rho=rho)
     g_max = None
     if not reasons:
         a, b = bipartition(dw)
@@ -387,7 +438,7 @@ def _update_cluster(ctx: Context, hp: Hyper, warm_up: bool, eps1: float | None, 
         else:
             reasons = ["γ_max ≤ γ"]
     decision = {"members": len(members), "trained": len(picked), "mean": norms[mean_key], "max": norms[max_key],
-                "eps1": eps1, "eps2": hp.eps2, "gamma_max": g_max, "split": len(sides) == 2,
+                "eps1": eps1, "eps2": eps2, "rho": rho, "gamma_max": g_max, "split": len(sides) == 2,
                 "reason": "; ".join(reasons) or "split"}
     models = [weighted_average(take(params, s), w[s]) for s in sides]
     if len(sides) == 1:
@@ -407,10 +458,12 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
     ``info``: ``norms`` (per round and cluster that trained: round (1-based), cluster, size,
     mean_norm, max_norm, mean_of_norms, ratio), ``split_log`` (per round and cluster: round,
     cluster, members, trained, ``mean`` and ``max`` — the statistics the split test compares,
-    named in ``split_statistics`` —, eps1 (None before an 'auto' calibration), eps2,
+    named in ``split_statistics`` —, eps1 (None before an 'auto' calibration or with
+    ``split_rule='ratio'``), eps2 (None with 'ratio'), rho (None unless 'ratio'),
     gamma_max (None unless the bipartition was tried), split, reason: :func:`split_reasons`,
-    ``"γ_max ≤ γ"`` or ``"split"``), ``eps1`` (the value used; with 'auto' also
-    ``eps1_auto_from`` = the warm-up's last mean client-update norm), ``warmup_rounds``,
+    ``"γ_max ≤ γ"`` or ``"split"``), ``split_rule``, ``eps1`` (the value used, None with
+    'ratio', then ``rho``; with 'auto' also ``eps1_auto_from`` = the warm-up's last mean
+    client-update norm and ``eps1_rule`` = :data:`AUTO_LABEL`), ``warmup_rounds``,
     ``splits``, the final clusters.
     """
     check_protocol(hp, ctx.cfg)
@@ -454,9 +507,11 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
     info = {"n_clusters": len(clusters), "cluster_sizes": [len(c) for c in clusters], "splits": state["splits"],
             "assignment": assignment.tolist(), "warmup_rounds": warmup, "eps1": state["eps1"],
             "norms": state["norm_log"], "split_log": state["split_log"],
-            "split_statistics": list(SPLIT_STATISTICS[hp.split_test])}
+            "split_statistics": list(SPLIT_STATISTICS[hp.split_test]), "split_rule": hp.split_rule}
+    if hp.split_rule == "ratio":
+        info.update({"rho": hp.rho, "eps1": None})
     if hp.eps1 == "auto":
-        info.update({"eps1_auto_from": state["auto_from"], "eps1_rule": "auto (departure from Table II)"})
+        info.update({"eps1_auto_from": state["auto_from"], "eps1_rule": AUTO_LABEL})
     return Outcome(state["models"], assignment, info)
 
 
