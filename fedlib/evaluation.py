@@ -114,19 +114,10 @@ CP_ZERO_RULES = ("inf", "exclude")
 def client_parity(acc, zero: str = "inf") -> float:
     """CP = max_{i,j} (A_i − A_j) / A_j = (A_max − A_min) / A_min (PSI-PFL §4.1; 0 = perfect parity).
 
-    Parameters
-    ----------
-    acc : array-like, shape (K,)
-        Local accuracies in [0, 1]; NaN (a client without a test split) is left out.
-    zero : one of :data:`CP_ZERO_RULES`
-        A client at A = 0 makes (A_i − 0) / 0 undefined and the paper is silent on it.
-        ``'inf'``: the limit, inf when some client is at 0 and another is not (the record
-        field ``cp``). ``'exclude'``: the clients at 0 are left out of the maximum (count them
-        with ``np.sum(acc == 0)``), so CP is finite.
-
-    Returns
-    -------
-    float ≥ 0; 0 when every (remaining) client has the same accuracy, including all at 0.
+    ``acc`` (K,) in [0, 1], NaN (no test split) left out. A client at A = 0 makes the ratio
+    undefined and the paper is silent: ``zero='inf'`` takes the limit (inf when another client
+    is above 0; the record's ``cp``), ``'exclude'`` leaves the clients at 0 out. Returns a float
+    ≥ 0, 0 when every (remaining) client has the same accuracy, including all at 0.
     """
     a = _check_acc(acc)
     check_choice(zero, "zero", CP_ZERO_RULES)
@@ -144,13 +135,9 @@ def client_parity(acc, zero: str = "inf") -> float:
 
 
 def summarise_clients(correct, n, cl_accuracy: float | None = None) -> dict:
-    """All run-level metrics from per-client correct counts and test sizes.
-
-    Returns
-    -------
-    dict with global_accuracy, ad, sdad (target 1.0), ad_cl, sdad_cl (target CL accuracy,
-    NaN when ``cl_accuracy`` is None), cp, and local_accuracy (list, one per client).
-    """
+    """All run-level metrics from per-client correct counts and test sizes: global_accuracy,
+    ad, sdad (target 1.0), ad_cl, sdad_cl (target CL accuracy, NaN when ``cl_accuracy`` is
+    None), cp, and local_accuracy (list, one per client)."""
     check_number(cl_accuracy, "cl_accuracy", 0, 1, optional=True)
     acc = local_accuracy(correct, n)
     ad, sdad = average_distance(acc, 1.0)
@@ -170,18 +157,10 @@ def summarise_clients(correct, n, cl_accuracy: float | None = None) -> dict:
 
 
 def cluster_recovery(assignment, truth) -> float:
-    """Adjusted Rand index between a grouping of the clients and their true groups.
+    """Adjusted Rand index between a grouping ``assignment`` (K,) of the clients and their true
+    groups ``truth`` (K,) (any integer labels): in [-0.5, 1], 1 when equal up to relabelling,
+    ≈ 0 for a random grouping."""
 
-    Parameters
-    ----------
-    assignment, truth : int arrays (K,)
-        Group labels per client (any integers; only equality matters).
-
-    Returns
-    -------
-    float in [-0.5, 1]: 1 when the grouping equals the truth up to relabelling, ≈ 0 for a
-    random grouping (IFCA, FedClust, pFedLIA, FeSEM, CFL on planted groups).
-    """
     from sklearn.metrics import adjusted_rand_score
 
     a, t = np.asarray(assignment), np.asarray(truth)

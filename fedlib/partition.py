@@ -34,15 +34,8 @@ joint_label_rotation label groups (disjoint label sets) × rotation groups
 The input transforms (:func:`transform_inputs`) are applied by
 :func:`fedlib.experiment.build_federation`; the official test set stays untransformed.
 
-Each protocol is one entry of :data:`PROTOCOLS` (:class:`Protocol`: its level's range and kind,
-its inputs, display symbol, input transform and planted groups); validation, the federation
-builder, the tables, plots and report read the entry, so adding a protocol is its function and
-its entry here (plus tests).
-
-Helpers: :func:`partition` (dispatch by protocol name), :func:`train_test_split`
-(per-client seeded 80/20 split), :func:`train_val_test_split` (the same split with a
-validation share carved out of the train part), :func:`label_counts` (the K×C matrix the
-non-IID metrics take).
+Each protocol is one entry of :data:`PROTOCOLS` (:class:`Protocol`); adding a protocol is its
+function and its entry here (plus tests).
 """
 from __future__ import annotations
 
@@ -131,8 +124,7 @@ def _check_n_clients(n_clients, n_samples: int, minimum_per_client: int = 1) -> 
     return k
 
 
-def _check_seed(seed) -> int:
-    return check_seed(seed)
+_check_seed = check_seed
 
 
 def _is_number(value) -> bool:
@@ -171,43 +163,14 @@ def dirichlet(
 ) -> list[np.ndarray]:
     """Dirichlet(α) label-skew partition, FedArtML / NIID-Bench variant.
 
-    For each class c, proportions over the K clients are drawn from Dir(α·1_K); a
-    client that already holds ≥ N/K samples gets proportion 0 for the remaining
-    classes (balancing); the proportions are renormalised and the class's shuffled
-    indices are cut at the cumulative proportions. The whole draw is repeated until
-    every client holds at least ``min_samples`` samples.
+    Per class, shares over the K clients ~ Dir(α·1_K); a client already holding ≥ N/K samples
+    gets share 0 (balancing); the class's shuffled indices are cut at the renormalised shares.
+    The draw is repeated until every client holds ≥ ``min_samples``. Unlike Flower's
+    ``DirichletPartitioner`` (10 tries) up to ``max_draws`` draws are made, since the paper
+    reports cells (FMNIST, K=100, α=0.05) that need thousands. ``dataset_name`` only names the
+    data set in the InfeasiblePartitionError.
 
-    Unlike Flower's ``DirichletPartitioner`` (gives up after 10 tries) the retries are
-    bounded generously (``max_draws``; a draw costs microseconds because only the
-    per-class counts are drawn until a feasible one is found), since the paper reports
-    cells such as FMNIST, K=100, α=0.05 that need thousands of draws.
-
-    Parameters
-    ----------
-    labels : array of int, shape (N,)
-    n_clients : int
-        K, the number of clients.
-    alpha : float
-        Concentration α > 0; smaller is more non-IID.
-    seed : int
-        Seed of every random choice (draws, shuffles).
-    min_samples : int, default 10
-        Minimum number of samples per client.
-    max_draws : int, default 20000
-        Bound on the number of redraws before giving up.
-    dataset_name : str, optional
-        Only used to make the infeasibility error message precise.
-
-    Returns
-    -------
-    list of K int64 arrays (disjoint, covering all N samples).
-
-    Raises
-    ------
-    ValueError
-        α ≤ 0, more clients than samples, bad labels.
-    InfeasiblePartitionError
-        No draw within ``max_draws`` gave every client ``min_samples`` samples.
+    labels (N,) ints → K disjoint int64 arrays covering all N samples.
     """
     y = _check_labels(labels)
     n = y.size
@@ -280,22 +243,7 @@ def dirichlet_client(labels, n_clients: int, alpha: float, seed: int) -> list[np
       emptied classes (only at tiny α, where Dir draws underflow to exact zeros) draws
       uniformly from the classes left. Because K·n ≤ N, every client is filled.
 
-    Every random choice (the p_i, the class pools' shuffles, the turn orders, the draws) comes
-    from ``numpy.random.default_rng(seed)``.
-
-    Parameters
-    ----------
-    labels : array of int, shape (N,)
-    n_clients : int
-        K, the number of clients, 1 ≤ K ≤ N.
-    alpha : float
-        Concentration α > 0 of the clients' class mixes; α = 0.1 gives most clients one or
-        two dominant classes, α ≥ 100 near-uniform mixes.
-    seed : int
-
-    Returns
-    -------
-    list of K sorted int64 arrays, each of length ⌊N/K⌋, disjoint.
+    labels (N,) ints → K disjoint sorted int64 arrays, each of length ⌊N/K⌋.
     """
     parts, _, _ = _dirichlet_client_draw(labels, n_clients, alpha, seed)
     return parts
@@ -371,17 +319,7 @@ def similarity(labels, n_clients: int, s: float, seed: int) -> list[np.ndarray]:
     by label (stable). Client i gets ``len(iid)//K`` consecutive IID indices plus
     ``len(niid)//K`` consecutive label-sorted indices; remainders are dropped, as in
     the authors' code. S=1 gives IID clients, S=0 label-sorted (pathological) clients.
-
-    Parameters
-    ----------
-    labels : array of int, shape (N,)
-    n_clients : int
-    s : float in [0, 1]
-    seed : int
-
-    Returns
-    -------
-    list of K int64 arrays (disjoint; up to 2(K-1) samples are left unassigned).
+    labels (N,) → K disjoint int64 arrays (up to 2(K-1) samples left unassigned).
     """
     y = _check_labels(labels)
     if not (_is_number(s) and 0.0 <= float(s) <= 1.0):
@@ -401,13 +339,8 @@ def similarity(labels, n_clients: int, s: float, seed: int) -> list[np.ndarray]:
 
 # ----------------------------------------------------------------------------- pathological
 def shards(labels, n_clients: int, shards_per_client: int, seed: int) -> list[np.ndarray]:
-    """FedAvg's pathological partition: sort by label, cut into K·s equal shards,
-    deal ``shards_per_client`` random shards to each client (remainder dropped).
-
-    Returns
-    -------
-    list of K int64 arrays.
-    """
+    """FedAvg's pathological partition: sort by label, cut into K·s equal shards, deal
+    ``shards_per_client`` random shards to each client (remainder dropped); K int64 arrays."""
     y = _check_labels(labels)
     check_int(shards_per_client, "shards_per_client", 1)
     k = _check_n_clients(n_clients, y.size, minimum_per_client=int(shards_per_client))
@@ -465,12 +398,7 @@ def classes_per_client(labels, n_clients: int, n_classes_per_client: int, seed: 
 
 
 def cluster_of_client(n_clients: int, n_clusters: int) -> np.ndarray:
-    """True cluster of each client in the pFedLIA protocols: client i → i mod n_clusters.
-
-    Returns
-    -------
-    int64 array, shape (K,).
-    """
+    """True cluster (K,) int64 of each client in the pFedLIA protocols: client i → i mod n_clusters."""
     check_int(n_clients, "n_clients", 1)
     check_int(n_clusters, "n_clusters", 1)
     return np.arange(n_clients, dtype=np.int64) % n_clusters
@@ -557,18 +485,7 @@ def iid_fraction_classes(labels, n_clients: int, iid_fraction: float, seed: int,
       non-IID holders ∝ w_i (contiguous shares of the shuffled class; a class no non-IID
       client drew stays unused).
 
-    Parameters
-    ----------
-    labels : int array (N,)
-    n_clients : K ≥ 1
-    iid_fraction : float in [0, 1] (the protocol's level)
-    seed : int ≥ 0
-    classes : (low, high) with 1 ≤ low ≤ high ≤ C, classes per non-IID client
-
-    Returns
-    -------
-    list of K sorted int64 index arrays (disjoint). Raises InfeasiblePartitionError when a
-    client receives no sample.
+    labels (N,) → K disjoint sorted int64 arrays; InfeasiblePartitionError when a client gets none.
     """
     y = _check_labels(labels)
     n_classes = int(y.max()) + 1
@@ -632,20 +549,10 @@ def cafa_authors(labels, n_iid: int, n_noniid: int, seed: int, *, max_classes: i
     Departures from the authors' code: one ``numpy.random.default_rng(seed)`` stream instead
     of numpy's global state; classes drawn from those present in ``labels`` (theirs from
     0 … C−1, the same for CIFAR-10); a client size above the smallest class is refused up
-    front (theirs fails inside ``np.random.choice``).
+    front (theirs fails inside ``np.random.choice``). ``max_classes``, ``skew``: the authors'
+    ``max_classes_per_client`` and ``skewness``.
 
-    Parameters
-    ----------
-    labels : int array (N,)
-    n_iid, n_noniid : int ≥ 0, with n_iid + n_noniid ≥ 1
-    seed : int ≥ 0
-    max_classes : classes per non-IID client at most (the authors' ``max_classes_per_client``,
-        default 2), in [1, C]
-    skew : Dirichlet concentration of the shares (the authors' ``skewness``, default 0.5), > 0
-
-    Returns
-    -------
-    list of K sorted int64 index arrays; the truth is ``np.arange(K) < n_iid``.
+    labels (N,) → K sorted int64 arrays; the truth is ``np.arange(K) < n_iid``.
     """
     y = _check_labels(labels)
     present, sizes = np.unique(y, return_counts=True)
@@ -743,19 +650,8 @@ def quantity_skew(labels, n_clients: int, sigma: float, seed: int, *, n_tiers: i
       among the clients ∝ their sizes, :func:`_stratified_split`): label PSI sees only the
       rounding noise of the small clients.
 
-    Parameters
-    ----------
-    labels : int array (N,)
-    n_clients : K ≥ n_tiers
-    sigma : float ≥ 0, the level
-    seed : int ≥ 0
-    n_tiers : int ≥ 1, default 3
-    tier_ratio : float ≥ 1, default 4 (ratio of neighbouring tiers' median sizes)
-    min_samples : int ≥ 1, default 2 (a client below it: InfeasiblePartitionError)
-
-    Returns
-    -------
-    list of K sorted int64 arrays, disjoint, covering all N samples.
+    labels (N,) → K disjoint sorted int64 arrays covering all N samples; a client below
+    ``min_samples``: InfeasiblePartitionError.
     """
     y = _check_labels(labels)
     sigma = check_number(sigma, "sigma", 0)
@@ -830,21 +726,8 @@ def attribute_skew(labels, n_clients: int, purity: float, seed: int, *, features
     columns that quantile bins cannot split); it is a natural axis along which real data holders
     differ (an employer's, a pension fund's or a university's records), and it is not the label.
 
-    Parameters
-    ----------
-    labels : int array (N,)
-    n_clients : K ≥ n_groups
-    purity : float in [0, 1], the level
-    seed : int ≥ 0
-    features : float array (N, F), the inputs (:func:`partition` passes them: the protocol
-        ``needs_features``)
-    feature_names : sequence of F str, the names of the columns
-    attribute : str, default 'age' — one of ``feature_names``
-    n_groups : int ≥ 1, default 4 (quartiles)
-
-    Returns
-    -------
-    list of K sorted int64 arrays, disjoint, of equal size.
+    labels (N,), features (N, F) with F ``feature_names`` → K disjoint sorted int64 arrays of
+    equal size.
     """
     y = _check_labels(labels)
     purity = check_number(purity, "purity", 0, 1)
@@ -910,11 +793,7 @@ def covariate_groups(labels, n_clients: int, n_groups: int, seed: int) -> list[n
     are built (:func:`fedlib.experiment.build_federation`): the protocols ``rotated_groups``
     (quarter turns), ``brightness_groups`` and ``noise_groups`` differ only in that transform.
     Label PSI cannot separate the groups (the label histograms are equal, before the per-client
-    80/20 split); only the inputs differ.
-
-    Returns
-    -------
-    list of K sorted int64 arrays of equal size, disjoint.
+    80/20 split); only the inputs differ. Returns K disjoint sorted int64 arrays of equal size.
     """
     y = _check_labels(labels)
     n_groups = check_int(n_groups, "n_groups", 1, 4)
@@ -938,11 +817,7 @@ def joint_label_covariate(labels, n_clients: int, n_groups: int, seed: int, *,
     (:func:`planted_clusters`). Each class's samples are split evenly among the clients of its
     label group. Label PSI sees the L label groups only (half the structure when L = R = 2);
     the transform (:func:`transform_inputs`, by r(i)) is applied in
-    :func:`fedlib.experiment.build_federation`.
-
-    Returns
-    -------
-    list of K sorted int64 arrays, disjoint.
+    :func:`fedlib.experiment.build_federation`. Returns K disjoint sorted int64 arrays.
     """
     y = _check_labels(labels)
     n_classes = int(y.max()) + 1
@@ -994,20 +869,11 @@ NOISE_STEP = 0.1
 def transform_inputs(x, parts, group_of_client, kind: str, seed: int = 0) -> np.ndarray:
     """Every client's inputs under its group's transform (covariate skew), a new array.
 
-    Parameters
-    ----------
-    x : float array (N, C, H, W), images in [0, 1]
-    parts : K disjoint index arrays into x (the partition; samples in no client are unchanged)
-    group_of_client : int array (K,), values 0..3 (:func:`transform_group_of_client`)
-    kind : 'rot90' — group g's images turned by g quarter turns counter-clockwise in the (H, W)
-        plane (``np.rot90``: an exact permutation of pixels, no interpolation; H = W needed);
-        'brightness' — scaled by 1 − 0.25·g; 'noise' — plus Gaussian noise of s.d. 0.1·g, clipped
-        to [0, 1], drawn per client from ``default_rng([seed, i])``. Group 0 is always unchanged.
-    seed : int ≥ 0 (used by 'noise' only)
-
-    Returns
-    -------
-    float32 array (N, C, H, W): row j of client i is transform_{g(i)}(x[j]).
+    x (N, C, H, W) floats in [0, 1]; parts: K disjoint index arrays (samples in no client are
+    unchanged); group_of_client (K,) ints in 0..3. ``kind``: 'rot90' — g quarter turns
+    counter-clockwise in the (H, W) plane (``np.rot90``, H = W); 'brightness' — scaled by
+    1 − 0.25·g; 'noise' — plus N(0, (0.1·g)²) noise clipped to [0, 1], drawn per client from
+    ``default_rng([seed, i])``. Group 0 is unchanged. Returns float32 (N, C, H, W).
     """
     check_choice(kind, "kind", TRANSFORMS)
     seed = _check_seed(seed)
@@ -1043,18 +909,7 @@ def small_clients(labels, n_clients: int, small_share: float, seed: int, *, smal
     uniformly from ``small_size`` = (low, high) inclusive; the regular clients share the remaining
     samples equally (remainder dropped). Every client's samples are a uniform random draw without
     replacement (labels IID, with the sampling noise a 5-sample client has).
-
-    Parameters
-    ----------
-    labels : int array (N,)
-    n_clients : K ≥ 1
-    small_share : float in [0, 1), the level (at least one regular client)
-    seed : int ≥ 0
-    small_size : (low, high), 1 ≤ low ≤ high, default (5, 20)
-
-    Returns
-    -------
-    list of K sorted int64 arrays, disjoint.
+    labels (N,) → K disjoint sorted int64 arrays.
     """
     y = _check_labels(labels)
     share = check_number(small_share, "small_share", 0, 1, high_open=True)
@@ -1150,9 +1005,6 @@ class Protocol:
         return int(v) if self.integer else level
 
 
-_Protocol = Protocol  # the name before the registry declared everything
-
-
 def _planted_mod(kwarg: str, default: int, level_name: str, high=None):
     """i mod the protocol's group count (a keyword option); the level's range checked on the way
     (RunSpec.validate calls this before any data is loaded)."""
@@ -1218,22 +1070,25 @@ the log-normal spread of sizes within a size tier; small_clients the share of 5�
 clients; attribute_skew the purity of a client's attribute bin; rotated/brightness/noise_groups
 and joint_label_rotation the number of transform groups (1–4)."""
 
+def _entry(protocol):
+    return PROTOCOLS.get(protocol) if isinstance(protocol, str) else None
+
+
 def level_symbol(protocol: str, default=None):
-    """The display symbol of ``protocol``'s level (``'α'``, ``'S'``), or ``default`` where its
-    entry declares none (tables show the protocol's name, metric studies "level")."""
-    entry = PROTOCOLS.get(protocol) if isinstance(protocol, str) else None
+    """The display symbol of ``protocol``'s level (``'α'``, ``'S'``), else ``default``."""
+    entry = _entry(protocol)
     return entry.symbol if entry is not None and entry.symbol is not None else default
 
 
 def level_axis(protocol: str, default: str = "level") -> str:
     """The plots' x-axis label of ``protocol``'s level, or ``default`` where its entry declares none."""
-    entry = PROTOCOLS.get(protocol) if isinstance(protocol, str) else None
+    entry = _entry(protocol)
     return entry.axis if entry is not None and entry.axis is not None else default
 
 
 def level_log_scale(protocol: str) -> bool:
     """Whether plots draw ``protocol``'s level on a log axis (its entry's ``log_scale``)."""
-    entry = PROTOCOLS.get(protocol) if isinstance(protocol, str) else None
+    entry = _entry(protocol)
     return entry is not None and entry.log_scale
 
 
@@ -1275,10 +1130,9 @@ def partition_name(protocol: str, level) -> str:
 
 
 def partition_inputs(protocol: str, **available) -> dict:
-    """The keyword inputs of :func:`partition` that ``protocol``'s entry takes (``inputs``), among
-    those ``available`` and not None: ``partition_inputs("dirichlet", dataset_name="adult")`` ->
-    ``{"dataset_name": "adult"}``; a protocol that takes none (or no entry) -> ``{}``."""
-    entry = PROTOCOLS.get(protocol) if isinstance(protocol, str) else None
+    """The keyword inputs of :func:`partition` that ``protocol``'s entry takes, among those
+    ``available`` and not None (``{}`` for none or no entry)."""
+    entry = _entry(protocol)
     return {} if entry is None else {n: available[n] for n in entry.inputs if available.get(n) is not None}
 
 
@@ -1324,11 +1178,8 @@ def train_test_split(parts, seed: int, test_fraction: float = 0.2) -> tuple[list
 
     Each client's indices are shuffled with a generator seeded by (seed, client) and the
     first ``round(test_fraction · n_i)`` go to test (at least one when n_i ≥ 2, and at
-    least one sample always stays in train).
-
-    Returns
-    -------
-    (train_parts, test_parts) : two lists of K sorted int64 arrays.
+    least one sample always stays in train). Returns (train_parts, test_parts), K sorted
+    int64 arrays each.
     """
     _check_fraction(test_fraction, "test_fraction")
     seed = _check_seed(seed)
@@ -1371,16 +1222,8 @@ def train_val_test_split(parts, seed: int, test_fraction: float = 0.2,
       and at least two samples are left after the test split), and at least one sample
       always stays in train.
 
-    Parameters
-    ----------
-    parts : sequence of K index arrays
-    seed : int ≥ 0
-    test_fraction, val_fraction : float in [0, 1), with test_fraction + val_fraction < 1
-
-    Returns
-    -------
-    (train_parts, val_parts, test_parts) : three lists of K sorted int64 arrays, disjoint
-    per client, whose union is the client's indices.
+    Returns (train_parts, val_parts, test_parts): K sorted int64 arrays each, disjoint per
+    client, whose union is the client's indices.
     """
     test_fraction = _check_fraction(test_fraction, "test_fraction")
     val_fraction = _check_fraction(val_fraction, "val_fraction")
@@ -1408,19 +1251,9 @@ def train_val_test_split(parts, seed: int, test_fraction: float = 0.2,
 
 
 def label_counts(labels, parts, n_classes: int | None = None) -> np.ndarray:
-    """K×C matrix of per-client label counts.
+    """Per-client label counts, int64 (K, C), of labels (N,) and K index arrays ``parts``;
+    C = ``n_classes``, default max(labels)+1."""
 
-    Parameters
-    ----------
-    labels : array of int, shape (N,)
-    parts : list of K index arrays
-    n_classes : int, optional
-        C; defaults to max(labels)+1.
-
-    Returns
-    -------
-    int64 array, shape (K, C).
-    """
     y = _check_labels(labels)
     check_int(n_classes, "n_classes", 1, optional=True)
     c = int(y.max()) + 1 if n_classes is None else int(n_classes)

@@ -8,8 +8,6 @@ partitions, methods, models, reproductions) and nothing above them.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -19,7 +17,7 @@ import numpy as np
 from . import __version__, partition as P
 from .methods import METHODS, STREAMING_METHODS, FLConfig, make_hyper, method_info
 from .models import ARCH_FOR_DATASET, ARCHITECTURES
-from .records import RECORD_VERSION, with_current_defaults, with_recorded_defaults
+from .records import key_of, with_current_defaults, with_recorded_defaults
 from .reproduction import REPRODUCTIONS, Settings, runs_differently, settings_for
 from .validation import check_choice, check_int, check_number, check_seed, fail, plain
 
@@ -177,9 +175,7 @@ class RunSpec:
     def key(self) -> str:
         """Stable content hash of the spec and the fedlib version (the record's file name):
         a new fedlib release never reuses records computed by an older one."""
-        blob = json.dumps({**self.to_dict(), "fedlib": __version__, "record_version": RECORD_VERSION},
-                          sort_keys=True, default=str)
-        return hashlib.sha1(blob.encode()).hexdigest()[:16]
+        return key_of(self.to_dict(), __version__)
 
 
 

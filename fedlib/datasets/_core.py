@@ -52,30 +52,13 @@ class DataChecksumError(DataUnavailableError):
 class Dataset:
     """One dataset as arrays, with its official (or seeded 80/20) test split.
 
-    Attributes
-    ----------
-    name : str
-        Registry name it was loaded by (e.g. ``"adult"``).
-    paper_name : str or None
-        Which Clust-PSI-PFL dataset it is, or stands in for.
-    modality : {"image", "tabular", "text"}
-    source : str
-        Where the bytes came from and how the test split was made.
-    x_train : np.ndarray
-        Images: float32 (N, C, H, W) in [0, 1]; tabular: float32 (N, F)
-        (one-hot categoricals, RobustScaler numerics fitted on train);
-        text: int64 (N, L) token ids, 0 = padding, 1 = out-of-vocabulary.
-    y_train : np.ndarray
-        int64 (N,), values in ``0 .. n_classes - 1``.
-    x_test, y_test : np.ndarray
-        Same layouts as the training arrays (never None after `load`).
-    class_names : tuple of str
-        ``class_names[k]`` is the name of label ``k``.
-    vocab : tuple of str or None
-        Text only: ``vocab[i]`` is token id ``i`` (``vocab[0] == "<pad>"``,
-        ``vocab[1] == "<oov>"``), built from the training split only.
-    feature_names : tuple of str or None
-        Tabular only: the name of each column of ``x_train``.
+    ``name``: the registry name; ``paper_name``: the Clust-PSI-PFL dataset it is or stands in
+    for; ``source``: where the bytes came from and how the test split was made. ``x_train``:
+    images float32 (N, C, H, W) in [0, 1]; tabular float32 (N, F) (one-hot categoricals,
+    RobustScaler numerics fitted on train); text int64 (N, L) token ids, 0 = padding, 1 = OOV.
+    ``y_train``: int64 (N,) in ``0 .. n_classes - 1``; ``x_test``/``y_test`` alike (never None
+    after `load`). ``vocab`` (text only, from the training split): token id i is ``vocab[i]``
+    (``"<pad>"``, ``"<oov>"`` first); ``feature_names`` (tabular only): the columns' names.
     """
 
     name: str
@@ -116,29 +99,12 @@ class Dataset:
 class DatasetSpec:
     """Registry entry of one dataset.
 
-    Attributes
-    ----------
-    name : str
-        Registry name.
-    paper_name : str or None
-        The paper's dataset it is, or stands in for.
-    modality : {"image", "tabular", "text"}
-    n_classes : int
-        Number of classes the paper (or the stand-in's documentation) states.
-    loader : callable
-        ``loader(root: Path, **options) -> Dataset``; raises `DataUnavailableError`.
-    how_to_get : str
-        One-line instruction for getting the data by hand; ``<data>`` stands for the
-        data directory (shown to users only through `fix` / `how_to_fix`, which resolve it).
-    is_local : callable
-        ``is_local(root: Path) -> bool``: True when the files are here (cheap, no checksum).
-    can_download : bool
-        Whether the loader can fetch the data when ``FEDLIB_ALLOW_DOWNLOAD=1``.
-    prepare : callable or None
-        ``prepare(root: Path) -> None`` copies an offline source into ``root``.
-    download : str or None
-        What ``FEDLIB_ALLOW_DOWNLOAD=1`` makes the loader fetch (e.g. ``"torchvision
-        downloads 163 MB from cs.toronto.edu"``); None for loaders that never download.
+    ``n_classes``: as the paper (or the stand-in's documentation) states; ``loader(root,
+    **options) -> Dataset`` (raises `DataUnavailableError`); ``how_to_get``: one line for getting
+    the data by hand, ``<data>`` standing for the data directory (resolved by `fix`);
+    ``is_local(root)``: the files are here (cheap, no checksum); ``can_download``: under
+    ``FEDLIB_ALLOW_DOWNLOAD=1``; ``prepare(root)`` copies an offline source into ``root``;
+    ``download``: what a download fetches (None: never downloads).
     """
 
     name: str
@@ -160,17 +126,7 @@ class DatasetSpec:
 def data_dir(data_dir: str | os.PathLike | None = None) -> Path:
     """The one data directory: the argument, else ``$FEDLIB_DATA``, else ``<base>/data``
     (``<base>``: the project checkout fedlib runs from, else the current working directory;
-    see :mod:`fedlib.paths`).
-
-    Parameters
-    ----------
-    data_dir : str or path-like, optional
-
-    Returns
-    -------
-    pathlib.Path
-        Absolute path (not created here).
-    """
+    see :mod:`fedlib.paths`); an absolute path, not created here."""
     from ..paths import data_root
 
     if data_dir is not None and not isinstance(data_dir, (str, os.PathLike)):
@@ -185,27 +141,11 @@ def download_allowed() -> bool:
 
 def how_to_fix(root: str | os.PathLike, how_to_get: str, download: str | None = None,
                allowed: bool | None = None) -> str:
-    """The advice that follows ``Fix:`` in every data error (and in ``list``).
-
-    Parameters
-    ----------
-    root : str or path-like
-        The data directory; its absolute path replaces every ``<data>`` in ``how_to_get``.
-    how_to_get : str
-        How to get the files by hand (a ``DatasetSpec.how_to_get`` text).
-    download : str, optional
-        What ``FEDLIB_ALLOW_DOWNLOAD=1`` makes the loader fetch; None if it cannot download.
-    allowed : bool, optional
-        Whether downloads are on; default `download_allowed`.
-
-    Returns
-    -------
-    str
-        With downloads off and a ``download`` text: ``"set FEDLIB_ALLOW_DOWNLOAD=1
-        (<download>), or <how_to_get>"``. Otherwise (no download, or downloads already on,
-        so the download was tried and the caller reports how it failed): ``how_to_get``.
-        Never contains ``<data>``.
-    """
+    """The advice that follows ``Fix:`` in every data error (and in ``list``), ``<data>`` in
+    ``how_to_get`` replaced by ``root``: with downloads off (``allowed``, default
+    `download_allowed`) and a ``download`` text ``"set FEDLIB_ALLOW_DOWNLOAD=1 (<download>), or
+    <how_to_get>"``, else ``how_to_get`` (a download, if any, was tried and the caller says how
+    it failed)."""
     manual = how_to_get.replace(DATA_PLACEHOLDER, str(Path(root).expanduser().resolve()))
     if allowed is None:
         allowed = download_allowed()
@@ -231,30 +171,9 @@ def download_with_torchvision(name: str, root: Path, folder: Path, fetch: Callab
 
     The loaders call this only when the files are not local and ``FEDLIB_ALLOW_DOWNLOAD=1``
     is set; afterwards they verify every file's pinned digest themselves (`read_verified`).
-
-    Parameters
-    ----------
-    name : str
-        Registry name, the prefix of the error messages (e.g. ``"cifar10"``).
-    root : Path
-        The data directory.
-    folder : Path
-        Where the files land (named in the error messages).
-    fetch : callable
-        Called with the ``torchvision.datasets`` module; makes the download calls, e.g.
-        ``lambda tvd: tvd.CIFAR10(root=str(root), train=True, download=True)``.
-    is_local : callable
-        ``is_local(root)``: True when all the files the loader reads are there.
-    how_to_get, download : str
-        The dataset's ``HOW_TO_GET`` and ``DOWNLOAD`` texts (for the "Fix:" advice).
-    missing : str
-        What the error says when the download finished but ``is_local(root)`` is False.
-
-    Raises
-    ------
-    DataUnavailableError
-        torchvision is not installed or its download failed (`download_failed`), or it
-        finished without producing every file.
+    ``fetch(torchvision.datasets)`` makes the download calls into ``folder``; ``missing``: what
+    the error says when ``is_local(root)`` is still False. DataUnavailableError (prefixed by
+    ``name``) when torchvision is missing, its download failed or left files out.
     """
     try:
         import torchvision
@@ -303,12 +222,8 @@ def read_verified(path: str | os.PathLike, expected: str, fix: str, algorithm: s
                   why: str = NOT_COMPARABLE) -> bytes:
     """The bytes of ``path``, returned only if their digest is the pinned ``expected``.
 
-    Parsers read these very bytes (``io.BytesIO``), so what is parsed is what was verified.
-
-    Raises
-    ------
-    DataChecksumError
-        The digest differs; nothing was parsed.
+    Parsers read these very bytes (``io.BytesIO``), so what is parsed is what was verified;
+    DataChecksumError (nothing parsed) when the digest differs.
     """
     return check_bytes(Path(path).read_bytes(), expected, path, fix, algorithm, why)
 
@@ -334,16 +249,7 @@ class RestrictedUnpickler(pickle.Unpickler):
     Any other global (``builtins.open``, ``os.system``, ...) raises
     ``pickle.UnpicklingError`` before it can be called; the message names ``what``, the
     format being read (``"... is not allowed in a <what> pickle"``), and the allowed globals.
-
-    Parameters
-    ----------
-    file : binary file-like
-    what : str
-        The format named in a refusal, e.g. ``"CIFAR-10"``.
-    allowed_globals : dict
-        ``(module, name) -> object``; default `PICKLE_ALLOWED_GLOBALS`.
-    **kwargs
-        Passed to `pickle.Unpickler` (e.g. ``encoding``).
+    ``allowed_globals``: ``(module, name) -> object``; ``kwargs`` go to `pickle.Unpickler`.
     """
 
     def __init__(self, file, *, what: str = "restricted",
@@ -367,26 +273,8 @@ def restricted_unpickle(data: bytes, what: str,
     """A pickled dict (already verified bytes) read by `RestrictedUnpickler`.
 
     The one unpickler of the package (CIFAR-10 and CIFAR-100 use it). Python 2 strings are
-    decoded as latin1, and bytes keys of the dict become str.
-
-    Parameters
-    ----------
-    data : bytes
-        The verified bytes of one pickle file.
-    what : str
-        The format named in a refusal (``"CIFAR-10"``, ``"CIFAR-100"``).
-    allowed_globals : dict
-        The only globals the pickle may name; default `PICKLE_ALLOWED_GLOBALS`.
-
-    Returns
-    -------
-    dict
-        str keys.
-
-    Raises
-    ------
-    pickle.UnpicklingError
-        The pickle names a global outside ``allowed_globals`` (nothing it names is called).
+    decoded as latin1, and bytes keys of the dict become str. ``pickle.UnpicklingError`` when
+    the pickle names a global outside ``allowed_globals`` (nothing it names is called).
     """
     d = RestrictedUnpickler(io.BytesIO(data), what=what, allowed_globals=allowed_globals,
                             encoding="latin1").load()
@@ -396,31 +284,8 @@ def restricted_unpickle(data: bytes, what: str,
 def read_pickles(name: str, folder: Path, md5: dict[str, str], fix: str,
                  unpickle: Callable[[bytes], dict]) -> dict[str, dict]:
     """The pickle files ``md5`` names under ``folder``, each unpickled only after EVERY
-    file's md5 was verified.
-
-    Parameters
-    ----------
-    name : str
-        Registry name, the prefix of the error messages.
-    folder : Path
-    md5 : dict
-        File name -> its pinned md5 (the order in which files are checked, then read).
-    fix : str
-        The "Fix:" advice of the errors.
-    unpickle : callable
-        ``unpickle(data) -> dict``, the loader's `restricted_unpickle` call.
-
-    Returns
-    -------
-    dict
-        File name -> its unpickled dict.
-
-    Raises
-    ------
-    DataChecksumError
-        A file's md5 is not the pinned one (``why``: `PICKLE_WHY`); no file was unpickled.
-    DataUnavailableError
-        ``unpickle`` refused a file (``pickle.UnpicklingError`` is its cause).
+    file's md5 was verified: file name -> its dict. DataChecksumError (nothing unpickled) for
+    a wrong md5; DataUnavailableError when ``unpickle`` refused a file.
     """
     verified = {f: read_verified(folder / f, expected, fix, algorithm="md5", why=PICKLE_WHY)
                 for f, expected in md5.items()}  # every file, before anything is unpickled
@@ -448,27 +313,7 @@ def torchvision_files(name: str, title: str, root: Path, folder: Path,
     """Make sure a torchvision-layout dataset's files are in ``root``: download them if they
     are not and ``FEDLIB_ALLOW_DOWNLOAD=1`` (`download_with_torchvision`), else raise the one
     "not found" error. The one download step of the CIFAR-10, CIFAR-100 and SVHN loaders.
-
-    Parameters
-    ----------
-    name : str
-        Registry name, the prefix of the error messages (e.g. ``"cifar10"``).
-    title : str
-        The dataset's name in the "not found" message (e.g. ``"CIFAR-10"``).
-    root, folder : Path
-        The data directory, and the folder the files land in (named in the errors).
-    is_local, fetch, how_to_get, download, missing
-        As for `download_with_torchvision`.
-
-    Returns
-    -------
-    str
-        The "Fix:" advice for a file found bad afterwards: ``"delete <folder>, then ..."``.
-
-    Raises
-    ------
-    DataUnavailableError
-        The files are not here and downloads are off, or the download failed.
+    Returns the "Fix:" advice for a file found bad afterwards (``"delete <folder>, then ..."``).
     """
     root = Path(root)
     if not is_local(root) and download_allowed():
@@ -542,19 +387,8 @@ def first_existing(paths) -> Path | None:
 
 
 def encode_labels(labels, class_names=None) -> tuple[np.ndarray, tuple[str, ...]]:
-    """Map labels to int64 ids ``0..C-1``.
-
-    Parameters
-    ----------
-    labels : array-like (N,)
-    class_names : sequence of str, optional
-        Fixed order; default: the sorted unique values, as strings.
-
-    Returns
-    -------
-    y : np.ndarray int64 (N,)
-    class_names : tuple of str
-    """
+    """Map labels (N,) to int64 ids ``0..C-1``: (y (N,), class_names), ``class_names`` a fixed
+    order (default: the sorted unique values, as strings)."""
     arr = np.asarray(labels)
     if class_names is None:  # numeric labels sort numerically, strings alphabetically
         class_names = tuple(str(v) for v in np.unique(arr))
@@ -568,19 +402,9 @@ def encode_labels(labels, class_names=None) -> tuple[np.ndarray, tuple[str, ...]
 
 
 def split_80_20(y: np.ndarray, seed: int = SPLIT_SEED) -> tuple[np.ndarray, np.ndarray]:
-    """Seeded stratified 80/20 split of row indices.
+    """Seeded stratified 80/20 split of row indices by labels y (N,): sorted int64
+    (train_idx, test_idx)."""
 
-    Parameters
-    ----------
-    y : np.ndarray (N,)
-        Labels to stratify on.
-    seed : int
-
-    Returns
-    -------
-    train_idx, test_idx : np.ndarray int64
-        Sorted row indices.
-    """
     from sklearn.model_selection import train_test_split
 
     y = np.asarray(y)

@@ -28,18 +28,8 @@ _LZMA2 = [{"id": lzma.FILTER_LZMA2, "preset": 9 | lzma.PRESET_EXTREME}]
 
 
 def decompress_chunk(chunk: bytes) -> bytes:
-    """Decompress one ``.rdb`` chunk to R serialization bytes.
-
-    Parameters
-    ----------
-    chunk : bytes
-        ``length (4 bytes, big-endian) + type byte + payload``.
-
-    Returns
-    -------
-    bytes
-        The serialized R object (starts with ``b"X\\n"`` for XDR).
-    """
+    """Decompress one ``.rdb`` chunk (``length (4 bytes, big-endian) + type byte + payload``) to
+    the serialized R object's bytes (``b"X\\n"`` first for XDR)."""
     if len(chunk) < 5:
         raise ValueError("R lazy-load chunk shorter than its 5-byte header")
     n = struct.unpack(">I", chunk[:4])[0]
@@ -73,22 +63,8 @@ def read_index(rdx: str | Path | bytes) -> dict[str, tuple[int, int]]:
 
 
 def parse_object(rdb: bytes, rdx: bytes, name: str, where: str = "the .rdb"):
-    """One object of an R lazy-load database given as bytes (see `read_object`).
-
-    Parameters
-    ----------
-    rdb, rdx : bytes
-        Contents of ``Rdata.rdb`` and ``Rdata.rdx``.
-    name : str
-        Object name.
-    where : str
-        How error messages name the database (e.g. its path).
-
-    Returns
-    -------
-    object
-        As converted by ``rdata`` (a data frame becomes a ``pandas.DataFrame``).
-    """
+    """One object ``name`` of an R lazy-load database given as bytes (``Rdata.rdb``/``.rdx``;
+    ``where`` names it in errors), as ``rdata`` converts it (see `read_object`)."""
     import rdata
 
     index = read_index(rdx)
@@ -102,21 +78,10 @@ def parse_object(rdb: bytes, rdx: bytes, name: str, where: str = "the .rdb"):
 
 
 def read_object(rdb: str | Path, name: str, rdx: str | Path | None = None):
-    """Read one object of an R lazy-load database as Python.
+    """Read object ``name`` (e.g. ``"training_data"``) of an R lazy-load database ``rdb`` (index
+    ``rdx``, default the same name with ``.rdx``) as ``rdata`` converts it (a data frame becomes
+    a ``pandas.DataFrame``)."""
 
-    Parameters
-    ----------
-    rdb : path
-        The ``.rdb`` file; the index defaults to the same name with ``.rdx``.
-    name : str
-        Object name (e.g. ``"training_data"``).
-    rdx : path, optional
-
-    Returns
-    -------
-    object
-        As converted by ``rdata`` (a data frame becomes a ``pandas.DataFrame``).
-    """
     rdb = Path(rdb)
     rdx = Path(rdx) if rdx is not None else rdb.with_suffix(".rdx")
     return parse_object(rdb.read_bytes(), rdx.read_bytes(), name, where=str(rdb))

@@ -12,20 +12,10 @@ from ._core import Dataset
 
 
 def stratified_indices(y: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
-    """Sorted indices of ``n`` rows whose class shares match ``y``'s.
+    """Sorted int64 indices (n,) of ``n`` ≤ N rows whose class shares match y (N,)'s.
 
     Each class gets ``floor(n * share)`` rows; the remaining rows go to the
     classes with the largest remainders (ties: lower class id first).
-
-    Parameters
-    ----------
-    y : np.ndarray int (N,)
-    n : int, 0 <= n <= N
-    rng : numpy.random.Generator
-
-    Returns
-    -------
-    np.ndarray int64 (n,)
     """
     classes, counts = np.unique(y, return_counts=True)
     exact = n * counts / counts.sum()
@@ -46,27 +36,10 @@ def _check(n, available: int, param: str) -> None:
 
 
 def subsample(ds: Dataset, n_train: int | None, n_test: int | None, seed: int) -> Dataset:
-    """Stratified, seeded subset of a dataset.
+    """Stratified, seeded subset of a dataset: ``n_train``/``n_test`` rows of each split (None
+    keeps it whole; train and test draw from independent streams). Same metadata, rows in
+    their original order, ``source`` noting the subset."""
 
-    Parameters
-    ----------
-    ds : Dataset
-    n_train, n_test : int or None
-        Rows to keep from each split (None keeps the split whole).
-    seed : int
-        Same seed, same rows; train and test draw from independent streams.
-
-    Returns
-    -------
-    Dataset
-        Same metadata (vocabulary unchanged), rows in their original order,
-        ``source`` noting the subset.
-
-    Raises
-    ------
-    ValueError
-        If ``n_train`` / ``n_test`` is not an int in 1..available, or ``seed`` is not an int.
-    """
     if not isinstance(ds, Dataset):
         text = " ".join(repr(ds).split())
         raise ValueError(f"ds must be a fedlib.datasets.Dataset (from load), got "

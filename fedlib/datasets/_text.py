@@ -40,23 +40,10 @@ def tokenize(text: str) -> list[str]:
 
 def build_vocab(docs: list[list[str]], min_count: int = MIN_COUNT,
                 max_vocab: int | None = MAX_VOCAB) -> tuple[str, ...]:
-    """Vocabulary of tokenised training documents.
+    """Vocabulary ``("<pad>", "<oov>", token_2, ...)`` (id i is ``vocab[i]``) of tokenised
+    training documents: tokens seen ≥ ``min_count`` times, most frequent first (ties
+    alphabetical), at most ``max_vocab`` in all (``<pad>`` and ``<oov>`` included)."""
 
-    Parameters
-    ----------
-    docs : list of list of str
-        Training documents only.
-    min_count : int
-        Keep tokens seen at least this often.
-    max_vocab : int or None
-        Total size cap (``<pad>`` and ``<oov>`` included); most frequent first,
-        ties broken alphabetically.
-
-    Returns
-    -------
-    tuple of str
-        ``("<pad>", "<oov>", token_2, ...)``; id ``i`` is ``vocab[i]``.
-    """
     counts = Counter(tok for doc in docs for tok in doc)
     kept = sorted((t for t, c in counts.items() if c >= min_count),
                   key=lambda t: (-counts[t], t))

@@ -64,33 +64,13 @@ class EvalResult:
 def evaluate(model: nn.Module, params: State, fed: Federation, clients, split: str = "test",
              batch_size: int = 256, path: str = "auto",
              max_clients_per_chunk: int | None = None, model_of=None) -> EvalResult:
-    """Accuracy and loss counts of row i's model on client ``clients[i]``'s split.
+    """Accuracy and loss counts (EvalResult) of row i's model on client ``clients[i]``'s split.
 
-    Parameters
-    ----------
-    model : nn.Module
-        Architecture template.
-    params : dict of str to Tensor
-        ``name -> (M, *shape)``; with ``model_of``, ``name -> (G, *shape)``.
-    fed : Federation
-    clients : sequence of int, length M
-        Repeats are allowed: IFCA scores k cluster models on one client by passing that
-        client k times with the k models as rows.
-    model_of : sequence of int, length M, optional
-        Client ``clients[i]`` is scored with row ``model_of[i]`` of ``params`` (G distinct
-        models, e.g. clusters) — the same counts, bit for bit, as passing those rows
-        copied out one per client, without the copy (G rows, not M: 247 MB for 100 FMNIST-CNN
-        clients) and, on the sequential path, loading each model into the template once.
-    split : {'test', 'train', 'val', 'global'}
-    batch_size : int
-        Samples per forward pass (memory only: results do not depend on it beyond
-        float rounding).
-    path : {'auto', 'sequential', 'vectorised'}
-    max_clients_per_chunk : int, optional
-
-    Returns
-    -------
-    EvalResult
+    ``params``: ``name -> (M, *shape)``; ``clients`` (M,) may repeat (IFCA scores k cluster
+    models on one client by passing it k times). With ``model_of`` (M,), client ``clients[i]``
+    is scored with row ``model_of[i]`` of ``params`` ``name -> (G, *shape)`` — the same counts,
+    bit for bit, as those rows copied out one per client, without the copy. ``split``: 'test',
+    'train', 'val' or 'global'; ``batch_size`` changes only float rounding.
     """
     clients, x, y, parts, template, state, chosen = _prepare(model, params, fed, clients, split, batch_size, path,
                                                              model_of)
@@ -141,21 +121,8 @@ def evaluate_global(model: nn.Module, params: State, fed: Federation, batch_size
 
     FedPrism's "global accuracy" of client i's model is row i's accuracy here (the
     official test set), its "local accuracy" that of :func:`evaluate` on ``split='test'``.
-
-    Parameters
-    ----------
-    model : nn.Module
-    params : dict of str to Tensor
-        ``name -> (M, *shape)``; M need not be the number of clients (e.g. cluster models).
-    fed : Federation
-        Built with ``x_global``/``y_global``.
-    batch_size, path, max_models_per_chunk
-        As in :func:`evaluate`.
-
-    Returns
-    -------
-    EvalResult
-        M rows, each with ``n = N_g``.
+    ``params``: ``name -> (M, *shape)`` (M need not be K); ``fed`` built with ``x_global``.
+    Returns EvalResult, M rows with ``n = N_g``.
     """
     if not fed.has_global_test:
         raise ValueError(NO_GLOBAL_TEST)
@@ -209,34 +176,14 @@ def loss_matrix(model: nn.Module, params: State, fed: Federation, clients, split
     Used by IFCA (each client takes the argmin over models of its loss), FedSoft,
     pFedLIA (influence = loss before − loss after), FedFomo and CAFA.
 
-    Parameters
-    ----------
-    model : nn.Module
-    params : dict of str to Tensor
-        ``name -> (M, *shape)``.
-    fed : Federation
-    clients : sequence of int, length K
-        Client ids (repeats allowed).
-    split : {'val', 'train', 'test', 'global'}
-    reduction : {'mean', 'sum', 'batch_means'}
-        ``'mean'``: Σ loss / n (NaN on an empty split); ``'sum'``: Σ loss (0 on an empty split);
-        ``'batch_means'``: the split cut in stored order into batches of ``mean_batch``
-        samples, Σ over the batches of each batch's mean loss (FedLab's ``evaluate``, which
-        the PSI papers' PoC and HACCS rank by; 0 on an empty split). The batches are rows of
-        the same machinery (each one a pair's piece), so every client's batches are scored in
-        the same batched calls as the other reductions.
-    batch_size, path
-        As in :func:`evaluate`.
-    max_pairs_per_chunk : int, optional
-        Pairs per vectorised chunk (≥ 1); with ``'batch_means'``, batches per chunk.
-    mean_batch : int, default 64
-        Samples per batch mean with ``reduction='batch_means'`` (ignored otherwise).
-
-    Returns
-    -------
-    LossMatrix
-        ``(loss (M, K) float64, correct (M, K) int64, n (K,) int64)``.
+    ``params``: ``name -> (M, *shape)``; ``clients`` (K,), repeats allowed. ``reduction``:
+    ``'mean'`` Σ loss / n (NaN on an empty split); ``'sum'`` Σ loss (0 on an empty split);
+    ``'batch_means'``: the split cut in stored order into batches of ``mean_batch`` samples,
+    Σ of each batch's mean loss (FedLab's ``evaluate``, which the PSI papers' PoC and HACCS
+    rank by; 0 on an empty split), scored in the same batched calls. Returns LossMatrix
+    ``(loss (M, K) float64, correct (M, K) int64, n (K,) int64)``.
     """
+
     check_choice(reduction, "reduction", _REDUCTIONS)
     clients = fed.check_clients(clients)
     check_int(batch_size, "batch_size", 1)
@@ -398,22 +345,8 @@ def _eval_vectorised(template, state, x, y, index, batch_size, chunk, model_of=N
 @exact
 def predict_logits(model: nn.Module, params: State, x: torch.Tensor, batch_size: int = 256,
                    path: str = "auto", max_models_per_chunk: int | None = None) -> torch.Tensor:
-    """Logits of M stacked models on the same inputs.
+    """Logits (M, N, n_classes) of M stacked models ``name -> (M, *shape)`` on x (N, *input_shape)."""
 
-    Parameters
-    ----------
-    model : nn.Module
-    params : dict of str to Tensor
-        ``name -> (M, *shape)``, on ``x``'s device.
-    x : Tensor, shape (N, *input_shape)
-    batch_size : int
-    path : {'auto', 'sequential', 'vectorised'}
-    max_models_per_chunk : int, optional
-
-    Returns
-    -------
-    Tensor, shape (M, N, n_classes)
-    """
     check_int(batch_size, "batch_size", 1)
     template = copy.deepcopy(model).to(x.device).eval()
     m = next(iter(params.values())).shape[0]

@@ -338,21 +338,10 @@ def check_embedding_pull(pull, m: int, n_classes: int, dim: int,
 
 
 def pull_terms(pull: EmbeddingPull, target: torch.Tensor, real: torch.Tensor):
-    """Per-sample weights and targets of the pull for m clients' batches.
+    """Per-sample weights and targets of the pull (its first m rows) for m clients' batches:
+    ``target`` (m, B) int64, ``real`` (m, B) bool (not padding) → (λ_i [j ∈ S_i] / max(|S_i|, 1)
+    (m, B), p_{i, y_j} (m, B, D))."""
 
-    Parameters
-    ----------
-    pull : EmbeddingPull
-        Its first m rows are used.
-    target : Tensor, shape (m, B), int64
-    real : Tensor, shape (m, B), bool
-        Which samples are real (not padding).
-
-    Returns
-    -------
-    (Tensor (m, B), Tensor (m, B, D))
-        λ_i [j ∈ S_i] / max(|S_i|, 1), and p_{i, y_j}.
-    """
     m = target.shape[0]
     selected = pull.mask[:m].gather(1, target) & real
     per_sample = selected / selected.sum(1, keepdim=True).clamp(min=1) * pull.weight[:m, None]

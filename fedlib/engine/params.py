@@ -25,18 +25,7 @@ State = dict[str, torch.Tensor]
 
 
 def stack_params(states: Sequence[Mapping[str, torch.Tensor]]) -> State:
-    """Stack M single-model states into one stacked state.
-
-    Parameters
-    ----------
-    states : sequence of dict of str to Tensor
-        M ≥ 1 states with the same names and shapes.
-
-    Returns
-    -------
-    dict of str to Tensor
-        ``name -> (M, *shape)``.
-    """
+    """Stack M ≥ 1 states ``name -> shape`` (same names and shapes) into ``name -> (M, *shape)``."""
     if len(states) == 0:
         raise ValueError("states is empty: stack_params needs at least one state")
     names = list(states[0])
@@ -71,17 +60,8 @@ def broadcast(state: Mapping[str, torch.Tensor], m: int, *, copy: bool = True) -
 def weighted_average(stacked: Mapping[str, torch.Tensor], weights) -> State:
     """Weighted mean of the M rows: Σ_i w_i θ_i / Σ_i w_i (FedAvg with w = sample counts).
 
-    Parameters
-    ----------
-    stacked : dict of str to Tensor
-        ``name -> (M, *shape)``.
-    weights : array-like or Tensor, shape (M,)
-        Non-negative, with a positive sum.
-
-    Returns
-    -------
-    dict of str to Tensor
-        ``name -> shape``, the averaged single state (same dtype and device as the input).
+    ``stacked`` ``name -> (M, *shape)``, ``weights`` (M,) non-negative with a positive sum →
+    ``name -> shape`` (the input's dtype and device).
     """
     m = _n_rows(stacked)
     w = _host_float64(weights)
@@ -130,12 +110,8 @@ class RunningAverage:
     place (``total += w_i · θ_i`` in float64): a float64 copy of a chunk's rows would be new
     memory every chunk — measured on 2 FMNIST CNN clients, 2–3 ms a chunk (paged in) against
     0.3 ms in place. Smaller ones as one float64 product per chunk (a call per row would cost
-    more than the arithmetic for 500 logistic clients).
-
-    Parameters
-    ----------
-    like : dict of str to Tensor
-        One state ``name -> shape``: the names, shapes, device and result dtype.
+    more than the arithmetic for 500 logistic clients). ``like``: one state ``name -> shape``
+    (the names, shapes, device and result dtype).
     """
 
     def __init__(self, like: Mapping[str, torch.Tensor]):
@@ -169,21 +145,9 @@ class RunningAverage:
 
 
 def flatten_params(stacked: Mapping[str, torch.Tensor], names: Sequence[str] | None = None) -> torch.Tensor:
-    """Concatenate each row's tensors into one vector: ``(M, P)``.
-
-    Parameters
-    ----------
-    stacked : dict of str to Tensor
-        ``name -> (M, *shape)``.
-    names : sequence of str, optional
-        Which entries, in which order (default: all, in dict order). CFL, FeSEM and
-        FedAMP pass the trainable names so that BatchNorm statistics stay out.
-
-    Returns
-    -------
-    Tensor, shape (M, P)
-        P = Σ prod(shape) over ``names``.
-    """
+    """Concatenate each row's tensors ``name -> (M, *shape)`` into (M, P), P = Σ prod(shape)
+    over ``names`` (default: all, in dict order; CFL, FeSEM and FedAMP pass the trainable
+    names so that BatchNorm statistics stay out)."""
     names = list(stacked) if names is None else list(names)
     _n_rows({n: stacked[n] for n in names})
     return torch.cat([stacked[n].reshape(stacked[n].shape[0], -1) for n in names], dim=1)
@@ -191,16 +155,9 @@ def flatten_params(stacked: Mapping[str, torch.Tensor], names: Sequence[str] | N
 
 def unflatten_params(flat: torch.Tensor, like: Mapping[str, torch.Tensor],
                      names: Sequence[str] | None = None) -> State:
-    """Inverse of :func:`flatten_params`: ``(M, P)`` back to ``name -> (M, *shape)``.
+    """Inverse of :func:`flatten_params`: ``(M, P)`` back to ``name -> (M, *shape)``, the
+    shapes read from ``like`` (``name -> (M', *shape)``), ``names`` as given to flatten_params."""
 
-    Parameters
-    ----------
-    flat : Tensor, shape (M, P)
-    like : dict of str to Tensor
-        A stacked state ``name -> (M', *shape)``; only each entry's ``shape`` is read.
-    names : sequence of str, optional
-        The order used by :func:`flatten_params` (default: all of ``like``).
-    """
     names = list(like) if names is None else list(names)
     shapes = [tuple(like[n].shape[1:]) for n in names]
     sizes = [int(np.prod(s, dtype=np.int64)) for s in shapes]

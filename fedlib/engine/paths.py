@@ -29,37 +29,13 @@ bit-reproducible. The rule:
   other model, so that "auto" is never slower than the sequential path where nothing was
   measured; on CUDA vectorised except for models with convolutions.
 
-The CPU rule comes from ``python benchmarks/engine_vs_sequential.py --path-table``: ms
-per client step (batch 32, Adam), 50 clients × 128 samples, best of 3, three runs on a
-shared 2-core CPU VM (min–max over the runs; dense rows after the feature-major kernel)::
-
-    model                       weights   sequential   vectorised
-    logistic 107→2                  216   0.29–0.30    0.017–0.018
-    logistic 784→10               7 850   0.33–0.36    0.039–0.059
-    MLP 16→64×3→26               11 098   0.48–0.90    0.043–0.069
-    MLP 16→128×3→26              38 554   0.56–0.77    0.11–0.13
-    MLP 16→256×3→26             142 618   0.80–1.10    0.40–0.44
-    MLP 16→384×3→26             312 218   1.21–1.62    0.94–1.09
-    MLP 16→500×3→26 (paper)     522 526   1.86–2.59    1.35–1.46
-    embed_dnn, vocab 2 000       69 146   0.51–0.79    0.21–0.30
-    embed_dnn, vocab 20 000     645 146   1.02–1.25    1.07–2.15
-    cnn (16/32 maps, 28×28)     105 866   4.20–5.08    4.21–5.28   (vmap + autograd)
-    fmnist_cnn                  618 250   5.05–6.19    5.64–6.69   (vmap + autograd)
-
-and, with the conv kernel (:mod:`fedlib.engine.conv`), one run on the same VM::
-
-    cnn (16/32 maps, 28×28)     105 866   7.73         3.77
-    fmnist_cnn                  618 250   7.60         4.61
-    lenet5 (28×28)               61 706   4.30         1.90
-
-Small models gain up to 10–17× per client step: the per-step Python, autograd and
-optimizer overhead is paid once per chunk instead of once per client. From a few
-hundred thousand weights on, a client step is bound by arithmetic (the paper's MLP:
-≈100 MFLOP per step) or by memory traffic over the stacked weights and optimizer
-state; the dense kernel still edges out the loop there, the vmap + autograd variant
-(embeddings, convolutions) does not. The conv kernel gains 1.6–2.3× per client step
-(grouped channels-last convolutions, pooling before the ReLU); evaluation of conv stacks
-has no such kernel and stays sequential on CPU (vmap's forward measured 4–35 % slower).
+The CPU rule comes from ``python benchmarks/engine_vs_sequential.py --path-table`` (ms per
+client step by model and path: docs/performance.md, "The engine's two paths, per model").
+Small models gain up to 10–17× per client step (the per-step overhead is paid once per
+chunk); from a few hundred thousand weights on a step is bound by arithmetic or memory
+traffic, where the dense kernel still edges out the loop and vmap + autograd does not. The
+conv kernel gains 1.6–2.3× per client step; evaluation of conv stacks has no such kernel and
+stays sequential on CPU (vmap's forward measured 4–35 % slower).
 """
 from __future__ import annotations
 
@@ -164,61 +140,21 @@ def resolve_path(path: str, model: nn.Module, device: torch.device, training: bo
 def clients_per_chunk(model: nn.Module, sample: torch.Tensor, batch_size: int, training: bool,
                       override: int | None = None, memory_fraction: float = 0.5, autograd: bool = False,
                       clients: int | None = None) -> int:
-    """How many clients one vectorised step may hold.
+    """How many clients one vectorised step may hold (``sample``: one input, (1, *input_shape)).
 
-    Parameters
-    ----------
-    model : nn.Module
-        The template, on the data's device.
-    sample : Tensor, shape (1, *input_shape)
-        One input, used to count activations.
-    batch_size : int
-    training : bool
-        Training keeps weights, two Adam moments, gradients and autograd activations:
-        6 copies of the state per client, except that a conv stack on its hand-written
-        kernel (:mod:`fedlib.engine.conv`) is counted with the 4 it holds (weights,
-        gradients, two moments). The dense kernel holds 4 too but keeps the estimate of 6,
-        and on CPU a budget of 32 MiB instead of 64, rounded down to a multiple of torch's
-        thread count: its steps are memory-bound over the stacked weights, and smaller chunks
-        measured faster (``benchmarks/engine_vs_sequential.py``'s federation, 2 threads, runs
-        alternating in one process; the 3×500 MLP: 2 clients a chunk 2.33–2.42 s, 3 clients
-        3.07–3.22 s — ``bmm`` splits its batch over the threads, so an odd chunk leaves one
-        idle — 4 clients 2.60–2.74 s; with 200 units: 8 clients 0.44–0.45 s, 14 clients
-        0.43–0.44 s, 25 clients 0.49–0.50 s; with 1,000 units 1 client 9.67–9.75 s, 2 clients
-        11.1 s; re-measured when the 3×500 MLP's 500 → 500 layers moved to per-client oneDNN products
-        on worker threads, four alternating runs: 1 client 2.00–2.20 s, 2 1.86–2.04 s, 3 1.89–2.03 s,
-        4 1.88–1.94 s — 2 kept), whereas the conv
-        kernel's one-step chunks at K = 1,000 are dominated by per-chunk costs (FMNIST CNN,
-        FedAvg as ``benchmarks/scaling.py`` runs it, rounds 2–5 of one run: 2 clients a chunk
-        1,067–1,083 ms a round, 3 clients 936–963 ms; at K = 100 537–572 and 504–528 ms).
-    autograd : bool, default False
-        Training through vmap + autograd (FedProto's embedding pull) even where a
-        hand-written kernel exists: 6 copies of the state.
-    override : int, optional
-        A fixed chunk size (≥ 1) instead of the estimate.
-    memory_fraction : float
-        Share of the device's free memory the chunk may use.
-    clients : int, optional
-        The call's number of clients M (training). A conv stack on its kernel on CPU, trained
-        on W ≥ 2 worker threads (:func:`chunk_workers`), then takes chunks of up to
-        ⌈M / (12 W)⌉ clients within a budget of 256 MiB instead of 64: measured on the
-        FMNIST CNN (2 workers), a round of 500 one-step clients of 16 samples
-        (``benchmarks/scaling.py`` at K = 1,000, rounds 2–4 of FedAvg runs) took 936–994 ms
-        in chunks of 3, 824–949 in chunks of 6, 756–864 in chunks of 8 and 747–963 in chunks
-        of 12, while the same code in one thread took the same time at 3 and at 8 (1,402–1,410
-        and 1,409–1,441 ms): side by side, each worker's chunks ran 26 % longer than alone
-        in chunks of 3 and 10 % longer in chunks of 8, on the CPU (3–6 % off it). With few
-        clients small chunks keep the workers balanced: 50 label-skew clients
-        (``benchmarks/engine_vs_sequential.py``) 1.13–1.17 s in chunks of 3, 1.21–1.27 s in
-        chunks of 9; LeNet-5 0.42–0.45 s in its chunks of 9, 0.71–0.78 s in chunks of 34.
-
-    Returns
-    -------
-    int
-        ≥ 1: ⌊memory_fraction · free bytes / estimated bytes per client⌋, with the
-        budget capped at 64 MiB on CPU (32 MiB for the dense kernel's training, up to 256 MiB
-        as ``clients`` says).
+    ≥ 1: ⌊memory_fraction · free bytes / estimated bytes per client⌋ (``override``: a fixed
+    size), the budget capped at 64 MiB on CPU. Training counts 6 copies of the state per client
+    (weights, gradients, two Adam moments, autograd activations), a conv stack on its kernel
+    (:mod:`fedlib.engine.conv`) the 4 it holds (``autograd``: vmap + autograd anyway, 6). The
+    dense kernel's training takes 32 MiB, rounded down to a multiple of torch's thread count:
+    its steps are memory-bound and smaller chunks measured faster (the 3×500 MLP, 2 threads:
+    2.33–2.42 s at 2 clients a chunk, 3.07–3.22 s at 3, 2.60–2.74 s at 4). With ``clients``
+    = M, a conv stack on its kernel on CPU trained on W ≥ 2 workers (:func:`chunk_workers`)
+    takes chunks of up to ⌈M / (12 W)⌉ clients within 256 MiB: at K = 1,000 (FMNIST CNN,
+    ``benchmarks/scaling.py``) a round took 936–994 ms in chunks of 3, 747–963 in chunks of
+    12; with few clients small chunks keep the workers balanced.
     """
+
     if override is not None:
         if isinstance(override, bool) or not isinstance(override, int) or override < 1:
             raise ValueError(f"max_clients_per_chunk must be an integer ≥ 1, got {override!r}")

@@ -174,26 +174,12 @@ Predictor = OneModel | GatedMixture | NearestPrototype
 def evaluate_with(predictor: Predictor, model: nn.Module, params: State, fed: Federation, clients,
                   split: str = "test", batch_size: int = 256, path: str = "auto",
                   max_clients_per_chunk: int | None = None) -> EvalResult:
-    """Accuracy counts of ``predictor`` for row i = client ``clients[i]`` on its split.
-
-    Parameters
-    ----------
-    predictor : OneModel, GatedMixture or NearestPrototype
-    model : nn.Module
-        Architecture of ``params`` (for GatedMixture: the backbone).
-    params : dict of str to Tensor
-        ``name -> (M, *shape)``, row i being client ``clients[i]``'s model.
-    fed : Federation
-    clients : sequence of int, length M
-    split : {'test', 'train', 'val', 'global'}
-    batch_size, path, max_clients_per_chunk
-        As in :func:`fedlib.engine.evaluate`.
-
-    Returns
-    -------
-    EvalResult
-        ``correct`` and ``n`` per row; ``loss_sum`` as documented by the predictor.
+    """Accuracy counts of ``predictor`` (OneModel, GatedMixture or NearestPrototype) for row
+    i = client ``clients[i]`` (M,) on its split, ``params`` ``name -> (M, *shape)`` of ``model``
+    (GatedMixture: the backbone); the other arguments as in :func:`fedlib.engine.evaluate`.
+    EvalResult: ``correct`` and ``n`` per row, ``loss_sum`` as the predictor documents.
     """
+
     if isinstance(predictor, OneModel):
         return evaluate(model, params, fed, clients, split, batch_size, path, max_clients_per_chunk)
     if not isinstance(predictor, (GatedMixture, NearestPrototype)):

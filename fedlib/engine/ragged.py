@@ -56,21 +56,11 @@ def score_ragged(prepare: Callable[[torch.Tensor], Scorer], x: torch.Tensor, y: 
     ``prepare(rows_t)`` (rows_t: int64 (c,), the chunk's client numbers in that order) returns
     the chunk's :data:`Scorer`. Column block ``[col, col + batch_size)`` of the padded chunk is
     scored for its first k rows, those with more than ``col`` samples (the rest are done), and
-    padding never counts.
-
-    Parameters
-    ----------
-    prepare : rows_t (c,) -> score(k, xb (k, B, *input_shape), labels (k, B)) -> (pred (k, B), nll (k, B))
-    x : Tensor, shape (N, *input_shape); y : int64 Tensor, shape (N,)
-    index : list of M int arrays into x / y, one per client
-    batch_size : B, the column block's width; chunk : clients per chunk (c ≤ chunk)
-
-    Returns
-    -------
-    correct : int64 Tensor, shape (M,), Σ (pred == label) over each client's samples
-    loss_sum : float64 Tensor, shape (M,), Σ nll over each client's samples (summed in float64,
-        in column order)
+    padding never counts. x (N, *input_shape), y (N,) int64, ``index``: M int arrays into them.
+    Returns correct (M,) int64 (Σ pred == label) and loss_sum (M,) float64 (Σ nll, summed in
+    float64 in column order).
     """
+
     m = len(index)
     correct = torch.zeros(m, dtype=torch.int64, device=x.device)
     loss_sum = torch.zeros(m, dtype=torch.float64, device=x.device)

@@ -149,43 +149,24 @@ def batch_plan(part: np.ndarray, epochs: int, batch_size: int, seed: int, round_
     """Shuffle-per-epoch mini-batches of a client's train indices ``part`` (shape (n,)).
 
     ``shuffle=False``: every epoch walks ``part`` in its stored order (a DataLoader without
-    shuffling — what the PSI papers' FedLab baselines did). One client of :func:`batch_plans`.
-
-    Returns
-    -------
-    BatchPlan
-        Empty (S = 0) when ``part`` is empty.
+    shuffling — what the PSI papers' FedLab baselines did). One client of :func:`batch_plans`;
+    an empty plan (S = 0) when ``part`` is empty.
     """
     return batch_plans([part], epochs, batch_size, seed, round_idx, [client_id], shuffle)[0]
 
 
 def batch_plans(parts, epochs: int, batch_size: int, seed: int, round_idx: int, clients,
                 shuffle: bool = True) -> list[BatchPlan]:
-    """:func:`batch_plan` for M clients at once.
+    """:func:`batch_plan` for M clients at once: ``[batch_plan(parts[i], …, clients[i], shuffle)
+    for i in range(M)]``.
 
-    Parameters
-    ----------
-    parts : sequence of length M
-        Client ``clients[i]``'s train indices, an (n_i,) int array — or an int n_i, meaning
-        positions within its own split (``arange(n_i)``, what the vectorised path indexes);
-        a (M,) int array is M such sizes.
-    epochs, batch_size, round_idx, shuffle : as :func:`batch_plan`
-    seed : int, or int array of shape (M,)
-        The experiment seed of every plan, or one per plan (rows of several runs trained in one
-        call, :mod:`fedlib.together`: each row's plan is the one its own run would draw).
-    clients : sequence of int, length M
-        The client ids that seed each plan's generator.
-
-    Returns
-    -------
-    list of BatchPlan, length M
-        Equal to ``[batch_plan(parts[i], …, clients[i], shuffle) for i in range(M)]``. The
-        generators are seeded from :func:`shuffle_states` (all clients in one pass), the count
-        and last-epoch arrays are shared (read-only) by plans of one shape, and the clients of
-        one size fill one index block (their plans' ``index`` are views of it), so a plan costs
-        ≈ 4 µs instead of ≈ 55 (500 clients of 26 samples) — at K = 1,000 the plans were most of
-        a logistic round.
+    ``parts[i]``: client ``clients[i]``'s train indices (n_i,), or an int n_i for positions in
+    its own split (``arange(n_i)``, what the vectorised path indexes; a (M,) int array is M such
+    sizes). ``seed``: one int, or (M,) one per plan (rows of several runs trained together,
+    :mod:`fedlib.together`). Generators are seeded in one pass (:func:`shuffle_states`) and the
+    clients of one size share arrays and one index block: ≈ 4 µs a plan instead of ≈ 55.
     """
+
     states = _row_states(seed, round_idx, clients) if shuffle else None
     if isinstance(parts, np.ndarray) and parts.ndim == 1 and parts.dtype.kind in "iu":
         sizes, own = parts.astype(np.int64), None  # sizes only: positions (the vectorised path's call)

@@ -101,18 +101,8 @@ def _flushing() -> bool:
 def plan_workers(n_chunks: int, threads: int | None = None) -> tuple[int, int]:
     """(workers W, intra-op threads per worker) for ``n_chunks`` chunks on ``threads`` threads.
 
-    Parameters
-    ----------
-    n_chunks : int
-        Chunks of the call (≥ 0).
-    threads : int, optional
-        The thread budget T; None: ``torch.get_num_threads()``.
-
-    Returns
-    -------
-    (int, int)
-        W = max(1, min(T, n_chunks, the cap of an enclosing :func:`max_workers`)) and
-        max(1, T // W): W · (T // W) ≤ T threads run at once.
+    W = max(1, min(T, n_chunks, the cap of an enclosing :func:`max_workers`)) and max(1, T // W)
+    (T: ``threads``, default ``torch.get_num_threads()``): W · (T // W) ≤ T threads at once.
     """
     total = torch.get_num_threads() if threads is None else int(threads)
     cap = _CAP[-1] if _CAP else total
@@ -124,40 +114,16 @@ def run_chunks(n_chunks: int, job: Callable[[int, int], R], collect: Callable[[i
                workers: tuple[int, int] | None = None, ordered: bool = True) -> None:
     """``collect(j, job(w, j))`` for every chunk j in 0..n_chunks−1.
 
-    Parameters
-    ----------
-    n_chunks : int
-    job : callable (w, j) -> R
-        Trains chunk j with worker w's resources (w in 0..W−1: a worker's resources are
-        used by one chunk at a time). Called concurrently for different j.
-    collect : callable (j, R) -> None
-        Called one chunk at a time, in chunk order (0, 1, 2, …) — or, with ``ordered=False``,
-        in the order the chunks finish; a worker's next ``job`` starts after its ``collect``
-        has returned, so R may hold the worker's resources.
-    workers : (int, int), optional
-        (W, intra-op threads each), as :func:`plan_workers` gives: W worker threads, each
-        taking the next chunk not yet taken, with subnormals flushed (unless
-        :func:`flush_subnormals` (False) says otherwise). None, or W = 1 with subnormals
-        kept: every chunk in the calling thread, which is left as it is.
-    ordered : bool, default True
-        Collect in chunk order: a worker whose chunk finished first then waits for the
-        chunks before it (what a streamed sum needs, to add in the same order every run).
-        False, for a ``collect`` whose effect does not depend on the order (each chunk
-        writes its own rows): each worker collects its chunk as soon as it is trained, so
-        no core idles behind a longer chunk. Measured on the FMNIST CNN
-        (``benchmarks/engine_vs_sequential.py``'s federation, 2 workers, 5 alternating
-        runs in one process): 1.16–1.24 s ordered, 1.11–1.19 s unordered; LeNet-5
-        0.44–0.52 s and 0.44–0.48 s (the clients sorted by decreasing steps make each
-        chunk at most as long as the one before, so the second worker's chunk finished
-        first and waited).
-
-    Raises
-    ------
-    Exception
-        The exception of a ``job`` or ``collect`` (of the lowest chunk, if several raised),
-        after every worker has stopped; no chunk is collected after it (with ``ordered``,
-        none of the chunks after it). An interrupt of the calling thread (Ctrl-C) stops
-        the workers after their current chunk.
+    ``job(w, j)`` trains chunk j with worker w's resources (used by one chunk at a time),
+    concurrently for different j. ``collect(j, R)`` runs one chunk at a time, in chunk order —
+    or, with ``ordered=False`` (for a ``collect`` that writes its own rows), as chunks finish,
+    so no core idles behind a longer chunk (FMNIST CNN, 2 workers: 1.16–1.24 s ordered,
+    1.11–1.19 s not); a worker's next ``job`` starts after its ``collect`` returned.
+    ``workers``: (W, intra-op threads each) from :func:`plan_workers`: W threads, subnormals
+    flushed (unless :func:`flush_subnormals` (False)); None, or W = 1 with subnormals kept:
+    every chunk in the calling thread. The exception of a ``job`` or ``collect`` (the lowest
+    chunk's) is raised after every worker stopped, no chunk collected after it; Ctrl-C stops
+    the workers after their current chunk.
     """
     flush = _flushing()
     if workers is None or (workers[0] <= 1 and not flush):

@@ -385,17 +385,8 @@ class Context:
 
 
 def pooled_accuracies(correct, n) -> np.ndarray:
-    """Each model's accuracy on the union of the clients' splits.
-
-    Parameters
-    ----------
-    correct : array-like, shape (G, K) — correct predictions of model g on client k's split
-    n : array-like, shape (K,) — the splits' sizes (positive sum)
-
-    Returns
-    -------
-    ndarray, shape (G,), float64
-    """
+    """Each model's accuracy (G,) float64 on the union of the clients' splits, from ``correct``
+    (G, K) (model g on client k's split) and the split sizes ``n`` (K,) (positive sum)."""
     correct = np.asarray(correct, dtype=np.float64)
     total = float(np.sum(n))
     if not total > 0:
@@ -707,9 +698,7 @@ def fedlab_losses(ctx: Context, global_state: State, clients, batch_size: int = 
     batched evaluation (:func:`fedlib.engine.loss_matrix`, ``reduction='batch_means'``), on the
     protocol's path.
 
-    Returns
-    -------
-    ndarray, shape (len(clients),), float64; 0 for a client without training samples.
+    Returns (len(clients),) float64; 0 for a client without training samples.
     """
     check_int(batch_size, "batch_size", 1)
     clients = np.asarray(clients, dtype=np.int64)
@@ -728,17 +717,9 @@ def local_losses(ctx: Context, global_state: State, clients) -> np.ndarray:
 
 def round_robin(order, ranked_members, m: int) -> np.ndarray:
     """Fill a round: pass after pass over the groups in ``order``, take each group's next
-    member (in its own ranking) until m clients are chosen.
-
-    Parameters
-    ----------
-    order : sequence of int — group ids, most preferred first.
-    ranked_members : list of int arrays — group g's clients, most preferred first.
-    m : int, 1 ≤ m ≤ total number of clients.
-
-    Returns
-    -------
-    ndarray, shape (m,), int64 — distinct clients in selection order.
+    member (in its own ranking) until m clients are chosen. ``order``: group ids, and
+    ``ranked_members[g]``: group g's clients, most preferred first; 1 ≤ m ≤ their total.
+    Returns (m,) int64, distinct clients in selection order.
     """
     total = sum(len(r) for r in ranked_members)
     if not 1 <= m <= total:
@@ -762,20 +743,11 @@ def cluster_means(values, labels) -> np.ndarray:
 def per_cluster_average(models: State, members: State, cluster, weights) -> State:
     """Each cluster model j ← the weighted average of the member models assigned to it:
     θ_j ← Σ_{i: c_i = j} w_i θ_i / Σ_{i: c_i = j} w_i (IFCA's aggregation with w = sample
-    counts; FeSEM's M-step with w = its a_i).
-
-    Parameters
-    ----------
-    models : State (k, ...) — the cluster models before the update.
-    members : State (M, ...) — the member models (the clients' trained models).
-    cluster : int array (M,) — each member's cluster c_i, in [0, k).
-    weights : array-like (M,) — w_i ≥ 0.
-
-    Returns
-    -------
-    State (k, ...), new tensors of ``models``' dtypes: a cluster with no member, or whose
-    members all weigh 0, keeps its model.
+    counts; FeSEM's M-step with w = its a_i). ``models`` (k, ...), ``members`` (M, ...),
+    ``cluster`` (M,) in [0, k), ``weights`` (M,) ≥ 0 → new State (k, ...) in ``models``'
+    dtypes; a cluster with no member, or whose members all weigh 0, keeps its model.
     """
+
     cluster = np.asarray(cluster, dtype=np.int64)
     w = np.asarray(weights, dtype=np.float64)
     out = {name: value.clone() for name, value in models.items()}
