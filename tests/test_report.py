@@ -464,7 +464,7 @@ def test_beyond_label_section_counts_the_committed_runs_and_reads_the_answer_fro
     assert ("| 0.00 | cannot separate (one run: a single value) | joint label–attribute PSI | 1.00 | "
             "recovers (one run: a single value) | 1 of 5 | 1 |") in row
     assert lines[-1] == "No clustering-only ARI is committed yet."
-    # the clustering-only ARIs over seeds: an interval, and a verdict that reads it
+    # the clustering-only ARIs over seeds: the share of seeds ≥ 0.9 with its Clopper–Pearson interval
     (tmp_path / "beyond_label_ari").mkdir()
     import pandas as pd
     pd.DataFrame({"partition": "rotated", "variant": ["psi_label"] * 3 + ["psi_joint"] * 3, "seed": [0, 1, 2] * 2,
@@ -472,9 +472,10 @@ def test_beyond_label_section_counts_the_committed_runs_and_reads_the_answer_fro
                   "groups": 2, "cpu_seconds": 1.0}).to_csv(tmp_path / "beyond_label_ari" / "aris.csv", index=False)
     lines = report.beyond_label_markdown(tmp_path)
     row = [ln for ln in lines[-1].splitlines() if B.PARTITIONS["rotated"].label in ln][0]
-    # label: 0.01 ± 4.303 · 0.01 / √3 = [−0.01, 0.03]; joint: 0.943 ± 4.303 · 0.0603 / √3 = [0.79, 1.09]
-    assert "| 0.01 [-0.01, 0.03] (n = 3) | cannot separate |" in row
-    assert "| joint label–attribute PSI | 0.94 [0.79, 1.09] (n = 3) | undecided (interval crosses 0.9) |" in row
+    # label: 0 of 3 (CP [0, 1 − 0.025^(1/3)] = [0, 71 %]); joint: 2 of 3 (CP [9.4 %, 99.2 %]) — no limit above 1
+    assert "| 0 of 3 seeds ≥ 0.9 (0 % [0, 71]), median 0.01 | cannot separate |" in row
+    assert "| joint label–attribute PSI | 2 of 3 seeds ≥ 0.9 (67 % [9, 99]), median 0.95 | mixed |" in row
+    assert "K-means seed fixed at 42" in " ".join(lines)
 
 
 # ----------------------------------------------------------------------------- the verdict rule

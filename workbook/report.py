@@ -881,16 +881,17 @@ def _trained_seeds(found, partitions) -> list[int]:
 
 def _beyond_label_over_seeds(p: dict, root: Path) -> list[str]:
     """Notebook 12's verdicts over seeds: the clustering-only ARIs committed in
-    ``root/beyond_label_ari/aris.csv`` (:mod:`workbook.beyond_label_seeds`), each
-    a mean with its 95 % t-interval over n seeds and the verdict that reads the interval."""
+    ``root/beyond_label_ari/aris.csv`` (:mod:`workbook.beyond_label_seeds`), each the share of
+    seeds with ARI ≥ 0.9 with its Clopper–Pearson interval and the seeds' median (issue 70)."""
     from . import beyond_label as B, beyond_label_seeds as S
 
-    rows = S.read_ari_rows(root / "beyond_label_ari" / "aris.csv", p["n_clients"])
+    rows, reading = S.ari_reading(S.read_ari_rows(root / "beyond_label_ari" / "aris.csv", p["n_clients"]))
     head = ["Over seeds, the clustering step alone (the grouping a Clust-PSI-PFL run trains with, recomputed per seed",
             "without training; `benchmarks/records/beyond_label_ari/aris.csv`, `python benchmarks/beyond_label_ari.py",
-            "--seeds 0-19`): mean ARI [95 % Student-t interval over the seeds] (n = seeds). A verdict reads the whole",
-            "interval: *recovers* when it lies ≥ 0.9, *cannot separate* when ≤ 0.1, *partly* between, *undecided*",
-            "when it crosses a cut-off.", ""]
+            f"--seeds 0-19`; {reading}): how many seeds reach ARI ≥ {B.RECOVERED:g}, that share with its 95 %",
+            "Clopper–Pearson interval, and the seeds' median ARI. A verdict says what the seeds did: *recovers in every",
+            "seed*, *in most seeds* (interval above ½), *in few seeds* (interval below ½), *cannot separate* (no seed,",
+            f"median ≤ {B.CHANCE:g}), *mixed* otherwise.", ""]
     if rows.empty:
         return head + ["No clustering-only ARI is committed yet."]
     names = list(p["partitions"]) + [B.small_name(s) for s in p["small_shares"]]
