@@ -807,3 +807,19 @@ def test_every_decided_row_of_the_committed_records_is_workbook_verdicts_test():
         v = V.verdict(r.paper_value, r.spread, paper_n, r.values, r.tolerance)
         assert (v.outcome, v.margin) == (r.verdict, pytest.approx(r.margin)), r.id
         assert (v.low, v.high) == (pytest.approx(r.low), pytest.approx(r.high)), r.id
+
+
+def test_cross_paper_table_prints_every_ranked_methods_mean_rank_cfl_included():
+    """Issue 70: CFL's row label names its thresholds (method_row_label); its mean rank must be
+    keyed the same, not printed as "—". On the committed records every ranked row has a number,
+    and the split-half τ (not leave-one-block-out, not rounds 9 vs 10) says what it rests on."""
+    lines = report.cross_paper_markdown()
+    table = lines[-1].splitlines()
+    assert table[0].rstrip(" |").endswith("mean rank")
+    cfl = [ln for ln in table if ln.startswith("| CFL")]
+    assert cfl and cfl[0].rstrip(" |").split(" | ")[-1] not in ("—", "", "nan")
+    ranked = [ln for ln in table[2:] if not ln.startswith(("| CL", "| Oracle"))]
+    float(cfl[0].rstrip(" |").split(" | ")[-1])
+    assert all(ln.rstrip(" |").split(" | ")[-1] not in ("—", "nan") for ln in ranked)  # CL, the Oracle: references
+    rests = [ln for ln in lines if ln.startswith("What it rests on")][0]
+    assert "split-half Kendall τ" in rests and "leave-one-block-out" not in rests
