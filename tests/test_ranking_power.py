@@ -339,3 +339,27 @@ def test_preregistered_wilcoxon_with_holm():
     assert row.p_holm == pytest.approx(row.p)  # one p-value: Holm leaves it
     with pytest.raises(ValueError, match="methods, references"):
         RP.preregistered(s, ["nope"])
+
+
+def test_preregistered_design_is_stated_before_it_is_computed(tmp_path):
+    """Issue 70's design: k = 7, N = 11 distinct FMNIST partitions at K = 100 (no K twins), one seed,
+    R = 30, Local logging every round; CD ≤ 3 and the cost ≤ 25 CPU-hours at the measured rates; the
+    statement names the tests and what cannot be separated; no result before its records exist."""
+    from workbook import cross_paper as X, cross_paper_design as D
+
+    specs = D.design_specs("preregistered")
+    assert len(specs) == 77 and {s.seed for s in specs} == {0} and {s.fl["rounds"] for s in specs} == {30}
+    blocks = {(s.dataset, s.n_clients, X.partition_of(s.protocol, s.level)) for s in specs}
+    assert len(blocks) == 11 and {b[:2] for b in blocks} == {("fmnist", 100)}
+    assert {s.method for s in specs} == set(D.SEED_PAPER_METHODS) | {"fedavg", "local"}
+    assert all(s.hyper == {"per_round": True} for s in specs if s.method == "local")
+    per = pd.Series(60.0, index=sorted({s.method for s in specs}))  # 1 CPU-minute a round each
+    t = D.design_table(per, ["preregistered"]).iloc[0]
+    assert t.nemenyi_cd == pytest.approx(RP.nemenyi_cd(7, 11)) and t.nemenyi_cd <= 3
+    assert t.cpu_hours == pytest.approx(77 * 30 / 60)
+    text = D.design_statement(per)
+    for part in ("k = 7", "N = 11", "R = 30", "CD = 2.72", "Wilcoxon", "Holm", "What it cannot",
+                 f"cost {77 * 30 / 60:.1f} CPU-hours", "at most 3 of 66"):
+        assert part in text
+    res, why = D.preregistered_results(tmp_path)
+    assert res is None and "0 of 77 runs recorded" in why and "--params params/designs/11_cross_paper_preregistered.yaml" in why
