@@ -43,7 +43,7 @@ from . import ranking_power as RP
 
 __all__ = ["RANKED_METRICS", "DESIGNS", "FOCUSED", "FOCUSED_METHODS", "block_of", "budget_rankings", "metric_rankings",
            "which_method_when_official", "long_horizon_convergence", "design_specs", "PREREGISTERED", "SEED_PAPER_METHODS",
-           "design_statement", "preregistered_results", "measurable", "design_table", "rounds_check", "converged_vs_budget", "run_commands"]
+           "design_statement", "preregistered_results", "paper_profile", "measurable", "design_table", "rounds_check", "converged_vs_budget", "run_commands"]
 
 RANKED_METRICS = ("weighted_local", "official_test", "worst10")
 """The three metrics ranked (keys of :data:`workbook.cross_paper.METRICS`)."""
@@ -108,9 +108,11 @@ def metric_rankings(df: pd.DataFrame, *, exclude=X.REFERENCES, alpha: float = X.
                     metrics=RANKED_METRICS) -> pd.DataFrame:
     """One row per metric of ``metrics`` over :func:`workbook.cross_paper.runs_frame`'s
     ``df``: ``metric``, ``n`` blocks, ``k`` methods, ``friedman_p``, ``cd`` (Nemenyi), ``test``,
-    ``within_cd`` (methods within CD of the best), ``best``, ``tau_vs_weighted_local``,
-    ``lobo_min_tau`` (leave-one-block-out, the lowest τ) with its block, the seeds per block
-    (``seeds_min``), and ``ranks`` (the mean ranks, a Series)."""
+    ``within_cd`` (methods within CD of the best), ``best``, ``tau_vs_weighted_local``, the
+    split-half τ (:func:`workbook.ranking_power.split_half_tau`: ``split_half_median``,
+    ``split_half_min``, ``splits``) and its null's 95th percentile of the median
+    (``null_median_95``: random rankings, the same k and N, 1,000 tables, seed 0), the seeds per
+    block (``seeds_min``), and ``ranks`` (the mean ranks, a Series)."""
     base = RP.mean_ranks(X.score_table(df, "weighted_local"), exclude=exclude)
     ok = df[df.status == "ok"]
     seeds = ok.groupby(["partition", "method"]).seed.nunique()
@@ -120,12 +122,14 @@ def metric_rankings(df: pd.DataFrame, *, exclude=X.REFERENCES, alpha: float = X.
         scores = X.score_table(df, m)
         power = RP.ranking_power(scores, exclude=exclude, alpha=alpha)
         ranks = RP.mean_ranks(scores, exclude=exclude)
-        lobo = RP.leave_one_block_out(scores, exclude=exclude)
+        halves = RP.split_half_tau(scores, exclude=exclude)
+        null = RP.split_half_null(power.k, power.n, n_sim=1000, seed=0)
         rows.append({"metric": m, "n": power.n, "k": power.k, "friedman_p": power.p, "cd": power.cd,
                      "test": power.test, "within_cd": power.within_cd_of_best, "best": ranks.index[0],
-                     "tau_vs_weighted_local": RP.kendall_tau(base, ranks), "lobo_min_tau": float(lobo.tau.min()),
-                     "lobo_block": lobo.block.iloc[0], "seeds_min": int(seeds.min()) if len(seeds) else 0,
-                     "ranks": ranks})
+                     "tau_vs_weighted_local": RP.kendall_tau(base, ranks),
+                     "split_half_median": float(np.nanmedian(halves)), "split_half_min": float(np.nanmin(halves)),
+                     "splits": int(halves.size), "null_median_95": float(null["median"].quantile(0.95)),
+                     "seeds_min": int(seeds.min()) if len(seeds) else 0, "ranks": ranks})
     return pd.DataFrame(rows)
 
 
@@ -228,7 +232,8 @@ def design_table(per_round: pd.Series, designs=None, alpha: float = X.ALPHA) -> 
     focused files together: ``blocks`` N (data set × K × partition), ``k`` methods ranked
     (references aside), ``seeds``, ``R``, ``runs``, ``nemenyi_cd`` (:func:`workbook.ranking_power.nemenyi_cd`,
     NaN for k < 2) and ``cpu_hours`` (each run at its method's measured CPU seconds a round,
-    ``per_round``, × R)."""
+    ``per_round``, × R) with its ``cost_basis``: blocks other than FMNIST at K = 100 are charged at
+    that rate, which is not their measured cost (issue 70: the row says so)."""
     rows = []
     designs = list(designs or DESIGNS)
 
@@ -239,10 +244,13 @@ def design_table(per_round: pd.Series, designs=None, alpha: float = X.ALPHA) -> 
         if missing:
             fail("per_round", f"a measured cost for every method of design {name}", missing)
         secs = sum(per_round[s.method] * s.fl["rounds"] for s in specs)
+        other = sorted({f"{d} K = {k}" for d, k, _ in blocks} - {"fmnist K = 100"})
         return {"design": name, "blocks": len(blocks), "k": len(ranked), "seeds": len({s.seed for s in specs}),
                 "R": sorted({s.fl["rounds"] for s in specs}), "runs": len(specs),
                 "nemenyi_cd": RP.nemenyi_cd(len(ranked), len(blocks), alpha) if len(ranked) >= 2 else np.nan,
-                "cpu_hours": secs / 3600.0}
+                "cpu_hours": secs / 3600.0,
+                "cost_basis": "measured: CPU time a round (FMNIST, K = 100) × R" if not other else
+                "FMNIST K = 100's CPU time a round × R; not measured for " + ", ".join(other)}
 
     focused = []
     for d in designs:
@@ -345,6 +353,32 @@ def preregistered_results(root=None, design: str = PREREGISTERED, alpha: float =
     conv = RP.convergence_table(found, _partition)
     return ({"scores": scores, "ranks": RP.mean_ranks(scores, exclude=X.REFERENCES), "power": power,
              "preregistered": pre, "convergence": conv}, f"{design}: {power.line()}")
+
+
+def paper_profile(root=None) -> dict:
+    """Notebook 11's paper-profile results from the committed records, whatever profile the notebook
+    runs with (issue 70): ``rankings`` (:func:`metric_rankings` of the budget grid's complete
+    partitions, three metrics), ``plateaus`` (the plateau rule's readings of every budget run,
+    counted), ``per_round`` (measured CPU seconds a round per method, FMNIST K = 100),
+    ``designs`` (:func:`design_table` of the designs every method of which has a measured cost),
+    ``statement`` (:func:`design_statement`) and ``preregistered`` (:func:`preregistered_results`)."""
+    from fedlib import notebook_params
+    from fedlib.experiment import present_records
+
+    root = ROOT if root is None else root
+    p = notebook_params.load(ROOT / DESIGNS["budget"], "11_cross_paper")
+    specs = X.notebook_grid(**{k: p[k] for k in X.GRID_PARAMS})["cross"]
+    found, missing = present_records(specs, root / RECORDS_OF["budget"])
+    df = X.runs_frame(found)
+    done = set(X.complete_partitions(missing))
+    complete = [q for q in X.score_table(df).columns if q in done]
+    conv = RP.convergence_table(found, _partition)
+    per_round = RP.cost_per_run(found, lambda r: r["spec"]["method"])
+    costed, _ = measurable(per_round)
+    return {"runs": len(found), "of": len(specs), "rankings": metric_rankings(df[df.partition.isin(complete)]),
+            "plateaus": conv.reading.str.replace(r"plateau at \d+", "plateau", regex=True).value_counts(),
+            "convergence": conv, "per_round": per_round, "designs": design_table(per_round, costed),
+            "statement": design_statement(per_round), "preregistered": preregistered_results(root)}
 
 
 def run_commands(designs=None, workers: int = 2) -> list[str]:
