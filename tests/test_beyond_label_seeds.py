@@ -170,6 +170,7 @@ def test_share_over_seeds_describes_the_runs():
     t = S.share_over_seeds(rows.assign(ari=1.0)).iloc[0]
     assert t.verdict == "recovers in every seed" and t.high == 1.0
     assert S.share_over_seeds(rows.assign(ari=0.0)).verdict.iloc[0] == "cannot separate"
+    assert S.share_over_seeds(rows.assign(ari=0.45)).verdict.iloc[0] == "recovers in no seed"  # above chance, none ≥ 0.9
     assert S.share_over_seeds(rows.assign(ari=[0.95] * 10 + [0.5] * 10)).verdict.iloc[0] == "mixed"
     assert S.share_over_seeds(rows.head(1)).verdict.iloc[0] == "one seed: no verdict"
     assert S.share_text(3, 20, *S.clopper_pearson(3, 20), 0.327) == "3 of 20 seeds ≥ 0.9 (15 % [3, 38]), median 0.33"

@@ -23,8 +23,9 @@ upper limit can pass 1). Per setting the verdict reads the **share of seeds with
 (:data:`workbook.beyond_label.RECOVERED`, 0.9) with its exact **Clopper–Pearson** interval
 (:func:`clopper_pearson`, always within [0, 1]) and the seeds' **median** ARI
 (:func:`share_verdict`): "recovers in every seed", "recovers in most seeds" (the interval's lower
-limit > ½), "recovers in few seeds" (its upper limit < ½), "cannot separate" (no seed recovers and
-the median ≤ :data:`~workbook.beyond_label.CHANCE`), "mixed" otherwise; one seed is no verdict.
+limit > ½), "recovers in few seeds" (its upper limit < ½, some seed recovers), "recovers in no
+seed" (none reaches the cut-off, the median above chance), "cannot separate" (none, and the median ≤
+:data:`~workbook.beyond_label.CHANCE`), "mixed" otherwise; one seed is no verdict.
 
 **Interval of the mean** (:func:`t_interval`, :func:`interval_verdict`; issue 58's reading, kept
 for comparison): mean ± t_{0.975, n−1} · s / √n, the verdict "recovers" when the whole interval is
@@ -98,8 +99,8 @@ def share_verdict(hits: int, n: int, low: float, high: float, median: float, *, 
         return "one seed: no verdict" if n == 1 else "no seed"
     if hits == n:
         return "recovers in every seed"
-    if hits == 0 and median <= chance:
-        return "cannot separate"
+    if hits == 0:
+        return "cannot separate" if median <= chance else "recovers in no seed"
     if low > 0.5:
         return "recovers in most seeds"
     if high < 0.5:

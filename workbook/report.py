@@ -888,8 +888,8 @@ def _beyond_label_over_seeds(p: dict, root: Path) -> list[str]:
             "without training; `benchmarks/records/beyond_label_ari/aris.csv`, `python benchmarks/beyond_label_ari.py",
             f"--seeds 0-19`; {reading}): how many seeds reach ARI ≥ {B.RECOVERED:g}, that share with its 95 %",
             "Clopper–Pearson interval, and the seeds' median ARI. A verdict says what the seeds did: *recovers in every",
-            "seed*, *in most seeds* (interval above ½), *in few seeds* (interval below ½), *cannot separate* (no seed,",
-            f"median ≤ {B.CHANCE:g}), *mixed* otherwise.", ""]
+            "seed*, *in most seeds* (interval above ½), *in few seeds* (interval below ½), *in no seed* (median above",
+            f"chance), *cannot separate* (no seed, median ≤ {B.CHANCE:g}), *mixed* otherwise.", ""]
     if rows.empty:
         return head + ["No clustering-only ARI is committed yet."]
     names = list(p["partitions"]) + [B.small_name(s) for s in p["small_shares"]]
