@@ -3,7 +3,8 @@
 training (:data:`workbook.beyond_label_seeds.CLUSTERING_ONLY`), the grouping a run of the
 grid's spec at each seed would train with, and its ARI against the planted groups
 (:func:`workbook.beyond_label_seeds.clustering_ari`). Writes one CSV row per (partition,
-variant, seed) to ``--out`` (default ``benchmarks/records/beyond_label_ari/aris.csv``); rows already
+variant, seed) to ``--out``, K-means seeded 42 + seed (issue 70: ``kmeans_seed`` column; rows of
+the fixed seed 42 written before are kept beside them) (default ``benchmarks/records/beyond_label_ari/aris.csv``); rows already
 there are kept (resumable).
 
     python benchmarks/beyond_label_ari.py --seeds 0-19
@@ -37,7 +38,10 @@ def main(argv=None):
                              hyper=p["hyper"], n_train=p["n_train"], val_fraction=p["val_fraction"])
     out = Path(a.out)
     done = pd.read_csv(out) if out.is_file() else pd.DataFrame(columns=["partition", "variant", "seed"])
-    have = set(zip(done.partition, done.variant, done.seed.astype(int)))
+    if "kmeans_seed" not in done:  # rows before issue 70: K-means seeded 42 at every seed
+        done["kmeans_seed"] = S.KMEANS_BASE
+    done["kmeans_seed"] = done.kmeans_seed.fillna(S.KMEANS_BASE).astype(int)
+    have = set(zip(done.partition, done.variant, done.seed.astype(int), done.kmeans_seed))
     rows = []
     by_partition = {}
     for spec in specs:
@@ -46,14 +50,15 @@ def main(argv=None):
     for part in (a.partitions or list(by_partition)):  # in the order given
         pairs = by_partition[part]
         for seed in range(lo, hi + 1):
-            todo = [(v, dataclasses.replace(s, seed=seed)) for v, s in pairs if (part, v, seed) not in have]
+            todo = [(v, S.kmeans_seeded(dataclasses.replace(s, seed=seed))) for v, s in pairs
+                    if (part, v, seed, S.KMEANS_BASE + seed) not in have]
             if not todo:
                 continue
             t = time.time()
             results = S.clustering_aris([s for _, s in todo])
             for (var, spec), r in zip(todo, results):
                 rows.append({"partition": part, "variant": var, "seed": seed, "n_clients": spec.n_clients,
-                             "dataset": spec.dataset, **r})
+                             "dataset": spec.dataset, **r, "kmeans_seed": S.KMEANS_BASE + seed})
             print(f"{part} seed {seed}: " + ", ".join(f"{v} {r['ari']:.3f}" for (v, _), r in zip(todo, results))
                   + f" ({time.time() - t:.1f} s)", flush=True)
             _write(out, done, rows)
@@ -63,7 +68,7 @@ def main(argv=None):
 def _write(out: Path, done: pd.DataFrame, rows: list) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     frame = pd.concat([done, pd.DataFrame(rows)], ignore_index=True) if rows else done
-    frame.sort_values(["partition", "variant", "seed"]).to_csv(out.with_suffix(".tmp"), index=False)
+    frame.sort_values(["partition", "variant", "seed", "kmeans_seed"]).to_csv(out.with_suffix(".tmp"), index=False)
     out.with_suffix(".tmp").replace(out)
 
 

@@ -123,33 +123,88 @@ def test_ari_rows_recompute_each_seed_and_keep_only_clustering_variants(tmp_path
     specs = B.training_specs(["rotated"], [], 8, [0], ["psi_label", "psi_attribute", "fedavg"],
                              {"rounds": 1, "local_epochs": 1}, n_train={"fmnist": 800})
     rows = S.ari_rows(specs, [1, 2])
+    assert list(rows.kmeans_seed) == [43, 44, 43, 44] or sorted(rows.kmeans_seed) == [43, 43, 44, 44]
     assert sorted(zip(rows.variant, rows.seed)) == [("psi_attribute", 1), ("psi_attribute", 2), ("psi_label", 1),
                                                     ("psi_label", 2)]
     import dataclasses
     one = [s for s in specs if B.variant_of(s.to_dict()) == "psi_attribute"][0]
     assert rows[(rows.variant == "psi_attribute") & (rows.seed == 2)].ari.iloc[0] == pytest.approx(
-        S.clustering_ari(dataclasses.replace(one, seed=2))["ari"])
+        S.clustering_ari(S.kmeans_seeded(dataclasses.replace(one, seed=2)))["ari"])
     path = tmp_path / "aris.csv"
     rows.to_csv(path, index=False)
     assert len(S.read_ari_rows(path, 8)) == 4 and S.read_ari_rows(path, 100).empty
     assert S.read_ari_rows(tmp_path / "none.csv", 8).empty
 
 
-def test_answer_over_seeds_gives_intervals_and_verdicts():
+def test_clopper_pearson_by_hand_and_against_beta_quantiles():
+    # x = 0 of n: upper limit 1 − (α/2)^(1/n) in closed form; x = n: lower limit (α/2)^(1/n)
+    assert S.clopper_pearson(0, 20) == (0.0, pytest.approx(1 - 0.025 ** (1 / 20)))
+    assert S.clopper_pearson(20, 20) == (pytest.approx(0.025 ** (1 / 20)), 1.0)
+    assert S.clopper_pearson(0, 20)[1] == pytest.approx(0.16843, abs=1e-5)
+    # 1 of 1: [0.025, 1]; 3 of 20 (the brightness case): known values 0.0321, 0.3789
+    assert S.clopper_pearson(1, 1) == (pytest.approx(0.025), 1.0)
+    lo, hi = S.clopper_pearson(3, 20)
+    assert (lo, hi) == (pytest.approx(0.03207, abs=1e-4), pytest.approx(0.37893, abs=1e-4))
+    # 5 of 10: symmetric about ½ (known 0.18709, 0.81291)
+    lo, hi = S.clopper_pearson(5, 10)
+    assert lo == pytest.approx(0.187086, abs=1e-5) and hi == pytest.approx(1 - lo)
+    for x in range(21):
+        lo, hi = S.clopper_pearson(x, 20)
+        assert 0 <= lo <= x / 20 <= hi <= 1
+    assert np.isnan(S.clopper_pearson(0, 0)[0])
+    with pytest.raises(ValueError, match="hits"):
+        S.clopper_pearson(3, 2)
+    with pytest.raises(ValueError, match="confidence"):
+        S.clopper_pearson(1, 2, confidence=1.0)
+
+
+def test_share_over_seeds_describes_the_runs():
+    # 17 seeds at 0.327 and 3 at 1.0 (brightness per bin): the mean 0.43 was "partly"; 3 of 20 recover
+    rows = pd.DataFrame({"partition": "b", "variant": "v", "seed": range(20), "ari": [0.327] * 17 + [1.0] * 3})
+    t = S.share_over_seeds(rows).iloc[0]
+    assert (t.n, t.hits, t["median"]) == (20, 3, pytest.approx(0.327))
+    assert (t.low, t.high) == S.clopper_pearson(3, 20) and t.verdict == "recovers in few seeds"
+    # 16 of 20 ≥ 0.9 (4 below): "most", not "every"; all 20: "every", interval ends at 1, not above
+    rows = rows.assign(ari=[0.95] * 16 + [0.5] * 4)
+    assert S.share_over_seeds(rows).verdict.iloc[0] == "recovers in most seeds"
+    t = S.share_over_seeds(rows.assign(ari=1.0)).iloc[0]
+    assert t.verdict == "recovers in every seed" and t.high == 1.0
+    assert S.share_over_seeds(rows.assign(ari=0.0)).verdict.iloc[0] == "cannot separate"
+    assert S.share_over_seeds(rows.assign(ari=0.45)).verdict.iloc[0] == "recovers in no seed"  # above chance, none ≥ 0.9
+    assert S.share_over_seeds(rows.assign(ari=[0.95] * 10 + [0.5] * 10)).verdict.iloc[0] == "mixed"
+    assert S.share_over_seeds(rows.head(1)).verdict.iloc[0] == "one seed: no verdict"
+    assert S.share_text(3, 20, *S.clopper_pearson(3, 20), 0.327) == "3 of 20 seeds ≥ 0.9 (15 % [3, 38]), median 0.33"
+
+
+def test_answer_over_seeds_gives_shares_and_verdicts():
     rows = pd.DataFrame({"partition": ["p"] * 6 + ["q"] * 2,
                          "variant": ["psi_label"] * 3 + ["psi_joint"] * 3 + ["psi_label", "psi_size"],
                          "seed": [0, 1, 2] * 2 + [0, 0],
                          "ari": [0.0, 0.02, 0.04, 0.95, 0.97, 0.99, 0.5, 0.96]})
     t = S.answer_over_seeds(rows, ["p", "q"]).set_index("partition")
-    half = 4.302653 * 0.02 / np.sqrt(3)  # s = 0.02
-    assert t.loc["p", "label_only"] == f"0.02 [{0.02 - half:.2f}, {0.02 + half:.2f}] (n = 3)"
-    # [−0.030, 0.070]: wholly ≤ 0.1; joint 0.97 ± 0.0497 = [0.920, 1.020]: wholly ≥ 0.9
+    assert t.loc["p", "label_only"] == "0 of 3 seeds ≥ 0.9 (0 % [0, 71]), median 0.02"
     assert t.loc["p", "label_only_verdict"] == "cannot separate"
-    assert t.loc["p", "best_extension"] == "psi_joint" and t.loc["p", "extension_verdict"] == "recovers"
-    wide = rows.assign(ari=[0.0, 0.02, 0.04, 0.80, 0.97, 0.99, 0.5, 0.96])  # s = 0.105: [0.66, 1.18]
-    assert S.answer_over_seeds(wide, ["p"]).extension_verdict.iloc[0] == "undecided (interval crosses 0.9)"
-    assert t.loc["q", "label_only"] == "0.50 (n = 1, no interval)" and t.loc["q", "extension_verdict"] == "one run: no verdict"
+    assert t.loc["p", "best_extension"] == "psi_joint" and t.loc["p", "extension_verdict"] == "recovers in every seed"
+    wide = rows.assign(ari=[0.0, 0.02, 0.04, 0.80, 0.97, 0.99, 0.5, 0.96])  # 2 of 3
+    assert S.answer_over_seeds(wide, ["p"]).extension_verdict.iloc[0] == "mixed"
+    assert t.loc["q", "label_only"] == "ARI 0.50 (one seed, no interval)"
+    assert t.loc["q", "extension_verdict"] == "one seed: no verdict"
     assert S.interval_text(np.nan, np.nan, np.nan, 0) == "—"
+
+
+def test_kmeans_seed_derives_from_the_run_seed(tmp_path):
+    spec = RunSpec("fmnist", "rotated_groups", 4, 8, 3, "clust_psi_pfl", n_train=800, hyper={"features": "attribute"})
+    s = S.kmeans_seeded(spec)
+    assert s.hyper == {"features": "attribute", "kmeans_seed": 45} and spec.hyper == {"features": "attribute"}
+    assert S.kmeans_seeded(RunSpec("fmnist", "rotated_groups", 4, 8, 0, "clust_psi_pfl", n_train=800)).hyper == {
+        "kmeans_seed": 42}  # seed 0: the authors' 42, the trained runs' grouping
+    old = pd.DataFrame({"partition": "p", "variant": "v", "seed": [0, 1, 2], "ari": [0.1, 0.2, 0.3]})
+    got, what = S.ari_reading(old)  # no kmeans_seed column: the fixed-42 rows
+    assert list(got.ari) == [0.1, 0.2, 0.3] and "fixed at 42" in what
+    both = pd.concat([old, pd.DataFrame({"partition": "p", "variant": "v", "seed": [1, 2], "ari": [0.7, 0.8],
+                                         "kmeans_seed": [43, 44]})], ignore_index=True)
+    got, what = S.ari_reading(both)
+    assert list(got.ari) == [0.1, 0.7, 0.8] and "42 + seed" in what
 
 
 def test_small_pooled_table_reads_one_seed_with_its_interval_and_the_gap():

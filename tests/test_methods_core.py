@@ -142,3 +142,25 @@ def test_registry_and_hyper_errors():
         FLConfig(rounds=0)
     with pytest.raises(ValueError, match="unknown training setting"):
         FLConfig.from_dict({"epochs": 3})
+
+
+def test_local_per_round_logs_every_evaluated_round_and_trains_the_same_epochs():
+    """Local's default logs its last round only (one engine call of T·E epochs); ``per_round``
+    (issue 70) logs every round, carries each client's optimiser state across rounds and trains
+    T·E epochs in all; epochs with per_round is refused."""
+    from fedlib.methods import local
+
+    ctx = make_context(rounds=4, local_epochs=1, seed=0)
+    one = local.run(ctx, local.Hyper())
+    assert [h["round"] for h in ctx.history] == [4]
+    ctx2 = make_context(rounds=4, local_epochs=1, seed=0)
+    calls, train = [], ctx2.train
+    ctx2.train = lambda start, clients, t, **kw: calls.append((t, ctx2.cfg.keep_optimizer_state)) or train(
+        start, clients, t, **kw)
+    per = local.run(ctx2, local.Hyper(per_round=True))
+    assert [h["round"] for h in ctx2.history] == [1, 2, 3, 4]
+    assert calls == [(0, True), (1, True), (2, True), (3, True)] and not ctx2.cfg.keep_optimizer_state
+    assert per.info == one.info == {"epochs": 4}
+    assert ctx2.history[-1]["global_accuracy"] > ctx2.history[0]["global_accuracy"] - 0.2
+    with pytest.raises(ValueError, match="epochs"):
+        local.Hyper(epochs=3, per_round=True)

@@ -10,31 +10,52 @@ import pytest
 from workbook import ranking_power as RP
 
 
-def test_plateau_round_is_the_first_window_that_moves_less_than_the_tolerance():
-    rounds = np.arange(1, 11)
-    # rises by 5 pp a round until round 4, then moves by 0.1 pp a round
-    acc = np.array([50, 55, 60, 65, 65.1, 65.2, 65.3, 65.2, 65.1, 65.2])
-    # window 4..9: max 65.3 − min 65.0 = 0.3 < 0.5 → r = 4; window 3..8 holds 60 → not
-    assert RP.plateau_round(rounds, acc, window=5, tolerance=0.5) == 4
-    # a tighter tolerance: window 5..10 moves 0.2, 0.2 < 0.25 → 5; 4..9 moves 0.3 → not
-    assert RP.plateau_round(rounds, acc, window=5, tolerance=0.25) == 5
-    # a window that ends after the last round never counts: R = 10, w = 5 → r ≤ 5
+def test_plateau_round_compares_the_means_of_two_windows():
+    rounds = np.arange(1, 21)
+    # rises by 5 pp a round to round 6, then jitters ±3 pp around 75 (a label-skewed FedAvg)
+    jitter = np.array([3, -3, 2, -2, 3, -3, 1, -1, 2, -2, 3, -3, 0, 0])
+    acc = np.concatenate([[50, 55, 60, 65, 70, 75], 75 + jitter])
+    # r = 8: (3, 8] = 65, 70, 75, 78, 72 → 72.0 vs (8, 13] → 75.2: |Δ| = 3.2 → not yet;
+    # r = 9: (4, 9] = 70, 75, 78, 72, 77 → 74.4 vs (9, 14] = 73, 78, 72, 76, 74 → 74.6: |Δ| = 0.2 < 1 → 9
+    assert RP.plateau_round(rounds, acc, window=5, tolerance=1.0) == 9
+    # the old range rule (< 0.5 pp over one window) never fires on it: its range is ≥ 4 pp in every window
+    assert min(np.ptp(acc[i:i + 6]) for i in range(6, 15)) >= 4
+    # a window pair that would end after the last round never counts: R = 10, w = 5 → r ≤ 5
     late = np.array([10, 20, 30, 40, 50, 60, 61, 61, 61, 61])
-    assert RP.plateau_round(rounds, late, window=5) is None
-    assert RP.plateau_round(rounds, late, window=3) == 7  # 7..10 flat
+    assert RP.plateau_round(np.arange(1, 11), late, window=5) is None
+    # w = 3: r ≤ 7; r = 7: (4, 7] = 50, 60, 61 → 57 vs 61 → not
+    assert RP.plateau_round(np.arange(1, 11), late, window=3) is None
+    # w = 2 with two evaluations a window: r = 7: (5, 7] = 60, 61 → 60.5 vs 61 → 7
+    assert RP.plateau_round(np.arange(1, 11), late, window=2, min_evaluations=2) == 7
 
 
-def test_plateau_round_with_sparse_evaluations_and_bad_input():
-    # evaluated every 5 rounds: window r..r+5 holds two evaluations
-    assert RP.plateau_round([5, 10, 15, 20], [40, 60, 60.3, 60.4], window=5) == 10
-    # evaluated every 10 rounds: no window of 5 holds two → none
-    assert RP.plateau_round([10, 20, 30], [60, 60, 60], window=5) is None
+def test_plateau_round_refuses_constants_and_thin_windows():
+    r = np.arange(1, 21)
+    # an S = 0 run at chance (10 % ± 0.3) and one at 100 %: constants, not plateaus
+    assert RP.plateau_round(r, 10 + 0.3 * np.sin(r), chance=10.0) is None
+    assert RP.plateau_round(r, np.full(20, 100.0), chance=10.0) is None
+    # a real level off chance: r = 3, the first round with 3 evaluations on each side ((−2, 3] holds 1, 2, 3)
+    assert RP.plateau_round(r, np.full(20, 60.0), chance=10.0) == 3
+    # without the chance level, a constant at 10 % is not recognised as one
+    assert RP.plateau_round(r, np.full(20, 10.0)) == 3
+    assert RP.degenerate([9.5, 10.4], 10.0) == "chance" and RP.degenerate([99.2, 100], None) == "100 %"
+    assert RP.degenerate([50, 51], 10.0) is None
+    # evaluated every 5 rounds: a window of 5 holds one evaluation (< 3) → none, even if flat
+    assert RP.plateau_round([5, 10, 15, 20, 25], [60, 60, 60, 60, 60], window=5) is None
+    # w = 15 holds three: (0, 15] = 60, 60, 60 vs (15, 30] = 61, 60, 60 → |Δ| 0.33 → 15
+    assert RP.plateau_round([5, 10, 15, 20, 25, 30], [60, 60, 60, 61, 60, 60], window=15) == 15
     with pytest.raises(ValueError, match="window"):
         RP.plateau_round([1, 2], [1, 1], window=0)
     with pytest.raises(ValueError, match="rounds"):
         RP.plateau_round([2, 1], [1, 1])
     with pytest.raises(ValueError, match="rounds, accuracy_pp"):
         RP.plateau_round([1, 2, 3], [1, 1])
+
+
+def test_last_mean_scores_a_run_by_its_last_evaluations():
+    rec = {"spec": {}, "history": [{"round": i + 1, "global_accuracy": a} for i, a in enumerate([.5, .6, .7, .8])]}
+    assert RP.last_mean(rec) == pytest.approx(70.0) and RP.last_mean(rec, 1) == pytest.approx(80.0)
+    assert np.isnan(RP.last_mean({"history": [{"round": 10, "global_accuracy": .9}]}))
 
 
 def _rec(method, block, seed, accs, status="ok", cpu=None, rounds=None):
@@ -44,14 +65,20 @@ def _rec(method, block, seed, accs, status="ok", cpu=None, rounds=None):
 
 
 def test_convergence_table_reads_each_run_and_never_invents_a_plateau():
-    recs = [_rec("fedavg", "b1", 0, [0.5, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6]),
-            _rec("fedavg", "b1", 1, [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7]),
+    flat = [0.5, 0.6] + [0.6] * 10
+    recs = [_rec("fedavg", "b1", 0, flat),
+            _rec("fedavg", "b1", 1, [0.1 * i for i in range(1, 8)]),
             _rec("local", "b1", 0, [0.9]),
-            _rec("fedavg", "b2", 0, [0.1], status="failed")]
+            _rec("fedavg", "b2", 0, [0.1], status="failed"),
+            _rec("fedavg", "b3", 0, [0.1] * 12)]
+    for r in recs:
+        r["spec"]["dataset"] = "fmnist"  # 10 classes: chance 10 %
     t = RP.convergence_table(recs, lambda r: r["spec"]["protocol"])
-    assert t.reading.tolist() == ["plateau at 2", "not converged by R = 7", "one evaluation only (round 1): no history"]
-    assert t.plateau.iloc[0] == 2 and np.isnan(t.plateau.iloc[1])
-    assert t.last_step_pp.iloc[1] == pytest.approx(10.0)
+    # flat: (0, 5] = 50, 60, 60, 60, 60 → 58 vs (5, 10] = 60: |Δ| 2 → no; r = 6: (1, 6] = 60 vs 60 → 6
+    assert t.reading.tolist() == ["plateau at 6", "not converged by R = 7", "one evaluation only (round 1): no history",
+                                  "constant at chance"]
+    assert t.plateau.iloc[0] == 6 and np.isnan(t.plateau.iloc[1])
+    assert t.last_step_pp.iloc[1] == pytest.approx(10.0) and t.last_range_pp.iloc[1] == pytest.approx(60.0)
     sparse = {"spec": {"method": "fedavg", "protocol": "b", "seed": 0}, "status": "ok",
               "history": [{"round": 10, "global_accuracy": .5}, {"round": 20, "global_accuracy": .5}]}
     assert RP.convergence_table([sparse], lambda r: "b").reading.iloc[0].startswith("history too sparse")
@@ -250,3 +277,89 @@ def test_converged_vs_budget_waits_for_its_records_then_gives_tau(tmp_path, monk
     # (fedavg,fedprox) −, (local,fedprox) + → τ = −1/3
     assert res["tau"] == pytest.approx(-1 / 3) and list(res["converged"].index) == ["local", "fedprox", "fedavg"]
     assert res["power"].n == 5 and res["power"].k == 3 and "Kendall τ = -0.33" in text
+
+
+def test_tau_b_rows_matches_scipy_with_ties():
+    from scipy import stats
+
+    rng = np.random.default_rng(0)
+    a, b = rng.integers(0, 4, (20, 6)).astype(float), rng.integers(0, 4, (20, 6)).astype(float)
+    want = [stats.kendalltau(x, y).statistic for x, y in zip(a, b)]
+    np.testing.assert_allclose(RP.tau_b_rows(a, b), want, atol=1e-12, equal_nan=True)
+    assert np.isnan(RP.tau_b_rows([[1, 1, 1]], [[1, 2, 3]])[0])
+
+
+def test_split_half_tau_counts_every_split_and_reads_a_perfect_order():
+    # 4 methods, 7 blocks, the same order in every block: every split agrees, τ = 1 on C(7, 3) = 35 splits
+    s = pd.DataFrame(np.tile([[4.0], [3.0], [2.0], [1.0]], (1, 7)), index=list("abcd"))
+    t = RP.split_half_tau(s)
+    assert t.shape == (35,) and np.all(t == 1.0)
+    # 6 blocks: C(6, 3) / 2 = 10 splits (each once); blocks 0–2 rank a > b > c, blocks 3–5 the reverse
+    s6 = pd.DataFrame([[3, 3, 3, 1, 1, 1], [2, 2, 2, 2, 2, 2], [1, 1, 1, 3, 3, 3]], index=list("abc"), dtype=float)
+    t6 = RP.split_half_tau(s6)
+    assert t6.shape == (10,)
+    # the split {0, 1, 2} | {3, 4, 5}: halves reversed, τ = −1; the split with block 0 and two of 3–5 against the
+    # rest: the halves' mean ranks (a: 7/3 vs 5/3 …) reverse too; no split gives +1 except a tie (NaN)
+    assert np.nanmin(t6) == -1.0
+    with pytest.raises(ValueError, match="scores"):
+        RP.split_half_tau(s.iloc[:, :1])
+    # more splits than max_splits: that many, distinct, reproducible from the seed
+    big = pd.DataFrame(np.random.default_rng(1).random((3, 16)))
+    a, b = RP.split_half_tau(big, max_splits=50, seed=3), RP.split_half_tau(big, max_splits=50, seed=3)
+    assert a.shape == (50,) and np.array_equal(a, b, equal_nan=True)
+
+
+def test_split_half_null_is_centred_near_zero_with_no_signal():
+    null = RP.split_half_null(6, 7, n_sim=200, seed=0)
+    assert null.shape == (200, 2) and abs(null["median"].median()) < 0.15
+    assert (null["min"] <= null["median"]).all() and null["min"].min() >= -1 and null["median"].max() <= 1
+    assert RP.split_half_null(6, 7, n_sim=5, seed=4).equals(RP.split_half_null(6, 7, n_sim=5, seed=4))
+
+
+def test_holm_by_hand():
+    # sorted 0.01, 0.02, 0.04 × (3, 2, 1) = 0.03, 0.04, 0.04 (running max); input order kept
+    np.testing.assert_allclose(RP.holm([0.04, 0.01, 0.02]), [0.04, 0.03, 0.04])
+    np.testing.assert_allclose(RP.holm([0.5, 0.4]), [0.8, 0.8])  # 0.4 × 2 = 0.8, then max(0.8, 0.5)
+    np.testing.assert_allclose(RP.holm([0.9, 0.6, np.nan]), [1.0, 1.0, np.nan])
+    assert RP.holm([]).size == 0
+
+
+def test_preregistered_wilcoxon_with_holm():
+    from scipy import stats
+
+    blocks = 8
+    d = np.array([1.0, 2, 3, 4, 5, 6, 7, -0.5])
+    s = pd.DataFrame({b: {"m": 50 + d[b], "fedavg": 50.0, "local": 50 + d[b]} for b in range(blocks)})
+    t = RP.preregistered(s, ["m"])
+    assert list(zip(t.method, t.reference)) == [("m", "fedavg"), ("m", "local")]
+    row = t.iloc[0]
+    assert (row.n, row.wins, row.median_diff_pp) == (8, 7, pytest.approx(3.5))
+    assert row.p == pytest.approx(stats.wilcoxon(d).pvalue)
+    assert np.isnan(t.p.iloc[1])  # identical to Local on every block: no test
+    assert row.p_holm == pytest.approx(row.p)  # one p-value: Holm leaves it
+    with pytest.raises(ValueError, match="methods, references"):
+        RP.preregistered(s, ["nope"])
+
+
+def test_preregistered_design_is_stated_before_it_is_computed(tmp_path):
+    """Issue 70's design: k = 7, N = 11 distinct FMNIST partitions at K = 100 (no K twins), one seed,
+    R = 30, Local logging every round; CD ≤ 3 and the cost ≤ 25 CPU-hours at the measured rates; the
+    statement names the tests and what cannot be separated; no result before its records exist."""
+    from workbook import cross_paper as X, cross_paper_design as D
+
+    specs = D.design_specs("preregistered")
+    assert len(specs) == 77 and {s.seed for s in specs} == {0} and {s.fl["rounds"] for s in specs} == {30}
+    blocks = {(s.dataset, s.n_clients, X.partition_of(s.protocol, s.level)) for s in specs}
+    assert len(blocks) == 11 and {b[:2] for b in blocks} == {("fmnist", 100)}
+    assert {s.method for s in specs} == set(D.SEED_PAPER_METHODS) | {"fedavg", "local"}
+    assert all(s.hyper == {"per_round": True} for s in specs if s.method == "local")
+    per = pd.Series(60.0, index=sorted({s.method for s in specs}))  # 1 CPU-minute a round each
+    t = D.design_table(per, ["preregistered"]).iloc[0]
+    assert t.nemenyi_cd == pytest.approx(RP.nemenyi_cd(7, 11)) and t.nemenyi_cd <= 3
+    assert t.cpu_hours == pytest.approx(77 * 30 / 60)
+    text = D.design_statement(per)
+    for part in ("k = 7", "N = 11", "R = 30", "CD = 2.72", "Wilcoxon", "Holm", "What it cannot",
+                 f"cost {77 * 30 / 60:.1f} CPU-hours", "at most 3 of 66"):
+        assert part in text
+    res, why = D.preregistered_results(tmp_path)
+    assert res is None and "0 of 77 runs recorded" in why and "--params params/designs/11_cross_paper_preregistered.yaml" in why

@@ -481,7 +481,7 @@ def test_beyond_label_section_counts_the_committed_runs_and_reads_the_answer_fro
     assert ("| 0.00 | cannot separate (one run: a single value) | joint label–attribute PSI | 1.00 | "
             "recovers (one run: a single value) | 1 of 5 | 1 |") in row
     assert lines[-1] == "No clustering-only ARI is committed yet."
-    # the clustering-only ARIs over seeds: an interval, and a verdict that reads it
+    # the clustering-only ARIs over seeds: the share of seeds ≥ 0.9 with its Clopper–Pearson interval
     (tmp_path / "beyond_label_ari").mkdir()
     import pandas as pd
     pd.DataFrame({"partition": "rotated", "variant": ["psi_label"] * 3 + ["psi_joint"] * 3, "seed": [0, 1, 2] * 2,
@@ -489,9 +489,10 @@ def test_beyond_label_section_counts_the_committed_runs_and_reads_the_answer_fro
                   "groups": 2, "cpu_seconds": 1.0}).to_csv(tmp_path / "beyond_label_ari" / "aris.csv", index=False)
     lines = report.beyond_label_markdown(tmp_path)
     row = [ln for ln in lines[-1].splitlines() if B.PARTITIONS["rotated"].label in ln][0]
-    # label: 0.01 ± 4.303 · 0.01 / √3 = [−0.01, 0.03]; joint: 0.943 ± 4.303 · 0.0603 / √3 = [0.79, 1.09]
-    assert "| 0.01 [-0.01, 0.03] (n = 3) | cannot separate |" in row
-    assert "| joint label–attribute PSI | 0.94 [0.79, 1.09] (n = 3) | undecided (interval crosses 0.9) |" in row
+    # label: 0 of 3 (CP [0, 1 − 0.025^(1/3)] = [0, 71 %]); joint: 2 of 3 (CP [9.4 %, 99.2 %]) — no limit above 1
+    assert "| 0 of 3 seeds ≥ 0.9 (0 % [0, 71]), median 0.01 | cannot separate |" in row
+    assert "| joint label–attribute PSI | 2 of 3 seeds ≥ 0.9 (67 % [9, 99]), median 0.95 | mixed |" in row
+    assert "K-means seed fixed at 42" in " ".join(lines)
 
 
 # ----------------------------------------------------------------------------- the verdict rule
@@ -823,3 +824,19 @@ def test_every_decided_row_of_the_committed_records_is_workbook_verdicts_test():
         v = V.verdict(r.paper_value, r.spread, paper_n, r.values, r.tolerance)
         assert (v.outcome, v.margin) == (r.verdict, pytest.approx(r.margin)), r.id
         assert (v.low, v.high) == (pytest.approx(r.low), pytest.approx(r.high)), r.id
+
+
+def test_cross_paper_table_prints_every_ranked_methods_mean_rank_cfl_included():
+    """Issue 70: CFL's row label names its thresholds (method_row_label); its mean rank must be
+    keyed the same, not printed as "—". On the committed records every ranked row has a number,
+    and the split-half τ (not leave-one-block-out, not rounds 9 vs 10) says what it rests on."""
+    lines = report.cross_paper_markdown()
+    table = lines[-1].splitlines()
+    assert table[0].rstrip(" |").endswith("mean rank")
+    cfl = [ln for ln in table if ln.startswith("| CFL")]
+    assert cfl and cfl[0].rstrip(" |").split(" | ")[-1] not in ("—", "", "nan")
+    ranked = [ln for ln in table[2:] if not ln.startswith(("| CL", "| Oracle"))]
+    float(cfl[0].rstrip(" |").split(" | ")[-1])
+    assert all(ln.rstrip(" |").split(" | ")[-1] not in ("—", "nan") for ln in ranked)  # CL, the Oracle: references
+    rests = [ln for ln in lines if ln.startswith("What it rests on")][0]
+    assert "split-half Kendall τ" in rests and "leave-one-block-out" not in rests

@@ -8,19 +8,28 @@ costs one partition and one K-means search, no round. :func:`clustering_ari` bui
 federation of a run exactly as a training run does (:func:`fedlib.experiment.build_federation`),
 computes the variant's grouping (:func:`fedlib.methods.clust_psi_pfl.cluster_clients`) and its
 ARI against the planted groups. What varies over seeds is the run's ``seed``: the partition, the
-train / validation / test split and, for the covariate protocols, the transforms' noise; K-means
-keeps the method's own ``kmeans_seed`` (42, the authors'), as a training run does. The clustered
-baselines that need training to group (IFCA, FedClust, CFL, pFedLIA) have no clustering-only ARI.
+train / validation / test split, for the covariate protocols the transforms' noise, and (issue 70)
+K-means' own initialisation: :func:`kmeans_seeded` sets the variant's ``kmeans_seed`` to
+:data:`KMEANS_BASE` + seed (42 + seed; 42 is the authors' ``random_state``, so seed 0 is exactly
+the trained runs' grouping). Rows written before issue 70 kept ``kmeans_seed`` = 42 at every seed;
+the CSV's ``kmeans_seed`` column says which (absent: 42), and :func:`ari_reading` picks the
+seed-derived rows where they exist. The trained runs of notebook 12 keep the method's default (42):
+changing it would change every Clust-PSI-PFL record's key. The clustered baselines that need
+training to group (IFCA, FedClust, CFL, pFedLIA) have no clustering-only ARI.
 
-**Interval** (:func:`t_interval`): the mean ± the two-sided Student-t interval over the seeds at
-95 % (mean ± t_{0.975, n−1} · s / √n; n = seeds). ARIs are bounded in [−0.5, 1] and pile up at
-1.0, so the t-interval is a reading of the mean's uncertainty, not a coverage guarantee near 1;
-a zero-spread sample (every seed the same ARI) gives a zero-width interval, stated as such.
+**Verdicts that describe the runs** (issue 70, :func:`share_over_seeds`): ARIs are bounded and
+bimodal (a seed recovers the groups or it does not), so a mean with a t-interval misreads them (its
+upper limit can pass 1). Per setting the verdict reads the **share of seeds with ARI ≥ the cut-off**
+(:data:`workbook.beyond_label.RECOVERED`, 0.9) with its exact **Clopper–Pearson** interval
+(:func:`clopper_pearson`, always within [0, 1]) and the seeds' **median** ARI
+(:func:`share_verdict`): "recovers in every seed", "recovers in most seeds" (the interval's lower
+limit > ½), "recovers in few seeds" (its upper limit < ½, some seed recovers), "recovers in no
+seed" (none reaches the cut-off, the median above chance), "cannot separate" (none, and the median ≤
+:data:`~workbook.beyond_label.CHANCE`), "mixed" otherwise; one seed is no verdict.
 
-**Verdict** (:func:`interval_verdict`): "recovers" only when the whole interval is ≥ the cut-off
-(:data:`workbook.beyond_label.RECOVERED`, 0.9), "cannot separate" when it is wholly ≤
-:data:`~workbook.beyond_label.CHANCE`, "partly" when it lies between, and "undecided
-(interval crosses c)" when it straddles a cut-off c — never one value against a cut-off.
+**Interval of the mean** (:func:`t_interval`, :func:`interval_verdict`; issue 58's reading, kept
+for comparison): mean ± t_{0.975, n−1} · s / √n, the verdict "recovers" when the whole interval is
+≥ 0.9 — a statement about the mean, not about the runs.
 
 **Small clients pooled** (:func:`pooled_small_accuracy`): a small client (5–20 samples) keeps
 1–4 test samples, so its A_k = CC_k / n_k moves by 25–100 pp per sample. The pooled reading sums
@@ -42,7 +51,8 @@ from fedlib.evaluation import cluster_recovery
 from fedlib.frame import records_frame
 from fedlib.validation import check_int, check_number, fail
 
-__all__ = ["CONFIDENCE", "t_interval", "interval_verdict", "clustering_ari", "clustering_aris", "ari_rows", "read_ari_rows", "ARI_RECORDS", "CLUSTERING_ONLY", "ari_over_seeds",
+__all__ = ["CONFIDENCE", "KMEANS_BASE", "kmeans_seeded", "ari_reading", "clopper_pearson", "share_verdict",
+           "share_over_seeds", "share_text", "t_interval", "interval_verdict", "clustering_ari", "clustering_aris", "ari_rows", "read_ari_rows", "ARI_RECORDS", "CLUSTERING_ONLY", "ari_over_seeds",
            "interval_text", "answer_over_seeds", "pooled_small_accuracy", "bootstrap_pooled", "small_pooled_frame", "small_pooled_table", "collapsed_rows"]
 
 CONFIDENCE = 0.95
@@ -65,6 +75,70 @@ def t_interval(values, confidence: float = CONFIDENCE) -> tuple[float, float, fl
     return m, m - half, m + half, int(v.size)
 
 
+def clopper_pearson(hits: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """The exact (Clopper–Pearson) two-sided interval of a binomial share ``hits`` / ``n``:
+    low = Beta⁻¹(α/2; x, n − x + 1) (0 when x = 0), high = Beta⁻¹(1 − α/2; x + 1, n − x) (1 when
+    x = n), α = 1 − ``confidence``. Always within [0, 1]; n = 0 gives (NaN, NaN)."""
+    check_number(confidence, "confidence", 0, 1, low_open=True, high_open=True)
+    check_int(n, "n", 0)
+    check_int(hits, "hits", 0)
+    if hits > n:
+        fail("hits", f"a count ≤ n = {n}", hits)
+    if n == 0:
+        return np.nan, np.nan
+    a = 1 - confidence
+    low = 0.0 if hits == 0 else float(stats.beta.ppf(a / 2, hits, n - hits + 1))
+    high = 1.0 if hits == n else float(stats.beta.ppf(1 - a / 2, hits + 1, n - hits))
+    return low, high
+
+
+def share_verdict(hits: int, n: int, low: float, high: float, median: float, *, chance: float = 0.1) -> str:
+    """What the seeds did (module docstring): ``hits`` of ``n`` seeds at ARI ≥ the cut-off, the
+    share's interval [``low``, ``high``] and the seeds' ``median`` ARI."""
+    if n < 2:
+        return "one seed: no verdict" if n == 1 else "no seed"
+    if hits == n:
+        return "recovers in every seed"
+    if hits == 0:
+        return "cannot separate" if median <= chance else "recovers in no seed"
+    if low > 0.5:
+        return "recovers in most seeds"
+    if high < 0.5:
+        return "recovers in few seeds"
+    return "mixed"
+
+
+def share_over_seeds(rows: pd.DataFrame, confidence: float = CONFIDENCE, *, chance: float = 0.1,
+                     recovered: float = 0.9) -> pd.DataFrame:
+    """Per (partition, variant) of ``rows`` (columns ``partition``, ``variant``, ``seed``, ``ari``):
+    ``n`` seeds, ``hits`` (seeds with ARI ≥ ``recovered``), ``share`` = hits / n, its
+    Clopper–Pearson ``low`` / ``high`` (:func:`clopper_pearson`), the seeds' ``median``, ``min``,
+    ``max`` and the :func:`share_verdict`."""
+    out = []
+    for (p, v), g in rows.groupby(["partition", "variant"], sort=False):
+        a = np.asarray(g.ari, np.float64)
+        a = a[~np.isnan(a)]
+        n, hits = int(a.size), int((a >= recovered).sum())
+        lo, hi = clopper_pearson(hits, n, confidence)
+        med = float(np.median(a)) if n else np.nan
+        out.append({"partition": p, "variant": v, "n": n, "hits": hits, "share": hits / n if n else np.nan,
+                    "low": lo, "high": hi, "median": med, "min": float(a.min()) if n else np.nan,
+                    "max": float(a.max()) if n else np.nan,
+                    "verdict": share_verdict(hits, n, lo, hi, med, chance=chance)})
+    return pd.DataFrame(out, columns=["partition", "variant", "n", "hits", "share", "low", "high", "median", "min",
+                                      "max", "verdict"])
+
+
+def share_text(hits: int, n: int, low: float, high: float, median: float, recovered: float = 0.9) -> str:
+    """"h of n seeds ≥ 0.9 (share % [low, high]), median m" — "—" for no seed."""
+    if n == 0:
+        return "—"
+    if n == 1:
+        return f"ARI {median:.2f} (one seed, no interval)"
+    return (f"{hits} of {n} seeds ≥ {recovered:g} ({100 * hits / n:.0f} % [{100 * low:.0f}, {100 * high:.0f}]), "
+            f"median {median:.2f}")
+
+
 def interval_verdict(low: float, high: float, *, chance: float = 0.1, recovered: float = 0.9) -> str:
     """The verdict of an interval [low, high] against the cut-offs (module docstring); one value
     (NaN bounds) is "one run: no verdict"."""
@@ -80,6 +154,36 @@ def interval_verdict(low: float, high: float, *, chance: float = 0.1, recovered:
         return "partly"
     crossed = recovered if high >= recovered else chance
     return f"undecided (interval crosses {crossed:g})"
+
+
+KMEANS_BASE = 42
+"""K-means' seed of the clustering-only ARIs is ``KMEANS_BASE + seed`` (issue 70): 42, the authors'
+``random_state``, at seed 0."""
+
+
+def kmeans_seeded(spec):
+    """``spec`` (a Clust-PSI-PFL :class:`fedlib.experiment.RunSpec`) with its ``hyper``'s
+    ``kmeans_seed`` = :data:`KMEANS_BASE` + ``spec.seed``: K-means' initialisation varies with the
+    run's seed."""
+    import dataclasses
+
+    return dataclasses.replace(spec, hyper={**dict(spec.hyper or {}), "kmeans_seed": KMEANS_BASE + int(spec.seed)})
+
+
+def ari_reading(rows: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """The rows of :data:`ARI_RECORDS` to read, and what they are: the rows whose K-means seed
+    derives from the run's seed (``kmeans_seed`` = 42 + seed) where any seed other than 0 has
+    them, otherwise the rows written before issue 70 (``kmeans_seed`` = 42 at every seed)."""
+    r = rows.copy()
+    if "kmeans_seed" not in r:
+        r["kmeans_seed"] = KMEANS_BASE
+    r["kmeans_seed"] = r.kmeans_seed.fillna(KMEANS_BASE).astype(int)
+    derived = r[r.kmeans_seed == KMEANS_BASE + r.seed.astype(int)]
+    if (derived.seed.astype(int) != 0).any():
+        return derived.reset_index(drop=True), "K-means seeded 42 + seed (its initialisation varies with the seed)"
+    fixed = r[r.kmeans_seed == KMEANS_BASE].reset_index(drop=True)
+    return fixed, ("K-means seed fixed at 42 at every seed (rows written before issue 70: its initialisation "
+                   "does not vary; `python benchmarks/beyond_label_ari.py --seeds 0-19` adds the seeded rows)")
 
 
 CLUSTERING_ONLY = ("psi_label", "psi_size", "psi_downweight", "psi_attribute", "psi_attribute_bins", "psi_joint")
@@ -147,13 +251,14 @@ def clustering_aris(specs) -> list[dict]:
 ARI_RECORDS = "benchmarks/records/beyond_label_ari/aris.csv"
 """The committed clustering-only ARIs (``benchmarks/beyond_label_ari.py`` writes them): one row per
 (partition, variant, seed) of notebook 12's paper grid, with ``n_clients``, ``ari``, ``tau``,
-``groups`` and ``cpu_seconds``."""
+``groups``, ``cpu_seconds`` and ``kmeans_seed`` (absent or empty in rows written before issue 70:
+42)."""
 
 
 def ari_rows(specs, seeds) -> pd.DataFrame:
     """Clustering-only ARIs (:func:`clustering_aris`) of the :data:`CLUSTERING_ONLY` variants among
-    notebook 12's ``specs`` (any seed), recomputed at each of ``seeds``: one row per (partition,
-    variant, seed), the columns of :data:`ARI_RECORDS`."""
+    notebook 12's ``specs`` (any seed), recomputed at each of ``seeds`` with K-means seeded
+    :func:`kmeans_seeded`: one row per (partition, variant, seed), the columns of :data:`ARI_RECORDS`."""
     import dataclasses
 
     from . import beyond_label as B
@@ -167,12 +272,12 @@ def ari_rows(specs, seeds) -> pd.DataFrame:
     rows = []
     for part, by_variant in groups.items():
         for seed in seeds:
-            todo = [(v, dataclasses.replace(s, seed=int(seed))) for v, s in by_variant.items()]
+            todo = [(v, kmeans_seeded(dataclasses.replace(s, seed=int(seed)))) for v, s in by_variant.items()]
             for (v, s), r in zip(todo, clustering_aris([s for _, s in todo])):
                 rows.append({"partition": part, "variant": v, "seed": int(seed), "n_clients": s.n_clients,
-                             "dataset": s.dataset, **r})
+                             "dataset": s.dataset, **r, "kmeans_seed": KMEANS_BASE + int(seed)})
     return pd.DataFrame(rows, columns=["partition", "variant", "seed", "n_clients", "dataset", "ari", "tau",
-                                       "groups", "cpu_seconds"])
+                                       "groups", "cpu_seconds", "kmeans_seed"])
 
 
 def read_ari_rows(path, n_clients: int) -> pd.DataFrame:
@@ -182,7 +287,7 @@ def read_ari_rows(path, n_clients: int) -> pd.DataFrame:
     path = Path(path)
     if not path.is_file():
         return pd.DataFrame(columns=["partition", "variant", "seed", "n_clients", "dataset", "ari", "tau", "groups",
-                                     "cpu_seconds"])
+                                     "cpu_seconds", "kmeans_seed"])
     rows = pd.read_csv(path)
     return rows[rows.n_clients == int(n_clients)].reset_index(drop=True)
 
@@ -214,11 +319,12 @@ def interval_text(mean: float, low: float, high: float, n: int, digits: int = 2)
 def answer_over_seeds(rows: pd.DataFrame, partitions=None, extensions=None,
                       confidence: float = CONFIDENCE) -> pd.DataFrame:
     """Notebook 12's answer from clustering-only ARIs over seeds (``rows``, :data:`ARI_RECORDS`):
-    per partition, label-only PSI's ARI and the extension with the highest mean ARI, each as
-    :func:`interval_text` with its :func:`interval_verdict` — the interval against the cut-offs."""
+    per partition, label-only PSI's runs and those of the extension with the most seeds at
+    ARI ≥ the cut-off (ties: the higher median), each as :func:`share_text` with its
+    :func:`share_verdict` — what the seeds did, not an interval of the mean."""
     from . import beyond_label as B
 
-    t = ari_over_seeds(rows, confidence, chance=B.CHANCE, recovered=B.RECOVERED)
+    t = share_over_seeds(rows, confidence, chance=B.CHANCE, recovered=B.RECOVERED)
     extensions = tuple(extensions or B.EXTENSIONS)
     order = list(partitions) if partitions is not None else list(dict.fromkeys(t.partition))
     out = []
@@ -228,13 +334,14 @@ def answer_over_seeds(rows: pd.DataFrame, partitions=None, extensions=None,
             continue
         lab = here.loc["psi_label"]
         ext = here[here.index.isin(extensions)]
-        best = ext["mean"].idxmax() if len(ext) else None
+        best = ext.sort_values(["share", "median"], ascending=False, kind="stable").index[0] if len(ext) else None
         e = ext.loc[best] if best is not None else None
-        out.append({"partition": p, "label_only": interval_text(lab["mean"], lab.low, lab.high, int(lab.n)),
-                    "label_only_verdict": lab.verdict, "best_extension": best,
-                    "extension": interval_text(e["mean"], e.low, e.high, int(e.n)) if e is not None else "—",
-                    "extension_verdict": e.verdict if e is not None else "none run",
-                    "seeds": int(here.n.min())})
+
+        def text(r):
+            return share_text(int(r.hits), int(r.n), r.low, r.high, r["median"], B.RECOVERED)
+        out.append({"partition": p, "label_only": text(lab), "label_only_verdict": lab.verdict,
+                    "best_extension": best, "extension": text(e) if e is not None else "—",
+                    "extension_verdict": e.verdict if e is not None else "none run", "seeds": int(here.n.min())})
     return pd.DataFrame(out, columns=["partition", "label_only", "label_only_verdict", "best_extension", "extension",
                                       "extension_verdict", "seeds"])
 

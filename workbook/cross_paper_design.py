@@ -42,7 +42,8 @@ from . import cross_paper as X
 from . import ranking_power as RP
 
 __all__ = ["RANKED_METRICS", "DESIGNS", "FOCUSED", "FOCUSED_METHODS", "block_of", "budget_rankings", "metric_rankings",
-           "which_method_when_official", "long_horizon_convergence", "design_specs", "measurable", "design_table", "rounds_check", "converged_vs_budget", "run_commands"]
+           "which_method_when_official", "long_horizon_convergence", "design_specs", "PREREGISTERED", "SEED_PAPER_METHODS",
+           "design_statement", "preregistered_results", "paper_profile", "measurable", "design_table", "rounds_check", "converged_vs_budget", "run_commands"]
 
 RANKED_METRICS = ("weighted_local", "official_test", "worst10")
 """The three metrics ranked (keys of :data:`workbook.cross_paper.METRICS`)."""
@@ -55,6 +56,7 @@ DESIGNS = {
     "focused_fmnist_k20": "params/designs/11_cross_paper_focused_fmnist_k20.yaml",
     "focused_adult_k20": "params/designs/11_cross_paper_focused_adult_k20.yaml",
     "focused_adult_k100": "params/designs/11_cross_paper_focused_adult_k100.yaml",
+    "preregistered": "params/designs/11_cross_paper_preregistered.yaml",
 }
 """Notebook 11's designs by name: a params file each (run with ``python -m fedlib.grid cross-paper
 --params FILE --out FOLDER``)."""
@@ -62,7 +64,14 @@ FOCUSED = ("focused_fmnist_k100", "focused_fmnist_k20", "focused_adult_k20", "fo
 FOCUSED_METHODS = ("clust_psi_pfl", "psi_pfl", "cafa", "fedprism", "pfedlia", "fedavg", "local", "fedfomo")
 RECORDS_OF = {"budget": "benchmarks/records/cross_paper", "pilot": "benchmarks/records/cross_paper_pilot",
               "converged": "benchmarks/records/cross_paper_converged",
-              **{d: "benchmarks/records/cross_paper_focused" for d in FOCUSED}}
+              **{d: "benchmarks/records/cross_paper_focused" for d in FOCUSED},
+              "preregistered": "benchmarks/records/cross_paper_preregistered"}
+PREREGISTERED = "preregistered"
+"""Issue 70's design, stated before it is computed (its params file's header): k = 7, N = 11 distinct FMNIST
+label-skew partitions, one seed, R = 30; Friedman / Nemenyi and the pre-registered comparisons
+(:func:`preregistered_results`)."""
+SEED_PAPER_METHODS = ("clust_psi_pfl", "psi_pfl", "cafa", "fedprism", "pfedlia")
+"""The five seed papers' methods: each is compared with FedAvg and with Local (pre-registered)."""
 
 
 def block_of(record: dict) -> str:
@@ -99,9 +108,11 @@ def metric_rankings(df: pd.DataFrame, *, exclude=X.REFERENCES, alpha: float = X.
                     metrics=RANKED_METRICS) -> pd.DataFrame:
     """One row per metric of ``metrics`` over :func:`workbook.cross_paper.runs_frame`'s
     ``df``: ``metric``, ``n`` blocks, ``k`` methods, ``friedman_p``, ``cd`` (Nemenyi), ``test``,
-    ``within_cd`` (methods within CD of the best), ``best``, ``tau_vs_weighted_local``,
-    ``lobo_min_tau`` (leave-one-block-out, the lowest τ) with its block, the seeds per block
-    (``seeds_min``), and ``ranks`` (the mean ranks, a Series)."""
+    ``within_cd`` (methods within CD of the best), ``best``, ``tau_vs_weighted_local``, the
+    split-half τ (:func:`workbook.ranking_power.split_half_tau`: ``split_half_median``,
+    ``split_half_min``, ``splits``) and its null's 95th percentile of the median
+    (``null_median_95``: random rankings, the same k and N, 1,000 tables, seed 0), the seeds per
+    block (``seeds_min``), and ``ranks`` (the mean ranks, a Series)."""
     base = RP.mean_ranks(X.score_table(df, "weighted_local"), exclude=exclude)
     ok = df[df.status == "ok"]
     seeds = ok.groupby(["partition", "method"]).seed.nunique()
@@ -111,12 +122,14 @@ def metric_rankings(df: pd.DataFrame, *, exclude=X.REFERENCES, alpha: float = X.
         scores = X.score_table(df, m)
         power = RP.ranking_power(scores, exclude=exclude, alpha=alpha)
         ranks = RP.mean_ranks(scores, exclude=exclude)
-        lobo = RP.leave_one_block_out(scores, exclude=exclude)
+        halves = RP.split_half_tau(scores, exclude=exclude)
+        null = RP.split_half_null(power.k, power.n, n_sim=1000, seed=0)
         rows.append({"metric": m, "n": power.n, "k": power.k, "friedman_p": power.p, "cd": power.cd,
                      "test": power.test, "within_cd": power.within_cd_of_best, "best": ranks.index[0],
-                     "tau_vs_weighted_local": RP.kendall_tau(base, ranks), "lobo_min_tau": float(lobo.tau.min()),
-                     "lobo_block": lobo.block.iloc[0], "seeds_min": int(seeds.min()) if len(seeds) else 0,
-                     "ranks": ranks})
+                     "tau_vs_weighted_local": RP.kendall_tau(base, ranks),
+                     "split_half_median": float(np.nanmedian(halves)), "split_half_min": float(np.nanmin(halves)),
+                     "splits": int(halves.size), "null_median_95": float(null["median"].quantile(0.95)),
+                     "seeds_min": int(seeds.min()) if len(seeds) else 0, "ranks": ranks})
     return pd.DataFrame(rows)
 
 
@@ -219,7 +232,8 @@ def design_table(per_round: pd.Series, designs=None, alpha: float = X.ALPHA) -> 
     focused files together: ``blocks`` N (data set × K × partition), ``k`` methods ranked
     (references aside), ``seeds``, ``R``, ``runs``, ``nemenyi_cd`` (:func:`workbook.ranking_power.nemenyi_cd`,
     NaN for k < 2) and ``cpu_hours`` (each run at its method's measured CPU seconds a round,
-    ``per_round``, × R)."""
+    ``per_round``, × R) with its ``cost_basis``: blocks other than FMNIST at K = 100 are charged at
+    that rate, which is not their measured cost (issue 70: the row says so)."""
     rows = []
     designs = list(designs or DESIGNS)
 
@@ -230,10 +244,13 @@ def design_table(per_round: pd.Series, designs=None, alpha: float = X.ALPHA) -> 
         if missing:
             fail("per_round", f"a measured cost for every method of design {name}", missing)
         secs = sum(per_round[s.method] * s.fl["rounds"] for s in specs)
+        other = sorted({f"{d} K = {k}" for d, k, _ in blocks} - {"fmnist K = 100"})
         return {"design": name, "blocks": len(blocks), "k": len(ranked), "seeds": len({s.seed for s in specs}),
                 "R": sorted({s.fl["rounds"] for s in specs}), "runs": len(specs),
                 "nemenyi_cd": RP.nemenyi_cd(len(ranked), len(blocks), alpha) if len(ranked) >= 2 else np.nan,
-                "cpu_hours": secs / 3600.0}
+                "cpu_hours": secs / 3600.0,
+                "cost_basis": "measured: CPU time a round (FMNIST, K = 100) × R" if not other else
+                "FMNIST K = 100's CPU time a round × R; not measured for " + ", ".join(other)}
 
     focused = []
     for d in designs:
@@ -281,6 +298,87 @@ def converged_vs_budget(budget_records, root=None, design: str = "converged") ->
     tau = RP.kendall_tau(mr_c, mr_b)
     return ({"tau": tau, "converged": mr_c, "budget": mr_b, "power": power},
             f"{design} vs budget: Kendall τ = {tau:.2f}; {design}: {power.line()}")
+
+
+def design_statement(per_round: pd.Series, design: str = PREREGISTERED, alpha: float = X.ALPHA) -> str:
+    """The pre-registered design stated before it is computed (issue 70), from its params file and
+    the measured CPU seconds a round (``per_round``, :func:`workbook.ranking_power.cost_per_run`):
+    k, N, R, seeds, the tests, CD, the cost, and what the design can and cannot separate."""
+    t = design_table(per_round, [design], alpha).iloc[0]
+    specs = design_specs(design)
+    methods = [m for m in dict.fromkeys(s.method for s in specs) if m not in X.REFERENCES]
+    refs = [m for m in ("fedavg", "local") if m in methods]
+    tested = [m for m in methods if m in SEED_PAPER_METHODS]
+    n, k, pairs = int(t.blocks), int(t.k), len(tested) * len(refs)
+    p_min = 2.0 / 2 ** n  # the exact two-sided Wilcoxon p when every block favours one side
+    # the exact null of T (the ranks of |d| on the losing side summed) over the 2^N sign patterns
+    signs = (np.arange(2 ** n)[:, None] >> np.arange(n)) & 1
+    T = np.sort(signs @ np.arange(1, n + 1))
+    t_max = max((t for t in range(int(T.max()) + 1) if 2 * np.mean(T <= t) <= alpha / pairs), default=-1)
+    return (f"Design `{design}` ({DESIGNS[design]}), stated before any of its records: k = {k} methods "
+            f"({', '.join(display_name(m) for m in methods)}), N = {n} blocks (distinct FMNIST label-skew partitions, "
+            f"K = {specs[0].n_clients}), {int(t.seeds)} seed per block, R = {t.R[0]} rounds, {int(t.runs)} runs; cost "
+            f"{t.cpu_hours:.1f} CPU-hours (the committed budget records' measured `cpu_seconds` per round per method × R). "
+            f"Tests: Friedman, then Nemenyi at α = {alpha:g}: CD = {t.nemenyi_cd:.2f} mean ranks of a possible {k - 1}; "
+            f"pre-registered: each seed-paper method against {' and '.join(display_name(m) for m in refs)} "
+            f"({pairs} comparisons), Wilcoxon signed-rank over the {n} blocks, Holm-adjusted together. Each run is scored "
+            f"by the mean of its last {RP.SCORE_LAST} evaluations. What it can separate: two methods whose mean ranks "
+            f"differ by more than {t.nemenyi_cd:.2f} (e.g. a personalised method against a global one); a seed-paper "
+            f"method against FedAvg or Local only when nearly every block favours one side: Holm's first threshold is "
+            f"{alpha / pairs:.3g}, reached when the losing blocks' ranks of |difference| sum to at most {t_max} of "
+            f"{n * (n + 1) // 2} (exact null; the smallest p is {p_min:.2g}), so a method that wins on most blocks but "
+            f"loses some by large margins is not separated. What it cannot: methods within {t.nemenyi_cd:.2f} mean "
+            f"ranks of each other (e.g. the personalised methods near the top), any effect of K or of the data set "
+            f"(one K, FMNIST only), nor seed-to-seed variation (one seed).")
+
+
+def preregistered_results(root=None, design: str = PREREGISTERED, alpha: float = X.ALPHA) -> tuple[dict | None, str]:
+    """The pre-registered design's results from its records (``root``/its folder): the ranking on
+    each run's mean of its last :data:`~workbook.ranking_power.SCORE_LAST` evaluations, Friedman /
+    Nemenyi (:func:`workbook.ranking_power.ranking_power`), the Wilcoxon–Holm comparisons
+    (:func:`workbook.ranking_power.preregistered`) and the plateau rule's readings; (None, why)
+    while any of its runs is not recorded."""
+    from fedlib.experiment import present_records
+
+    root = ROOT if root is None else root
+    specs = design_specs(design)
+    found, missing = present_records(specs, root / RECORDS_OF[design])
+    if missing or not found:
+        return None, (f"{design}: {len(found)} of {len(specs)} runs recorded in {RECORDS_OF[design]} — no result yet; "
+                      f"compute them with: {run_commands([design])[0]}")
+    scores = RP.score_table_records(found, _partition, RP.last_mean)
+    power = RP.ranking_power(scores, exclude=X.REFERENCES, alpha=alpha)
+    tested = [m for m in SEED_PAPER_METHODS if m in scores.index]
+    pre = RP.preregistered(scores, tested, ("fedavg", "local"), alpha=alpha)
+    conv = RP.convergence_table(found, _partition)
+    return ({"scores": scores, "ranks": RP.mean_ranks(scores, exclude=X.REFERENCES), "power": power,
+             "preregistered": pre, "convergence": conv}, f"{design}: {power.line()}")
+
+
+def paper_profile(root=None) -> dict:
+    """Notebook 11's paper-profile results from the committed records, whatever profile the notebook
+    runs with (issue 70): ``rankings`` (:func:`metric_rankings` of the budget grid's complete
+    partitions, three metrics), ``plateaus`` (the plateau rule's readings of every budget run,
+    counted), ``per_round`` (measured CPU seconds a round per method, FMNIST K = 100),
+    ``designs`` (:func:`design_table` of the designs every method of which has a measured cost),
+    ``statement`` (:func:`design_statement`) and ``preregistered`` (:func:`preregistered_results`)."""
+    from fedlib import notebook_params
+    from fedlib.experiment import present_records
+
+    root = ROOT if root is None else root
+    p = notebook_params.load(ROOT / DESIGNS["budget"], "11_cross_paper")
+    specs = X.notebook_grid(**{k: p[k] for k in X.GRID_PARAMS})["cross"]
+    found, missing = present_records(specs, root / RECORDS_OF["budget"])
+    df = X.runs_frame(found)
+    done = set(X.complete_partitions(missing))
+    complete = [q for q in X.score_table(df).columns if q in done]
+    conv = RP.convergence_table(found, _partition)
+    per_round = RP.cost_per_run(found, lambda r: r["spec"]["method"])
+    costed, _ = measurable(per_round)
+    return {"runs": len(found), "of": len(specs), "rankings": metric_rankings(df[df.partition.isin(complete)]),
+            "plateaus": conv.reading.str.replace(r"plateau at \d+", "plateau", regex=True).value_counts(),
+            "convergence": conv, "per_round": per_round, "designs": design_table(per_round, costed),
+            "statement": design_statement(per_round), "preregistered": preregistered_results(root)}
 
 
 def run_commands(designs=None, workers: int = 2) -> list[str]:

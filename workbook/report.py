@@ -771,7 +771,8 @@ def cross_paper_markdown(root: Path | str = RECORDS, params: Path = CROSS_PAPER_
     why = X.unrankable(scores[complete])
     if why is None:  # autorank's Friedman / Nemenyi over the complete partitions (cross_paper.ranking)
         result, left_out = X.ranking(scores[complete])
-        table["mean rank"] = result.rankdf.meanrank.rename(index=display_name)
+        # the row labels are method_row_label's (CFL names its thresholds): the rank keys must be the same
+        table["mean rank"] = result.rankdf.meanrank.rename(index=lambda m: X.method_row_label(frame, m))
         out += [f"Mean rank over the {len(complete)} partitions whose every run is recorded (1 = best; Friedman "
                 f"p = {result.pvalue:.3g}, Nemenyi critical distance {result.cd:.2f} ranks at α = {X.ALPHA}): the "
                 "last column; CL and the Oracle are references, not ranked"
@@ -823,27 +824,24 @@ def _cfl_lines(frame: pd.DataFrame, specs, root) -> list[str]:
 
 
 def _ranking_power_lines(found, scores) -> list[str]:
-    """What the cross-paper ranking rests on (issue 58; :mod:`workbook.ranking_power`): N, k,
-    the post-hoc test and CD, the seeds per block, the leave-one-block-out τ, and τ between the
-    rankings at rounds R − 1 and R from the runs' histories."""
-    from . import cross_paper as X, cross_paper_design as D, ranking_power as RP
+    """What the cross-paper ranking rests on (issues 58, 70; :mod:`workbook.ranking_power`): N, k,
+    the post-hoc test and CD, the seeds per block, and the split-half Kendall τ (every split of the
+    blocks into halves) against its null (random rankings, the same k and N)."""
+    from . import cross_paper as X, ranking_power as RP
 
     power = RP.ranking_power(scores, exclude=X.REFERENCES, alpha=X.ALPHA)
-    lobo = RP.leave_one_block_out(scores, exclude=X.REFERENCES)
+    halves = RP.split_half_tau(scores, exclude=X.REFERENCES)
+    null = RP.split_half_null(power.k, power.n, n_sim=1000, seed=0)
     df = X.runs_frame(found)
     seeds = df[df.status == "ok"].groupby(["partition", "method"]).seed.nunique()
     lo, hi = int(seeds.min()), int(seeds.max())
     n_seeds = f"{lo} seed{'s' if lo > 1 else ''}" if lo == hi else f"{lo}–{hi} seeds"
     line = (f"What it rests on: N = {power.n} blocks, k = {power.k} methods, {n_seeds} per block; post-hoc test: Nemenyi, CD = {power.cd:.2f} of a possible {power.k - 1} ranks, "
-            f"{power.within_cd_of_best} methods within CD of the best; leave-one-block-out Kendall τ ≥ "
-            f"{lobo.tau.min():.2f} (without {X.PARTITIONS[lobo.block.iloc[0]].label})")
-    try:
-        b = D.budget_rankings(found)
-        line += (f"; Kendall τ between the rankings at rounds {b['R'] - 1} and {b['R']} = {b['tau']:.2f} over the "
-                 f"{len(b['at_R_minus_1'])} methods evaluated at both — a budget reading, not a converged one "
-                 "(notebook 11: the plateau rule, three metrics, the designs that would hold)")
-    except ValueError:
-        pass
+            f"{power.within_cd_of_best} methods within CD of the best; split-half Kendall τ (the mean ranks on "
+            f"{power.n // 2} blocks against the other {power.n - power.n // 2}, all {halves.size} splits): median "
+            f"{np.nanmedian(halves):.2f}, min {np.nanmin(halves):.2f}; with no signal (random rankings, the same k and "
+            f"N, 1,000 tables) the median's 95th percentile is {null['median'].quantile(0.95):.2f} — a budget reading "
+            "at R = 10, not a converged one (notebook 11: the plateau rule, three metrics, the designs)")
     return [line + "."]
 
 
@@ -892,16 +890,17 @@ def _trained_seeds(found, partitions) -> list[int]:
 
 def _beyond_label_over_seeds(p: dict, root: Path) -> list[str]:
     """Notebook 12's verdicts over seeds: the clustering-only ARIs committed in
-    ``root/beyond_label_ari/aris.csv`` (:mod:`workbook.beyond_label_seeds`), each
-    a mean with its 95 % t-interval over n seeds and the verdict that reads the interval."""
+    ``root/beyond_label_ari/aris.csv`` (:mod:`workbook.beyond_label_seeds`), each the share of
+    seeds with ARI ≥ 0.9 with its Clopper–Pearson interval and the seeds' median (issue 70)."""
     from . import beyond_label as B, beyond_label_seeds as S
 
-    rows = S.read_ari_rows(root / "beyond_label_ari" / "aris.csv", p["n_clients"])
+    rows, reading = S.ari_reading(S.read_ari_rows(root / "beyond_label_ari" / "aris.csv", p["n_clients"]))
     head = ["Over seeds, the clustering step alone (the grouping a Clust-PSI-PFL run trains with, recomputed per seed",
             "without training; `benchmarks/records/beyond_label_ari/aris.csv`, `python benchmarks/beyond_label_ari.py",
-            "--seeds 0-19`): mean ARI [95 % Student-t interval over the seeds] (n = seeds). A verdict reads the whole",
-            "interval: *recovers* when it lies ≥ 0.9, *cannot separate* when ≤ 0.1, *partly* between, *undecided*",
-            "when it crosses a cut-off.", ""]
+            f"--seeds 0-19`; {reading}): how many seeds reach ARI ≥ {B.RECOVERED:g}, that share with its 95 %",
+            "Clopper–Pearson interval, and the seeds' median ARI. A verdict says what the seeds did: *recovers in every",
+            "seed*, *in most seeds* (interval above ½), *in few seeds* (interval below ½), *in no seed* (median above",
+            f"chance), *cannot separate* (no seed, median ≤ {B.CHANCE:g}), *mixed* otherwise.", ""]
     if rows.empty:
         return head + ["No clustering-only ARI is committed yet."]
     names = list(p["partitions"]) + [B.small_name(s) for s in p["small_shares"]]
