@@ -487,7 +487,7 @@ _FESEM_PAPER_START_CAUSE = Cause("rule_unresolved", "with the paper's random cen
 def _variant_readings(records: str, base: dict, metric: str, cfl_paper: dict) -> tuple[Reading, ...]:
     """The readings of one cell of a method that the grids run in several variants: CFL at the
     paper's thresholds (``cfl_paper``) and at ε1 = auto; FedAMP (FedPrism's grid) with HeurFedAMP
-    (the paper's rule for deep networks, the default), Huang et al.'s A′ and the workbook's
+    (the paper's rule for deep networks, the default, at its per-round σ: issue 69), Huang et al.'s A′ and the workbook's
     earlier softmax; FeSEM with the paper's start (Forgy) and the workbook's earlier all-clients
     start; pFedLIA clustering centrally (the paper's Algorithm) and peer to peer. Each reading
     pins its variant, so no two records of one seed answer it
@@ -498,7 +498,8 @@ def _variant_readings(records: str, base: dict, metric: str, cfl_paper: dict) ->
         return (Reading("paper protocol", records, _m(**base, **{"hyper.eps1": cfl_paper["eps1"]}), metric),
                 Reading("paper protocol, CFL ε1 = auto", records, _m(**base, **{"hyper.eps1": "auto"}), metric))
     if method == "fedamp" and records.startswith("fedprism/"):
-        return (Reading("paper protocol", records, _m(**base, **{"hyper.attention": "heurfedamp"}), metric),
+        return (Reading("paper protocol", records, _m(**base, **{"hyper.attention": "heurfedamp",
+                                                                  "hyper.sigma": "median"}), metric),
                 Reading("paper protocol, Huang et al.'s attention", records,
                         _m(**base, **{"hyper.attention": "paper"}), metric),
                 Reading(FEDAMP_SOFTMAX, records, _m(**base, **{"hyper.attention": "softmax"}), metric))
