@@ -54,7 +54,7 @@ from fedlib import records as R
 from fedlib.validation import check_choice, check_int, fail
 from . import paper_values
 
-__all__ = ["PAPER_RECORDS", "DATA_SPLITS", "READINGS", "FL_BENCH_TEST", "FL_BENCH_VAL_OF_TRAIN", "split_of", "fl_bench_val_fraction", "METHODS", "SETTINGS", "PAPER_TABLE1", "RECOVERY_METHODS", "NOT_RUN_HERE", "CFL_PAPER", "local_epochs_total",
+__all__ = ["PAPER_RECORDS", "DATA_SPLITS", "READINGS", "FL_BENCH_TEST", "FL_BENCH_VAL_OF_TRAIN", "split_of", "fl_bench_val_fraction", "METHODS", "SETTINGS", "PAPER_TABLE1", "RECOVERY_METHODS", "NOT_RUN_HERE", "FESEM_ESTEPS", "fesem_stay", "stay_note", "CFL_PAPER", "local_epochs_total",
            "training_specs", "GRID_PARAMS", "notebook_grid", "grid_label", "method_label", "accuracy_frame", "table1", "recovery_table", "rounds_frame",
            "fig_rounds", "influence_frame", "fig_influence", "observations", "table_markdown", "one_split"]
 
@@ -189,10 +189,13 @@ def method_label(spec: dict) -> str:
     thresholds when they are not the paper's (:data:`CFL_PAPER`), e.g. ``'cfl (ε1 = auto (0.5 ×
     warm-up update), ε2 = 0, γ = 0)'``, FeSEM's start when it is not the paper's
     (``'fesem (all-clients start)'``: ``init='clients'``, which every FeSEM record written before
-    ``init`` existed ran — :func:`fedlib.records.with_recorded_defaults`)."""
+    ``init`` existed ran — :func:`fedlib.records.with_recorded_defaults`) and its E-step when it is
+    not the paper's (``'fesem (update-direction E-step)'``: ``estep='update_cosine'``)."""
     hyper = R.with_recorded_defaults(spec).get("hyper") or {}
-    if spec["method"] == "fesem" and hyper.get("init", "forgy") != "forgy":
-        return f"fesem ({FESEM_STARTS[hyper['init']]})"
+    if spec["method"] == "fesem" and (hyper.get("init", "forgy") != "forgy" or hyper.get("estep", "distance") != "distance"):
+        parts = [FESEM_STARTS[hyper["init"]]] if hyper.get("init", "forgy") != "forgy" else []
+        parts += [FESEM_ESTEPS[hyper["estep"]]] if hyper.get("estep", "distance") != "distance" else []
+        return f"fesem ({', '.join(parts)})"
     if spec["method"] == "pfedlia" and hyper.get("clustering", "centralised") == "p2p":
         return "pfedlia (p2p)"
     if spec["method"] == "cfl" and cfl.thresholds(hyper) != cfl.thresholds(CFL_PAPER):
@@ -215,6 +218,40 @@ def _display(label: str) -> str:
 
 FESEM_STARTS = {"clients": "all-clients start"}
 """FeSEM's starts other than the paper's (Forgy), as their rows are named."""
+FESEM_ESTEPS = {"update_cosine": "update-direction E-step"}
+"""FeSEM's E-steps other than the paper's (distance to the centres), as their rows are named."""
+
+
+def fesem_stay(record: dict) -> tuple[int, int] | None:
+    """(kept, re-assigned) of a FeSEM run: E-steps of rounds ≥ 1 of a client whose previous
+    E-step (round ≥ 1) lies in the same re-clustering window, and how many of them kept the
+    client's cluster (issue 69). Read from ``info['stay']['window']`` where the run wrote it,
+    else replayed from the record's ``selected``, ``choices`` and ``reclustered`` (the same
+    count: tests/test_fesem.py); None for another method or a record without them."""
+    info = record.get("info") or {}
+    if record.get("spec", {}).get("method") != "fesem":
+        return None
+    if isinstance(info.get("stay"), dict) and "window" in info["stay"]:
+        kept, total = info["stay"]["window"]
+        return int(kept), int(total)
+    if not all(k in info for k in ("selected", "choices", "reclustered")):
+        return None
+    last, kept, total = {}, 0, 0
+    for t, (sel, ch) in enumerate(zip(info["selected"], info["choices"])):
+        for i, c in zip(sel, ch):
+            if t >= 1 and i in last and last[i][0] >= 1 and not any(last[i][0] < v <= t for v in info["reclustered"]):
+                kept, total = kept + int(c == last[i][1]), total + 1
+            last[i] = (t, c)
+    return kept, total
+
+
+def stay_note(stays) -> str:
+    """'stays 1011/1014' — the kept and re-assigned counts summed over runs ((kept, total)
+    pairs, None skipped); '' when there are none."""
+    pairs = [p for p in stays if p is not None and not (isinstance(p, float) and np.isnan(p))]
+    if not pairs:
+        return ""
+    return f"stays {sum(k for k, _ in pairs)}/{sum(t for _, t in pairs)}"
 
 
 def _with_variants(names, present) -> list[str]:
@@ -229,7 +266,7 @@ def _with_variants(names, present) -> list[str]:
 
 
 _ACCURACY_COLUMNS = ["method", "setting", "seed", "status", "data_split", "seconds", "accuracy", "pooled", "ari",
-                    "n_clusters", "never_split"]
+                    "n_clusters", "never_split", "stay"]
 """The columns of :func:`accuracy_frame`, in order."""
 
 
@@ -251,7 +288,8 @@ def accuracy_frame(records) -> pd.DataFrame:
     client's test accuracy), ``pooled`` (%, Σ correct / Σ test samples: record field
     ``global_accuracy``), ``ari`` (the run's grouping against the planted clusters; NaN for
     methods without one), ``n_clusters`` found, ``never_split`` (CFL:
-    :func:`fedlib.methods.cfl.never_split`), ``seconds``.
+    :func:`fedlib.methods.cfl.never_split`), ``stay`` (FeSEM: (kept, re-assigned),
+    :func:`fesem_stay`; None otherwise), ``seconds``.
 
     A column selection of :func:`fedlib.frame.records_frame`; the per-client columns are read
     from its ``record`` column. Shape (runs, the columns of ``_ACCURACY_COLUMNS``)."""
@@ -268,7 +306,8 @@ def accuracy_frame(records) -> pd.DataFrame:
         "pooled": (100 * f.global_accuracy).where(ok).tolist(),
         "ari": [a for a, _ in recovery], "n_clusters": [n for _, n in recovery],
         "never_split": [cfl.never_split(r.get("info")) if o and m == "cfl" else None
-                        for r, o, m in zip(recs, ok, f.method)]})
+                        for r, o, m in zip(recs, ok, f.method)],
+        "stay": [fesem_stay(r) if o else None for r, o in zip(recs, ok)]})
     return out[_ACCURACY_COLUMNS]
 
 
@@ -300,7 +339,8 @@ def table1(df: pd.DataFrame, dataset: str = "fmnist", split: str | None = None) 
     metric (:data:`READINGS`: FL-bench's pooled accuracy, or the mean over clients on the
     workbook's split): per method and setting, ours (mean ± std over seeds, %) and the paper's;
     runs that failed or were infeasible show their status, missing cells "—"; a CFL cell whose
-    runs never split says so ("(CFL never split)")."""
+    runs never split says so ("(CFL never split)"); a FeSEM cell shows its stay count over its
+    runs ("(stays 1011/1014)": :func:`fesem_stay`, the re-assignments that kept the cluster)."""
     df, split = one_split(df, split)
     column = READINGS[split][0]
     labels = _with_variants(METHODS + ["pfedlia (p2p)"], set(df.method))
@@ -312,6 +352,7 @@ def table1(df: pd.DataFrame, dataset: str = "fmnist", split: str | None = None) 
             bad = sorted(set(g.status) - {"ok"})
             row[name] = "/".join(bad) if bad else _cell(g[column])
             note = cfl.split_note(g.never_split) if m.startswith("cfl") and not bad and len(g) else ""
+            note = stay_note(g.stay) if m.startswith("fesem") and not bad and len(g) else note
             if note:
                 row[name] += f" ({note})"
             row[f"{name} (paper)"] = _paper(setting, dataset, m)

@@ -475,13 +475,18 @@ _FESEM_START_CAUSE = Cause("known_defect", "this start trains every client in ro
                            evidence="paper protocol")
 """Why FeSEM's all-clients reading may stand above the paper: the start (evidence: the paper's
 start, the 'paper protocol' reading, once its records exist under this protocol)."""
-_FESEM_PAPER_START_CAUSE = Cause("rule_unresolved", "with the paper's random centres FeSEM's grouping does not "
-                                                    "recover the planted clusters on this protocol (ARI in notebook "
-                                                    "10's recovery table), so every centre averages mixed clusters; "
-                                                    "the all-clients start recovers them and lands above the paper. "
-                                                    "What let the paper's FeSEM find them is not known (its E-step "
-                                                    "distance, participation or start)")
-"""Why FeSEM with the paper's start may fall below the paper (issue 57's replay: its clusters do not form)."""
+_FESEM_PAPER_START_CAUSE = Cause("rule_unresolved", "FeSEM keeps the grouping it starts with: a client trains from "
+                                                    "its own centre, so its distance to that centre is only its "
+                                                    "update and the E-step keeps it there (the re-assignments that "
+                                                    "kept the cluster are counted beside this row, from its records); "
+                                                    "the paper's random start does not recover the planted clusters "
+                                                    "(ARI in notebook 10's recovery table), so every centre averages "
+                                                    "mixed clusters, while the all-clients start recovers them at "
+                                                    "round 0 and lands above the paper. What let the paper's FeSEM "
+                                                    "find them is not known (its E-step distance, participation or "
+                                                    "start); the update-direction E-step variant tests the first")
+"""Why FeSEM with the paper's start may fall below the paper (issues 57 and 69: its grouping stays
+the random start's; the stay counts are rendered from the records by :func:`workbook.report.fesem_row_note`)."""
 
 
 def _variant_readings(records: str, base: dict, metric: str, cfl_paper: dict) -> tuple[Reading, ...]:
