@@ -14,8 +14,9 @@ Two readings of Table I (:data:`READINGS`), by the data split of the records (``
   paper's "train and validation set, with a ratio of 3 : 1"). Every method trains on the whole
   75 % except those that select or weight on held-out data: FL-bench's FedFomo holds out the first
   ``--valset_ratio`` = 20 % of its client's train set (15 % of the client's data) and trains on the
-  rest; pFedLIA's validation split for Eq. (1) is taken the same way (its code is not public; the
-  only held-out set FL-bench makes is the test split). Accuracy is pooled, Σ correct / Σ test
+  rest; pFedLIA's validation split for Eq. (1) is taken the same way — an assumption of the
+  workbook's, not a setting of the paper's (its code is not public; the only held-out set
+  FL-bench makes is the test split). Accuracy is pooled, Σ correct / Σ test
   samples over the clients (FL-bench's), record field ``global_accuracy``.
 * ``'workbook'`` — ours (the committed records): the official training set only, each client
   split 60/20/20 into train, validation and test for every method (train:validation the paper's
@@ -72,7 +73,8 @@ FL_BENCH_TEST = 0.25
 """FL-bench's ``generate_data.py --test_ratio`` default (``--val_ratio`` defaults to 0)."""
 FL_BENCH_VAL_OF_TRAIN = 0.2
 """FL-bench FedFomo's ``--valset_ratio``: the share of a client's train set a method that needs
-held-out data keeps from training (FedFomo; pFedLIA's Eq. (1) on the same rule)."""
+held-out data keeps from training (FedFomo's; pFedLIA's Eq. (1) on the same rule is an
+ASSUMPTION: pFedLIA's code is not public and the paper states no validation share for it)."""
 PAPER_RECORDS = ROOT / "benchmarks" / "records" / "pfedlia" / "table1"
 """The committed paper-protocol records of Table I (``benchmarks/paper_grid.py pfedlia-table1``),
 read by notebook 10 and the reproduction report without retraining."""
@@ -155,7 +157,8 @@ def training_specs(settings, n_clients: int, seeds, fl: dict, *, n_clusters: int
 def fl_bench_val_fraction(method: str, hyper: dict | None = None) -> float:
     """A run's validation share of the client's data on FL-bench's split: 0 for a method that
     uses none, else :data:`FL_BENCH_VAL_OF_TRAIN` of the train part, (1 − 0.25) · 0.2 = 0.15
-    (FL-bench's FedFomo; the test split stays 25 %)."""
+    (FL-bench's FedFomo; for pFedLIA an assumption, FedFomo's share, not the paper's; the test
+    split stays 25 %)."""
     from fedlib.methods import make_hyper, method_info
 
     needs = method_info(method).needs_val(make_hyper(method, hyper or {}))
