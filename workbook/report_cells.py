@@ -468,6 +468,8 @@ FEDAMP_SOFTMAX = "paper protocol, the workbook's softmax attention (not the pape
 FESEM_ALL_CLIENTS = "paper protocol, FeSEM's all-clients start (not the paper's)"
 """FeSEM's reading under the workbook's earlier start: every client trained in round 0 and
 k-means++ on all N models (``init='clients'``)."""
+FESEM_UPDATE_ESTEP = "paper protocol, FeSEM's update-direction E-step (not the paper's)"
+"""FeSEM's labelled variant (issue 69): the E-step clusters update directions (``estep='update_cosine'``)."""
 _FESEM_START_CAUSE = Cause("known_defect", "this start trains every client in round 0 and seeds k-means++ on all N "
                                            "models, so it finds the planted clusters before round 1: a stronger start "
                                            "than the paper's random centres (issue 57); the cross-paper study runs "
@@ -509,8 +511,12 @@ def _variant_readings(records: str, base: dict, metric: str, cfl_paper: dict) ->
                         _m(**base, **{"hyper.attention": "paper"}), metric),
                 Reading(FEDAMP_SOFTMAX, records, _m(**base, **{"hyper.attention": "softmax"}), metric))
     if method == "fesem":
-        return (Reading("paper protocol", records, _m(**base, **{"hyper.init": "forgy"}), metric),
-                Reading(FESEM_ALL_CLIENTS, records, _m(**base, **{"hyper.init": "clients"}), metric))
+        return (Reading("paper protocol", records, _m(**base, **{"hyper.init": "forgy", "hyper.estep": "distance"}),
+                        metric),
+                Reading(FESEM_ALL_CLIENTS, records, _m(**base, **{"hyper.init": "clients", "hyper.estep": "distance"}),
+                        metric),
+                Reading(FESEM_UPDATE_ESTEP, records, _m(**base, **{"hyper.init": "forgy",
+                                                                    "hyper.estep": "update_cosine"}), metric))
     if method == "pfedlia":
         return (Reading("paper protocol", records, _m(**base, **{"hyper.clustering": None}), metric),
                 Reading("paper protocol, peer-to-peer clustering", records,

@@ -646,4 +646,5 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
 
 
 INFO = MethodInfo(NAME, "FeSEM", Hyper, run, grid=GRID,
-                  recorded_defaults={"init": "clients"})  # every FeSEM record before issue 57 ran the old start
+                  recorded_defaults={"init": "clients",  # every FeSEM record before issue 57 ran the old start
+                                     "estep": "distance"})  # and the paper's E-step (the key added in issue 69)
