@@ -101,7 +101,84 @@ def test_heurfedamp_attention_by_hand_on_three_clients():
     with pytest.raises(ValueError, match=r"cosines must be a finite \(M, M\) matrix"):
         fedamp.heur_attention([[1.0, np.nan], [0.0, 1.0]], 1.0, 0.5)
     assert fedamp.Hyper().attention == "heurfedamp"
-    assert fedamp.INFO.recorded_defaults == {"attention": "softmax"}  # what committed records without the key ran
+    assert fedamp.INFO.recorded_defaults == {"attention": "softmax", "sigma": 1.0}  # what records without the keys ran
+
+
+def _planted(rng, groups=(5, 5), dim=400, base_norm=23.6, step=0.54, noise=0.25):
+    """Models w_i = w_0 + ΔW_i as after one round from a common start (‖w_0‖ = 23.6, ‖ΔW‖ ≈ 0.54,
+    the FMNIST numbers of issue 69): ΔW_i = step·(d_g + noise·ε_i)/‖·‖ with d_g one direction per
+    planted group g. Returns (W (M, dim), group (M,))."""
+    w0 = rng.standard_normal(dim)
+    w0 *= base_norm / np.linalg.norm(w0)
+    dirs = rng.standard_normal((len(groups), dim))
+    group = np.repeat(np.arange(len(groups)), groups)
+    upd = dirs[group] / np.sqrt(dim) + noise * rng.standard_normal((len(group), dim)) / np.sqrt(dim)
+    upd *= step / np.linalg.norm(upd, axis=1, keepdims=True)
+    return w0 + upd, group
+
+
+def _same_share(xi, group):
+    """Mean over clients of the share of the peer weight on the client's own planted group."""
+    out = []
+    for i in range(len(group)):
+        peers = np.arange(len(group)) != i
+        p = xi[i, peers] / xi[i, peers].sum()
+        out.append(p[group[peers] == group[i]].sum())
+    return float(np.mean(out))
+
+
+def test_heurfedamp_default_sigma_separates_planted_groups_sigma_1_is_a_plain_average():
+    """Issue 69: after a round from a common start the cosines are all ≈ 1, so σ = 1 (PFLlib's,
+    every record before issue 69) gives a plain average of the peers; the default σ =
+    1/median(1 − cos) gives each client's own group measurably more than its uniform share."""
+    w, group = _planted(np.random.default_rng(0))
+    cos = (w @ w.T) / np.outer(np.linalg.norm(w, axis=1), np.linalg.norm(w, axis=1))
+    assert cos[np.triu_indices(10, 1)].min() > 0.999  # near-parallel models
+    uniform = 4 / 9  # 4 same-group peers among 9
+    assert fedamp.Hyper().sigma == "median"
+    xi, sigma = fedamp.attention(w, "median", 0.5, return_sigma=True)
+    d = 1 - cos
+    assert sigma == pytest.approx(1 / np.median(d[np.triu_indices(10, 1)]), rel=1e-9) and sigma > 100
+    np.testing.assert_allclose(xi.sum(1), 1.0)
+    assert _same_share(xi, group) > uniform + 0.15  # well above uniform (about 0.66 here)
+    spread = fedamp.attention_spread(xi)
+    assert spread["max_over_uniform_mean"] > 1.3 and spread["entropy_ratio_mean"] < 0.97
+    # the σ = 1 reading (and FLGo's σ = 25) on the same models: nearly uniform, the defect as documented
+    one = fedamp.attention(w, fedamp.READINGS["sigma_1"]["sigma"], 0.5)
+    assert abs(_same_share(one, group) - uniform) < 1e-3
+    np.testing.assert_allclose(one[~np.eye(10, dtype=bool)], 0.5 / 9, rtol=2e-3)
+    s1 = fedamp.attention_spread(one)
+    assert s1["max_over_uniform_max"] < 1.002 and s1["entropy_ratio_min"] > 0.99999
+    flgo = fedamp.Hyper(**fedamp.READINGS["flgo"])
+    x25 = fedamp.attention(w, flgo.sigma, flgo.self_weight)
+    np.testing.assert_allclose(np.diag(x25), 1 / 10)  # ξ = 1/N over the round's M = 10 clients
+    assert abs(_same_share(x25, group) - uniform) < 0.02
+
+
+def test_median_sigma_is_scale_free_and_skips_untrained_pairs():
+    rng = np.random.default_rng(1)
+    d = rng.uniform(1e-5, 1e-3, (6, 6))
+    d = (d + d.T) / 2
+    np.fill_diagonal(d, 0.0)
+    x1 = fedamp.heur_attention(1 - d, "median", 0.5)
+    x2 = fedamp.heur_attention(1 - 7.0 * d, "median", 0.5)  # every (1 − cos) times 7: the same weights
+    np.testing.assert_allclose(x1, x2, rtol=1e-6)
+    assert fedamp.median_sigma(d) == pytest.approx(1 / np.median(d[np.triu_indices(6, 1)]))
+    # clients still at the initial model (1 − cos = 0 between them) stay out of the median
+    z = np.zeros((4, 4))
+    z[0, 1:] = z[1:, 0] = [2.0, 4.0, 6.0]
+    assert fedamp.median_sigma(z) == pytest.approx(1 / 4.0)
+    assert fedamp.median_sigma(np.zeros((3, 3))) == 1.0  # all equal: σ = 1, weights uniform anyway
+    np.testing.assert_allclose(fedamp.attention_spread(np.full((3, 3), 1 / 3))["entropy_ratio_mean"], 1.0)
+    one_peer = fedamp.attention_spread([[0.5, 0.5, 0.0], [0.5, 0.5, 0.0], [0.25, 0.25, 0.5]])
+    assert one_peer["max_over_uniform_max"] == pytest.approx(2.0) and one_peer["entropy_ratio_min"] == 0.0
+    assert fedamp.attention_spread(np.eye(2))["entropy_ratio_mean"] is None  # one peer: no spread to measure
+    with pytest.raises(ValueError, match=r"sigma must be a number > 0 or 'median'"):
+        fedamp.Hyper(sigma="auto")
+    with pytest.raises(ValueError, match=r"self_weight must be a number in \[0, 1\] or '1/N'"):
+        fedamp.Hyper(self_weight="1/M")
+    with pytest.raises(ValueError, match="sigma must be"):
+        fedamp.Hyper(sigma=0.0)
 
 
 def test_softmax_attention_by_hand_rows_sum_to_one_closer_gets_more():
@@ -233,10 +310,10 @@ def test_fedclust_round_clusters_average_members_and_global_for_the_rest():
     assert out.info["n_unclustered"] == 5
 
 
-@pytest.mark.parametrize("rule", fedamp.ATTENTIONS)
-def test_fedamp_rounds_are_attention_cloud_and_proximal_training(rule):
+@pytest.mark.parametrize("rule,sigma", [(r, 5.0) for r in fedamp.ATTENTIONS] + [("heurfedamp", "median")])
+def test_fedamp_rounds_are_attention_cloud_and_proximal_training(rule, sigma):
     ctx = make_context(rounds=2, fraction=0.5)
-    hp = fedamp.Hyper(sigma=5.0, self_weight=0.3, lam=0.5, alpha=2.0, attention=rule)
+    hp = fedamp.Hyper(sigma=sigma, self_weight=0.3, lam=0.5, alpha=2.0, attention=rule)
     out = fedamp.run(ctx, hp)
     ref = make_context(rounds=2, fraction=0.5)
     names = [n for n, _ in ref.model.named_parameters()]
@@ -244,7 +321,9 @@ def test_fedamp_rounds_are_attention_cloud_and_proximal_training(rule):
     for t, clients in enumerate(out.info["selected"]):
         clients = np.asarray(clients)
         w = take(local, clients)
-        xi = fedamp.attention(flatten_params(w, names), hp.sigma, hp.self_weight, rule, hp.alpha)
+        xi, s = fedamp.attention(flatten_params(w, names), hp.sigma, hp.self_weight, rule, hp.alpha,
+                                 return_sigma=True)
+        assert out.info["attention_spread"][t] == {"round": t + 1, "sigma": s, **fedamp.attention_spread(xi)}
         u = {k: torch.tensordot(torch.as_tensor(xi), v.double(), dims=1).float() for k, v in w.items()}
         res = ref.train(u, clients, t, prox_center=u, prox_mu=0.25)
         for k in local:
@@ -345,7 +424,7 @@ def test_they_select_fedavgs_clients(name):
     (fedamp, {"self_weight": -0.1}, r"self_weight must be a finite number in \[0, 1\], got -0\.1"),
     (fedamp, {"lam": -0.5}, r"lam must be a finite number ≥ 0, got -0\.5"),
     (fedamp, {"alpha": 0}, r"alpha must be a finite number > 0, got 0"),
-    (fedamp, {"sigma": "1"}, r"sigma must be a finite number > 0, got '1'"),
+    (fedamp, {"sigma": "1"}, r"sigma must be a number > 0 or 'median' .*, got '1'"),
 ])
 def test_bad_hyper(mod, values, match):
     with pytest.raises(ValueError, match=match):

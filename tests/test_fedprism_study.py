@@ -211,6 +211,11 @@ def test_clip_variants_fedamp_rows_and_the_parameter_average_column():
     assert t.loc[soft, "α=0.1 Glob, param. avg"] == "62.50 (n = 1)"
     assert t.iloc[1]["α=0.1 Glob, param. avg"] == "—"  # a record without the field: not invented
     assert S.method_label(amp[0].to_dict()) == "fedamp"  # a new spec states the default, HeurFedAMP
+    # HeurFedAMP's σ readings (issue 69): a record before it (no ``sigma``) ran σ = 1, FLGo's is named
+    old_heur = {"method": "fedamp", "hyper": {"attention": "heurfedamp"}}
+    assert S.method_label(old_heur) == "fedamp (σ = 1 (near-uniform attention))"
+    assert S.method_label({"method": "fedamp", "hyper": {"attention": "heurfedamp", "sigma": 25.0,
+                                                         "self_weight": "1/N"}}) == "fedamp (σ = 25, ξ = 1/N (FLGo))"
     t9 = S.ablation_table(df, 0.1, 9).set_index("Configuration")
     assert t9.loc["Full FedPrism, α clipped by [0, 1] (Alg. 2, line 30)", "Loc"] == "80.00 (n = 1)"
 

@@ -417,4 +417,55 @@ def test_defaults():
     assert (hp.n_clusters, hp.em_iterations, hp.init_em_iterations, hp.init, hp.recluster_every, hp.weighting) == \
         (5, 1, 5, "forgy", 10, "plain")
     assert fesem.GRID == {} and fesem.NAME == "fesem"
-    assert all(callable(getattr(fesem, n)) or n in ("NAME", "GRID", "INITS") for n in fesem.__all__)
+    assert all(callable(getattr(fesem, n)) or n in ("NAME", "GRID", "INITS", "ESTEPS") for n in fesem.__all__)
+
+
+# ----------------------------------------------------------------------------- issue 69: stays, update directions
+def test_assign_by_update_by_hand_cosine_to_the_clusters_mean_updates():
+    u = np.array([[1.0, 0.1], [1.0, -0.1], [0.1, 1.0], [0.9, 0.2]])
+    # clusters [0, 0, 1, 1]: m_0 = (1, 0), m_1 = (0.5, 0.6); row 3 is nearer m_0 in angle and moves
+    np.testing.assert_array_equal(fesem.assign_by_update(u, np.array([0, 0, 1, 1]), 3), [0, 0, 1, 0])
+    # a cluster without a row (2) is no candidate; the scale of an update does not matter
+    np.testing.assert_array_equal(fesem.assign_by_update(u * [[5.0], [1], [1], [0.1]], np.array([0, 0, 1, 1]), 3),
+                                  [0, 0, 1, 0])
+    # re-clustering from scratch: two directions found whatever the labels, named by the best overlap
+    np.testing.assert_array_equal(fesem.recluster_by_update(u, np.array([1, 0, 0, 1]), 2), [1, 1, 0, 1])
+    np.testing.assert_array_equal(fesem.recluster_by_update(u, np.array([1, 1, 1, 1]), 2), [1, 1, 0, 1])
+    # k = 3 groups from 4 rows: seeds row 0, row 2 (farthest), row 1 (next farthest); {0, 3} keeps label 2
+    np.testing.assert_array_equal(fesem.recluster_by_update(u, np.array([2, 2, 0, 2]), 3), [2, 1, 0, 2])
+    with pytest.raises(ValueError, match="assignment must be"):
+        fesem.assign_by_update(u, np.array([0, 0, 3, 1]), 3)
+    with pytest.raises(ValueError, match="estep must be one of"):
+        fesem.Hyper(estep="cosine")
+
+
+def _window_replay(info):
+    """The stay count replayed from a record's info: E-steps of rounds ≥ 1 of a client whose
+    previous E-step (round ≥ 1) lies in the same re-clustering window."""
+    last, kept, total = {}, 0, 0
+    for t, (sel, ch) in enumerate(zip(info["selected"], info["choices"])):
+        for i, c in zip(sel, ch):
+            if t >= 1 and i in last and last[i][0] >= 1 and not any(last[i][0] < v <= t for v in info["reclustered"]):
+                kept, total = kept + (c == last[i][1]), total + 1
+            last[i] = (t, c)
+    return [kept, total]
+
+
+@pytest.mark.cross_cpu
+@pytest.mark.parametrize("seed", [0, 1])
+def test_update_direction_variant_recovers_planted_clusters_where_the_paper_rule_keeps_its_start(seed):
+    """Issue 69: a client trained from its centre stays nearest it, so the paper's E-step keeps
+    the grouping of its (random) start; clustering the update directions finds the planted one."""
+    kw = dict(protocol="pathological_clusters", level=5, n_clients=20, rounds=12, seed=seed, fraction=0.5)
+    ctx = make_context(**kw)
+    paper = fesem.run(ctx, fesem.Hyper(recluster_every=5))
+    variant = fesem.run(make_context(**kw), fesem.Hyper(recluster_every=5, estep="update_cosine"))
+    assert cluster_recovery(paper.assignment, ctx.planted_clusters) < 0.6
+    assert cluster_recovery(variant.assignment, ctx.planted_clusters) == 1.0
+    assert variant.info["estep"] == "update_cosine" and paper.info["estep"] == "distance"
+    # the paper's rule: almost every re-assignment keeps the cluster the client trained from
+    kept, total = paper.info["stay"]["e_step"]
+    assert total == 11 * 10 and kept / total > 0.9
+    for out in (paper, variant):  # the window count is the one a record's choices replay
+        assert out.info["stay"]["window"] == _window_replay(out.info)
+        assert out.info["stay_rate"] == out.info["stay"]["window"][0] / out.info["stay"]["window"][1]

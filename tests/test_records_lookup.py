@@ -169,19 +169,20 @@ def test_a_moved_default_keeps_old_records_meaning(tmp_path):
     old["key"] = records.key_of(old["spec"], fedlib.__version__)
     (tmp_path / f"{old['key']}.json").write_text(json.dumps(old))
     today, softmax = (RunSpec("fmnist", "dirichlet", 0.3, 10, 0, "fedamp"),
-                      RunSpec("fmnist", "dirichlet", 0.3, 10, 0, "fedamp", hyper={"attention": "softmax"}))
-    assert today.to_dict()["hyper"] == {"attention": "heurfedamp"}  # the default is stated
-    assert records.with_recorded_defaults(old["spec"])["hyper"] == {"attention": "softmax"}
+                      RunSpec("fmnist", "dirichlet", 0.3, 10, 0, "fedamp", hyper={"attention": "softmax", "sigma": 1.0}))
+    assert today.to_dict()["hyper"] == {"attention": "heurfedamp", "sigma": "median"}  # the defaults are stated
+    assert records.with_recorded_defaults(old["spec"])["hyper"] == {"attention": "softmax", "sigma": 1.0}
     assert softmax.to_dict()["hyper"] == {}  # the recorded value: left out, as the old records have it
     assert softmax.to_dict() == old["spec"] and softmax.key() != today.key()  # the old record's spec and file name
     assert fedlib.lookup.find([today, softmax], tmp_path) == ([records.read(tmp_path / f"{old['key']}.json")], [today])
-    assert RunSpec.from_record(old["spec"]).hyper == {"attention": "softmax"}
+    assert RunSpec.from_record(old["spec"]).hyper == {"attention": "softmax", "sigma": 1.0}
     new = _record(today)
     (tmp_path / f"{today.key()}.json").write_text(json.dumps(new))
     found, missing = fedlib.lookup.find([today, softmax], tmp_path)
-    assert [r["spec"]["hyper"] for r in found] == [{"attention": "heurfedamp"}, {}] and missing == []
+    assert [r["spec"]["hyper"] for r in found] == [{"attention": "heurfedamp", "sigma": "median"}, {}] and missing == []
     # the report's readings match a record as the configuration it ran
     assert report.matches(old["spec"], (("hyper.attention", "softmax"),))
+    assert report.matches(old["spec"], (("hyper.sigma", 1.0),)) and not report.matches(old["spec"], (("hyper.sigma", "median"),))
     assert not report.matches(old["spec"], (("hyper.attention", "heurfedamp"),))
     assert report.matches(new["spec"], (("hyper.attention", "heurfedamp"),))
     # a method whose defaults never moved is left as it is

@@ -840,3 +840,16 @@ def test_cross_paper_table_prints_every_ranked_methods_mean_rank_cfl_included():
     assert all(ln.rstrip(" |").split(" | ")[-1] not in ("—", "nan") for ln in ranked)  # CL, the Oracle: references
     rests = [ln for ln in lines if ln.startswith("What it rests on")][0]
     assert "split-half Kendall τ" in rests and "leave-one-block-out" not in rests
+
+
+def test_fesem_row_note_counts_the_stays_from_the_records():
+    """Issue 69: a FeSEM row says how many re-assignments kept the cluster, read from its records
+    (``info['stay']`` where the run wrote it, else replayed from ``selected``/``choices``)."""
+    # client 1: E-steps in rounds 1 and 2 (same window, kept), then round 4 after the re-clustering (not counted)
+    replayed = {"spec": {"method": "fesem", "seed": 1}, "status": "ok",
+                "info": {"selected": [[0, 1], [1, 2], [1, 2], [0], [1]], "choices": [[0, 1], [1, 0], [1, 1], [0], [0]],
+                         "reclustered": [3]}}
+    written = {"spec": {"method": "fesem", "seed": 0}, "status": "ok", "info": {"stay": {"window": [9, 10]}}}
+    assert report.fesem_row_note([replayed, written, {"spec": {"method": "cfl"}}]) == \
+        "FeSEM kept the cluster in 10 of 12 re-assignments (9/10, 1/2 by seed)"
+    assert report.fesem_row_note([{"spec": {"method": "cfl"}, "info": {}}]) == ""

@@ -43,7 +43,7 @@ from fedlib import partition as P
 from fedlib import records as R
 from fedlib.experiment import RunSpec, grid_specs
 from fedlib.frame import records_frame
-from fedlib.methods import cfl, display_name
+from fedlib.methods import cfl, display_name, fedamp
 from fedlib.paths import ROOT
 from .tables import mean_sd, frame_markdown as table_markdown
 from fedlib.validation import check_choice, check_int, check_number, fail
@@ -51,7 +51,7 @@ from . import paper_values
 
 __all__ = ["main_numbers", "PARTITION", "PARTITIONS", "PAPER_MAIN", "PAPER_TABLE9", "PAPER_TABLE10", "PAPER_TABLE11", "NOT_RUN_HERE", "METHODS",
            "CFL_PAPER", "FEDAMP_ATTENTIONS", "CLIP_NAMES", "PAPER_RECORDS", "alpha_gamma_table", "private_part_lines", "local_epochs_total", "training_specs", "ablation_specs", "GRID_PARAMS", "notebook_grid", "grid_label", "accuracy_frame", "variant_of",
-           "method_label",
+           "method_label", "fedamp_sigma_label",
            "main_table", "ablation_table", "weight_sweep_table", "observations", "training_labels", "partition_preview",
            "total_variation", "mix_drift", "mix_drift_lines", "fig_partition", "table_markdown"]
 
@@ -219,13 +219,30 @@ def method_label(spec: dict) -> str:
     """The row name of a run: its method, and CFL's thresholds when they are not
     :data:`CFL_PAPER`, e.g. ``'cfl (ε1 = auto (defective, superseded; 0.5 × warm-up update), ε2 = 0.1, γ = 0.5)'``, or
     FedAMP's attention when it is not the default HeurFedAMP (:data:`FEDAMP_ATTENTIONS`; a
-    record's spec is read as the attention it ran)."""
+    record's spec is read as the attention it ran), and HeurFedAMP's σ when it is not the
+    default per-round σ (:func:`fedamp_sigma_label`: every record before issue 69 ran σ = 1)."""
     if spec["method"] == "cfl" and cfl.thresholds(spec.get("hyper", {})) != cfl.thresholds(CFL_PAPER):
         return f"cfl ({cfl.thresholds_label(spec.get('hyper', {}))})"
-    attention = (R.with_recorded_defaults(spec).get("hyper") or {}).get("attention", "heurfedamp")
+    hyper = R.with_recorded_defaults(spec).get("hyper") or {}
+    attention = hyper.get("attention", "heurfedamp")
     if spec["method"] == "fedamp" and attention != "heurfedamp":
         return f"fedamp ({FEDAMP_ATTENTIONS[attention]})"
+    if spec["method"] == "fedamp" and hyper.get("sigma", fedamp.SIGMA_MEDIAN) != fedamp.SIGMA_MEDIAN:
+        return f"fedamp ({fedamp_sigma_label(hyper)})"
     return spec["method"]
+
+
+def fedamp_sigma_label(hyper: dict) -> str:
+    """HeurFedAMP's σ reading as rows name it (issue 69): ``'σ = 1 (near-uniform attention)'``
+    for the records before issue 69, FLGo's ``'σ = 25, ξ = 1/N (FLGo)'``, or ``'σ = …'``."""
+    sigma, xi = hyper.get("sigma", fedamp.SIGMA_MEDIAN), hyper.get("self_weight", 0.5)
+    if sigma == fedamp.SIGMA_MEDIAN:
+        return "σ = 1/median(1 − cos) per round"
+    flgo = fedamp.READINGS["flgo"]
+    if sigma == flgo["sigma"] and xi == flgo["self_weight"]:
+        return "σ = 25, ξ = 1/N (FLGo)"
+    tail = "" if xi == 0.5 else f", ξ = {xi}"
+    return f"σ = {sigma:g}{tail}" + (" (near-uniform attention)" if sigma == 1 else "")
 
 
 def grid_label(spec: RunSpec) -> str:

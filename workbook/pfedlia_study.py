@@ -14,8 +14,9 @@ Two readings of Table I (:data:`READINGS`), by the data split of the records (``
   paper's "train and validation set, with a ratio of 3 : 1"). Every method trains on the whole
   75 % except those that select or weight on held-out data: FL-bench's FedFomo holds out the first
   ``--valset_ratio`` = 20 % of its client's train set (15 % of the client's data) and trains on the
-  rest; pFedLIA's validation split for Eq. (1) is taken the same way (its code is not public; the
-  only held-out set FL-bench makes is the test split). Accuracy is pooled, Σ correct / Σ test
+  rest; pFedLIA's validation split for Eq. (1) is taken the same way — an assumption of the
+  workbook's, not a setting of the paper's (its code is not public; the only held-out set
+  FL-bench makes is the test split). Accuracy is pooled, Σ correct / Σ test
   samples over the clients (FL-bench's), record field ``global_accuracy``.
 * ``'workbook'`` — ours (the committed records): the official training set only, each client
   split 60/20/20 into train, validation and test for every method (train:validation the paper's
@@ -54,7 +55,7 @@ from fedlib import records as R
 from fedlib.validation import check_choice, check_int, fail
 from . import paper_values
 
-__all__ = ["PAPER_RECORDS", "DATA_SPLITS", "READINGS", "FL_BENCH_TEST", "FL_BENCH_VAL_OF_TRAIN", "split_of", "fl_bench_val_fraction", "METHODS", "SETTINGS", "PAPER_TABLE1", "RECOVERY_METHODS", "NOT_RUN_HERE", "CFL_PAPER", "local_epochs_total",
+__all__ = ["PAPER_RECORDS", "DATA_SPLITS", "READINGS", "FL_BENCH_TEST", "FL_BENCH_VAL_OF_TRAIN", "split_of", "fl_bench_val_fraction", "METHODS", "SETTINGS", "PAPER_TABLE1", "RECOVERY_METHODS", "NOT_RUN_HERE", "FESEM_ESTEPS", "fesem_stay", "stay_note", "CFL_PAPER", "local_epochs_total",
            "training_specs", "GRID_PARAMS", "notebook_grid", "grid_label", "method_label", "accuracy_frame", "table1", "recovery_table", "rounds_frame",
            "fig_rounds", "influence_frame", "fig_influence", "observations", "table_markdown", "one_split"]
 
@@ -72,7 +73,8 @@ FL_BENCH_TEST = 0.25
 """FL-bench's ``generate_data.py --test_ratio`` default (``--val_ratio`` defaults to 0)."""
 FL_BENCH_VAL_OF_TRAIN = 0.2
 """FL-bench FedFomo's ``--valset_ratio``: the share of a client's train set a method that needs
-held-out data keeps from training (FedFomo; pFedLIA's Eq. (1) on the same rule)."""
+held-out data keeps from training (FedFomo's; pFedLIA's Eq. (1) on the same rule is an
+ASSUMPTION: pFedLIA's code is not public and the paper states no validation share for it)."""
 PAPER_RECORDS = ROOT / "benchmarks" / "records" / "pfedlia" / "table1"
 """The committed paper-protocol records of Table I (``benchmarks/paper_grid.py pfedlia-table1``),
 read by notebook 10 and the reproduction report without retraining."""
@@ -155,7 +157,8 @@ def training_specs(settings, n_clients: int, seeds, fl: dict, *, n_clusters: int
 def fl_bench_val_fraction(method: str, hyper: dict | None = None) -> float:
     """A run's validation share of the client's data on FL-bench's split: 0 for a method that
     uses none, else :data:`FL_BENCH_VAL_OF_TRAIN` of the train part, (1 − 0.25) · 0.2 = 0.15
-    (FL-bench's FedFomo; the test split stays 25 %)."""
+    (FL-bench's FedFomo; for pFedLIA an assumption, FedFomo's share, not the paper's; the test
+    split stays 25 %)."""
     from fedlib.methods import make_hyper, method_info
 
     needs = method_info(method).needs_val(make_hyper(method, hyper or {}))
@@ -189,10 +192,13 @@ def method_label(spec: dict) -> str:
     thresholds when they are not the paper's (:data:`CFL_PAPER`), e.g. ``'cfl (ε1 = auto (defective, superseded; 0.5 ×
     warm-up update), ε2 = 0, γ = 0)'``, FeSEM's start when it is not the paper's
     (``'fesem (all-clients start)'``: ``init='clients'``, which every FeSEM record written before
-    ``init`` existed ran — :func:`fedlib.records.with_recorded_defaults`)."""
+    ``init`` existed ran — :func:`fedlib.records.with_recorded_defaults`) and its E-step when it is
+    not the paper's (``'fesem (update-direction E-step)'``: ``estep='update_cosine'``)."""
     hyper = R.with_recorded_defaults(spec).get("hyper") or {}
-    if spec["method"] == "fesem" and hyper.get("init", "forgy") != "forgy":
-        return f"fesem ({FESEM_STARTS[hyper['init']]})"
+    if spec["method"] == "fesem" and (hyper.get("init", "forgy") != "forgy" or hyper.get("estep", "distance") != "distance"):
+        parts = [FESEM_STARTS[hyper["init"]]] if hyper.get("init", "forgy") != "forgy" else []
+        parts += [FESEM_ESTEPS[hyper["estep"]]] if hyper.get("estep", "distance") != "distance" else []
+        return f"fesem ({', '.join(parts)})"
     if spec["method"] == "pfedlia" and hyper.get("clustering", "centralised") == "p2p":
         return "pfedlia (p2p)"
     if spec["method"] == "cfl" and cfl.thresholds(hyper) != cfl.thresholds(CFL_PAPER):
@@ -215,6 +221,40 @@ def _display(label: str) -> str:
 
 FESEM_STARTS = {"clients": "all-clients start"}
 """FeSEM's starts other than the paper's (Forgy), as their rows are named."""
+FESEM_ESTEPS = {"update_cosine": "update-direction E-step"}
+"""FeSEM's E-steps other than the paper's (distance to the centres), as their rows are named."""
+
+
+def fesem_stay(record: dict) -> tuple[int, int] | None:
+    """(kept, re-assigned) of a FeSEM run: E-steps of rounds ≥ 1 of a client whose previous
+    E-step (round ≥ 1) lies in the same re-clustering window, and how many of them kept the
+    client's cluster (issue 69). Read from ``info['stay']['window']`` where the run wrote it,
+    else replayed from the record's ``selected``, ``choices`` and ``reclustered`` (the same
+    count: tests/test_fesem.py); None for another method or a record without them."""
+    info = record.get("info") or {}
+    if record.get("spec", {}).get("method") != "fesem":
+        return None
+    if isinstance(info.get("stay"), dict) and "window" in info["stay"]:
+        kept, total = info["stay"]["window"]
+        return int(kept), int(total)
+    if not all(k in info for k in ("selected", "choices", "reclustered")):
+        return None
+    last, kept, total = {}, 0, 0
+    for t, (sel, ch) in enumerate(zip(info["selected"], info["choices"])):
+        for i, c in zip(sel, ch):
+            if t >= 1 and i in last and last[i][0] >= 1 and not any(last[i][0] < v <= t for v in info["reclustered"]):
+                kept, total = kept + int(c == last[i][1]), total + 1
+            last[i] = (t, c)
+    return kept, total
+
+
+def stay_note(stays) -> str:
+    """'stays 1011/1014' — the kept and re-assigned counts summed over runs ((kept, total)
+    pairs, None skipped); '' when there are none."""
+    pairs = [p for p in stays if p is not None and not (isinstance(p, float) and np.isnan(p))]
+    if not pairs:
+        return ""
+    return f"stays {sum(k for k, _ in pairs)}/{sum(t for _, t in pairs)}"
 
 
 def _with_variants(names, present) -> list[str]:
@@ -229,7 +269,7 @@ def _with_variants(names, present) -> list[str]:
 
 
 _ACCURACY_COLUMNS = ["method", "setting", "seed", "status", "data_split", "seconds", "accuracy", "pooled", "ari",
-                    "n_clusters", "never_split"]
+                    "n_clusters", "never_split", "stay"]
 """The columns of :func:`accuracy_frame`, in order."""
 
 
@@ -251,7 +291,8 @@ def accuracy_frame(records) -> pd.DataFrame:
     client's test accuracy), ``pooled`` (%, Σ correct / Σ test samples: record field
     ``global_accuracy``), ``ari`` (the run's grouping against the planted clusters; NaN for
     methods without one), ``n_clusters`` found, ``never_split`` (CFL:
-    :func:`fedlib.methods.cfl.never_split`), ``seconds``.
+    :func:`fedlib.methods.cfl.never_split`), ``stay`` (FeSEM: (kept, re-assigned),
+    :func:`fesem_stay`; None otherwise), ``seconds``.
 
     A column selection of :func:`fedlib.frame.records_frame`; the per-client columns are read
     from its ``record`` column. Shape (runs, the columns of ``_ACCURACY_COLUMNS``)."""
@@ -268,7 +309,8 @@ def accuracy_frame(records) -> pd.DataFrame:
         "pooled": (100 * f.global_accuracy).where(ok).tolist(),
         "ari": [a for a, _ in recovery], "n_clusters": [n for _, n in recovery],
         "never_split": [cfl.never_split(r.get("info")) if o and m == "cfl" else None
-                        for r, o, m in zip(recs, ok, f.method)]})
+                        for r, o, m in zip(recs, ok, f.method)],
+        "stay": [fesem_stay(r) if o else None for r, o in zip(recs, ok)]})
     return out[_ACCURACY_COLUMNS]
 
 
@@ -300,7 +342,8 @@ def table1(df: pd.DataFrame, dataset: str = "fmnist", split: str | None = None) 
     metric (:data:`READINGS`: FL-bench's pooled accuracy, or the mean over clients on the
     workbook's split): per method and setting, ours (mean ± std over seeds, %) and the paper's;
     runs that failed or were infeasible show their status, missing cells "—"; a CFL cell whose
-    runs never split says so ("(CFL never split)")."""
+    runs never split says so ("(CFL never split)"); a FeSEM cell shows its stay count over its
+    runs ("(stays 1011/1014)": :func:`fesem_stay`, the re-assignments that kept the cluster)."""
     df, split = one_split(df, split)
     column = READINGS[split][0]
     labels = _with_variants(METHODS + ["pfedlia (p2p)"], set(df.method))
@@ -312,6 +355,7 @@ def table1(df: pd.DataFrame, dataset: str = "fmnist", split: str | None = None) 
             bad = sorted(set(g.status) - {"ok"})
             row[name] = "/".join(bad) if bad else _cell(g[column])
             note = cfl.split_note(g.never_split) if m.startswith("cfl") and not bad and len(g) else ""
+            note = stay_note(g.stay) if m.startswith("fesem") and not bad and len(g) else note
             if note:
                 row[name] += f" ({note})"
             row[f"{name} (paper)"] = _paper(setting, dataset, m)

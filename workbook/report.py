@@ -305,7 +305,9 @@ def frame(root: Path | str = RECORDS) -> pd.DataFrame:
             if n and other:  # seeds that ran but give no value: the mean is over the others
                 add(f"not in the mean ({len(other)} of {n + len(other)} seeds): {', '.join(sorted(set(other)))}")
             if n and c.kind == "trained":  # CFL: the thresholds its records ran, and whether they ever split
-                add(cfl_row_note([r for r in matched_records(rd, root)[1] if r.get("status") == "ok"]))
+                ok_records = [r for r in matched_records(rd, root)[1] if r.get("status") == "ok"]
+                add(cfl_row_note(ok_records))
+                add(fesem_row_note(ok_records))
             if n and _most_heterogeneous(rd):  # say which level answered it
                 r0 = matched_records(rd, root)[1][0]["spec"]
                 add(f"read at {setting_name(r0['protocol'], float(r0['level']))}")
@@ -340,6 +342,23 @@ def cfl_row_note(records) -> str:
     used = sorted({cfl.thresholds_label(r["spec"].get("hyper")) for r in runs})
     note = cfl.split_note(cfl.never_split(r.get("info")) for r in runs)
     return f"CFL at {' / '.join(used)}" + (f"; {note}" if note else "")
+
+
+def fesem_row_note(records) -> str:
+    """What a report row says of the FeSEM runs ``records`` it reads (other methods' records:
+    ""): how many re-assignments kept the client's cluster, summed and per seed
+    (:func:`workbook.pfedlia_study.fesem_stay`, read from each record), e.g. ``'FeSEM kept the
+    cluster in 1011 of 1014 re-assignments (353/354, 326/326, 332/334 by seed)'``."""
+    from .pfedlia_study import fesem_stay
+
+    runs = sorted((r for r in records if r.get("spec", {}).get("method") == "fesem"),
+                  key=lambda r: r["spec"].get("seed", 0))
+    stays = [s for s in (fesem_stay(r) for r in runs) if s is not None]
+    if not stays:
+        return ""
+    kept, total = sum(k for k, _ in stays), sum(t for _, t in stays)
+    each = f" ({', '.join(f'{k}/{t}' for k, t in stays)} by seed)" if len(stays) > 1 else ""
+    return f"FeSEM kept the cluster in {kept} of {total} re-assignments{each}"
 
 
 def _cause_status(cell, cause, delta: float, got: dict, tests: dict) -> tuple[str, str]:

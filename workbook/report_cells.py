@@ -468,6 +468,8 @@ FEDAMP_SOFTMAX = "paper protocol, the workbook's softmax attention (not the pape
 FESEM_ALL_CLIENTS = "paper protocol, FeSEM's all-clients start (not the paper's)"
 """FeSEM's reading under the workbook's earlier start: every client trained in round 0 and
 k-means++ on all N models (``init='clients'``)."""
+FESEM_UPDATE_ESTEP = "paper protocol, FeSEM's update-direction E-step (not the paper's)"
+"""FeSEM's labelled variant (issue 69): the E-step clusters update directions (``estep='update_cosine'``)."""
 _FESEM_START_CAUSE = Cause("known_defect", "this start trains every client in round 0 and seeds k-means++ on all N "
                                            "models, so it finds the planted clusters before round 1: a stronger start "
                                            "than the paper's random centres (issue 57); the cross-paper study runs "
@@ -475,13 +477,18 @@ _FESEM_START_CAUSE = Cause("known_defect", "this start trains every client in ro
                            evidence="paper protocol")
 """Why FeSEM's all-clients reading may stand above the paper: the start (evidence: the paper's
 start, the 'paper protocol' reading, once its records exist under this protocol)."""
-_FESEM_PAPER_START_CAUSE = Cause("rule_unresolved", "with the paper's random centres FeSEM's grouping does not "
-                                                    "recover the planted clusters on this protocol (ARI in notebook "
-                                                    "10's recovery table), so every centre averages mixed clusters; "
-                                                    "the all-clients start recovers them and lands above the paper. "
-                                                    "What let the paper's FeSEM find them is not known (its E-step "
-                                                    "distance, participation or start)")
-"""Why FeSEM with the paper's start may fall below the paper (issue 57's replay: its clusters do not form)."""
+_FESEM_PAPER_START_CAUSE = Cause("rule_unresolved", "FeSEM keeps the grouping it starts with: a client trains from "
+                                                    "its own centre, so its distance to that centre is only its "
+                                                    "update and the E-step keeps it there (the re-assignments that "
+                                                    "kept the cluster are counted beside this row, from its records); "
+                                                    "the paper's random start does not recover the planted clusters "
+                                                    "(ARI in notebook 10's recovery table), so every centre averages "
+                                                    "mixed clusters, while the all-clients start recovers them at "
+                                                    "round 0 and lands above the paper. What let the paper's FeSEM "
+                                                    "find them is not known (its E-step distance, participation or "
+                                                    "start); the update-direction E-step variant tests the first")
+"""Why FeSEM with the paper's start may fall below the paper (issues 57 and 69: its grouping stays
+the random start's; the stay counts are rendered from the records by :func:`workbook.report.fesem_row_note`)."""
 
 
 CFL_AUTO = "paper protocol, CFL ε1 = auto (defective, superseded)"
@@ -492,7 +499,7 @@ every cluster passes, issue 69)."""
 def _variant_readings(records: str, base: dict, metric: str, cfl_paper: dict) -> tuple[Reading, ...]:
     """The readings of one cell of a method that the grids run in several variants: CFL at the
     paper's thresholds (``cfl_paper``) and at ε1 = auto (:data:`CFL_AUTO`); FedAMP (FedPrism's grid) with HeurFedAMP
-    (the paper's rule for deep networks, the default), Huang et al.'s A′ and the workbook's
+    (the paper's rule for deep networks, the default, at its per-round σ: issue 69), Huang et al.'s A′ and the workbook's
     earlier softmax; FeSEM with the paper's start (Forgy) and the workbook's earlier all-clients
     start; pFedLIA clustering centrally (the paper's Algorithm) and peer to peer. Each reading
     pins its variant, so no two records of one seed answer it
@@ -503,13 +510,18 @@ def _variant_readings(records: str, base: dict, metric: str, cfl_paper: dict) ->
         return (Reading("paper protocol", records, _m(**base, **{"hyper.eps1": cfl_paper["eps1"]}), metric),
                 Reading(CFL_AUTO, records, _m(**base, **{"hyper.eps1": "auto"}), metric))
     if method == "fedamp" and records.startswith("fedprism/"):
-        return (Reading("paper protocol", records, _m(**base, **{"hyper.attention": "heurfedamp"}), metric),
+        return (Reading("paper protocol", records, _m(**base, **{"hyper.attention": "heurfedamp",
+                                                                  "hyper.sigma": "median"}), metric),
                 Reading("paper protocol, Huang et al.'s attention", records,
                         _m(**base, **{"hyper.attention": "paper"}), metric),
                 Reading(FEDAMP_SOFTMAX, records, _m(**base, **{"hyper.attention": "softmax"}), metric))
     if method == "fesem":
-        return (Reading("paper protocol", records, _m(**base, **{"hyper.init": "forgy"}), metric),
-                Reading(FESEM_ALL_CLIENTS, records, _m(**base, **{"hyper.init": "clients"}), metric))
+        return (Reading("paper protocol", records, _m(**base, **{"hyper.init": "forgy", "hyper.estep": "distance"}),
+                        metric),
+                Reading(FESEM_ALL_CLIENTS, records, _m(**base, **{"hyper.init": "clients", "hyper.estep": "distance"}),
+                        metric),
+                Reading(FESEM_UPDATE_ESTEP, records, _m(**base, **{"hyper.init": "forgy",
+                                                                    "hyper.estep": "update_cosine"}), metric))
     if method == "pfedlia":
         return (Reading("paper protocol", records, _m(**base, **{"hyper.clustering": None}), metric),
                 Reading("paper protocol, peer-to-peer clustering", records,

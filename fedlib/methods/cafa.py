@@ -90,9 +90,9 @@ CLUSTERINGS = ("silhouette", "fixed")
 """CBCC's choice of k during training: §III-A.2's silhouette search, or the authors' training code's
 fixed k (K-means random_state 0)."""
 AUTHORS_TRAIN_K = 6
-"""The k of the authors' training K-means (``--num_clusters``), as issue 57 read their ``train.py``.
-Stored versions of their repository differ (``train.py`` defaults of 8, ``train_w_clientselection.py``
-of 5); ``Hyper.k_fixed`` runs any of them."""
+"""The k of the authors' training K-means (``--num_clusters``): their ``train.py`` reads
+``default=6`` at its latest commit (issue 69); it was 8 until May 2024 and 5 briefly after
+(``train_w_clientselection.py`` has 5); ``Hyper.k_fixed`` runs any of them."""
 
 __all__ = ["NAME", "GRID", "CLUSTERINGS", "AUTHORS_TRAIN_K", "Hyper", "CBCC", "class_distribution", "silhouette_curve", "mean_silhouette_curve",
            "select_k", "kmeans_labels", "n_clusters", "iid_cluster", "cbcc_weights", "cbcc", "pooled_accuracy", "abfa_weights",

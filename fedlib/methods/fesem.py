@@ -57,6 +57,30 @@ Rounds t ≥ 1:
    centroid, among clusters of ≥ 2 members; members outside F count). The centre models stay as
    trained.
 
+The grouping keeps its start (issue 69; faithful to the published rule, and the authors' code
+has the same property): a client trains from its own centre, so its distance to that centre is
+only its update, while its distance to any other centre adds the gap between the centres. In the
+committed pFedLIA Table I records with the paper's start (seeds 0–2, pathological) the clients
+kept their cluster in nearly every re-assignment, and the final grouping is the random start's
+(the report and notebook 10 render the stay rates from the records). ``info['stay']`` counts it
+in every run, [kept, re-assigned]: ``e_step`` — every E-step of rounds t ≥ 1 against the cluster
+the client trained from; ``window`` — those whose previous E-step (round ≥ 1) lies in the same
+re-clustering window (what a record's ``selected``/``choices``/``reclustered`` replay, so older
+records have it too); ``recluster`` — the re-clusterings' clients against their cluster before.
+``info['stay_rate']`` is ``window``'s share (None when empty).
+
+``estep='update_cosine'`` (a labelled variant, not the paper's rule; issue 69): the E-step
+clusters update directions instead of distances. In rounds t ≥ 1, ΔW_i = b_i − c_{r(i)} (the
+client's trained model minus the centre it started from; kept per client, its latest);
+r(i) = argmax_k cos(ΔW_i, m_k) for i ∈ S_t, m_k the mean latest update of cluster k's members
+(every client with an update; ``em_iterations`` spherical K-means steps, :func:`assign_by_update`),
+then the paper's M-step. Its re-clustering is spherical K-means from scratch on every client's
+latest update (farthest-first seeds, 10 iterations, :func:`recluster_by_update`), each group
+named after the current cluster it overlaps most (a one-to-one matching), so that a start that
+merged two planted clusters is repaired; the centre models stay as trained. On 20 digits
+clients in 5 planted clusters (tests/test_fesem.py) it recovers them (ARI 1.0) where the
+paper's E-step keeps its start (ARI < 0.6).
+
 A centre is empty when no client is nearest to it. Two identical centres are duplicates: the
 tie rule sends every client to the lower index, so the other is empty and re-seeded too.
 
@@ -118,7 +142,7 @@ Defaults and their sources: ``n_clusters`` 5 (pFedLIA's planted clusters; pFedLI
 the correct k); ``em_iterations`` 1 (the authors' ``KmeanModel.num_iter = 1``);
 ``init_em_iterations`` 5 (its first clustering); ``recluster_every`` 10 (the authors'
 ``update-center-every``; 0 never re-clusters); ``weighting="plain"`` (paper, authors' code,
-FlexCFL).
+FlexCFL); ``estep="distance"`` (the paper's).
 
 ``info``: ``selected`` and ``choices`` per round (the clients that trained — S_0, or all N in
 round 0 under ``"clients"`` — and their E-step clusters), ``init``, ``seeds`` (the clients whose
@@ -126,7 +150,8 @@ round-0 models seeded the centres, in the order drawn),
 ``reclustered`` (the rounds after which a re-clustering ran, counted from 1 like the history's
 ``round``), ``reseeded`` ([round, centre, client] per re-seeding; round 1 is round 0's K-means),
 ``cluster_of_client`` / ``assignment`` (the final cluster of every client, for
-:func:`fedlib.evaluation.cluster_recovery`), ``cluster_sizes`` (K,).
+:func:`fedlib.evaluation.cluster_recovery`), ``cluster_sizes`` (K,), ``estep``, ``stay`` and
+``stay_rate`` (above).
 """
 from __future__ import annotations
 
@@ -145,10 +170,12 @@ NAME = "fesem"
 GRID = {}  # pFedLIA gives FeSEM the planted number of clusters; no search
 
 INITS = ("forgy", "clients")  # the paper's random start (the authors' Forgy) and the workbook's earlier one
+ESTEPS = ("distance", "update_cosine")  # the paper's E-step and the labelled update-direction variant (issue 69)
 
 __all__ = ["NAME", "GRID", "INITS", "Hyper", "squared_distances", "assign_nearest", "update_centres", "kmeans_pp",
            "forgy_seeds",
-           "reseed_empty", "reclusters", "run"]
+           "reseed_empty", "reclusters", "ESTEPS", "assign_by_update", "recluster_by_update",
+           "stay_rate", "run"]
 
 _ROWS = 16  # rows of the (M, P) weights converted to float64 at a time
 
@@ -161,6 +188,7 @@ class Hyper:
     init: str = "forgy"  # 'forgy' (paper: random centres, the authors' shuffled first K) or 'clients' (old start)
     recluster_every: int = 10  # E-step over every client's latest model every this many rounds (0: never)
     weighting: str = "plain"  # M-step: "plain" mean (paper, authors' code) or "samples" (FedAvg)
+    estep: str = "distance"  # 'distance' (paper: ‖b_i − c_k‖) or 'update_cosine' (labelled variant, issue 69)
 
     def __post_init__(self):
         check_int(self.n_clusters, "n_clusters", 1)
@@ -169,6 +197,7 @@ class Hyper:
         check_choice(self.init, "init", INITS)
         check_int(self.recluster_every, "recluster_every", 0)
         check_choice(self.weighting, "weighting", ("plain", "samples"))
+        check_choice(self.estep, "estep", ESTEPS)
 
 
 def _matrix(x, name: str) -> torch.Tensor:
@@ -229,6 +258,84 @@ def assign_nearest(weights, centres) -> np.ndarray:
     :func:`squared_distances`).
     """
     return np.argmin(squared_distances(weights, centres), axis=1).astype(np.int64)
+
+
+def _unit(x: torch.Tensor) -> torch.Tensor:
+    return x / torch.linalg.vector_norm(x, dim=1, keepdim=True).clamp_min(1e-300)
+
+
+def assign_by_update(updates, assignment, k: int, iterations: int = 1) -> np.ndarray:
+    """The ``'update_cosine'`` E-step: spherical K-means of update directions from the current
+    clusters. Each iteration: m_k = the plain mean of the updates ΔW_i of the rows in cluster k (a
+    cluster without a row is no candidate), then r_i = argmax_k cos(ΔW_i, m_k) (ties to the lowest
+    index; a zero update or mean has cosine 0).
+
+    Parameters
+    ----------
+    updates : array-like or Tensor, shape (M, P) — ΔW_i = b_i − the centre client i trained from.
+    assignment : int array (M,) — the rows' current clusters, in [0, k).
+    k : int ≥ 1 — the number of clusters.
+    iterations : int ≥ 1
+
+    Returns
+    -------
+    ndarray, shape (M,), int64 — labels keep their centres: a cluster keeps its index.
+    """
+    u = _matrix(updates, "updates").to(torch.float64)
+    check_int(k, "k", 1)
+    check_int(iterations, "iterations", 1)
+    r = np.asarray(assignment)
+    m = u.shape[0]
+    if r.shape != (m,) or not np.issubdtype(r.dtype, np.integer) or (m and (r.min() < 0 or r.max() >= k)):
+        fail("assignment", f"an integer array of shape ({m},) with values in [0, {k})", assignment)
+    r = r.astype(np.int64)
+    unit = _unit(u)
+    for _ in range(iterations):
+        means = _means(u, r, k, torch.zeros(k, u.shape[1], dtype=torch.float64, device=u.device))
+        cos = to_host(unit @ _unit(means).T, np.float64)
+        cos[:, np.bincount(r, minlength=k) == 0] = -np.inf
+        r = np.argmax(cos, axis=1).astype(np.int64)
+    return r
+
+
+def recluster_by_update(updates, assignment, k: int, iterations: int = 10) -> np.ndarray:
+    """The ``'update_cosine'`` re-clustering: spherical K-means of the update directions from
+    scratch, its groups then given the current clusters' labels. Seeds: row 0, then each next
+    the row of the largest 1 − cos to its nearest seed (farthest first; min(k, M) seeds, ties to
+    the lowest row); ``iterations`` Lloyd steps (:func:`assign_by_update`); each group takes the
+    label of the current cluster it shares most rows with (a one-to-one matching maximising the
+    total overlap, ``scipy.optimize.linear_sum_assignment``), so a centre keeps the clients it
+    trained.
+
+    Parameters
+    ----------
+    updates : array-like or Tensor, shape (M, P), M ≥ 1
+    assignment : int array (M,) — the rows' current clusters, in [0, k).
+    k : int ≥ 1
+    iterations : int ≥ 1
+
+    Returns
+    -------
+    ndarray, shape (M,), int64, values in [0, k).
+    """
+    from scipy.optimize import linear_sum_assignment  # imported here: importing the registry stays light
+
+    u = _matrix(updates, "updates").to(torch.float64)
+    r = np.asarray(assignment)
+    if u.shape[0] == 0 or r.shape != (u.shape[0],):
+        fail("updates", f"an (M, P) array with M ≥ 1 rows, one per entry of assignment {r.shape}", updates)
+    unit = _unit(u)
+    cos = to_host(unit @ unit.T, np.float64)
+    seeds = [0]
+    for _ in range(1, min(k, len(cos))):
+        seeds.append(int(np.argmax(1.0 - cos[:, seeds].max(1))))
+    groups = assign_by_update(u, np.argmax(cos[:, seeds], axis=1).astype(np.int64), k, iterations)
+    overlap = np.zeros((k, k))
+    np.add.at(overlap, (groups, np.asarray(r, dtype=np.int64)), 1.0)
+    rows, cols = linear_sum_assignment(-overlap)
+    label = np.empty(k, dtype=np.int64)
+    label[rows] = cols
+    return label[groups]
 
 
 def update_centres(centres: State, models: State, assignment, weights=None) -> State:
@@ -431,6 +538,17 @@ def _recluster(centres: State, bank: State, names, cluster: np.ndarray, fresh: n
     return centres, cluster, [(j, int(fresh[i])) for j, i in moves]
 
 
+def _count(stay: dict, key: str, kept) -> None:
+    kept = np.asarray(kept, dtype=bool)
+    stay[key] = [stay[key][0] + int(kept.sum()), stay[key][1] + int(kept.size)]
+
+
+def stay_rate(counts) -> float | None:
+    """kept / re-assigned of a [kept, re-assigned] pair (``info['stay']``); None when nothing was."""
+    kept, total = counts
+    return kept / total if total else None
+
+
 def _logged(ctx: Context, t: int) -> bool:
     return (t + 1) % ctx.cfg.eval_every == 0 or t == ctx.cfg.rounds - 1
 
@@ -445,6 +563,9 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
     rng = ctx.rng("selection/group0")
     selected, choices, reclustered, reseeded = [], [], [], []
     last = np.zeros(n, dtype=np.int64)  # the round each client last trained
+    last_e = np.full(n, -1, dtype=np.int64)  # the round (≥ 1) of each client's last E-step
+    stay = {"e_step": [0, 0], "window": [0, 0], "recluster": [0, 0]}  # [kept, re-assigned]
+    updates = None  # 'update_cosine': each client's latest update ΔW_i (N, P), float64
     for t in range(ctx.cfg.rounds):
         clients = sample_clients(rng, everyone, ctx.cfg.fraction)  # round 0 too: FedAvg's stream
         if t == 0 and hp.init == "clients":  # every client from w_0, then K-means++ on all N models
@@ -472,12 +593,29 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
             cluster = ctx.rng("fesem/unassigned").integers(k, size=n).astype(np.int64)
             cluster[clients] = choice
         else:
-            res = ctx.train(take(centres, cluster[clients]), clients, t)
+            start = take(centres, cluster[clients])
+            res = ctx.train(start, clients, t)
             _set_rows(bank, clients, res.params)
             last[clients] = t
             weights = None if hp.weighting == "plain" else to_host(res.n_samples, np.float64)
-            centres, choice = _em(centres, res.params, flatten_params(res.params, names), names, weights,
-                                  hp.em_iterations)
+            before = cluster[clients].copy()
+            if hp.estep == "update_cosine":  # cosine of ΔW_i to the clusters' mean updates, then the M-step
+                delta = flatten_params(res.params, names).to(torch.float64) - flatten_params(start, names).to(
+                    torch.float64)
+                if updates is None:
+                    updates = torch.zeros(n, delta.shape[1], dtype=delta.dtype, device=delta.device)
+                updates[torch.as_tensor(clients, device=delta.device)] = delta
+                known_u = np.union1d(np.flatnonzero(last_e >= 1), clients)  # every client with an update
+                choice = assign_by_update(updates[torch.as_tensor(known_u, device=delta.device)], cluster[known_u], k,
+                                          hp.em_iterations)[np.searchsorted(known_u, clients)]
+                centres = update_centres(centres, res.params, choice, weights)
+            else:
+                centres, choice = _em(centres, res.params, flatten_params(res.params, names), names, weights,
+                                      hp.em_iterations)
+            known = (last_e[clients] >= 1) & (last_e[clients] >= (reclustered[-1] if reclustered else 0))
+            _count(stay, "e_step", choice == before)
+            _count(stay, "window", (choice == before)[known])
+            last_e[clients] = t
             cluster[clients] = choice
             moves = []
         check_finite_models(centres, t, "after the M-step", ctx.cfg)
@@ -485,8 +623,15 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
         choices.append(choice.tolist())
         if reclusters(t, ctx.cfg.rounds, hp.recluster_every):
             fresh = np.flatnonzero(last > (reclustered[-1] - 1 if reclustered else 0))
-            if fresh.size:
+            if fresh.size and hp.estep == "update_cosine":  # spherical K-means from scratch on every latest update
+                fresh = np.flatnonzero(last_e >= 1)
+                before = cluster[fresh].copy()
+                cluster[fresh] = recluster_by_update(updates[torch.as_tensor(fresh, device=updates.device)], before, k)
+                _count(stay, "recluster", cluster[fresh] == before)
+            elif fresh.size:
+                before = cluster[fresh].copy()
                 centres, cluster, moved = _recluster(centres, bank, names, cluster, fresh)
+                _count(stay, "recluster", cluster[fresh] == before)
                 moves += moved
             reclustered.append(t + 1)
         reseeded += [[t + 1, j, i] for j, i in moves]  # (centre, client id)
@@ -495,9 +640,11 @@ def run(ctx: Context, hp: Hyper) -> Outcome:
     info = {"n_clusters": k, "init": hp.init, "selected": selected, "choices": choices,
             "seeds": seeds.tolist(), "reclustered": reclustered, "reseeded": reseeded,
             "assignment": cluster.tolist(), "cluster_of_client": cluster.tolist(),
-            "cluster_sizes": np.bincount(cluster, minlength=k).tolist()}
+            "cluster_sizes": np.bincount(cluster, minlength=k).tolist(), "estep": hp.estep, "stay": stay,
+            "stay_rate": stay_rate(stay["window"])}
     return Outcome(centres, cluster, info)
 
 
 INFO = MethodInfo(NAME, "FeSEM", Hyper, run, grid=GRID,
-                  recorded_defaults={"init": "clients"})  # every FeSEM record before issue 57 ran the old start
+                  recorded_defaults={"init": "clients",  # every FeSEM record before issue 57 ran the old start
+                                     "estep": "distance"})  # and the paper's E-step (the key added in issue 69)
