@@ -89,3 +89,24 @@ def test_committed_csvs_hold_numbers_in_percent(name):
         assert pd.api.types.is_numeric_dtype(df[col]), f"{name}.csv: {col} is not numeric"
         v = df[col].dropna()
         assert len(v) and v.between(0, 100).all() and v.max() > 1.0, f"{name}.csv: {col} is not in percent"
+
+
+def test_a_study_cell_csv_holds_numbers_mean_sd_n_and_status():
+    """Issue 71: the studies' CSVs (notebooks 11 and 12) hold numbers, never "mean ± sd" strings."""
+    import pandas as pd
+    from workbook import cross_paper as X
+    from workbook.tables import cell_numbers
+
+    got = cell_numbers([("FedAvg", "S = 0", [60.0, 62.0, float("nan")], "ok"), ("CL", "S = 0", [70.0], "ok"),
+                        ("Local", "S = 0", [], "not run"), ("CFL", "S = 0", [50.0], "failed")])
+    assert list(got.columns) == ["row", "column", "mean", "sd", "n", "status"]
+    assert got.loc[0, "mean"] == 61.0 and got.loc[0, "sd"] == 1.0 and got.loc[0, "n"] == 2  # population sd, NaN dropped
+    assert got.loc[1, "n"] == 1 and pd.isna(got.loc[1, "sd"])
+    assert got.loc[2, "status"] == "not run" and got.loc[2, "n"] == 0 and pd.isna(got.loc[2, "mean"])
+    assert got.loc[3, "status"] == "failed" and got.loc[3, "n"] == 0  # a failed cell carries no number
+    assert all(pd.api.types.is_float_dtype(got[c]) for c in ("mean", "sd"))
+    df = pd.DataFrame({"method": ["fedavg", "fedavg"], "partition": ["similarity_0"] * 2, "status": ["ok", "ok"],
+                       "weighted_local": [60.0, 62.0], "never_split": [False, False]})
+    csv = X.cell_csv(df, "weighted_local")
+    assert list(csv.columns) == ["method", "partition", "mean", "sd", "n", "status"]
+    assert csv.loc[0, "mean"] == 61.0 and csv.loc[0, "n"] == 2

@@ -68,7 +68,7 @@ from .tables import frame_markdown as table_markdown, mean_sd
 
 __all__ = ["Partition", "PARTITIONS", "Variant", "VARIANTS", "EXTENSIONS", "NEEDS_K", "CHANCE", "RECOVERED",
            "partition_named", "small_name", "training_specs", "GRID_PARAMS", "notebook_grid", "grid_label", "present_records",
-           "extension_label", "variant_of", "runs_frame", "RUN_COLUMNS", "METRICS", "cell_table", "label_spread", "answer",
+           "extension_label", "variant_of", "runs_frame", "RUN_COLUMNS", "METRICS", "cell_table", "cell_csv", "label_spread", "answer",
            "small_curve", "small_gap",
            "fig_small_curve", "fig_ari", "n_bins_of", "dataset_shapes", "reveals_table", "partition_of_spec", "table_markdown",
            "variant_row_label", "table_ii_cfl_specs", "superseded_cfl_specs"]
@@ -341,6 +341,25 @@ def variant_row_label(df: pd.DataFrame, variant: str) -> str:
         return label
     used = sorted({x for x in df[df.variant == "cfl"].thresholds if x})
     return f"{label} ({' / '.join(used)})" if used else label
+
+
+def cell_csv(df: pd.DataFrame, value: str, partitions=None) -> pd.DataFrame:
+    """:func:`cell_table`'s cells as numbers (:func:`workbook.tables.cell_numbers`): variant, partition,
+    mean, sd, n, status — the CSV beside the notebook's table (never "mean ± sd" strings)."""
+    from .tables import cell_numbers
+
+    check_choice(value, "value", tuple(METRICS))
+    present = set(df.partition)
+    parts = ([p for p in partitions if p in present] if partitions is not None
+             else _order(df, "partition", list(PARTITIONS)))
+    cells = []
+    for v in _order(df, "variant", list(VARIANTS)):
+        for p in parts:
+            g = df[(df.variant == v) & (df.partition == p)]
+            bad = sorted(set(g.status) - {"ok"})
+            status = "not run" if g.empty else "/".join(bad) if bad else "ok"
+            cells.append((variant_row_label(df, v), partition_named(p).label, g[value] if status == "ok" else [], status))
+    return cell_numbers(cells).rename(columns={"row": "variant", "column": "partition"})
 
 
 def cell_table(df: pd.DataFrame, value: str, partitions=None) -> pd.DataFrame:

@@ -77,7 +77,7 @@ from .tables import frame_markdown as table_markdown, records_frame
 
 __all__ = ["Partition", "PARTITIONS", "REFERENCES", "GROUPING_METHODS", "WORST_SHARE", "worst_clients_accuracy", "ALPHA", "allowed",
            "training_specs", "GRID_PARAMS", "notebook_grid", "grid_label", "present_records", "partition_of", "runs_frame", "RUN_COLUMNS", "status_table",
-           "score_table", "METRICS", "DIGITS", "cell_table", "ranking", "fig_cd", "fig_heatmap", "ecdf_frame", "fig_ecdf", "which_method_when",
+           "score_table", "METRICS", "DIGITS", "cell_table", "cell_csv", "ranking", "fig_cd", "fig_heatmap", "ecdf_frame", "fig_ecdf", "which_method_when",
            "table_markdown", "method_row_label", "cfl_notes", "table_ii_cfl_specs", "superseded_cfl_specs", "tau_lines"]
 
 GROUPING_METHODS = tuple(m for m in METHODS if m in {"clust_psi_pfl", "cfl", "ifca", "fedclust", "fedprism", "fesem",
@@ -355,6 +355,23 @@ METRICS = {
 }
 """The per-run quantities of :func:`runs_frame` that :func:`cell_table` renders, with their definitions."""
 DIGITS = {"groups": 1, "cpu_seconds": 1}  # decimals shown per quantity (else 2)
+
+
+def cell_csv(df: pd.DataFrame, value: str, partitions=None) -> pd.DataFrame:
+    """:func:`cell_table`'s cells as numbers (:func:`workbook.tables.cell_numbers`): method, partition,
+    mean, sd, n, status — the CSV beside the notebook's table (never "mean ± sd" strings)."""
+    from .tables import cell_numbers
+
+    check_choice(value, "value", tuple(METRICS))
+    parts = _order(df, "partition", PARTITIONS) if partitions is None else list(partitions)
+    cells = []
+    for m in _order(df, "method", METHODS):
+        for p in parts:
+            g = df[(df.method == m) & (df.partition == p)]
+            bad = sorted(set(g.status) - {"ok"})
+            status = "not run" if g.empty else "/".join(bad) if bad else "ok"
+            cells.append((method_row_label(df, m), PARTITIONS[p].label, g[value] if status == "ok" else [], status))
+    return cell_numbers(cells).rename(columns={"row": "method", "column": "partition"})
 
 
 def cell_table(df: pd.DataFrame, value: str, partitions=None) -> pd.DataFrame:

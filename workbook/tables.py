@@ -24,7 +24,7 @@ from fedlib.frame import records_frame  # the core reader, kept under this name 
 from fedlib.methods import METHODS, display_name
 from fedlib.partition import level_symbol
 
-__all__ = ["mean_sd", "records_frame", "for_reproduction", "table3", "table4", "beside_paper", "seed_summary", "to_markdown", "frame_markdown", "setting_name", "SETTING_KEYS", "provenance",
+__all__ = ["mean_sd", "cell_numbers", "records_frame", "for_reproduction", "table3", "table4", "beside_paper", "seed_summary", "to_markdown", "frame_markdown", "setting_name", "SETTING_KEYS", "provenance",
            "PERCENT_COLUMNS", "in_percent", "csv_table", "beside_paper_markdown", "readings_frame"]
 
 SETTING_KEYS = ["dataset", "protocol", "level", "n_clients"]
@@ -212,6 +212,21 @@ def _fmt(a, b, n, digits=2, n_failed=0) -> str:
     if n == 0 or pd.isna(a):
         return "—"
     return f"{a:.{digits}f}" if n == 1 else f"{a:.{digits}f} ± {b:.{digits}f}"
+
+
+def cell_numbers(cells) -> pd.DataFrame:
+    """The numbers-only CSV of a study's cell table: one row per (row, column) cell of ``cells``
+    (an iterable of ``(row label, column label, values over seeds, status)``; status "ok", a run's
+    other status, or "not run"): ``row``, ``column``, ``mean``, ``sd`` (population sd over seeds, as
+    :func:`mean_sd` prints it; NaN for one seed or none), ``n`` (finite values), ``status``. The
+    values keep the table's unit (a study's accuracies are percent already)."""
+    out = []
+    for row, column, values, status in cells:
+        v = np.asarray(list(values), float)
+        v = v[~np.isnan(v)] if status == "ok" else np.asarray([], float)
+        out.append({"row": row, "column": column, "mean": float(v.mean()) if v.size else np.nan,
+                    "sd": float(v.std()) if v.size > 1 else np.nan, "n": int(v.size), "status": status})
+    return pd.DataFrame(out, columns=["row", "column", "mean", "sd", "n", "status"])
 
 
 def mean_sd(values, digits: int = 2) -> str:
