@@ -212,6 +212,12 @@ def test_paper_attention_by_hand_is_huang_et_al_a_prime():
     np.fill_diagonal(expected, 1 - expected.sum(1))
     np.testing.assert_allclose(xi, expected, rtol=1e-12)
     np.testing.assert_allclose(xi.sum(1), 1.0)
+    # 'median' keeps σ = 1 for A′ (not normalised: σ = the median d² would give weights α·e^{-1}/0.04 each)
+    close = np.array([[0.0], [0.2], [0.4]])
+    xi_m, s_m = fedamp.attention(close, "median", 0.5, "paper", alpha, return_sigma=True)
+    assert s_m == 1.0
+    np.testing.assert_allclose(xi_m, fedamp.attention(close, 1.0, 0.5, "paper", alpha), rtol=1e-12)
+    assert (np.diag(xi_m) > 0).all()
     # far apart (d² ≫ σ): every off-diagonal weight underflows, each client alone
     np.testing.assert_array_equal(fedamp.attention(np.array([[0.0], [100.0]]), 1.0, 0.5, "paper"), np.eye(2))
     # close peers: their weights sum past 1 and ξ_ii turns negative, as the paper's rule has it

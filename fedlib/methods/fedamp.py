@@ -56,8 +56,10 @@ Departures and defaults:
   then uniform whatever σ). Then exp(σ_t·cos_ij) ∝ exp(−(1 − cos_ij)/median), a peer at the
   round's median dissimilarity weighs e^{−1} of an identical peer, and the weights do not move
   when every (1 − cos) is multiplied by one constant (scale-free: the same rule at round 1 and
-  round 100, for any model size). For 'paper' and 'softmax' 'median' sets σ_t = the median
-  ‖w_i − w_j‖² (σ divides there). Labelled readings (:data:`READINGS`): ``sigma=1`` (PFLlib's
+  round 100, for any model size). For 'softmax' 'median' sets σ_t = the median ‖w_i − w_j‖²
+  (σ divides there). 'paper' keeps σ = 1 under 'median': A′(x) = e^{−x/σ}/σ is not normalised,
+  and its 1/σ factor at σ = the median distance makes the peers' weights sum far above 1 (the
+  self weight negative; the smoke runs diverged), so the rule is scale-free only through σ. Labelled readings (:data:`READINGS`): ``sigma=1`` (PFLlib's
   ``--sigma``; every FedAMP record before issue 69 ran it: ``recorded_defaults``) and FLGo's
   HeurFedAMP ``sigma=25, self_weight='1/N'`` (ξ_ii = 1/M). λ = 1, α = 1: PFLlib's defaults
   (``--lamda``, ``--alphaK``), so μ = 1. The self weight ξ = 0.5 is the workbook's choice (the
@@ -209,8 +211,9 @@ def attention(weights_flat, sigma, self_weight, rule: str = "heurfedamp",
     sigma : float > 0 or 'median'
         σ: off-diagonal weights ∝ exp(σ·cos(w_i, w_j)) ('heurfedamp'), ∝ exp(−‖w_i − w_j‖²/σ)
         ('paper', 'softmax'). 'median' (the default of :class:`Hyper`): chosen from these
-        models by :func:`median_sigma` — 1/median(1 − cos) for 'heurfedamp', and for the
-        distance rules the median ‖w_i − w_j‖² itself (σ divides there), both scale-free.
+        models by :func:`median_sigma` — 1/median(1 − cos) for 'heurfedamp', the median
+        ‖w_i − w_j‖² itself for 'softmax' (σ divides there); 'paper' keeps σ = 1 (its A′ is
+        not normalised: the module's docstring).
     self_weight : float in [0, 1] or '1/N'
         ξ_ii; the peers share 1 − ξ_ii ('heurfedamp' and 'softmax'; 'paper' ignores it).
         '1/N': 1/M (FLGo's ξ = 1/N, its N the clients taking part).
@@ -249,7 +252,7 @@ def attention(weights_flat, sigma, self_weight, rule: str = "heurfedamp",
         xi = heur_attention(cos, s, self_weight)
         return (xi, s) if return_sigma else xi
     d2 = to_host(torch.stack([((w - w[i]) ** 2).sum(1) for i in range(m)]), np.float64)
-    s = 1.0 / median_sigma(d2) if isinstance(sigma, str) else float(sigma)
+    s = (1.0 if rule == "paper" else 1.0 / median_sigma(d2)) if isinstance(sigma, str) else float(sigma)
     xi = np.zeros((m, m))
     if m == 1:
         xi[0, 0] = 1.0
