@@ -300,30 +300,14 @@ ARCHITECTURES = {
 # ----------------------------------------------------------------------------- public API
 def build_model(arch: str, n_classes: int, input_shape: tuple, vocab_size: int | None = None,
                 **options) -> nn.Module:
-    """Build one of the papers' architectures.
+    """Build one of the papers' architectures: a ``torch.nn.Module`` mapping ``(B, *input_shape)``
+    to logits ``(B, n_classes)``; CPU, float32, torch's default init (:func:`init_params` seeds one).
 
-    Parameters
-    ----------
-    arch : str
-        A key of :data:`ARCHITECTURES` (see :data:`ARCH_FOR_DATASET` for the paper's
-        choice per dataset).
-    n_classes : int
-        Number of output logits, ≥ 2.
-    input_shape : tuple of int
-        Shape of one input without the batch dimension: ``(C, H, W)`` for the CNNs,
-        ``(F,)`` (or any shape, flattened) for logistic/mlp, ``(L,)`` for text models.
-    vocab_size : int, optional
-        Number of token ids (ids in ``0..vocab_size-1``); required by ``lstm`` and
-        ``embed_dnn``.
-    **options
-        Architecture-specific sizes: ``hidden`` (mlp, lstm, embed_dnn), ``embed_dim``
-        (lstm, embed_dnn).
-
-    Returns
-    -------
-    torch.nn.Module
-        Maps a batch ``(B, *input_shape)`` to logits ``(B, n_classes)``; CPU, float32,
-        torch's default initialisation (use :func:`init_params` for a seeded one).
+    ``arch``: a key of :data:`ARCHITECTURES` (:data:`ARCH_FOR_DATASET`: the paper's choice per
+    dataset); ``n_classes`` ≥ 2; ``input_shape``: one input without the batch dimension, ``(C, H, W)``
+    for the CNNs, ``(F,)`` (or any shape, flattened) for logistic/mlp, ``(L,)`` for text models;
+    ``vocab_size``: number of token ids (``0..vocab_size-1``), required by ``lstm`` and ``embed_dnn``;
+    ``**options``: ``hidden`` (mlp, lstm, embed_dnn), ``embed_dim`` (lstm, embed_dnn).
     """
     if arch not in ARCHITECTURES:
         raise ValueError(f"arch={arch!r} is unknown; choose one of {sorted(ARCHITECTURES)}")
@@ -386,26 +370,14 @@ _INIT_SCHEMES = {"keras": _keras_init_, "torch": _torch_init_}
 def init_params(model: nn.Module, seed: int, scheme: str = "keras") -> dict[str, torch.Tensor]:
     """Seeded initial weights of ``model``, as the state dict the engine federates.
 
-    The global torch RNG is left untouched, and ``model`` itself is not modified.
+    The global torch RNG is left untouched, and ``model`` itself is not modified; same seed ⇒
+    bit-identical tensors. ``scheme`` ``'keras'`` (default, what the authors' Keras code used):
+    Glorot-uniform kernels and zero biases for dense/conv layers, U(−0.05, 0.05) embeddings,
+    Glorot input / orthogonal recurrent LSTM kernels with a unit forget-gate bias; ``'torch'``:
+    each module's ``reset_parameters``.
 
-    Parameters
-    ----------
-    model : torch.nn.Module
-        A model from :func:`build_model` (or any module).
-    seed : int
-        Same seed ⇒ bit-identical tensors.
-    scheme : {'keras', 'torch'}
-        ``'keras'`` (default, what the authors' Keras code used): Glorot-uniform kernels
-        and zero biases for dense/conv layers, U(−0.05, 0.05) embeddings, Glorot input /
-        orthogonal recurrent LSTM kernels with a unit forget-gate bias. ``'torch'``:
-        each module's ``reset_parameters``.
-
-    Returns
-    -------
-    dict of str to torch.Tensor
-        Every floating-point parameter and buffer (BatchNorm running statistics), by
-        name, on ``model``'s device. Integer buffers (``num_batches_tracked``) are left
-        out: they are not federated.
+    Returns every floating-point parameter and buffer (BatchNorm running statistics) by name, on
+    ``model``'s device; integer buffers (``num_batches_tracked``) are left out: not federated.
     """
     if scheme not in _INIT_SCHEMES:
         raise ValueError(f"scheme={scheme!r} is unknown; choose one of {sorted(_INIT_SCHEMES)}")

@@ -175,19 +175,11 @@ def _pairwise_mean(values: np.ndarray) -> float:
 
 
 def earth_movers(counts, variant: str = "faithful") -> float:
-    """Earth mover's distance among client pmfs, FedArtML-style aggregation.
+    """Earth mover's distance among client pmfs (``counts`` (K, C)), FedArtML-style aggregation.
 
-    Parameters
-    ----------
-    counts : array, shape (K, C)
-    variant : {'faithful', 'corrected'}
-        'faithful' reproduces FedArtML (pmf entries used as sample values: class identity
-        is ignored); 'corrected' uses class positions as support and the pmf as weights,
-        normalised by C−1.
-
-    Returns
-    -------
-    float in [0, 1]: sqrt(mean over pairs i<j of W1(p_i, p_j)), clipped at 1. One client ⇒ 0.
+    ``variant`` 'faithful' reproduces FedArtML (pmf entries used as sample values: class identity
+    is ignored); 'corrected' uses class positions as support and the pmf as weights, normalised
+    by C−1. Returns sqrt(mean over pairs i<j of W1(p_i, p_j)) in [0, 1], clipped at 1; one client ⇒ 0.
     """
     check_choice(variant, "variant", ("faithful", "corrected"))
     p = _client_pmfs(_check_counts(counts))
@@ -236,10 +228,7 @@ def image_summaries(x) -> np.ndarray:
     The choice: the mean sees brightness, the s.d. additive noise, and the quadrants rotation —
     a quarter turn permutes the quadrants, so an upright and a turned client differ in which
     quadrant carries the ink although their mean and s.d. are equal. Channels are averaged first.
-
-    Parameters
-    ----------
-    x : float array (N, C, H, W) or (N, H, W), H, W ≥ 2
+    ``x``: float (N, C, H, W) or (N, H, W), H, W ≥ 2.
     """
     try:
         a = np.asarray(x, dtype=np.float64)

@@ -38,16 +38,12 @@ __all__ = ["make_client_app", "client_counts"]
 
 
 def make_client_app(spec, *, dp_seed: int | None = None):
-    """A Flower ``ClientApp`` whose node i is client i of ``spec``'s federation.
+    """A Flower ``ClientApp`` whose node i is client i of ``spec``'s federation (a RunSpec).
 
-    Parameters
-    ----------
-    spec : fedlib.experiment.RunSpec — the federation, model and protocol
-    dp_seed : int ≥ 0 or None — the clients' own noise seed for an ε-DP counts query
-        (None: the seed the server sends, which reproduces fedlib's noisy histograms)
-
-    The app holds only ``spec`` (pickled to the simulation's workers with every message);
-    each worker builds and caches the federation on first use.
+    ``dp_seed`` ≥ 0 or None: the clients' own noise seed for an ε-DP counts query (None: the seed
+    the server sends, which reproduces fedlib's noisy histograms). The app holds only ``spec``
+    (pickled to the simulation's workers with every message); each worker builds and caches the
+    federation on first use.
     """
     flwr_clientapp = require_flwr("flwr.clientapp")
     spec = check_spec(spec)

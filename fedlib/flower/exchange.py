@@ -35,11 +35,8 @@ def exchange_counts(grid, nodes, dp_epsilon: float | None = None, dp_seed: int =
                     timeout: float = 3600.0) -> tuple[dict, np.ndarray, dict]:
     """Ask every node for its label histogram.
 
-    Returns
-    -------
-    node_of : dict client id -> node id
-    counts : ndarray (K, C), float64 — row i as client i sent it (ε-DP noisy with dp_epsilon)
-    sizes : dict 'train' | 'val' | 'test' -> int ndarray (K,) — the clients' split sizes
+    Returns (node_of: client id -> node id; counts (K, C) float64: row i as client i sent it, ε-DP
+    noisy with dp_epsilon; sizes: 'train' | 'val' | 'test' -> int (K,), the clients' split sizes).
     """
     app = require_flwr("flwr.app")
     check_number(dp_epsilon, "dp_epsilon", 0, low_open=True, optional=True)

@@ -31,21 +31,14 @@ def simulate(strategies, spec, *, num_cpus: int = 2, client_dp_seed: int | None 
     """Run ``strategies`` one after the other on ``spec``'s federation under
     ``flwr.simulation.run_simulation`` (one Flower node per client, Ray shut down after).
 
-    Parameters
-    ----------
-    strategies : a strategy (:class:`ClustPSIPFL`, :class:`PSIPFL`, :class:`FedAvg`), a list of
-        them (run on the same nodes in one simulation), or None: ``STRATEGIES[spec.method]
-        .from_spec(spec)``
-    spec : fedlib.experiment.RunSpec — data, partition, model and the clients' protocol
-    num_cpus : int ≥ 1 — Ray's CPUs (one per simulated client at a time)
-    client_dp_seed : int or None — the clients' own DP noise seed (:func:`make_client_app`)
-    verbose : bool — Flower's INFO logs
-    client_app : a Flower ``ClientApp`` answering the same messages, or None:
-        :func:`make_client_app` (``spec``, ``client_dp_seed``) — fedlib's engine per client
+    ``strategies``: a strategy (:class:`ClustPSIPFL`, :class:`PSIPFL`, :class:`FedAvg`), a list of
+    them (run on the same nodes in one simulation), or None: ``STRATEGIES[spec.method].from_spec(spec)``;
+    ``spec``: the RunSpec (data, partition, model, the clients' protocol); ``num_cpus`` ≥ 1: Ray's
+    CPUs (one per simulated client at a time); ``client_dp_seed``: the clients' own DP noise seed
+    (:func:`make_client_app`); ``verbose``: Flower's INFO logs; ``client_app``: a Flower ``ClientApp``
+    answering the same messages, or None: :func:`make_client_app` (fedlib's engine per client).
 
-    Returns
-    -------
-    One outcome dict per strategy (a dict for a single strategy, else a list), each as the
+    Returns one outcome dict per strategy (a dict for a single strategy, else a list), each as the
     strategy's ``run`` describes (``assignment`` (K,), ``correct``/``n_test`` (K,),
     ``models`` stacked (G, ...), ``selected``, ``info``, ``counts`` (K, C)), plus
     ``wall_seconds`` of the whole simulation (Ray start-up included).

@@ -399,23 +399,16 @@ def federated_averaging(ctx: Context, groups, *, start: State | None = None, log
     """FedAvg run independently inside each group of clients (one model per group).
 
     Each round every group samples max(min_clients, ⌊q·|group|⌋) of its clients (at most all
-    of them; ``FLConfig.min_clients``, default 1); all selected clients
-    of all groups train in one engine call (each from its group's model); each group's model
-    becomes the sample-weighted average of its clients' weights.
+    of them; ``FLConfig.min_clients``, default 1); all selected clients of all groups train in
+    one engine call (each from its group's model); each group's model becomes the
+    sample-weighted average of its clients' weights.
 
-    Parameters
-    ----------
-    groups : list of int arrays
-        Disjoint client groups (one for FedAvg, τ clusters for Clust-PSI-PFL).
-    start : State, optional
-        Initial model shared by every group (default: the seeded initial model).
-    first_round, rounds : int
-        The round window [first_round, first_round + rounds) (default: the protocol's
-        rounds from 0): a second phase continues the round count, and so the clients'
-        batch orders, of a warm-up.
-    stream : str
-        Prefix of the groups' selection RNG streams (``f"{stream}/group{g}"``); a second
-        phase names its own so that it does not replay the first phase's draws.
+    ``groups``: disjoint client groups (one for FedAvg, τ clusters for Clust-PSI-PFL); ``start``:
+    the model shared by every group (default: the seeded initial model); ``first_round``,
+    ``rounds``: the window [first_round, first_round + rounds) (default: the protocol's rounds
+    from 0), so a second phase continues the round count, and so the batch orders, of a warm-up;
+    ``stream``: prefix of the groups' selection streams (``f"{stream}/group{g}"``), a second
+    phase names its own so that it does not replay the first phase's draws.
     """
     groups = [np.asarray(g, dtype=np.int64) for g in groups]
     assignment = np.full(ctx.n_clients, -1, dtype=np.int64)
@@ -555,9 +548,7 @@ def global_model_rounds(ctx: Context, *, choose=None, server_step=None, state=No
     ``selection_stream`` keeps state in its closure the loop cannot see: the phase is then
     recomputed on resume.
 
-    Returns
-    -------
-    Outcome with models stacked (1, ...), assignment zeros (K,), info["selected"] per round.
+    Returns an Outcome with models stacked (1, ...), assignment zeros (K,), info["selected"] per round.
     """
     check_choice(weights, "weights", AGGREGATIONS)
     opaque = selection_stream is None and (choose is not None or observe is not None)
@@ -613,7 +604,8 @@ def global_model_runs_together(ctx: Context, pools, rngs) -> tuple[list[Outcome]
     """C independent FedAvg runs, one per client pool, trained side by side.
 
     Run c is :func:`global_model_rounds` with ``choose`` = a uniform sample of ``pools[c]``
-    from ``rngs[c]`` (:func:`sample_clients`), each from the seeded initial model. Pools may
+    (non-empty int arrays) from ``rngs[c]`` (its selection stream; :func:`sample_clients`), each
+    from the seeded initial model. Pools may
     overlap (PSI-PFL's candidates are nested): a client picked by two runs trains twice in
     that round, once from each run's model, with the same per-(client, round) batch order.
     Every round all runs' clients train in **one** engine call (on a GPU one chunk of C·m
@@ -626,16 +618,7 @@ def global_model_runs_together(ctx: Context, pools, rngs) -> tuple[list[Outcome]
     run). With ``cfg.stream_average`` each run trains in its own call (no row per client is
     held), as :func:`federated_averaging` does.
 
-    Parameters
-    ----------
-    pools : list of int arrays, each non-empty
-        The clients each run samples from.
-    rngs : list of numpy Generators, one per pool
-        Each run's selection stream.
-
-    Returns
-    -------
-    (outcomes, histories): per run an Outcome (models stacked (1, ...), assignment zeros
+    Returns (outcomes, histories): per run an Outcome (models stacked (1, ...), assignment zeros
     (K,), info["selected"] per round) and the evaluations :meth:`Context.log_round` logged
     for it; ``ctx.history`` is left as the last run's.
     """

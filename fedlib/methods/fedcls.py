@@ -94,15 +94,8 @@ def leader_groups(dist, threshold: float) -> tuple[np.ndarray, np.ndarray]:
     """Greedy leader grouping: client k (in index order) joins the first group whose leader
     is within ``dist[k, leader] ≤ threshold``, else leads a new group.
 
-    Parameters
-    ----------
-    dist : array-like, shape (K, K)
-    threshold : float
-
-    Returns
-    -------
-    labels : ndarray, shape (K,), int64 — group ids 0..G−1 in order of foundation.
-    leaders : ndarray, shape (G,), int64 — each group's first member.
+    ``dist`` (K, K). Returns (labels (K,) int64: group ids 0..G−1 in order of foundation, leaders
+    (G,) int64: each group's first member).
     """
     dist = np.asarray(dist)
     labels = np.empty(len(dist), dtype=np.int64)
@@ -121,14 +114,7 @@ def farthest_first(rng: np.random.Generator, dist, start: int) -> np.ndarray:
     """Order all G groups from ``start``: each next one maximises its minimum distance to
     those already ordered (ties broken uniformly at random).
 
-    Parameters
-    ----------
-    dist : array-like, shape (G, G) — symmetric group distances.
-    start : int
-
-    Returns
-    -------
-    ndarray, shape (G,), int64 — a permutation of 0..G−1 beginning with ``start``.
+    ``dist`` (G, G): symmetric group distances. Returns a permutation (G,) int64 beginning with ``start``.
     """
     dist = np.asarray(dist, dtype=np.float64)
     order = [int(start)]
@@ -171,15 +157,9 @@ def code_groups(labels) -> np.ndarray:
 def select_code(rng: np.random.Generator, labels, n_train, d: int, w: int, m: int) -> np.ndarray:
     """One round of the PSI papers' FedCLS (module docstring, ``"psi_code"``).
 
-    Parameters
-    ----------
-    labels : int array-like, shape (K,) — group ids 0..G−1
-    n_train : array-like, shape (K,) — train samples (the data-share fill)
-    d, w, m : candidates, groups taken, clients per round
-
-    Returns
-    -------
-    ndarray, shape (max(m, groups taken),), int64 — distinct clients in selection order.
+    ``labels`` (K,): group ids 0..G−1; ``n_train`` (K,): train samples (the data-share fill); d, w,
+    m: candidates, groups taken, clients per round. Returns (max(m, groups taken),) int64 distinct
+    clients in selection order.
     """
     labels = np.asarray(labels, dtype=np.int64)
     k = labels.size

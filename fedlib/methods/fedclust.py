@@ -72,11 +72,8 @@ class Hyper:
 def classifier_features(head: State) -> np.ndarray:
     """The clients' classifier layers flattened and L2-normalised, (M, D) float64.
 
-    Parameters
-    ----------
-    head : State
-        The classifier's tensors only (e.g. ``"4.weight"`` (M, C, D'), ``"4.bias"`` (M, C)),
-        concatenated in the dict's order. A zero row stays zero.
+    ``head``: the classifier's tensors only (e.g. ``"4.weight"`` (M, C, D'), ``"4.bias"`` (M, C)),
+    concatenated in the dict's order. A zero row stays zero.
     """
     if not isinstance(head, dict) or not head:
         fail("head", "a non-empty stacked state of the classifier's tensors", head)
@@ -95,14 +92,8 @@ def cosine_matrix(a, b) -> np.ndarray:
 def match_clusters(new_centroids, old_centroids) -> np.ndarray:
     """Identity of each new cluster: the Hungarian matching on 1 − cos(new, old).
 
-    Parameters
-    ----------
-    new_centroids : array-like, shape (C', D)
-    old_centroids : array-like, shape (C_old, D), or None / 0 rows before the first clustering
-
-    Returns
-    -------
-    ndarray, shape (C',), int64 — new row r takes old id ``mapping[r]``; with C' > C_old the
+    ``new_centroids`` (C', D); ``old_centroids`` (C_old, D), or None / 0 rows before the first
+    clustering. Returns (C',) int64: new row r takes old id ``mapping[r]``; with C' > C_old the
     unmatched new rows get fresh ids C_old, C_old + 1, … in row order (the first clustering:
     0 … C'−1, K-Means's own labels).
     """

@@ -109,21 +109,12 @@ def _float_matrix(value, name: str, shape=None) -> np.ndarray:
 
 
 def fomo_scores(loss_old, loss_candidates, distances) -> np.ndarray:
-    """FedFomo's signed first-order scores s_in = (L_i(θ_i) − L_i(θ_n)) / ‖θ_n − θ_i‖.
+    """FedFomo's signed first-order scores s_in = (L_i(θ_i) − L_i(θ_n)) / ‖θ_n − θ_i‖, (M, N) float64.
 
-    Parameters
-    ----------
-    loss_old : array-like, shape (M,)
-        L_i(θ_i): each of M clients' validation loss of its own model.
-    loss_candidates : array-like, shape (M, N)
-        L_i(θ_n): client i's validation loss of its n-th candidate; a non-finite loss on
-        either side (NaN: no data or a padded slot; ±inf: a diverged model) gives s = 0.
-    distances : array-like, shape (M, N)
-        ‖θ_n − θ_i‖ ≥ 0; a zero distance gives s = 0 (the candidate is θ_i itself).
-
-    Returns
-    -------
-    ndarray, shape (M, N), float64 — finite wherever the losses are finite.
+    ``loss_old`` (M,): L_i(θ_i), each client's validation loss of its own model; ``loss_candidates``
+    (M, N): L_i(θ_n) of its n-th candidate; ``distances`` (M, N): ‖θ_n − θ_i‖ ≥ 0. A non-finite
+    loss on either side (NaN: no data or a padded slot; ±inf: a diverged model) or a zero
+    distance (the candidate is θ_i itself) gives s = 0.
     """
     old = np.asarray(loss_old, dtype=np.float64) if _numeric(loss_old) else None
     if old is None or old.ndim != 1:
@@ -141,20 +132,10 @@ def fomo_scores(loss_old, loss_candidates, distances) -> np.ndarray:
 
 
 def fomo_weights(loss_old, loss_candidates, distances) -> np.ndarray:
-    """FedFomo's aggregation weights w_in = max(0, s_in) / Σ_n' max(0, s_in'), s from
-    :func:`fomo_scores`.
+    """FedFomo's weights w_in = max(0, s_in) / Σ_n' max(0, s_in'), s and arguments as in :func:`fomo_scores`.
 
-    Parameters
-    ----------
-    loss_old : array-like, shape (M,)
-    loss_candidates : array-like, shape (M, N)
-    distances : array-like, shape (M, N)
-        As in :func:`fomo_scores` (NaN losses and zero distances give s = 0).
-
-    Returns
-    -------
-    ndarray, shape (M, N), float64 — each row sums to 1, or is all zero where no candidate
-    improves on the client's own model (then the client keeps θ_i).
+    (M, N) float64: each row sums to 1, or is all zero where no candidate improves on the
+    client's own model (then the client keeps θ_i).
     """
     pos = np.maximum(fomo_scores(loss_old, loss_candidates, distances), 0.0)
     total = pos.sum(axis=1, keepdims=True)
@@ -172,19 +153,10 @@ def _numeric(value) -> bool:
 def fomo_update(own: State, candidates: State, weights) -> State:
     """θ_i ← θ_i + Σ_n w_in (θ_n − θ_i) for every row i.
 
-    Parameters
-    ----------
-    own : stacked State, name -> (M, ...)
-        The clients' current models θ_i.
-    candidates : stacked State, name -> (M, N, ...)
-        Row i's N candidate models θ_n.
-    weights : array-like, shape (M, N)
-        w_in (finite); a row of zeros leaves θ_i unchanged bit for bit.
-
-    Returns
-    -------
-    stacked State (M, ...) in each tensor's dtype and device; computed in float64. Integer
-    tensors (buffers) keep θ_i's values.
+    ``own`` (name -> (M, ...)): the models θ_i; ``candidates`` (name -> (M, N, ...)): row i's N
+    candidates θ_n; ``weights`` (M, N): finite w_in, a zero row leaves θ_i unchanged bit for bit.
+    Returns a stacked State (M, ...) in each tensor's dtype and device, computed in float64;
+    integer tensors (buffers) keep θ_i's values.
     """
     w = _float_matrix(weights, "weights")
     if not np.isfinite(w).all():
@@ -222,22 +194,9 @@ def choose_candidates(affinity, clients, pool, m: int, rng: np.random.Generator,
     not yet chosen client of the shuffle if u < ε, else of the ranking (the original's
     ``get_federating_clients``, method 'e_greedy'). The draws do not depend on ε.
 
-    Parameters
-    ----------
-    affinity : array-like, shape (K, K)
-        P: row i scores the other clients for client i.
-    clients : int array-like, shape (S,)
-        The clients that download (distinct ids in [0, K)).
-    pool : int array-like
-        The clients whose models can be downloaded (the previous round's uploaders).
-    m : int ≥ 1
-    rng : numpy Generator
-    epsilon : float in [0, 1]
-
-    Returns
-    -------
-    ndarray, shape (S, m), int64 — client ids, each row padded with −1 where the pool
-    (without the client itself) has fewer than m clients.
+    ``affinity`` (K, K): P; ``clients`` (S,): the distinct ids that download; ``pool``: the
+    previous round's uploaders; m ≥ 1; ε in [0, 1]. Returns (S, m) int64 client ids, each row
+    padded with −1 where the pool (without the client itself) has fewer than m clients.
     """
     p = _float_matrix(affinity, "affinity")
     k = p.shape[0]
@@ -278,18 +237,8 @@ def _ids(value, name: str, k: int) -> np.ndarray:
 def update_affinity(affinity, clients, candidates, scores) -> np.ndarray:
     """P_i,n ← P_i,n + s_in for every client i of ``clients`` and its candidates n (FL-bench).
 
-    Parameters
-    ----------
-    affinity : array-like, shape (K, K)
-    clients : int array-like, shape (S,)
-    candidates : int array-like, shape (S, N)
-        Client ids, −1 for an empty slot (ignored).
-    scores : array-like, shape (S, N)
-        s_in from :func:`fomo_scores` (finite where the slot is used).
-
-    Returns
-    -------
-    ndarray (K, K), float64 — a new matrix; the input is not modified.
+    ``affinity`` (K, K); ``clients`` (S,); ``candidates`` (S, N) ids, −1 for an empty slot
+    (ignored); ``scores`` (S, N) from :func:`fomo_scores`. Returns a new (K, K) float64 matrix.
     """
     p = _float_matrix(affinity, "affinity").copy()
     k = p.shape[0]

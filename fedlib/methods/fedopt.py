@@ -184,17 +184,8 @@ def fedavgm_step(w: torch.Tensor, a: torch.Tensor, state: MomentumState,
                  hp: FedAvgMHyper) -> tuple[torch.Tensor, MomentumState]:
     """One FedAvgM server step (Flower's): d = w − a, b = d then μ·b + d, w − η_s·b.
 
-    Parameters
-    ----------
-    w, a : Tensor, shape (P,)
-        Current global model and this round's weighted client average.
-    state : MomentumState
-    hp : FedAvgMHyper
-
-    Returns
-    -------
-    (Tensor (P,), MomentumState)
-        The new global model (``a`` itself when μ = 0 and η_s = 1) and state.
+    ``w``, ``a`` (P,): the global model and this round's weighted client average. Returns (the new
+    global model (P,), ``a`` itself when μ = 0 and η_s = 1; the new MomentumState).
     """
     if hp.momentum == 0 and hp.server_lr == 1:
         return a, state

@@ -159,16 +159,9 @@ def coefficients(hp: Hyper) -> tuple[float, float, bool]:
 def prism_backbone(g: State, clusters: State, private: State | None, alpha, beta: float, weights) -> State:
     """Eq. (1): W_i = α_i G + β Σ_k π_ik C_k + γ_i P_i, γ_i = 1 − α_i − β.
 
-    Parameters
-    ----------
-    g : State, one model (unstacked)
-    clusters : stacked State (K, ...)
-    private : stacked State (M, ...), or None when every γ_i is 0
-    alpha : (M,) ; beta : float ; weights : (M, K) soft cluster weights (rows sum to 1)
-
-    Returns
-    -------
-    stacked State (M, ...). Non-float tensors (counters) are G's.
+    ``g``: one model (unstacked); ``clusters`` (K, ...); ``private`` (M, ...), or None when every γ_i
+    is 0; ``alpha`` (M,); β; ``weights`` (M, K) soft cluster weights (rows sum to 1). Returns a
+    stacked State (M, ...); non-float tensors (counters) are G's.
     """
     a = torch.as_tensor(np.asarray(alpha, dtype=np.float64))
     w = torch.as_tensor(np.asarray(weights, dtype=np.float64))

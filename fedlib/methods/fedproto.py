@@ -105,22 +105,12 @@ class Hyper:
 def aggregate_prototypes(means, counts, weighting: str = "clients") -> tuple[torch.Tensor, torch.Tensor]:
     """The server's global prototypes from the round's local ones (Eq. 6 as implemented).
 
-    Parameters
-    ----------
-    means : Tensor or array-like, shape (M, C, D)
-        Client i's prototype of class c (its mean embedding); ignored where counts[i, c] = 0.
-    counts : Tensor or array-like, shape (M, C)
-        Client i's number of train samples of class c (≥ 0).
-    weighting : {'clients', 'samples'}
-        ``'clients'``: C̄_c = mean of the C_i^c over the clients with counts[i, c] > 0
-        (the authors' code, FL-bench); ``'samples'``: weighted by counts[i, c] (= the mean
-        embedding of all their samples of class c).
-
-    Returns
-    -------
-    (Tensor (C, D) float64, Tensor (C,) bool)
-        The global prototypes (0 where no client holds the class) and which classes have one;
-        on ``means``'s device.
+    ``means`` (M, C, D): client i's prototype of class c (its mean embedding), ignored where
+    counts[i, c] = 0; ``counts`` (M, C): client i's train samples of class c (≥ 0). ``weighting``
+    ``'clients'``: C̄_c = mean of the C_i^c over the clients with counts[i, c] > 0 (the authors'
+    code, FL-bench); ``'samples'``: weighted by counts[i, c] (= the mean embedding of all their
+    samples of class c). Returns (Tensor (C, D) float64: the global prototypes, 0 where no client
+    holds the class; Tensor (C,) bool: which classes have one), on ``means``'s device.
     """
     check_choice(weighting, "weighting", ("clients", "samples"))
     p = torch.as_tensor(means)
@@ -143,15 +133,7 @@ def merge_prototypes(old, old_mask, new, new_mask, unseen: str = "keep") -> tupl
     """Next round's global prototypes: this round's where it has one, else the old (``'keep'``)
     or none (``'drop'``, FL-bench).
 
-    Parameters
-    ----------
-    old, new : Tensor, shape (C, D)
-    old_mask, new_mask : Tensor, shape (C,), bool
-    unseen : {'keep', 'drop'}
-
-    Returns
-    -------
-    (Tensor (C, D), Tensor (C,) bool) — zeros where the mask is False.
+    ``old``, ``new`` (C, D); masks (C,) bool. Returns ((C, D), (C,) bool), zeros where the mask is False.
     """
     check_choice(unseen, "unseen", ("keep", "drop"))
     old, new = torch.as_tensor(old), torch.as_tensor(new)

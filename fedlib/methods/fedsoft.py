@@ -85,23 +85,11 @@ GRID = {"n_clusters": (5, 10, 50)}
 
 
 def importance_weights(losses, owner, n_clients: int, sigma: float) -> np.ndarray:
-    """u_{ks}: share of client k's samples whose loss is lowest under cluster model s.
+    """u_{ks}: share of client k's samples whose loss is lowest under cluster model s; (K, S) float64.
 
-    Parameters
-    ----------
-    losses : array-like, shape (S, N)
-        Per-sample loss of each of the S cluster models on N samples.
-    owner : int array-like, shape (N,)
-        Client of each sample, in 0..n_clients−1.
-    n_clients : int
-        K.
-    sigma : float
-        A zero share becomes σ before each row is renormalised to sum 1 (a client
-        without samples gets the uniform row).
-
-    Returns
-    -------
-    ndarray, shape (K, S), float64
+    ``losses`` (S, N): per-sample loss of each cluster model; ``owner`` (N,): each sample's client in
+    0..K−1 (K = ``n_clients``). A zero share becomes σ before each row is renormalised to sum 1 (a
+    client without samples gets the uniform row).
     """
     loss = np.asarray(losses, dtype=np.float64)
     owner = np.asarray(owner, dtype=np.int64)
@@ -116,14 +104,7 @@ def importance_weights(losses, owner, n_clients: int, sigma: float) -> np.ndarra
 def selection_probabilities(u, n_samples) -> np.ndarray:
     """v_{sk} = u_{ks} n_k / Σ_j u_{js} n_j: per cluster, the probability of drawing client k.
 
-    Parameters
-    ----------
-    u : array-like, shape (K, S)
-    n_samples : array-like, shape (K,)
-
-    Returns
-    -------
-    ndarray, shape (S, K); each row sums to 1.
+    ``u`` (K, S), ``n_samples`` (K,); returns (S, K), each row summing to 1.
     """
     v = (np.asarray(u, dtype=np.float64) * np.asarray(n_samples, dtype=np.float64)[:, None]).T
     return v / v.sum(1, keepdims=True)
@@ -132,21 +113,9 @@ def selection_probabilities(u, n_samples) -> np.ndarray:
 def proximal_terms(u, clusters: State, lam: float) -> tuple[State, torch.Tensor]:
     """The single proximal term equal (up to a constant) to (λ/2) Σ_s u_{ks} ‖w − c_s‖².
 
-    Parameters
-    ----------
-    u : array-like, shape (M, S)
-        Importance rows of the M clients to train.
-    clusters : State
-        Stacked cluster models ``name -> (S, *shape)``.
-    lam : float
-        λ.
-
-    Returns
-    -------
-    center : State
-        ``name -> (M, *shape)``: c̄_k = Σ_s u_{ks} c_s / Σ_s u_{ks}.
-    mu : Tensor, shape (M,), float64
-        μ_k = λ Σ_s u_{ks}.
+    ``u`` (M, S): importance rows of the M clients to train; ``clusters``: stacked cluster models
+    ``name -> (S, *shape)``. Returns (center ``name -> (M, *shape)``: c̄_k = Σ_s u_{ks} c_s / Σ_s u_{ks},
+    mu (M,) float64: μ_k = λ Σ_s u_{ks}).
     """
     u_t = torch.as_tensor(np.asarray(u, dtype=np.float64))
     total = u_t.sum(1)
@@ -156,17 +125,7 @@ def proximal_terms(u, clusters: State, lam: float) -> tuple[State, torch.Tensor]
 
 
 def draw_clients(rng: np.random.Generator, probabilities, m: int) -> np.ndarray:
-    """m draws with replacement per cluster, client k with probability v_{sk}.
-
-    Parameters
-    ----------
-    probabilities : array-like, shape (S, K)
-    m : int
-
-    Returns
-    -------
-    ndarray, shape (S, m), int64
-    """
+    """m draws with replacement per cluster, client k with probability v_{sk} ((S, K)); returns (S, m) int64."""
     p = np.asarray(probabilities, dtype=np.float64)
     return np.stack([rng.choice(p.shape[1], size=m, replace=True, p=row) for row in p]).astype(np.int64)
 

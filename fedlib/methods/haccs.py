@@ -139,15 +139,8 @@ def optics_by_silhouette(dist) -> tuple[np.ndarray, dict]:
     < :data:`MAX_CLUSTERS`, non-noise clients > ⌊:data:`MIN_NON_NOISE`·K⌋); no valid setting:
     the first one. Noise clients become singletons.
 
-    Parameters
-    ----------
-    dist : array-like, shape (K, K) — precomputed distances (Hellinger)
-
-    Returns
-    -------
-    labels : ndarray, shape (K,), int64
-    info : dict — the chosen ``min_samples``, ``max_eps``, ``xi``, its ``silhouette`` (None if
-        no setting was valid) and ``n_valid`` settings
+    ``dist`` (K, K): precomputed (Hellinger) distances. Returns (labels (K,) int64, info: the chosen
+    ``min_samples``, ``max_eps``, ``xi``, its ``silhouette`` (None if none valid), ``n_valid``).
     """
     from sklearn.cluster import OPTICS  # imported here: importing the registry stays light
     from sklearn.metrics import silhouette_score
@@ -191,15 +184,7 @@ def cluster_clients(counts, variant: str = "psi", min_samples: int = 5) -> np.nd
 def cluster_probabilities(latency, loss, rho: float) -> np.ndarray:
     """P(c) = ρ·(1/ℓ_c)/Σ(1/ℓ) + (1−ρ)·L_c²/ΣL² (uniform loss term when every L_c = 0).
 
-    Parameters
-    ----------
-    latency : array-like, shape (G,), positive
-    loss : array-like, shape (G,), non-negative
-    rho : float in [0, 1]
-
-    Returns
-    -------
-    ndarray, shape (G,), summing to 1.
+    ``latency`` (G,) positive, ``loss`` (G,) non-negative, ρ in [0, 1]; returns (G,) summing to 1.
     """
     speed = 1.0 / np.asarray(latency, dtype=np.float64)
     sq = np.asarray(loss, dtype=np.float64) ** 2
@@ -208,12 +193,8 @@ def cluster_probabilities(latency, loss, rho: float) -> np.ndarray:
 
 
 def weighted_order(rng: np.random.Generator, p) -> np.ndarray:
-    """A random order of all G items, drawn like sampling without replacement with
-    probabilities ``p`` (Efraimidis–Spirakis keys u^(1/p)); zero-probability items come last.
-
-    Returns
-    -------
-    ndarray, shape (G,), int64 — a permutation of 0..G−1.
+    """A random order (a permutation (G,) int64) of all G items, drawn like sampling without
+    replacement with probabilities ``p`` (Efraimidis–Spirakis keys u^(1/p)); zero-probability items last.
     """
     p = np.asarray(p, dtype=np.float64)
     with np.errstate(divide="ignore"):
@@ -250,15 +231,8 @@ def code_cluster_probabilities(latency, loss, labels, rho: float) -> np.ndarray:
     """The PSI papers' code's cluster scores, normalised: θ_c = ρ(1 − ℓ̄_c / max_k ℓ_k) +
     (1 − ρ)·L̄_c / Σ_c' L̄_c' (linear in the loss; uniform loss term when every L̄ = 0).
 
-    Parameters
-    ----------
-    latency, loss : array-like, shape (K,) — per client (the max is over clients)
-    labels : int array-like, shape (K,) — cluster ids 0..G−1
-    rho : float in [0, 1]
-
-    Returns
-    -------
-    ndarray, shape (G,), summing to 1.
+    ``latency``, ``loss`` (K,) per client (the max is over clients); ``labels`` (K,) cluster ids
+    0..G−1; ρ in [0, 1]. Returns (G,) summing to 1.
     """
     latency = np.asarray(latency, dtype=np.float64)
     mean_latency, mean_loss = cluster_means(latency, labels), cluster_means(loss, labels)
@@ -273,10 +247,7 @@ def code_cluster_probabilities(latency, loss, labels, rho: float) -> np.ndarray:
 def select_code(rng: np.random.Generator, labels, losses, n_train, rho: float, w: int, m: int) -> np.ndarray:
     """One round of the PSI papers' HACCS: min(w, G) clusters drawn without replacement ∝ θ,
     the lowest-id member of each, then clients by data share (without replacement) until m.
-
-    Returns
-    -------
-    ndarray, shape (max(m, clusters drawn),), int64 — distinct clients, in selection order.
+    Returns (max(m, clusters drawn),) int64: distinct clients, in selection order.
     """
     labels = np.asarray(labels, dtype=np.int64)
     p = code_cluster_probabilities(mixture_latencies(rng, labels.size), losses, labels, rho)

@@ -57,14 +57,8 @@ class Hyper:
 def assign_clusters(loss) -> np.ndarray:
     """Each client's argmin-loss model: ĵ_i = argmin_j F_ji.
 
-    Parameters
-    ----------
-    loss : array-like, shape (k, M)
-        Mean train loss of model j on client i; NaN (an empty split) counts as +∞.
-
-    Returns
-    -------
-    ndarray, shape (M,), int64 — ties go to the lowest model index.
+    ``loss`` (k, M): mean train loss of model j on client i; NaN (an empty split) counts as +∞.
+    Returns (M,) int64; ties go to the lowest model index.
     """
     f = np.asarray(loss, dtype=np.float64)
     if f.ndim != 2 or f.shape[0] == 0:
@@ -75,16 +69,9 @@ def assign_clusters(loss) -> np.ndarray:
 def aggregate_clusters(models: State, trained: State, choice, n_samples) -> State:
     """θ_j ← sample-weighted average of the trained models of the clients that picked j.
 
-    Parameters
-    ----------
-    models : State (k, ...) — the cluster models of the round's start.
-    trained : State (M, ...) — the selected clients' trained models.
-    choice : int array (M,) — the model each of them picked.
-    n_samples : array-like (M,) — their train sample counts.
-
-    Returns
-    -------
-    State (k, ...): a model nobody picked (or whose pickers hold no sample) is unchanged.
+    ``models`` (k, ...): the round's start cluster models; ``trained`` (M, ...): the selected clients'
+    trained models; ``choice`` (M,): the model each picked; ``n_samples`` (M,): their train counts.
+    Returns State (k, ...): a model nobody picked (or whose pickers hold no sample) is unchanged.
     """
     return per_cluster_average(models, trained, choice, n_samples)
 

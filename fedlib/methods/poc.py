@@ -69,17 +69,7 @@ class Hyper:
 
 
 def candidate_distribution(n) -> np.ndarray:
-    """Data shares p_k = n_k / Σ_j n_j.
-
-    Parameters
-    ----------
-    n : array-like, shape (K,)
-        Train samples per client (non-negative, positive sum).
-
-    Returns
-    -------
-    ndarray, shape (K,), float64, summing to 1.
-    """
+    """Data shares p_k = n_k / Σ_j n_j, (K,) float64 from train samples ``n`` (K,) (positive sum)."""
     n = np.asarray(n, dtype=np.float64)
     if n.ndim != 1 or np.any(n < 0) or not n.sum() > 0:
         raise ValueError(f"n must be a 1-D array of non-negative counts with a positive sum, got {n!r}")
@@ -108,17 +98,7 @@ def draw_candidates(rng: np.random.Generator, p, d: int) -> np.ndarray:
 
 
 def top_m(losses, m: int) -> np.ndarray:
-    """Positions of the m largest losses, largest first (ties: earlier position first).
-
-    Parameters
-    ----------
-    losses : array-like, shape (d,)
-    m : int, 1 ≤ m ≤ d
-
-    Returns
-    -------
-    ndarray, shape (m,), int64
-    """
+    """Positions (m,) int64 of the m largest of ``losses`` (d,), largest first (ties: earlier first)."""
     losses = np.asarray(losses, dtype=np.float64)
     if not 1 <= m <= losses.size:
         raise ValueError(f"m must be in 1..{losses.size}, got {m}")
