@@ -466,7 +466,7 @@ def plan(df: pd.DataFrame, root: Path | str = RECORDS, device: str = "cpu", stud
             m = merged[k]
             m["value"] += e["value"]
             m["decides"] += f"; {e['decides']}"
-            m["basis"] = m["basis"] if m["basis"] == e["basis"] else f"{m['basis']}; {e['basis']}"
+            m["basis"] = "; ".join(dict.fromkeys([*m["basis"].split("; "), e["basis"]]))  # each basis once
             m["p"] = e["p"] if np.isnan(m["p"]) else m["p"] if np.isnan(e["p"]) else max(m["p"], e["p"])
         else:
             merged[k] = dict(e)
