@@ -73,6 +73,7 @@ validate_spec.covers = X.RunSpec  # the public object this entry point checks
 # Good arguments of each entry point; a case overrides some of them with bad values.
 BASE = {
     P.dirichlet: dict(labels=LABELS, n_clients=3, alpha=0.5, seed=0),
+    P.partition_name: dict(protocol="dirichlet", level=0.5),
     P.dirichlet_client: dict(labels=LABELS, n_clients=3, alpha=0.5, seed=0),
     P.dirichlet_client_mixes: dict(labels=LABELS, n_clients=3, alpha=0.5, seed=0),
     P.similarity: dict(labels=LABELS, n_clients=3, s=0.5, seed=0),
@@ -165,6 +166,8 @@ BASE = {
 
 CASES = [
     # --- fedlib.partition
+    (P.partition_name, dict(protocol="dirichet"), "protocol"),
+    (P.partition_name, dict(level="0.5"), "level"),
     (P.dirichlet, dict(alpha="0.5"), "alpha"),
     (P.dirichlet, dict(alpha=None), "alpha"),
     (P.dirichlet, dict(alpha=True), "alpha"),

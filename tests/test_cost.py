@@ -190,7 +190,7 @@ def test_the_reports_not_run_runs_and_hours_are_what_list_computes_for_its_comma
     monkeypatch.delenv("FEDLIB_SHARING", raising=False)
     monkeypatch.setenv("FEDLIB_CHECKPOINTS", str(tmp_path / "no-checkpoints"))
     g = committed_groups[(committed_groups.records == folder)
-                         & committed_groups.methods.map(lambda ms: ms == [method] or method in ms and folder.startswith("clust"))]
+                         & committed_groups.methods.map(lambda ms: ms == [method] or method in ms and folder.startswith(("clust", "pfedlia")))]
     if folder == "cafa/training":
         g = g[g.command.str.contains("paper_code")]
     assert len(g), (folder, method)
@@ -200,5 +200,6 @@ def test_the_reports_not_run_runs_and_hours_are_what_list_computes_for_its_comma
     hours = t["seconds"] / 3600
     if "python -m fedlib.grid" not in g.command:  # the script's: list_runs' own seconds, unrounded
         assert hours == pytest.approx(g.hours)
-    else:  # the grid command's totals line: two decimals
-        assert hours == pytest.approx(g.hours, abs=0.006)
+    else:  # the grid command's totals line: two decimals; --list prices the runs that differ only in
+        # their seed once (issue 71's speed-up), the report each run: 0.01 h over ~90 h at most
+        assert hours == pytest.approx(g.hours, abs=0.01)

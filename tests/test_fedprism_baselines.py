@@ -440,7 +440,7 @@ def test_bad_hyper(mod, values, match):
 def test_defaults_and_grids():
     assert ifca.Hyper().n_clusters == 5 and fedclust.Hyper().n_clusters == 5
     assert fedclust.Hyper().recluster == "every_round"
-    assert (fedamp.Hyper().sigma, fedamp.Hyper().lam, fedamp.Hyper().alpha) == (1.0, 1.0, 1.0)  # PFLlib
+    assert (fedamp.Hyper().sigma, fedamp.Hyper().lam, fedamp.Hyper().alpha) == ("median", 1.0, 1.0)  # σ per round (issue 69); λ, α: PFLlib
     assert ifca.GRID == fedclust.GRID == fedamp.GRID == {}
     for mod in MODULES.values():
-        assert all(callable(getattr(mod, n)) or n in ("NAME", "GRID", "ATTENTIONS") for n in mod.__all__)
+        assert all(callable(getattr(mod, n)) or n in ("NAME", "GRID", "ATTENTIONS", "SIGMA_MEDIAN", "SELF_WEIGHT_1_N", "READINGS") for n in mod.__all__)

@@ -13,7 +13,8 @@ are compared exactly too).
 Intended changes since: CFL draws its clients from FedAvg's ``selection/group0`` stream
 (it had its own), so its pins equal FedAvg's (it does not split in 3 rounds). FeSEM's default
 start became the paper's (``init='forgy'``: round 0 trains FedAvg's clients only) and FedAMP's
-default attention HeurFedAMP (issue 57): their four pins were rewritten for the new defaults.
+default attention HeurFedAMP (issue 57): their four pins were rewritten for the new defaults; FedAMP's
+default σ became per round (`sigma='median'`, issue 69): its two pins were rewritten again.
 
 Regenerate (only when a change of results is intended and explained):
 ``FEDLIB_REGRESSION_WRITE=1 python -m pytest tests/test_method_regression.py``.

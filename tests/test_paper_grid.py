@@ -180,7 +180,8 @@ def test_beyond_label_table_is_notebook_12s_grid_filtered_by_protocol_and_datase
     assert sorted(s.level for s in small) == sorted(p["small_shares"]) and {s.method for s in small} == {"fedavg"}
     assert {s.protocol for s in pg.select("beyond-label", p, datasets=["adult"])} == {"attribute_skew"}
     rot = pg.select("beyond-label", p, settings=["rotated_groups"], methods=["clust_psi_pfl"])
-    assert [pg.describe(s, "beyond-label").split()[3] for s in rot] == [v for v in p["variants"] if v.startswith("psi_")]
+    assert [pg.describe(s, "beyond-label").split(" K=20 ")[1].split()[0] for s in rot] == \
+        [v for v in p["variants"] if v.startswith("psi_")]
 
 
 @pytest.mark.parametrize("table, kwargs, match", [
@@ -225,7 +226,8 @@ def test_runs_are_recorded_and_a_second_call_computes_nothing(tmp_path):
     assert record["status"] == "ok" and record["spec"]["protocol"] == "dirichlet_client"
     assert [r["spec"] for r in load_records(out)] == [record["spec"]]
     assert lines[0] == f"fedprism-table1: 1 runs, 0 already recorded in {out}, 1 to compute"
-    assert lines[1] == f"fmnist (per-client Dir(0.1)) K=20 fedavg seed=0: ok in {record['seconds']:.1f} s"
+    assert lines[1].startswith(f"fmnist (per-client Dir(0.1)) K=20 fedavg seed=0: ok in {record['seconds']:.1f} s, ")
+    assert lines[1].endswith(" %")  # the finished line carries its accuracy (issue 71)
     stored = json.loads(next(out.glob("*.json")).read_text())
     assert stored["seconds"] == record["seconds"]
     lines.clear()

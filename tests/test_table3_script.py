@@ -79,7 +79,9 @@ def test_report_shows_no_paper_code_number_for_a_run_still_to_come(capsys, tmp_p
     lines = capsys.readouterr().out.splitlines()
     line = next(x for x in lines if x.startswith(f"{spec['protocol']}={spec['level']:g} {spec['method']} "))
     assert f"paper_text={100 * json.loads(path.read_text())['global_accuracy']:.2f}%" in line and "paper_code=—" in line, line
-    row = next(x for x in lines if x.startswith(f"| {spec['method']} |"))
+    from fedlib.methods import display_name
+
+    row = next(x for x in lines if x.startswith(f"| {display_name(spec['method'])} |"))  # rows by display name
     assert row.endswith(" · — |"), row
 
 
@@ -89,14 +91,16 @@ def test_markdown_table_holds_every_committed_record_in_its_cell(capsys):
     script = _script()
     script.main(["--results", str(RECORDS), "--report", "--markdown"])
     out = capsys.readouterr().out
+    from fedlib.methods import display_name
+
     rows = {line.split(" | ")[0][2:]: line.strip("| ").split(" | ")[1:] for line in out.splitlines()
-            if line.startswith("| ") and not line.startswith("| method")}
-    assert set(rows) == set(script.METHODS)
+            if line.startswith("| ") and not line.startswith("| Method")}
+    assert set(rows) == {display_name(m) for m in script.METHODS}  # rows by display name
     columns = {("similarity", 0.0): 0, ("similarity", 1.0): 1, ("dirichlet", 0.3): 2}
     for path in _seed0(RECORDS.glob("*.json")):
         record = json.loads(path.read_text())
         spec = record["spec"]
-        paper, text, code = rows[spec["method"]][columns[(spec["protocol"], spec["level"])]].split(" · ")
+        paper, text, code = rows[display_name(spec["method"])][columns[(spec["protocol"], spec["level"])]].split(" · ")
         if spec.get("reproduction", "paper_text") == "paper_text":
             assert text == f"{100 * record['global_accuracy']:.1f}", (path.name, text)  # percent
             if not runs_differently(spec["method"], 100, 0.5):
