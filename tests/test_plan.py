@@ -201,6 +201,8 @@ def test_run_with_a_tiny_budget_starts_nothing_that_would_not_fit(tmp_path):
     (["--without", "fedsgd"], ["--without", "fedsgd", "fedavg"]),
     (["--together"], ["--together", "unless --run"]),
     (["--records", "/no/such/folder"], ["--records", "/no/such/folder"]),
+    (["--only", "table3"], ["--only", "table3", "cross_paper_preregistered"]),
+    (["--only", "cross_paper_preregistered", "--no-studies"], ["--only", "without --no-studies"]),
 ])
 def test_bad_cli_input_names_the_parameter_and_the_fix(argv, names, capsys):
     from workbook.plan.__main__ import main
@@ -209,3 +211,37 @@ def test_bad_cli_input_names_the_parameter_and_the_fix(argv, names, capsys):
     err = capsys.readouterr().err
     for n in names:
         assert n in err, (n, err)
+
+
+def test_the_preregistered_design_is_planned_as_study_blocks_with_commands_that_compute_them(tmp_path):
+    """Issue 70's design is computed through the plan: a block per partition (7 runs, 1/7 each),
+    each run's printed command computes it into the design's folder."""
+    missing = {folder: (block_of, specs) for folder, block_of, specs in P._study_missing(str(tmp_path), report)}
+    block_of, specs = missing["cross_paper_preregistered"]
+    assert len(specs) == 77 and all(s.fl["rounds"] == 30 and s.seed == 0 for s in specs)
+    blocks = {}
+    for s in specs:
+        blocks.setdefault(block_of(s), []).append(s.method)
+    assert len(blocks) == 11 and all(len(m) == 7 for m in blocks.values())
+    for s in specs[::13]:
+        got, folder = report.command_specs(P._design_command("cross_paper_preregistered", s))
+        assert s.key() in {g.key() for g in got} and str(folder).endswith("cross_paper_preregistered")
+
+
+def test_a_design_run_is_priced_per_round_from_records_at_another_r(tmp_path):
+    """No record at the design's R: its cost is the same method's at R₀, × R / R₀ (linear in R)."""
+    import dataclasses
+    import record_fakes
+    from fedlib.spec import RunSpec, record_path
+
+    s10 = RunSpec("fmnist", "dirichlet", 0.1, 100, 0, "fedavg", fl={"rounds": 10, "local_epochs": 1}, n_train=12000)
+    r = record_fakes.record(s10, fl={"rounds": 10, "local_epochs": 1}, host={"threads": 1}, cpu_seconds=40.0)
+    path = record_path(tmp_path / "cross_paper", s10)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(r))
+    P._timings.cache_clear()
+    s30 = dataclasses.replace(s10, fl={"rounds": 30, "local_epochs": 1})
+    assert P._per_round_estimate(s30, str(tmp_path), "cpu") == pytest.approx(120.0)
+    other = dataclasses.replace(s30, dataset="cifar10")  # no record of its data set: unpriced
+    assert P._per_round_estimate(other, str(tmp_path), "cpu") is None
+    P._timings.cache_clear()

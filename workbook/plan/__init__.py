@@ -31,9 +31,11 @@ the report's own verdict rule (:func:`workbook.verdicts.verdict`):
   at the same level; *infeasible* rows and rows whose data have no offline source
   (``no_offline_data``) neither; nor a row no run of its command answers (counted by
   :func:`plan_notes`);
-* a **study block** (notebook 11's cross-paper grid, notebook 12's beyond-label grid, partitioned
-  by partition: one block each): each missing run of a block is worth 1 / (runs missing in that
-  block) of "one block completed".
+* a **study block** (notebook 11's cross-paper grid and the designs of :data:`DESIGN_FOLDERS`,
+  notebook 12's beyond-label grid, partitioned by partition: one block each): each missing run of
+  a block is worth 1 / (runs missing in that block) of "one block completed". ``--only FOLDER``
+  keeps one folder's runs (a core given to the pre-registered design while the other follows the
+  plan's head).
 
 A row's seed that needs k runs (a reading over seeds every method of its table finished,
 ``shared_with``) gives each of them value / k. One run that serves several rows (or a row and a
@@ -97,6 +99,11 @@ deciding it decides its verdict and feeds the claim's comparison, the report's f
 MIN_VALUE = 0.01
 """A run worth less (expected rows decided) is not planned: no affordable number of seeds decides its row."""
 COMMAND = "python -m workbook.plan"
+#: Notebook 11's designs the plan schedules as study blocks beside the budget grid (issue 70: the
+#: pre-registered design is computed through the plan): records folder -> design name
+#: (:data:`workbook.cross_paper_design.DESIGNS`). Until a run of its R is recorded, a design's run
+#: is priced per round from the records at another R (:func:`_per_round_estimate`).
+DESIGN_FOLDERS = {"cross_paper_preregistered": "preregistered"}
 
 
 # ----------------------------------------------------------------------------- values (pure)
@@ -430,8 +437,50 @@ def _study_missing(root: str, R) -> list[tuple]:
     def missing(specs, folder):  # as present_records finds them (by spec fields), from the records the report read
         done = _recorded(str(Path(root) / folder))
         return [s for s in specs if _rkey(s) not in done]
-    return [("cross_paper", lambda s: X.partition_of(s.protocol, s.level), missing(cross, "cross_paper")),
-            ("beyond_label", lambda s: B.partition_of_spec(s.to_dict()), missing(beyond, "beyond_label"))]
+    def partition(s):
+        return X.partition_of(s.protocol, s.level)
+    return [("cross_paper", partition, missing(cross, "cross_paper")),
+            ("beyond_label", lambda s: B.partition_of_spec(s.to_dict()), missing(beyond, "beyond_label")),
+            *[(folder, partition, missing(_design_specs(design), folder)) for folder, design in DESIGN_FOLDERS.items()]]
+
+
+def _design_specs(design: str) -> list:
+    """The runs of notebook 11's ``design`` (:data:`workbook.cross_paper_design.DESIGNS`)."""
+    from fedlib import notebook_params
+    from .. import cross_paper as X, cross_paper_design as D
+
+    p = notebook_params.load(D.ROOT / D.DESIGNS[design], "11_cross_paper")
+    return X.notebook_grid(**{k: p[k] for k in X.GRID_PARAMS})["cross"]
+
+
+def _design_command(folder: str, spec) -> str:
+    """The command that computes ``spec``'s run of the design recorded in ``folder`` (with the other runs of its
+    protocol in that design: the grid filters by protocol, not level; each is computed once)."""
+    from .. import cross_paper_design as D
+
+    design = DESIGN_FOLDERS[folder]
+    return (f"python -m fedlib.grid cross-paper --params {D.DESIGNS[design]} --out {D.RECORDS_OF[design]} "
+            f"--seeds {spec.seed} --methods {spec.method} --settings {spec.protocol}")
+
+
+def _per_round_estimate(spec, root: str, device: str) -> float | None:
+    """``spec``'s cost from the records of its data set, ``n_train`` and method at another number of
+    rounds R₀ (the smallest that prices it): :func:`fedlib.cost.estimate` at R₀ × R / R₀ (linear in
+    R; a run's fixed costs make it an upper bound for R > R₀). None when no R₀ prices it."""
+    import dataclasses
+
+    from fedlib.methods import FLConfig
+
+    rounds = FLConfig.from_dict(spec.effective()[1]).rounds
+    records = _timings(".", root)
+    others = sorted({(r.get("fl") or {}).get("rounds") for r in records
+                     if (r.get("spec") or {}).get("dataset") == spec.dataset
+                     and (r.get("spec") or {}).get("n_train") == spec.n_train} - {None, rounds})
+    for r0 in others:
+        est = cost.estimate(dataclasses.replace(spec, fl={**spec.fl, "rounds": r0}), records, device).seconds
+        if est is not None:
+            return float(est) * rounds / r0
+    return None
 
 
 def _describe(spec) -> str:
@@ -473,6 +522,8 @@ def plan(df: pd.DataFrame, root: Path | str = RECORDS, device: str = "cpu", stud
     rows = []
     for e in merged.values():
         est = cost.estimate(e["spec"], _timings(e["folder"], root), device).seconds
+        if est is None and e["folder"] in DESIGN_FOLDERS:
+            est = _per_round_estimate(e["spec"], root, device)
         rows.append({**e, "seconds": np.nan if est is None else float(est)})
     d = pd.DataFrame(rows, columns=["folder", "group", "spec", "value", "p", "decides", "basis", "seconds"])
     if d.empty:
@@ -488,7 +539,8 @@ def plan(df: pd.DataFrame, root: Path | str = RECORDS, device: str = "cpu", stud
     d["cum_hours"] = d.seconds.fillna(0).cumsum() / 3600.0
     d["cum_value"] = d.value.cumsum()
     d.attrs["not_planned"] = not_planned
-    d["command"] = [run_command(g, s, _group(g, root, R)[2] if g not in ("cross_paper", "beyond_label") else
+    d["command"] = [_design_command(g, s) if g in DESIGN_FOLDERS else
+                    run_command(g, s, _group(g, root, R)[2] if g not in ("cross_paper", "beyond_label") else
                                 _study_seeds(g)) for g, s in zip(d.group, d.spec)]
     return d[["rank", "decides", "basis", "p", "value", "run", "folder", "seconds", "cum_hours", "cum_value",
               "command", "spec"]]

@@ -12,7 +12,7 @@ from pathlib import Path
 from fedlib.validation import check_choice, check_int, check_number, fail
 from workbook import report as R
 from workbook.matching import RECORDS
-from workbook.plan import COMMAND, plan, plan_markdown, plan_notes, run_plan
+from workbook.plan import COMMAND, DESIGN_FOLDERS, plan, plan_markdown, plan_notes, run_plan
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -24,12 +24,22 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--no-studies", action="store_true", help="leave notebooks 11 and 12's grids out")
     a.add_argument("--without", nargs="+", default=[], metavar="METHOD",
                    help="leave these methods' runs out (e.g. methods whose code is changing: their records would be superseded)")
+    a.add_argument("--only", nargs="+", default=[], metavar="FOLDER",
+                   help="keep only the runs of these records folders (e.g. cross_paper_preregistered: a core given to a "
+                        "study's design while the other follows the plan's head)")
     a.add_argument("--run", action="store_true", help="compute the plan in order (needs --budget)")
     a.add_argument("--budget", default=None, help="with --run: seconds from the start; no run starts that would not end by then")
     a.add_argument("--together", action="store_true", help="with --run: runs of the FedAvg family that may train together "
                    "do, in one engine call per round (fedlib.together; on a GPU, one wide call replaces many narrow ones)")
     a.add_argument("--workers", default="1", help="with --run: runs at once, one process and one thread each")
     return a
+
+
+def folders() -> tuple:
+    """The records folders a plan's run can belong to (``--only``'s choices)."""
+    from workbook.report_cells import RECORD_COMMANDS, grid_tables
+
+    return tuple(sorted({*grid_tables(), *(k.split(":")[0] for k in RECORD_COMMANDS), *DESIGN_FOLDERS}))
 
 
 def _number(text, name: str, kind=float):
@@ -63,6 +73,11 @@ def main(argv=None) -> int:
         root = Path(a.records)
         if not root.is_dir():
             fail("--records", "an existing folder of run records (e.g. benchmarks/records)", str(root))
+        studies = {"cross_paper", "beyond_label", *DESIGN_FOLDERS}
+        if a.no_studies and studies & set(a.only):
+            fail("--only", "a study's folder only without --no-studies (that leaves the studies out)", a.only)
+        for folder in a.only:
+            check_choice(folder, "--only", folders())
     except ValueError as e:
         print(f"{COMMAND}: {e}", file=sys.stderr)
         return 2
@@ -70,6 +85,8 @@ def main(argv=None) -> int:
     p = plan(df, root, device=device, studies=not a.no_studies, report=R)
     if a.without:
         p = p[[s.method not in a.without for s in p.spec]].reset_index(drop=True)
+    if a.only:
+        p = p[p.folder.isin(a.only)].reset_index(drop=True)
     if not a.run:
         print(f"{len(p)} runs planned, {p.seconds.notna().sum()} priced ({p.seconds.sum() / 3600:.1f} "
               f"{'CPU' if device == 'cpu' else 'GPU'}-hours), expected to decide {p.value.sum():.1f} rows; "
