@@ -245,3 +245,22 @@ def test_a_design_run_is_priced_per_round_from_records_at_another_r(tmp_path):
     other = dataclasses.replace(s30, dataset="cifar10")  # no record of its data set: unpriced
     assert P._per_round_estimate(other, str(tmp_path), "cpu") is None
     P._timings.cache_clear()
+
+
+def test_a_seed_whose_partition_is_recorded_infeasible_is_skipped_for_every_method(tmp_path):
+    """The partition depends on its seed, not the method: CL's infeasible seed 0 at α = 0.05 means
+    FedAvg's first run there is seed 1, not a second 'infeasible' record."""
+    import record_fakes
+    from fedlib.spec import RunSpec, record_path
+    from workbook.like_for_like import FRACTION
+
+    s = RunSpec("fmnist", "dirichlet", 0.05, 100, 0, "cl", fl={"rounds": 40, "local_epochs": 5, "fraction": FRACTION})
+    path = record_path(tmp_path / T3, s)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(record_fakes.record(s, "infeasible")))
+    _t3(tmp_path, "fedavg", "similarity", 1.0, 0, 0.85)  # a record that prices FedAvg's runs
+    df = report.frame(tmp_path)
+    p = P.plan(df, tmp_path, studies=False, report=report)
+    at = [x for f, x in zip(p.folder, p.spec) if f == T3 and x.protocol == "dirichlet" and float(x.level) == 0.05]
+    assert at and all(x.seed != 0 for x in at)
+    assert any(x.method == "fedavg" and x.seed == 1 for x in at)

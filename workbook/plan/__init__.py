@@ -362,8 +362,9 @@ def _timings(folder: str, root: str) -> tuple:
 
 def _row_runs(row, reading, root: str, R) -> list:
     """The runs of the row's next seed: the smallest seed at which a run the row reads (its own
-    match, and each of ``shared_with``) has no record, those runs (at the level that answered a
-    "most heterogeneous" row, else the smallest)."""
+    match, and each of ``shared_with``) has no record and whose partition is not recorded
+    infeasible (:func:`_known_infeasible`), those runs (at the level that answered a "most
+    heterogeneous" row, else the smallest)."""
     key = group_of(row["records"], row["match"])
     _, todo, _, by_method = _group(key, root, R)
     wanted = [row["match"], *reading.shared_with]
@@ -382,11 +383,20 @@ def _row_runs(row, reading, root: str, R) -> list:
         ran = [float(r["spec"]["level"]) for r in matched_records(reading, Path(root))[1] if r.get("status") == "ok"]
         level = min(ran) if ran else min((float(s.level) for s in mine), default=None)
         mine = [s for s in mine if float(s.level) == float(level)]
+    folder = str(Path(root) / row["records"])
     for seed in sorted({s.seed for s in mine}):
         need = [s for s in mine if s.seed == seed and s.key() in todo]
-        if need:
+        if need and not any(_known_infeasible(folder, s) for s in need):
             return need
     return []
+
+
+def _known_infeasible(folder: str, spec) -> bool:
+    """Whether ``spec``'s partition (data set, protocol, level, K, seed: the method does not enter
+    it) is recorded infeasible in ``folder``: its run would only record that again, so the plan
+    skips to the next seed."""
+    cell = (spec.dataset, spec.protocol, float(spec.level), int(spec.n_clients))
+    return _statuses_by_partition(folder).get(cell, {}).get(spec.seed) == "infeasible"
 
 
 def _entries(df: pd.DataFrame, root: str, studies: bool, R) -> tuple[list[dict], dict]:
