@@ -213,10 +213,10 @@ def test_bad_cli_input_names_the_parameter_and_the_fix(argv, names, capsys):
         assert n in err, (n, err)
 
 
-def test_the_preregistered_design_is_planned_as_study_blocks_with_commands_that_compute_them(tmp_path):
-    """Issue 70's design is computed through the plan: a block per partition (7 runs, 1/7 each),
-    each run's printed command computes it into the design's folder."""
-    missing = {folder: (block_of, specs) for folder, block_of, specs in P._study_missing(str(tmp_path), report)}
+def test_the_planned_designs_are_study_blocks_with_commands_that_compute_them(tmp_path):
+    """Issue 70's designs are computed through the plan: a block per partition (the pre-registered
+    design: 7 runs, 1/7 each), each run's printed command computes it into the design's folder."""
+    missing = {group: (block_of, specs) for group, _, block_of, specs in P._study_missing(str(tmp_path), report)}
     block_of, specs = missing["cross_paper_preregistered"]
     assert len(specs) == 77 and all(s.fl["rounds"] == 30 and s.seed == 0 for s in specs)
     blocks = {}
@@ -226,6 +226,14 @@ def test_the_preregistered_design_is_planned_as_study_blocks_with_commands_that_
     for s in specs[::13]:
         got, folder = report.command_specs(P._design_command("cross_paper_preregistered", s))
         assert s.key() in {g.key() for g in got} and str(folder).endswith("cross_paper_preregistered")
+    # the small-client seeds: FedAvg and the four baselines at seeds 1 and 2, a block per share, into beyond_label
+    block_of, specs = missing["beyond_label:small_seeds"]
+    assert {s.seed for s in specs} == {1, 2} and {s.protocol for s in specs} == {"small_clients"}
+    assert {s.method for s in specs} == {"fedavg", "ifca", "fedclust", "cfl", "pfedlia"} and len(specs) == 50
+    assert len({block_of(s) for s in specs}) == 5
+    for s in specs[::11]:
+        got, folder = report.command_specs(P._design_command("beyond_label:small_seeds", s))
+        assert s.key() in {g.key() for g in got} and str(folder).endswith("beyond_label")
 
 
 def test_a_design_run_is_priced_per_round_from_records_at_another_r(tmp_path):

@@ -31,7 +31,7 @@ the report's own verdict rule (:func:`workbook.verdicts.verdict`):
   at the same level; *infeasible* rows and rows whose data have no offline source
   (``no_offline_data``) neither; nor a row no run of its command answers (counted by
   :func:`plan_notes`);
-* a **study block** (notebook 11's cross-paper grid and the designs of :data:`DESIGN_FOLDERS`,
+* a **study block** (notebook 11's cross-paper grid and the designs of :data:`PLANNED_DESIGNS`,
   notebook 12's beyond-label grid, partitioned by partition: one block each): each missing run of
   a block is worth 1 / (runs missing in that block) of "one block completed". ``--only FOLDER``
   keeps one folder's runs (a core given to the pre-registered design while the other follows the
@@ -99,11 +99,16 @@ deciding it decides its verdict and feeds the claim's comparison, the report's f
 MIN_VALUE = 0.01
 """A run worth less (expected rows decided) is not planned: no affordable number of seeds decides its row."""
 COMMAND = "python -m workbook.plan"
-#: Notebook 11's designs the plan schedules as study blocks beside the budget grid (issue 70: the
-#: pre-registered design is computed through the plan): records folder -> design name
-#: (:data:`workbook.cross_paper_design.DESIGNS`). Until a run of its R is recorded, a design's run
-#: is priced per round from the records at another R (:func:`_per_round_estimate`).
-DESIGN_FOLDERS = {"cross_paper_preregistered": "preregistered"}
+#: The designs the plan schedules as study blocks beside notebooks 11 and 12's grids (issue 70: the
+#: pre-registered comparison and the small-client seeds are computed through the plan): command
+#: group -> (notebook, params file, records folder under the records root). Until a run of its R
+#: is recorded, a design's run is priced per round from records at another R (:func:`_per_round_estimate`).
+PLANNED_DESIGNS = {
+    "cross_paper_preregistered": ("11_cross_paper", "params/designs/11_cross_paper_preregistered.yaml",
+                                  "cross_paper_preregistered"),
+    "beyond_label:small_seeds": ("12_beyond_label_skew", "params/designs/12_small_clients_seeds.yaml", "beyond_label"),
+}
+_GRID_OF = {"11_cross_paper": "cross-paper", "12_beyond_label_skew": "beyond-label"}
 
 
 # ----------------------------------------------------------------------------- values (pure)
@@ -425,18 +430,19 @@ def _entries(df: pd.DataFrame, root: str, studies: bool, R) -> tuple[list[dict],
                         "value": share * value / len(need), "p": p_k, "decides": row["id"],
                         "basis": basis if share == 1 else f"{basis}, {share:.2f} of seeds feasible"})
     if studies:
-        for folder, block_of, missing in _study_missing(root, R):
+        for group, folder, block_of, missing in _study_missing(root, R):
             by_block: dict = {}
             for s in missing:
-                by_block.setdefault(f"{folder} block {block_of(s)}", []).append(s)
+                by_block.setdefault(f"{group} block {block_of(s)}", []).append(s)
             for block, s, v in study_values(by_block):
-                out.append({"folder": folder, "group": folder, "spec": s, "value": v, "p": np.nan, "decides": block,
+                out.append({"folder": folder, "group": group, "spec": s, "value": v, "p": np.nan, "decides": block,
                             "basis": f"1/{len(by_block[block])} of a block"})
     return out, why
 
 
 def _study_missing(root: str, R) -> list[tuple]:
-    """(folder, block of a spec, the specs without a record) of notebooks 11 and 12's grids."""
+    """(command group, records folder, block of a spec, the specs without a record) of notebooks 11
+    and 12's grids and of :data:`PLANNED_DESIGNS`."""
     from fedlib import notebook_params
     from .. import beyond_label as B, cross_paper as X
 
@@ -447,29 +453,37 @@ def _study_missing(root: str, R) -> list[tuple]:
     def missing(specs, folder):  # as present_records finds them (by spec fields), from the records the report read
         done = _recorded(str(Path(root) / folder))
         return [s for s in specs if _rkey(s) not in done]
-    def partition(s):
+
+    def cross_block(s):
         return X.partition_of(s.protocol, s.level)
-    return [("cross_paper", partition, missing(cross, "cross_paper")),
-            ("beyond_label", lambda s: B.partition_of_spec(s.to_dict()), missing(beyond, "beyond_label")),
-            *[(folder, partition, missing(_design_specs(design), folder)) for folder, design in DESIGN_FOLDERS.items()]]
+
+    def beyond_block(s):
+        return B.partition_of_spec(s.to_dict())
+    block_of = {"11_cross_paper": cross_block, "12_beyond_label_skew": beyond_block}
+    return [("cross_paper", "cross_paper", cross_block, missing(cross, "cross_paper")),
+            ("beyond_label", "beyond_label", beyond_block, missing(beyond, "beyond_label")),
+            *[(group, folder, block_of[nb], missing(_design_specs(group), folder))
+              for group, (nb, _, folder) in PLANNED_DESIGNS.items()]]
 
 
-def _design_specs(design: str) -> list:
-    """The runs of notebook 11's ``design`` (:data:`workbook.cross_paper_design.DESIGNS`)."""
+def _design_specs(group: str) -> list:
+    """The runs of the planned design ``group`` (:data:`PLANNED_DESIGNS`)."""
     from fedlib import notebook_params
-    from .. import cross_paper as X, cross_paper_design as D
+    from fedlib.paths import ROOT
+    from .. import beyond_label as B, cross_paper as X
 
-    p = notebook_params.load(D.ROOT / D.DESIGNS[design], "11_cross_paper")
-    return X.notebook_grid(**{k: p[k] for k in X.GRID_PARAMS})["cross"]
+    nb, params, _ = PLANNED_DESIGNS[group]
+    p = notebook_params.load(ROOT / params, nb)
+    if nb == "11_cross_paper":
+        return X.notebook_grid(**{k: p[k] for k in X.GRID_PARAMS})["cross"]
+    return B.notebook_grid(**{k: p[k] for k in B.GRID_PARAMS})["study"]
 
 
-def _design_command(folder: str, spec) -> str:
-    """The command that computes ``spec``'s run of the design recorded in ``folder`` (with the other runs of its
-    protocol in that design: the grid filters by protocol, not level; each is computed once)."""
-    from .. import cross_paper_design as D
-
-    design = DESIGN_FOLDERS[folder]
-    return (f"python -m fedlib.grid cross-paper --params {D.DESIGNS[design]} --out {D.RECORDS_OF[design]} "
+def _design_command(group: str, spec) -> str:
+    """The command that computes ``spec``'s run of the planned design ``group`` (with the other runs
+    of its protocol in that design: the grid filters by protocol, not level; each is computed once)."""
+    nb, params, folder = PLANNED_DESIGNS[group]
+    return (f"python -m fedlib.grid {_GRID_OF[nb]} --params {params} --out benchmarks/records/{folder} "
             f"--seeds {spec.seed} --methods {spec.method} --settings {spec.protocol}")
 
 
@@ -506,7 +520,8 @@ def plan(df: pd.DataFrame, root: Path | str = RECORDS, device: str = "cpu", stud
     """The plan over the report's frame ``df`` (:func:`workbook.report.frame` of ``root``): one row
     per run, in order (the module's docstring): rank, decides (row ids or study blocks, "; "-joined),
     basis (first seed / next seed / share of a block), p (P(decided) of the row's next seed, NaN for a
-    block), value (expected rows decided), run, folder, seconds (the estimate on ``device``, NaN
+    block), value (expected rows decided), run, folder (the records folder), group (its command group,
+    or a :data:`PLANNED_DESIGNS` key), seconds (the estimate on ``device``, NaN
     where none), cum_hours, cum_value, command, spec; ``attrs['not_planned']``: the rows not planned,
     counted by why. ``report``: the module :mod:`workbook.report`, passed in (the report imports the
     plan, so the plan imports no report; its pooled sds and command specs are the report's)."""
@@ -532,7 +547,7 @@ def plan(df: pd.DataFrame, root: Path | str = RECORDS, device: str = "cpu", stud
     rows = []
     for e in merged.values():
         est = cost.estimate(e["spec"], _timings(e["folder"], root), device).seconds
-        if est is None and e["folder"] in DESIGN_FOLDERS:
+        if est is None and e["group"] in PLANNED_DESIGNS:
             est = _per_round_estimate(e["spec"], root, device)
         rows.append({**e, "seconds": np.nan if est is None else float(est)})
     d = pd.DataFrame(rows, columns=["folder", "group", "spec", "value", "p", "decides", "basis", "seconds"])
@@ -549,10 +564,10 @@ def plan(df: pd.DataFrame, root: Path | str = RECORDS, device: str = "cpu", stud
     d["cum_hours"] = d.seconds.fillna(0).cumsum() / 3600.0
     d["cum_value"] = d.value.cumsum()
     d.attrs["not_planned"] = not_planned
-    d["command"] = [_design_command(g, s) if g in DESIGN_FOLDERS else
+    d["command"] = [_design_command(g, s) if g in PLANNED_DESIGNS else
                     run_command(g, s, _group(g, root, R)[2] if g not in ("cross_paper", "beyond_label") else
                                 _study_seeds(g)) for g, s in zip(d.group, d.spec)]
-    return d[["rank", "decides", "basis", "p", "value", "run", "folder", "seconds", "cum_hours", "cum_value",
+    return d[["rank", "decides", "basis", "p", "value", "run", "folder", "group", "seconds", "cum_hours", "cum_value",
               "command", "spec"]]
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from fedlib.validation import check_choice, check_int, check_number, fail
 from workbook import report as R
 from workbook.matching import RECORDS
-from workbook.plan import COMMAND, DESIGN_FOLDERS, plan, plan_markdown, plan_notes, run_plan
+from workbook.plan import COMMAND, PLANNED_DESIGNS, plan, plan_markdown, plan_notes, run_plan
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -25,8 +25,8 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--without", nargs="+", default=[], metavar="METHOD",
                    help="leave these methods' runs out (e.g. methods whose code is changing: their records would be superseded)")
     a.add_argument("--only", nargs="+", default=[], metavar="FOLDER",
-                   help="keep only the runs of these records folders (e.g. cross_paper_preregistered: a core given to a "
-                        "study's design while the other follows the plan's head)")
+                   help="keep only the runs of these records folders or planned designs (workbook.plan.PLANNED_DESIGNS, e.g. "
+                        "cross_paper_preregistered: a core given to a study's design while the other follows the plan's head)")
     a.add_argument("--run", action="store_true", help="compute the plan in order (needs --budget)")
     a.add_argument("--budget", default=None, help="with --run: seconds from the start; no run starts that would not end by then")
     a.add_argument("--together", action="store_true", help="with --run: runs of the FedAvg family that may train together "
@@ -36,10 +36,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def folders() -> tuple:
-    """The records folders a plan's run can belong to (``--only``'s choices)."""
+    """The records folders and planned designs a plan's run can belong to (``--only``'s choices)."""
     from workbook.report_cells import RECORD_COMMANDS, grid_tables
 
-    return tuple(sorted({*grid_tables(), *(k.split(":")[0] for k in RECORD_COMMANDS), *DESIGN_FOLDERS}))
+    return tuple(sorted({*grid_tables(), *(k.split(":")[0] for k in RECORD_COMMANDS), *PLANNED_DESIGNS}))
 
 
 def _number(text, name: str, kind=float):
@@ -73,7 +73,7 @@ def main(argv=None) -> int:
         root = Path(a.records)
         if not root.is_dir():
             fail("--records", "an existing folder of run records (e.g. benchmarks/records)", str(root))
-        studies = {"cross_paper", "beyond_label", *DESIGN_FOLDERS}
+        studies = {"cross_paper", "beyond_label", *PLANNED_DESIGNS}
         if a.no_studies and studies & set(a.only):
             fail("--only", "a study's folder only without --no-studies (that leaves the studies out)", a.only)
         for folder in a.only:
@@ -86,7 +86,7 @@ def main(argv=None) -> int:
     if a.without:
         p = p[[s.method not in a.without for s in p.spec]].reset_index(drop=True)
     if a.only:
-        p = p[p.folder.isin(a.only)].reset_index(drop=True)
+        p = p[p.folder.isin(a.only) | p.group.isin(a.only)].reset_index(drop=True)
     if not a.run:
         print(f"{len(p)} runs planned, {p.seconds.notna().sum()} priced ({p.seconds.sum() / 3600:.1f} "
               f"{'CPU' if device == 'cpu' else 'GPU'}-hours), expected to decide {p.value.sum():.1f} rows; "
