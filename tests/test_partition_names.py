@@ -9,20 +9,16 @@ from fedlib.spec import RunSpec
 from workbook import cross_paper
 
 
-def test_partition_name_writes_each_protocol_as_the_tables_do():
-    assert P.partition_name("dirichlet", 0.3) == "Dirichlet α = 0.3"
-    assert P.partition_name("dirichlet_client", 0.1) == "per-client Dir(0.1)"
-    assert P.partition_name("similarity", 0) == "Similarity S = 0"
-    assert P.partition_name("iid_fraction_classes_1_2", 0.25) == "25 % IID, others 1–2 classes"
-    assert P.partition_name("iid_fraction_classes", 0.5) == "50 % IID, others 2–4 classes"
-    assert P.partition_name("pathological_clusters", 5) == "pathological, 5 clusters"
-    assert P.partition_name("noisy_clusters", 5) == "noisy, 5 clusters"
-    assert P.partition_name("small_clients", 0.3) == "30 % small clients (5–20 samples)"
+@pytest.mark.parametrize("protocol, level, name", [
+    ("dirichlet", 0.3, "Dirichlet α = 0.3"), ("dirichlet_client", 0.1, "per-client Dir(0.1)"),
+    ("similarity", 0, "Similarity S = 0"), ("iid_fraction_classes_1_2", 0.25, "25 % IID, others 1–2 classes"),
+    ("iid_fraction_classes", 0.5, "50 % IID, others 2–4 classes"), ("pathological_clusters", 5, "pathological, 5 clusters"),
+    ("noisy_clusters", 5, "noisy, 5 clusters"), ("small_clients", 0.3, "30 % small clients (5–20 samples)"),
     # the transform groups spell out their steps (BRIGHTNESS_STEP, NOISE_STEP), as notebook 12 names them
-    assert P.partition_name("rotated_groups", 4) == "rotated 0/90/180/270°"
-    assert P.partition_name("brightness_groups", 4) == "brightness ×1/.75/.5/.25"
-    assert P.partition_name("noise_groups", 4) == "Gaussian noise s.d. 0/.1/.2/.3"
-    assert P.partition_name("rotated_groups", 2) == "rotated 0/90°"
+    ("rotated_groups", 4, "rotated 0/90/180/270°"), ("brightness_groups", 4, "brightness ×1/.75/.5/.25"),
+    ("noise_groups", 4, "Gaussian noise s.d. 0/.1/.2/.3"), ("rotated_groups", 2, "rotated 0/90°")])
+def test_partition_name_writes_each_protocol_as_the_tables_do(protocol, level, name):
+    assert P.partition_name(protocol, level) == name
 
 
 def test_every_protocol_has_a_name_and_two_partitions_never_share_one():

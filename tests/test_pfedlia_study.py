@@ -131,3 +131,68 @@ def test_rounds_frame_and_influence_view():
     with pytest.raises(ValueError, match="record must be a finished pFedLIA record"):
         study.influence_frame(record("fedavg", "pathological_clusters", 0, 0.9), 0)
     assert isinstance(curves, pd.DataFrame)
+
+
+def _shown(mean, sd, n) -> str:
+    """A cell of ours as the markdown table prints it (workbook.tables.mean_sd), from the CSV's numbers."""
+    return "—" if n == 0 else f"{mean:.2f} (n = 1)" if n == 1 else f"{mean:.2f} ± {sd:.2f} (n = {n})"
+
+
+def test_csvs_hold_the_tables_numbers_never_strings(tmp_path):
+    """table1_csv / recovery_csv: numbers only (they survive a round trip through a CSV file as
+    numbers), in the table's unit (percent; ARI a fraction of 1), and every number is the one the
+    markdown table shows, its notes as counts."""
+    perfect, merged, forgy = [0, 1, 2, 3, 4] * 2, [0] * 10, {"init": "forgy"}  # FeSEM's paper start
+    never, split = {"split_log": [{"round": 3, "split": False}]}, {"split_log": [{"round": 3, "split": True}]}
+    recs = [record("oracle", "pathological_clusters", s, 0.98 + 0.01 * s, grouping=perfect) for s in (0, 1)]
+    recs += [record("pfedlia", "pathological_clusters", s, 0.97, grouping=perfect) for s in (0, 1)]
+    recs += [record("pfedlia", "noisy_clusters", 0, 0.8, grouping=merged),
+             record("pfedlia", "noisy_clusters", 1, 0.0, status="failed"),
+             record("fesem", "pathological_clusters", 0, 0.6, grouping=perfect, hyper=forgy,
+                    info={"stay": {"window": [3, 4]}}),
+             record("fesem", "pathological_clusters", 1, 0.7, grouping=merged, hyper=forgy,
+                    info={"stay": {"window": [5, 5]}}),
+             record("cfl", "pathological_clusters", 0, 0.5, hyper=study.CFL_PAPER, info={**never, "assignment": merged}),
+             record("cfl", "noisy_clusters", 0, 0.5, hyper=study.CFL_PAPER, info={**never, "assignment": merged}),
+             record("cfl", "noisy_clusters", 1, 0.6, hyper=study.CFL_PAPER, info={**split, "assignment": perfect})]
+    df = study.accuracy_frame(recs)
+    shown, csv = study.table1(df).set_index("Method"), study.table1_csv(df)
+    assert csv.columns.tolist() == study.TABLE1_CSV_COLUMNS
+    csv.to_csv(tmp_path / "t1.csv", index=False)
+    back = pd.read_csv(tmp_path / "t1.csv")
+    for c in ("mean", "sd", "n", "paper_mean", "paper_sd", "stays", "stays_of", "never_split", "never_split_of"):
+        assert pd.api.types.is_numeric_dtype(back[c]), c
+    assert len(csv) == len(shown) * 2 and set(csv.setting) == {"Pathological", "Noisy"}
+    for r in csv.itertuples():
+        cell = shown.loc[r.method, r.setting]
+        assert cell.startswith(_shown(r.mean, r.sd, r.n) if r.status in ("ok", "not run") else r.status), (r, cell)
+        paper = shown.loc[r.method, f"{r.setting} (paper)"]
+        assert paper == ("—" if np.isnan(r.paper_mean) else f"{r.paper_mean:.2f} ± {r.paper_sd:.2f}")
+        assert (f"(stays {r.stays}/{r.stays_of})" in cell) == (not pd.isna(r.stays))
+        assert ("(CFL never split)" in cell) == (not pd.isna(r.never_split) and r.never_split == r.never_split_of > 0)
+    by = csv.set_index(["method", "setting"])
+    assert by.loc[("Oracle", "Pathological"), ["mean", "sd", "n"]].tolist() == pytest.approx([98.5, 0.5, 2])  # percent
+    assert by.loc[("Oracle", "Pathological"), ["paper_mean", "paper_sd"]].tolist() == [99.07, 0.21]
+    assert by.loc[("Oracle", "Noisy"), "status"] == "not run" and by.loc[("Oracle", "Noisy"), "n"] == 0
+    assert by.loc[("pFedLIA", "Noisy"), "status"] == "failed" and np.isnan(by.loc[("pFedLIA", "Noisy"), "mean"])
+    assert by.loc[("FeSEM", "Pathological"), ["stays", "stays_of"]].tolist() == [8, 9]
+    flbench = "CFL (ε1 = 0.4, ε2 = 1.6, γ = 0: FL-bench's)"
+    assert by.loc[(flbench, "Pathological"), ["never_split", "never_split_of"]].tolist() == [1, 1]
+    assert by.loc[(flbench, "Noisy"), ["never_split", "never_split_of"]].tolist() == [1, 2]
+    assert shown.loc[flbench, "Noisy"] == "55.00 ± 5.00 (n = 2) (CFL split in 1 of 2 runs)"
+    assert pd.isna(by.loc[("pFedLIA", "Pathological"), ["stays", "never_split"]]).all()  # no note, no count
+
+    rshown, rcsv = study.recovery_table(df).set_index("Method"), study.recovery_csv(df)
+    assert rcsv.columns.tolist() == ["method", "setting", "quantity", "mean", "sd", "n", "status"]
+    rcsv.to_csv(tmp_path / "rec.csv", index=False)
+    rback = pd.read_csv(tmp_path / "rec.csv")
+    assert all(pd.api.types.is_numeric_dtype(rback[c]) for c in ("mean", "sd", "n"))
+    assert len(rcsv) == rshown.size  # one row per cell of the table
+    for r in rcsv.itertuples():
+        cell = rshown.loc[r.method, f"{r.setting} {r.quantity}"]
+        assert cell == (_shown(r.mean, r.sd, r.n) if r.status in ("ok", "not run") else r.status), (r, cell)
+    rby = rcsv.set_index(["method", "setting", "quantity"])
+    assert rby.loc[("FeSEM", "Pathological", "ARI"), ["mean", "n"]].tolist() == pytest.approx([0.5, 2])  # a fraction of 1
+    assert rby.loc[("FeSEM", "Pathological", "groups"), "mean"] == pytest.approx(3.0)  # 5 and 1 groups
+    assert rby.loc[("pFedLIA", "Noisy", "ARI"), "status"] == "failed"  # never the surviving seed's number
+    assert rshown.loc["pFedLIA", "Noisy ARI"] == "failed"

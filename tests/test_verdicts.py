@@ -46,6 +46,24 @@ def test_one_seed_borrows_the_pooled_sd_and_never_counts_as_exact():
     assert V.pooled_sd([[1.0], [2.0]]) == (pytest.approx(float("nan"), nan_ok=True), 0)
 
 
+def test_seed_sd_pools_by_scope_narrowest_first_and_never_0():
+    """The pools the report's and the plan's one-seed rows borrow from: rows of two seeds or more,
+    grouped per scope of pool_keys (method, data set, protocol; every method; the folder)."""
+    from types import SimpleNamespace as NS
+
+    def rd(method, protocol, name="r"):
+        return NS(records="f", metric="acc", name=name, match={"method": method, "dataset": "d", "protocol": protocol})
+
+    a, b, c = rd("m", "p"), rd("n", "p"), rd("m", "q")
+    pools = V.seed_sd_pools([(a, [1.0, 3.0]), (b, [10.0, 12.0, 14.0]), (c, [5.0, 5.0]), (rd("m", "p"), [7.0])])
+    narrow, method_wide, folder = V.pool_keys(a)
+    assert narrow == ("f", "acc", "r", "m", "d", "p") and folder == ("f", "acc", "d")
+    assert pools[narrow] == (pytest.approx(math.sqrt(2)), 1, 1, V.POOL_SCOPES[0])
+    assert pools[method_wide] == (pytest.approx(math.sqrt(10 / 3)), 3, 2, V.POOL_SCOPES[1])
+    assert pools[folder] == (pytest.approx(math.sqrt(10 / 4)), 4, 3, V.POOL_SCOPES[2])
+    assert V.pool_keys(c)[0] not in pools  # its seeds agree exactly: a pooled sd of 0 is none
+
+
 def test_no_number_of_our_seeds_decides_a_row_the_papers_own_spread_leaves_open():
     # paper sd 10 over 2 runs: its se alone (7.1, t(1) = 6.3) exceeds the gap to the margin of 20
     v = V.verdict(50.0, 10.0, 2, [50.0 + 22.0, 50.0 + 21.0, 50.0 + 23.0], 1.0)

@@ -279,18 +279,27 @@ def rounds_check(pilot_records, design: str = "converged") -> str:
     return f"{design}: R = {have}; the pilot's plateau rule gives R = {R} ({why}): {verdict}"
 
 
+def _design_records(design: str, root, missing_says: str) -> tuple[list, str | None]:
+    """``design``'s records present under ``root`` (None: the repository) in its folder
+    (:data:`RECORDS_OF`), and None; or, while any of its runs is not recorded, the records found
+    and the line saying so ("N of M runs recorded in … — ``missing_says``; compute them with: …")."""
+    from fedlib.experiment import present_records
+
+    specs = design_specs(design)
+    found, missing = present_records(specs, (ROOT if root is None else root) / RECORDS_OF[design])
+    if missing or not found:
+        return found, (f"{design}: {len(found)} of {len(specs)} runs recorded in {RECORDS_OF[design]} — {missing_says}; "
+                       f"compute them with: {run_commands([design])[0]}")
+    return found, None
+
+
 def converged_vs_budget(budget_records, root=None, design: str = "converged") -> tuple[dict | None, str]:
     """The ranking of ``design``'s records (weighted local accuracy, seeds averaged within a block)
     beside the budget ranking of ``budget_records``, with Kendall's τ between them; (None, why)
     while ``design``'s records are incomplete. Returns ({'tau', 'converged', 'budget', 'power'}, text)."""
-    from fedlib.experiment import present_records
-
-    root = ROOT if root is None else root
-    specs = design_specs(design)
-    found, missing = present_records(specs, root / RECORDS_OF[design])
-    if missing or not found:
-        return None, (f"{design}: {len(found)} of {len(specs)} runs recorded in {RECORDS_OF[design]} — not ranked; "
-                      f"compute them with: {run_commands([design])[0]}")
+    found, why = _design_records(design, root, "not ranked")
+    if why:
+        return None, why
     conv = X.score_table(X.runs_frame(found))
     bud = X.score_table(X.runs_frame(budget_records))
     mr_c, mr_b = RP.mean_ranks(conv, exclude=X.REFERENCES), RP.mean_ranks(bud, exclude=X.REFERENCES)
@@ -338,14 +347,9 @@ def preregistered_results(root=None, design: str = PREREGISTERED, alpha: float =
     Nemenyi (:func:`workbook.ranking_power.ranking_power`), the Wilcoxon–Holm comparisons
     (:func:`workbook.ranking_power.preregistered`) and the plateau rule's readings; (None, why)
     while any of its runs is not recorded."""
-    from fedlib.experiment import present_records
-
-    root = ROOT if root is None else root
-    specs = design_specs(design)
-    found, missing = present_records(specs, root / RECORDS_OF[design])
-    if missing or not found:
-        return None, (f"{design}: {len(found)} of {len(specs)} runs recorded in {RECORDS_OF[design]} — no result yet; "
-                      f"compute them with: {run_commands([design])[0]}")
+    found, why = _design_records(design, root, "no result yet")
+    if why:
+        return None, why
     scores = RP.score_table_records(found, _partition, RP.last_mean)
     power = RP.ranking_power(scores, exclude=X.REFERENCES, alpha=alpha)
     tested = [m for m in SEED_PAPER_METHODS if m in scores.index]

@@ -56,7 +56,7 @@ from fedlib.validation import check_choice, check_int, fail
 from . import paper_values
 
 __all__ = ["PAPER_RECORDS", "DATA_SPLITS", "READINGS", "FL_BENCH_TEST", "FL_BENCH_VAL_OF_TRAIN", "split_of", "fl_bench_val_fraction", "METHODS", "SETTINGS", "PAPER_TABLE1", "RECOVERY_METHODS", "NOT_RUN_HERE", "FESEM_ESTEPS", "fesem_stay", "stay_note", "CFL_PAPER", "local_epochs_total",
-           "training_specs", "GRID_PARAMS", "notebook_grid", "grid_label", "method_label", "accuracy_frame", "table1", "recovery_table", "rounds_frame",
+           "training_specs", "GRID_PARAMS", "notebook_grid", "grid_label", "method_label", "accuracy_frame", "table1", "table1_csv", "TABLE1_CSV_COLUMNS", "recovery_table", "recovery_csv", "rounds_frame",
            "fig_rounds", "influence_frame", "fig_influence", "observations", "table_markdown", "one_split"]
 
 METHODS = ["oracle", "local", "fedavg", "fedfomo", "fedproto", "fesem", "cfl", "pfedlia"]  # Table I's rows
@@ -330,11 +330,32 @@ def _cell(values) -> str:
     return mean_sd(values)
 
 
-def _paper(setting: str, dataset: str, method: str) -> str:
+def _paper_value(setting: str, dataset: str, method: str) -> tuple[float, float] | None:
+    """The paper's Table I cell (mean, std) (%) of a row label on ``dataset``; None where the paper
+    shows "–" or has no such row (a CFL row of other thresholds, pFedLIA's peer-to-peer row)."""
     if dataset not in PAPER_TABLE1[setting]:
         fail("dataset", f"one of the paper's data sets {sorted(PAPER_TABLE1[setting])}", dataset)
-    v = PAPER_TABLE1[setting][dataset].get(method.split(" ")[0]) if " " not in method else None
+    return PAPER_TABLE1[setting][dataset].get(method) if " " not in method else None
+
+
+def _paper(setting: str, dataset: str, method: str) -> str:
+    v = _paper_value(setting, dataset, method)
     return "—" if v is None else f"{v[0]:.2f} ± {v[1]:.2f}"
+
+
+def _cells(df: pd.DataFrame, labels):
+    """Each (row label, setting, its runs in ``df``, status) of a table, row by row: status "ok",
+    the runs' other statuses joined by "/" (the cell shows it, never a number from the surviving
+    seeds), or "not run"."""
+    for m in labels:
+        for setting in SETTINGS:
+            g = df[(df.method == m) & (df.setting == setting)]
+            bad = sorted(set(g.status) - {"ok"})
+            yield m, setting, g, "not run" if g.empty else "/".join(bad) if bad else "ok"
+
+
+def _table1_labels(df: pd.DataFrame) -> list[str]:
+    return _with_variants(METHODS + ["pfedlia (p2p)"], set(df.method))
 
 
 def table1(df: pd.DataFrame, dataset: str = "fmnist", split: str | None = None) -> pd.DataFrame:
@@ -343,40 +364,96 @@ def table1(df: pd.DataFrame, dataset: str = "fmnist", split: str | None = None) 
     workbook's split): per method and setting, ours (mean ± std over seeds, %) and the paper's;
     runs that failed or were infeasible show their status, missing cells "—"; a CFL cell whose
     runs never split says so ("(CFL never split)"); a FeSEM cell shows its stay count over its
-    runs ("(stays 1011/1014)": :func:`fesem_stay`, the re-assignments that kept the cluster)."""
+    runs ("(stays 1011/1014)": :func:`fesem_stay`, the re-assignments that kept the cluster).
+    Its numbers as numbers: :func:`table1_csv`."""
     df, split = one_split(df, split)
     column = READINGS[split][0]
-    labels = _with_variants(METHODS + ["pfedlia (p2p)"], set(df.method))
-    rows = []
-    for m in labels:
-        row = {"Method": _display(m)}
-        for setting, name in SETTINGS.items():
-            g = df[(df.method == m) & (df.setting == setting)]
-            bad = sorted(set(g.status) - {"ok"})
-            row[name] = "/".join(bad) if bad else _cell(g[column])
-            note = cfl.split_note(g.never_split) if m.startswith("cfl") and not bad and len(g) else ""
-            note = stay_note(g.stay) if m.startswith("fesem") and not bad and len(g) else note
-            if note:
-                row[name] += f" ({note})"
-            row[f"{name} (paper)"] = _paper(setting, dataset, m)
-        rows.append(row)
-    return pd.DataFrame(rows)
+    rows = {}
+    for m, setting, g, status in _cells(df, _table1_labels(df)):
+        row, name = rows.setdefault(m, {"Method": _display(m)}), SETTINGS[setting]
+        row[name] = status if status not in ("ok", "not run") else _cell(g[column])
+        note = cfl.split_note(g.never_split) if m.startswith("cfl") and status == "ok" else ""
+        note = stay_note(g.stay) if m.startswith("fesem") and status == "ok" else note
+        if note:
+            row[name] += f" ({note})"
+        row[f"{name} (paper)"] = _paper(setting, dataset, m)
+    return pd.DataFrame(list(rows.values()))
+
+
+def _counts(pairs, columns) -> dict:
+    """{columns[0]: Σ first, columns[1]: Σ second} of (count, of) pairs, None and NaN skipped; NA for none."""
+    pairs = [p for p in pairs if p is not None and not (isinstance(p, float) and np.isnan(p))]
+    return {c: sum(int(p[i]) for p in pairs) if pairs else pd.NA for i, c in enumerate(columns)}
+
+
+TABLE1_CSV_COLUMNS = ["method", "setting", "mean", "sd", "n", "status", "paper_mean", "paper_sd", "stays",
+                      "stays_of", "never_split", "never_split_of"]
+"""The columns of :func:`table1_csv`, in order."""
+
+
+def table1_csv(df: pd.DataFrame, dataset: str = "fmnist", split: str | None = None) -> pd.DataFrame:
+    """:func:`table1`'s cells as numbers (:func:`workbook.tables.cell_numbers`), one row per method
+    and setting: ``method`` and ``setting`` as the table names them, ``mean``, ``sd``, ``n`` (%, over
+    seeds; NaN where the cell shows a status or "—"), ``status`` ("ok", the runs' other statuses,
+    "not run"), ``paper_mean``, ``paper_sd`` (the paper's cell, %; NaN where it has none), and the
+    notes as counts (integers, empty where the row has none): ``stays`` of ``stays_of`` (FeSEM:
+    :func:`fesem_stay` summed over the runs), ``never_split`` of ``never_split_of`` (CFL: the runs
+    that kept one cluster, of those whose record says, :func:`fedlib.methods.cfl.never_split`).
+    Shape (rows × settings, :data:`TABLE1_CSV_COLUMNS`) — the CSV beside the notebook's table,
+    never "mean ± sd" strings."""
+    from .tables import cell_numbers
+
+    df, split = one_split(df, split)
+    column = READINGS[split][0]
+    cells, extra = [], []
+    for m, setting, g, status in _cells(df, _table1_labels(df)):
+        cells.append((_display(m), SETTINGS[setting], g[column] if status == "ok" else [], status))
+        paper = _paper_value(setting, dataset, m) or (np.nan, np.nan)
+        flags = [bool(f) for f in g.never_split if f is not None and f == f] if m.startswith("cfl") else []
+        extra.append({"paper_mean": float(paper[0]), "paper_sd": float(paper[1]),
+                      **_counts(g.stay if m.startswith("fesem") and status == "ok" else [], ("stays", "stays_of")),
+                      **_counts([(f, 1) for f in flags] if status == "ok" else [], ("never_split", "never_split_of"))})
+    out = cell_numbers(cells).rename(columns={"row": "method", "column": "setting"})
+    extra = pd.DataFrame(extra, columns=TABLE1_CSV_COLUMNS[6:])
+    for c in TABLE1_CSV_COLUMNS[8:]:
+        extra[c] = extra[c].astype("Int64")
+    return pd.concat([out, extra], axis=1)[TABLE1_CSV_COLUMNS]
+
+
+_RECOVERY = {"ARI": "ari", "groups": "n_clusters"}
+"""The cluster-recovery table's quantities: column suffix -> :func:`accuracy_frame` column."""
 
 
 def recovery_table(df: pd.DataFrame, split: str | None = None) -> pd.DataFrame:
     """Adjusted Rand index (mean ± std over seeds) of each clustering method's groups against
     the planted clusters, and the number of groups it found, per setting, on the records of one
-    data split (:func:`one_split`)."""
+    data split (:func:`one_split`); a cell with a failed or infeasible run shows its status, as in
+    :func:`table1`. Its numbers as numbers: :func:`recovery_csv`."""
     df, _ = one_split(df, split)
-    rows = []
-    for m in _with_variants(RECOVERY_METHODS, set(df.method)):
-        row = {"Method": _display(m)}
-        for setting, name in SETTINGS.items():
-            g = df[(df.method == m) & (df.setting == setting) & (df.status == "ok")]
-            row[f"{name} ARI"] = _cell(g.ari)
-            row[f"{name} groups"] = _cell(g.n_clusters)
-        rows.append(row)
-    return pd.DataFrame(rows)
+    rows = {}
+    for m, setting, g, status in _cells(df, _with_variants(RECOVERY_METHODS, set(df.method))):
+        row = rows.setdefault(m, {"Method": _display(m)})
+        for q, c in _RECOVERY.items():
+            row[f"{SETTINGS[setting]} {q}"] = status if status not in ("ok", "not run") else _cell(g[c])
+    return pd.DataFrame(list(rows.values()))
+
+
+def recovery_csv(df: pd.DataFrame, split: str | None = None) -> pd.DataFrame:
+    """:func:`recovery_table`'s cells as numbers (:func:`workbook.tables.cell_numbers`), one row per
+    method, setting and quantity (``'ARI'``: the adjusted Rand index, a fraction of 1 as the table
+    prints it; ``'groups'``: the number of groups found): method, setting, quantity, mean, sd, n,
+    status."""
+    from .tables import cell_numbers
+
+    df, _ = one_split(df, split)
+    cells, quantity = [], []
+    for m, setting, g, status in _cells(df, _with_variants(RECOVERY_METHODS, set(df.method))):
+        for q, c in _RECOVERY.items():
+            cells.append((_display(m), SETTINGS[setting], g[c] if status == "ok" else [], status))
+            quantity.append(q)
+    out = cell_numbers(cells).rename(columns={"row": "method", "column": "setting"})
+    out.insert(2, "quantity", quantity)
+    return out
 
 
 def rounds_frame(records) -> pd.DataFrame:

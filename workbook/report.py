@@ -171,37 +171,6 @@ def _seeds(n: int) -> str:
     return f"{n} seed" + ("" if n == 1 else "s")
 
 
-def _pool_keys(rd) -> tuple:
-    """The scopes a one-seed row borrows its seed sd from, narrowest first: the same records
-    folder, metric, reading, method, data set and protocol (other levels); the same but every
-    method; the same folder, metric and data set."""
-    m = dict(rd.match)
-    return ((rd.records, rd.metric, rd.name, m.get("method"), m.get("dataset"), m.get("protocol")),
-            (rd.records, rd.metric, rd.name, m.get("dataset"), m.get("protocol")),
-            (rd.records, rd.metric, m.get("dataset")))
-
-
-_POOL_SCOPE = ("its method, data set and protocol at other levels",
-               "every method read this way, same data set and protocol",
-               "its records folder, same data set and metric")
-
-
-def _pools(entries) -> dict:
-    """Scope key (:func:`_pool_keys`) -> (s, df, rows, scope text): the seed sd pooled
-    (:func:`workbook.verdicts.pooled_sd`) over ``entries``' rows (reading, values) of two seeds or more."""
-    groups: dict = {}
-    for rd, values in entries:
-        if len(values) >= 2:
-            for i, key in enumerate(_pool_keys(rd)):
-                groups.setdefault(key, (i, []))[1].append(values)
-    out = {}
-    for key, (i, rows) in groups.items():
-        s, df = V.pooled_sd(rows)
-        if df and s > 0:
-            out[key] = (s, df, len(rows), _POOL_SCOPE[i])
-    return out
-
-
 def _test(cell, values, pools, rd) -> tuple:
     """(:class:`workbook.verdicts.Verdict` or None, the pooled sd's note or ""): the row's test; None
     for one seed with no comparable row to pool a seed sd from."""
@@ -210,7 +179,7 @@ def _test(cell, values, pools, rd) -> tuple:
                              f"(a block's runs: {{n, line}} in workbook/papers/{cell.paper}.yaml)", None)
     pool, note = None, ""
     if len(values) == 1:
-        pool = next((pools[k] for k in _pool_keys(rd) if k in pools), None)
+        pool = next((pools[k] for k in V.pool_keys(rd) if k in pools), None)
         if pool is None:
             return None, ""
         unit = " pp" if cell.unit == "%" else ""
@@ -261,7 +230,7 @@ def frame(root: Path | str = RECORDS) -> pd.DataFrame:
     _derived.cache_clear()
     root = Path(root)
     table = [(c, {rd.name: (([], []) if c.unavailable else row_values(rd, root)) for rd in c.readings}) for c in cells()]
-    pools = _pools((rd, got[rd.name][0]) for c, got in table for rd in c.readings)
+    pools = V.seed_sd_pools((rd, got[rd.name][0]) for c, got in table for rd in c.readings)
     rows = []
     for c, got in table:
         tests = {rd.name: _test(c, got[rd.name][0], pools, rd) if got[rd.name][0] else (None, "") for rd in c.readings}

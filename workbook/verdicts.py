@@ -34,7 +34,7 @@ from scipy import stats
 
 from fedlib.validation import check_int, check_number, fail
 
-__all__ = ["ALPHA", "OUTCOMES", "MARGIN_SDS", "Verdict", "margin_of", "pooled_sd", "delta_se", "verdict", "seeds_to_decide"]
+__all__ = ["ALPHA", "OUTCOMES", "MARGIN_SDS", "Verdict", "margin_of", "pooled_sd", "pool_keys", "POOL_SCOPES", "seed_sd_pools", "delta_se", "verdict", "seeds_to_decide"]
 
 ALPHA = 0.05
 """Each one-sided test's level: the interval is a 1 − 2α = 90 % interval."""
@@ -97,6 +97,41 @@ def pooled_sd(groups) -> tuple[float, int]:
             ss += float(np.sum((v - v.mean()) ** 2))
             df += len(v) - 1
     return (math.sqrt(ss / df), df) if df else (float("nan"), 0)
+
+
+def pool_keys(rd) -> tuple:
+    """The scopes a one-seed row borrows its seed sd from, narrowest first: the same records
+    folder, metric, reading, method, data set and protocol (other levels); the same but every
+    method; the same folder, metric and data set. ``rd``: a report reading (its ``records``,
+    ``metric``, ``name`` and ``match``, :class:`workbook.report_cells.Reading`, or a row of the
+    report's frame read the same way)."""
+    m = dict(rd.match)
+    return ((rd.records, rd.metric, rd.name, m.get("method"), m.get("dataset"), m.get("protocol")),
+            (rd.records, rd.metric, rd.name, m.get("dataset"), m.get("protocol")),
+            (rd.records, rd.metric, m.get("dataset")))
+
+
+POOL_SCOPES = ("its method, data set and protocol at other levels",
+               "every method read this way, same data set and protocol",
+               "its records folder, same data set and metric")
+"""What each scope of :func:`pool_keys` is, as a row states its borrowed sd."""
+
+
+def seed_sd_pools(entries) -> dict:
+    """Scope key (:func:`pool_keys`) -> (s, df, rows, scope text): the seed sd pooled
+    (:func:`pooled_sd`) over ``entries``' rows (reading, values) of two seeds or more; a scope
+    whose pooled sd is 0 gives none (a row never borrows 0). The report's and the plan's."""
+    groups: dict = {}
+    for rd, values in entries:
+        if len(values) >= 2:
+            for i, key in enumerate(pool_keys(rd)):
+                groups.setdefault(key, (i, []))[1].append(values)
+    out = {}
+    for key, (i, rows) in groups.items():
+        s, df = pooled_sd(rows)
+        if df and s > 0:
+            out[key] = (s, df, len(rows), POOL_SCOPES[i])
+    return out
 
 
 def delta_se(paper_sd: float, paper_n: int, our_sd: float, n: int, our_df: float) -> tuple[float, float]:

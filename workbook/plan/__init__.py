@@ -16,7 +16,7 @@ the report's own verdict rule (:func:`workbook.verdicts.verdict`):
   simulation from the seed noise model — per draw (:data:`DRAWS` of them, a fixed generator,
   :data:`SEED`: the plan is reproducible) the row's true mean μ ~ Normal(our mean, s²/n) and the k new
   values ~ Normal(μ, s), s the row's own sample sd (n ≥ 2) or the seed sd the report pooled for it
-  (n = 1: :func:`workbook.report._pools`, the same rule and scopes) — and the verdict recomputed with
+  (n = 1: :func:`workbook.verdicts.seed_sd_pools`, the report's rule and scopes) — and the verdict recomputed with
   them appended; P_k is the share of draws that read *reproduced* or *differs*. Looking k seeds
   ahead matters under a verdict rule with a margin: a row at n = 3 whose interval straddles a bound
   is rarely decided by a 4th seed, often by a 6th. A one-seed row with no pooled sd is worth
@@ -168,7 +168,7 @@ def best_bundle(paper_mean: float, paper_sd: float | None, paper_n: int, values,
 
 
 def _reading(row) -> SimpleNamespace:
-    """What :func:`workbook.report._pool_keys` reads of a row of the frame."""
+    """What :func:`workbook.verdicts.pool_keys` reads of a row of the frame."""
     return SimpleNamespace(records=row["records"], metric=row["metric"], name=row["reading"], match=row["match"])
 
 
@@ -177,9 +177,9 @@ def _paper_n(row) -> int:
     return 1 if n is None or (isinstance(n, float) and not np.isfinite(n)) else int(n)
 
 
-def row_value(row, pools: dict, R) -> tuple[float | None, str, float]:
+def row_value(row, pools: dict) -> tuple[float | None, str, float]:
     """(value of the row's next run, what it is, P) for one row (a dict) of :func:`workbook.report.frame`,
-    ``pools`` :func:`workbook.report._pools` over the frame (``R``: :mod:`workbook.report`): (1, "first
+    ``pools`` :func:`workbook.verdicts.seed_sd_pools` over the frame: (1, "first
     seed", NaN) for a row not run; for an undecided one (P_k / k, "next seed" or "next of k seeds", P_k)
     by :func:`best_bundle`; (None, why, NaN) for a row never planned — decided, infeasible, no offline
     data, or no affordable number of seeds likely to decide it (value < :data:`MIN_VALUE`)."""
@@ -193,7 +193,7 @@ def row_value(row, pools: dict, R) -> tuple[float | None, str, float]:
     values = list(row["values"])
     pooled = None
     if len(values) == 1:
-        pool = next((pools[k] for k in R._pool_keys(_reading(row)) if k in pools), None)
+        pool = next((pools[k] for k in V.pool_keys(_reading(row)) if k in pools), None)
         if pool is None:
             return UNKNOWN_P, "next seed (no pooled sd: value assumed)", np.nan
         pooled = pool[0]
@@ -408,11 +408,11 @@ def _entries(df: pd.DataFrame, root: str, studies: bool, R) -> tuple[list[dict],
     """The plan's runs before dedupe: dicts of folder, key (command group), spec, value, decides,
     basis; and the rows not planned counted by why."""
     readings = {anchor_slug(PAPERS[c.paper], c.table, c.row, c.column, rd.name): rd for c in cells() for rd in c.readings}
-    pools = R._pools((_reading(r), list(r["values"])) for r in df.to_dict("records"))
+    pools = V.seed_sd_pools((_reading(r), list(r["values"])) for r in df.to_dict("records"))
     claimed = claim_rows()
     out, why = [], {}
     for row in df.to_dict("records"):
-        value, basis, p_k = row_value(row, pools, R)
+        value, basis, p_k = row_value(row, pools)
         if value is None:
             why[basis] = why.get(basis, 0) + 1
             continue
@@ -524,7 +524,8 @@ def plan(df: pd.DataFrame, root: Path | str = RECORDS, device: str = "cpu", stud
     or a :data:`PLANNED_DESIGNS` key), seconds (the estimate on ``device``, NaN
     where none), cum_hours, cum_value, command, spec; ``attrs['not_planned']``: the rows not planned,
     counted by why. ``report``: the module :mod:`workbook.report`, passed in (the report imports the
-    plan, so the plan imports no report; its pooled sds and command specs are the report's)."""
+    plan, so the plan imports no report; its command specs and params files are the report's; the pooled
+    seed sds are :func:`workbook.verdicts.seed_sd_pools`, the report's too)."""
     R = _report(report)
     check_choice(device, "device", ("cpu", "cuda"))
     root = str(Path(root))
