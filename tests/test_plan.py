@@ -250,6 +250,14 @@ def test_a_design_run_is_priced_per_round_from_records_at_another_r(tmp_path):
     P._timings.cache_clear()
     s30 = dataclasses.replace(s10, fl={"rounds": 30, "local_epochs": 1})
     assert P._per_round_estimate(s30, str(tmp_path), "cpu") == pytest.approx(120.0)
+    # a cost probe at a smaller R₀ of another method and K (issue 70) does not price it: its own method and K do
+    s3 = dataclasses.replace(s10, n_clients=20, method="local", fl={"rounds": 3, "local_epochs": 1})
+    probe = record_path(tmp_path / "cross_paper_cost_probe", s3)
+    probe.parent.mkdir(parents=True)
+    probe.write_text(json.dumps(record_fakes.record(s3, fl={"rounds": 3, "local_epochs": 1}, host={"threads": 1},
+                                                    cpu_seconds=3.0)))
+    P._timings.cache_clear()
+    assert P._per_round_estimate(s30, str(tmp_path), "cpu") == pytest.approx(120.0)  # not 3.0 s · 30 / 3
     other = dataclasses.replace(s30, dataset="cifar10")  # no record of its data set: unpriced
     assert P._per_round_estimate(other, str(tmp_path), "cpu") is None
     P._timings.cache_clear()

@@ -182,13 +182,16 @@ def test_choose_rounds_waits_for_every_run_to_plateau():
     assert RP.choose_rounds(t.iloc[:0]) == (None, "no run")
 
 
+BUDGET_KIND = "fmnist/K=100/n_train=12000/arch=default"  # the budget grid's runs (workbook.cross_paper_design.cost_kind)
+
+
 def test_designs_state_n_k_cd_and_cost_from_their_params():
     """The issue-58 designs (params/designs/): the focused one ranks k = 8 methods on N = 32 blocks (FMNIST
     at K = 20 and 100: 10 + 10; adult: 7 at K = 20, 5 at K = 100), CD ≤ 4 ranks by the formula; costs are
     measured seconds a round × R, summed over runs."""
     from workbook import cross_paper_design as D
 
-    per = pd.Series({m: 1.0 for m in ("cl", "oracle", "local", "fedavg", "fedprox", "fedavgm", "fedadagrad",
+    per = pd.Series({(BUDGET_KIND, m): 1.0 for m in ("cl", "oracle", "local", "fedavg", "fedprox", "fedavgm", "fedadagrad",
                                       "fedyogi", "fedadam", "poc", "haccs", "fedcls", "cfl", "fedsoft",
                                       "clust_psi_pfl", "psi_pfl", "cafa", "fedprism", "ifca", "fedclust", "fedamp",
                                       "pfedlia", "fedfomo", "fedproto", "fesem")})
@@ -209,7 +212,7 @@ def test_designs_state_n_k_cd_and_cost_from_their_params():
     for s in adult:
         s.validate()  # FedPrism accepts the MLP (it refuses adult's default logistic model)
     with pytest.raises(ValueError, match="per_round"):
-        D.design_table(per.drop("fedfomo"), ["focused_fmnist_k20"])
+        D.design_table(per.drop((BUDGET_KIND, "fedfomo")), ["focused_fmnist_k20"])
     with pytest.raises(ValueError, match="design"):
         D.design_specs("nope")
 
@@ -255,7 +258,7 @@ def test_which_method_when_official_uses_each_clients_official_test_accuracy():
 def test_measurable_names_the_methods_without_a_cost():
     from workbook import cross_paper_design as D
 
-    per = pd.Series({m: 1.0 for m in D.FOCUSED_METHODS})
+    per = pd.Series({(BUDGET_KIND, m): 1.0 for m in D.FOCUSED_METHODS})
     ok, missing = D.measurable(per, ["focused_fmnist_k20", "pilot", "budget"])
     assert ok == ["focused_fmnist_k20", "pilot"] and "fedamp" in missing["budget"] and "cl" in missing["budget"]
 
@@ -353,7 +356,7 @@ def test_preregistered_design_is_stated_before_it_is_computed(tmp_path):
     assert len(blocks) == 11 and {b[:2] for b in blocks} == {("fmnist", 100)}
     assert {s.method for s in specs} == set(D.SEED_PAPER_METHODS) | {"fedavg", "local"}
     assert all(s.hyper == {"per_round": True} for s in specs if s.method == "local")
-    per = pd.Series(60.0, index=sorted({s.method for s in specs}))  # 1 CPU-minute a round each
+    per = pd.Series({(BUDGET_KIND, m): 60.0 for m in {s.method for s in specs}})  # 1 CPU-minute a round each
     t = D.design_table(per, ["preregistered"]).iloc[0]
     assert t.nemenyi_cd == pytest.approx(RP.nemenyi_cd(7, 11)) and t.nemenyi_cd <= 3
     assert t.cpu_hours == pytest.approx(77 * 30 / 60)
@@ -363,3 +366,54 @@ def test_preregistered_design_is_stated_before_it_is_computed(tmp_path):
         assert part in text
     res, why = D.preregistered_results(tmp_path)
     assert res is None and "0 of 77 runs recorded" in why and "--params params/designs/11_cross_paper_preregistered.yaml" in why
+
+
+def test_design_table_prices_each_block_at_its_own_measured_rate(tmp_path):
+    """Issue 70: a focused design's adult or K = 20 block is priced at the measured CPU time a round of its own
+    (data set, K, method) — the cost probe's records — not at FMNIST K = 100's; a kind no record measures is
+    charged at its method's highest measured rate and its row says so; a rate from fewer rounds than the
+    design's R is labelled an upper bound; records without cpu_seconds are labelled a fallback."""
+    import record_fakes
+    from fedlib import records
+    from workbook import cross_paper_design as D
+
+    def write(design, cpu_of):
+        folder = tmp_path / D.RECORDS_OF[design]
+        for s in D.design_specs(design):
+            if s.method in D.FOCUSED_METHODS:
+                rec = record_fakes.record(s, cpu_seconds=cpu_of(s))
+                if rec["cpu_seconds"] is None:  # a record written before cpu_seconds existed
+                    del rec["cpu_seconds"]
+                records.write(folder / f"{s.key()}.json", rec)
+
+    rate = {m: 5.0 + i for i, m in enumerate(D.FOCUSED_METHODS)}  # adult K = 20: 5-12 s a round
+    write("budget", lambda s: 1.0 * 10)                   # FMNIST K = 100: 1 s a round at R = 10
+    write("cost_probe_adult_k20", lambda s: rate[s.method] * 3)  # R = 3
+    write("cost_probe_fmnist_k20", lambda s: None)      # no cpu_seconds: wall seconds (1 s a run)
+    per = D.measured_rates(tmp_path)
+    assert per[(D.cost_kind(D.design_specs("cost_probe_adult_k20")[0]), "fedfomo")] == pytest.approx(12.0)
+    assert per.attrs["rounds"][(BUDGET_KIND, "fedavg")] == 10
+    t = D.design_table(per, ["focused_fmnist_k100", "focused_adult_k20", "focused_adult_k100",
+                             "focused_fmnist_k20"]).set_index("design")
+    runs = {m: sum(s.method == m for s in D.design_specs("focused_adult_k20")) for m in D.FOCUSED_METHODS}
+    assert t.loc["focused_adult_k20", "cpu_hours"] == pytest.approx(
+        sum(runs[m] * 100 * rate[m] for m in runs) / 3600)  # at FMNIST K = 100's rate: 168 · 100 · 1 s
+    basis = t.loc["focused_adult_k20", "cost_basis"]
+    assert basis.startswith("measured: CPU time a round per (data set, K, method) × R (adult K = 20 from 3-round runs)")
+    assert "upper bound" in basis and "not measured" not in basis and "fallback" not in basis
+    assert t.loc["focused_fmnist_k100", "cpu_hours"] == pytest.approx(240 * 100 * 1.0 / 3600)
+    assert "(fmnist K = 100 from 10-round runs)" in t.loc["focused_fmnist_k100", "cost_basis"]
+    # adult K = 100: no record measures it — its method's highest measured rate (adult K = 20's here), said so
+    a100 = t.loc["focused_adult_k100"]
+    assert a100.cpu_hours == pytest.approx(sum(120 / 8 * 100 * rate[m] for m in rate) / 3600)
+    assert a100.cost_basis.startswith("not measured for adult K = 100, n_train all, arch mlp: charged at its "
+                                      "method's highest measured rate (adult K = 20, n_train all, arch mlp)")
+    # FMNIST K = 20 measured from records without cpu_seconds: 1 s a run / 3 rounds, its basis the fallback's
+    assert t.loc["focused_fmnist_k20", "cpu_hours"] == pytest.approx(240 * 100 / 3 / 3600)
+    assert "fmnist K = 20 from 3-round runs" in t.loc["focused_fmnist_k20", "cost_basis"]
+    assert "fallback" in t.loc["focused_fmnist_k20", "cost_basis"]
+    # the focused designs together: each block at its own rate
+    assert t.loc["focused (all)", "cpu_hours"] == pytest.approx(t.cpu_hours.iloc[:4].sum())
+    with pytest.raises(ValueError, match="per_round"):  # a rate per method only: whose data set and K?
+        D.design_table(pd.Series({m: 1.0 for m in D.FOCUSED_METHODS}), ["focused_adult_k20"])
+    assert set(D.PROBES) <= set(D.DESIGNS) and not set(D.PROBES) & set(D.RANKING_DESIGNS)  # probes rank nothing

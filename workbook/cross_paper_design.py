@@ -26,22 +26,29 @@
   the classifier for FedPrism's prototype; Dirichlet α ≤ 0.3 only at K = 20, infeasible at K = 100):
   N blocks = (data set, K, partition).
   :func:`design_table` gives each design's N, k, runs, the Nemenyi CD by the formula and the
-  CPU-hours estimated from the committed records' ``cpu_seconds`` per round per method (the one
-  estimator, :mod:`fedlib.cost`, divided by the rounds: :func:`workbook.ranking_power.cost_per_run`; FMNIST, K = 100, 12,000 images — K = 20 and
-  adult are estimated at that cost, not measured in this protocol: for adult's MLP an upper bound).
+  CPU-hours: each run at the measured CPU time a round (``cpu_seconds``: the one estimator,
+  :mod:`fedlib.cost`, divided by the rounds: :func:`workbook.ranking_power.cost_per_run`) of its own
+  (data set, K, ``n_train``, model, method) — :func:`cost_kind` — × its R. FMNIST at K = 100 is
+  measured by the budget grid's records (R = 10); FMNIST at K = 20 and adult at K = 20 and 100 by
+  the cost probes (:data:`PROBES`: one partition, one seed, R = 3, every method of the focused
+  designs). Both are upper bounds a round: a run's fixed costs (data, partition, evaluation) are
+  spread over its 10 or 3 rounds, not over a design's 100. A kind no record measures is charged at
+  its method's highest measured rate, and the row's ``cost_basis`` says so.
 """
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
+from fedlib import cost
 from fedlib.methods import display_name
 from fedlib.paths import ROOT
 from fedlib.validation import check_choice, fail
 from . import cross_paper as X
 from . import ranking_power as RP
 
-__all__ = ["RANKED_METRICS", "DESIGNS", "FOCUSED", "FOCUSED_METHODS", "block_of", "budget_rankings", "metric_rankings",
+__all__ = ["RANKED_METRICS", "DESIGNS", "PROBES", "COST_DESIGNS", "RANKING_DESIGNS", "cost_kind", "rates",
+           "measured_rates", "FOCUSED", "FOCUSED_METHODS", "block_of", "budget_rankings", "metric_rankings",
            "which_method_when_official", "long_horizon_convergence", "design_specs", "PREREGISTERED", "SEED_PAPER_METHODS",
            "design_statement", "preregistered_results", "paper_profile", "measurable", "design_table", "rounds_check", "converged_vs_budget", "run_commands"]
 
@@ -57,15 +64,26 @@ DESIGNS = {
     "focused_adult_k20": "params/designs/11_cross_paper_focused_adult_k20.yaml",
     "focused_adult_k100": "params/designs/11_cross_paper_focused_adult_k100.yaml",
     "preregistered": "params/designs/11_cross_paper_preregistered.yaml",
+    **{p: f"params/designs/11_cross_paper_{p}.yaml"
+       for p in ("cost_probe_fmnist_k20", "cost_probe_adult_k20", "cost_probe_adult_k100")},
 }
 """Notebook 11's designs by name: a params file each (run with ``python -m fedlib.grid cross-paper
 --params FILE --out FOLDER``)."""
+PROBES = ("cost_probe_fmnist_k20", "cost_probe_adult_k20", "cost_probe_adult_k100")
+"""Cost probes, not ranking designs (issue 70): each method of :data:`FOCUSED_METHODS` for R = 3 on one
+partition of a (data set, K) the focused designs use and the budget grid does not measure, so that
+:func:`design_table` prices those blocks at their own measured CPU time a round."""
+COST_DESIGNS = ("budget", *PROBES)
+"""The designs whose records price runs (:func:`measured_rates`)."""
+RANKING_DESIGNS = tuple(d for d in DESIGNS if d not in PROBES)
+"""The designs that rank methods: :func:`design_table`'s and :func:`measurable`'s default."""
 FOCUSED = ("focused_fmnist_k100", "focused_fmnist_k20", "focused_adult_k20", "focused_adult_k100")
 FOCUSED_METHODS = ("clust_psi_pfl", "psi_pfl", "cafa", "fedprism", "pfedlia", "fedavg", "local", "fedfomo")
 RECORDS_OF = {"budget": "benchmarks/records/cross_paper", "pilot": "benchmarks/records/cross_paper_pilot",
               "converged": "benchmarks/records/cross_paper_converged",
               **{d: "benchmarks/records/cross_paper_focused" for d in FOCUSED},
-              "preregistered": "benchmarks/records/cross_paper_preregistered"}
+              "preregistered": "benchmarks/records/cross_paper_preregistered",
+              **{p: "benchmarks/records/cross_paper_cost_probe" for p in PROBES}}
 PREREGISTERED = "preregistered"
 """Issue 70's design, stated before it is computed (its params file's header): k = 7, N = 11 distinct FMNIST
 label-skew partitions, one seed, R = 30; Friedman / Nemenyi and the pre-registered comparisons
@@ -217,40 +235,127 @@ def design_specs(design: str) -> list:
     return X.notebook_grid(**{k: p[k] for k in X.GRID_PARAMS})["cross"]
 
 
+def cost_kind(spec) -> str:
+    """What a run's CPU time a round depends on besides its method: ``'DATASET/K=K/n_train=N/arch=A'``
+    (e.g. ``'fmnist/K=20/n_train=12000/arch=default'``; ``n_train=all``: every row). ``spec``: a RunSpec
+    or a record's ``spec`` dict."""
+    get = spec.get if isinstance(spec, dict) else (lambda k: getattr(spec, k))
+    n = get("n_train")
+    return (f"{get('dataset')}/K={get('n_clients')}/n_train={'all' if n is None else n}"
+            f"/arch={get('arch') or 'default'}")
+
+
+def _kind_label(kind: str, full: bool = False) -> str:
+    """``'fmnist/K=20/n_train=12000/arch=default'`` → ``'fmnist K = 20'`` (``full``: ``'fmnist K = 20,
+    n_train 12000, arch default'``)."""
+    ds, k, n, arch = kind.split("/")
+    short = f"{ds} K = {k[2:]}"
+    return f"{short}, {n.replace('=', ' ')}, {arch.replace('=', ' ')}" if full else short
+
+
+def rates(records) -> pd.Series:
+    """The measured CPU seconds a round of the finished ``records`` per (:func:`cost_kind`, method): a
+    Series on a two-level index, by :func:`workbook.ranking_power.cost_per_run` (its ``attrs``: each
+    rate's ``basis`` and the ``rounds`` its records ran)."""
+    return RP.cost_per_run(records, lambda r: (cost_kind(r["spec"]), r["spec"]["method"]))
+
+
+def measured_rates(root=None) -> pd.Series:
+    """:func:`rates` of the committed records of :data:`COST_DESIGNS` under ``root`` (default the
+    checkout): the budget grid (FMNIST, K = 100, R = 10) and the cost probes (:data:`PROBES`, R = 3)."""
+    from fedlib.experiment import present_records
+
+    root = ROOT if root is None else root
+    found = [r for d in COST_DESIGNS for r in present_records(design_specs(d), root / RECORDS_OF[d])[0]]
+    return rates(found)
+
+
+def _price(spec, per_round: pd.Series):
+    """(seconds a round, None) at ``spec``'s own (kind, method) rate; (seconds, kind) at its method's
+    highest rate among the kinds measured when its own is not (a labelled fallback); (None, None)
+    when ``per_round`` has no rate of its method."""
+    kind, m = cost_kind(spec), spec.method
+    if per_round.empty:
+        return None, None
+    if (kind, m) in per_round.index:
+        return float(per_round[(kind, m)]), None
+    alt = per_round[per_round.index.get_level_values(1) == m]
+    if alt.empty:
+        return None, None
+    at = alt.idxmax()
+    return float(alt[at]), at[0]
+
+
+def _check_rates(per_round: pd.Series) -> None:
+    if not per_round.empty and (not isinstance(per_round.index, pd.MultiIndex) or per_round.index.nlevels != 2):
+        fail("per_round", "CPU seconds a round per (cost_kind, method) (a two-level index: rates(records))",
+             type(per_round.index).__name__)
+
+
 def measurable(per_round: pd.Series, designs=None) -> tuple[list[str], dict]:
-    """The designs (of ``designs``, default :data:`DESIGNS`) whose every method has a measured cost
-    in ``per_round``, and for the others the methods without one."""
+    """The designs (of ``designs``, default :data:`RANKING_DESIGNS`) whose every run has a price in
+    ``per_round`` (:func:`rates`: its own kind's rate or its method's at another kind), and for the
+    others the methods without any rate."""
+    _check_rates(per_round)
     ok, missing = [], {}
-    for d in designs or DESIGNS:
-        lack = sorted({s.method for s in design_specs(d)} - set(per_round.index))
+    for d in designs or RANKING_DESIGNS:
+        lack = sorted({s.method for s in design_specs(d) if _price(s, per_round)[0] is None})
         (missing.__setitem__(d, lack) if lack else ok.append(d))
     return ok, missing
 
 
 def design_table(per_round: pd.Series, designs=None, alpha: float = X.ALPHA) -> pd.DataFrame:
-    """One row per design (:data:`DESIGNS`, or ``designs``) and a ``focused (all)`` row for the
+    """One row per design (:data:`RANKING_DESIGNS`, or ``designs``) and a ``focused (all)`` row for the
     focused files together: ``blocks`` N (data set × K × partition), ``k`` methods ranked
     (references aside), ``seeds``, ``R``, ``runs``, ``nemenyi_cd`` (:func:`workbook.ranking_power.nemenyi_cd`,
-    NaN for k < 2) and ``cpu_hours`` (each run at its method's measured CPU seconds a round,
-    ``per_round``, × R) with its ``cost_basis``: blocks other than FMNIST at K = 100 are charged at
-    that rate, which is not their measured cost (issue 70: the row says so)."""
+    NaN for k < 2) and ``cpu_hours``: each run at the measured CPU seconds a round of its own
+    (data set, K, n_train, model, method) (``per_round``, :func:`rates` — :func:`measured_rates` for the
+    committed records), × its R. ``cost_basis`` says what is measured, from runs of how many rounds
+    (a rate from runs shorter than the design's R is an upper bound: their fixed costs — data,
+    partition, evaluation — over fewer rounds; the cost probes' R = 3 most of all), and names the
+    kinds no record measures: charged at their method's highest measured rate (a fallback)."""
+    _check_rates(per_round)
+    ran, bases = per_round.attrs.get("rounds", {}), per_round.attrs.get("basis", {})
     rows = []
-    designs = list(designs or DESIGNS)
+    designs = list(designs or RANKING_DESIGNS)
+
+    def basis(specs, priced):
+        measured, charged, used = {}, {}, set()
+        for s, (_, at) in zip(specs, priced):
+            kind = cost_kind(s)
+            key = (kind, s.method) if at is None else (at, s.method)
+            used.add(key)
+            if at is None:
+                measured.setdefault(ran.get(key), set()).add(_kind_label(kind))
+            else:
+                charged.setdefault(_kind_label(kind, full=True), set()).add(_kind_label(at, full=True))
+        parts = []
+        if measured:
+            runs = "; ".join(f"{', '.join(sorted(k))} from {r}-round runs" if r else ", ".join(sorted(k))
+                             for r, k in sorted(measured.items(), key=lambda kv: -(kv[0] or 0)))
+            short = min(r or 0 for r in measured) < max(s.fl["rounds"] for s in specs)
+            parts.append(f"measured: CPU time a round per (data set, K, method) × R ({runs})"
+                         + (": an upper bound, fixed costs over fewer rounds" if short else ""))
+        for kind, at in sorted(charged.items()):
+            parts.append(f"not measured for {kind}: charged at its method's highest measured rate "
+                         f"({', '.join(sorted(at))})")
+        other = sorted({bases[k] for k in used if k in bases} - {cost.CPU_SECONDS})
+        if other:
+            parts.append("priced by " + ", ".join(other))
+        return "; ".join(parts)
 
     def row(name, specs):
         blocks = {(s.dataset, s.n_clients, X.partition_of(s.protocol, s.level)) for s in specs}
         ranked = sorted({s.method for s in specs} - set(X.REFERENCES))
-        missing = sorted({s.method for s in specs} - set(per_round.index))
+        priced = [_price(s, per_round) for s in specs]
+        missing = sorted({s.method for s, (sec, _) in zip(specs, priced) if sec is None})
         if missing:
             fail("per_round", f"a measured cost for every method of design {name}", missing)
-        secs = sum(per_round[s.method] * s.fl["rounds"] for s in specs)
-        other = sorted({f"{d} K = {k}" for d, k, _ in blocks} - {"fmnist K = 100"})
+        secs = sum(sec * s.fl["rounds"] for s, (sec, _) in zip(specs, priced))
         return {"design": name, "blocks": len(blocks), "k": len(ranked), "seeds": len({s.seed for s in specs}),
                 "R": sorted({s.fl["rounds"] for s in specs}), "runs": len(specs),
                 "nemenyi_cd": RP.nemenyi_cd(len(ranked), len(blocks), alpha) if len(ranked) >= 2 else np.nan,
-                "cpu_hours": secs / 3600.0,
-                "cost_basis": "measured: CPU time a round (FMNIST, K = 100) × R" if not other else
-                "FMNIST K = 100's CPU time a round × R; not measured for " + ", ".join(other)}
+                "cpu_hours": secs / 3600.0, "cost_basis": basis(specs, priced)}
 
     focused = []
     for d in designs:
@@ -311,7 +416,7 @@ def converged_vs_budget(budget_records, root=None, design: str = "converged") ->
 
 def design_statement(per_round: pd.Series, design: str = PREREGISTERED, alpha: float = X.ALPHA) -> str:
     """The pre-registered design stated before it is computed (issue 70), from its params file and
-    the measured CPU seconds a round (``per_round``, :func:`workbook.ranking_power.cost_per_run`):
+    the measured CPU seconds a round (``per_round``, :func:`rates`):
     k, N, R, seeds, the tests, CD, the cost, and what the design can and cannot separate."""
     t = design_table(per_round, [design], alpha).iloc[0]
     specs = design_specs(design)
@@ -327,7 +432,7 @@ def design_statement(per_round: pd.Series, design: str = PREREGISTERED, alpha: f
     return (f"Design `{design}` ({DESIGNS[design]}), stated before any of its records: k = {k} methods "
             f"({', '.join(display_name(m) for m in methods)}), N = {n} blocks (distinct FMNIST label-skew partitions, "
             f"K = {specs[0].n_clients}), {int(t.seeds)} seed per block, R = {t.R[0]} rounds, {int(t.runs)} runs; cost "
-            f"{t.cpu_hours:.1f} CPU-hours (the committed budget records' measured `cpu_seconds` per round per method × R). "
+            f"{t.cpu_hours:.1f} CPU-hours — {t.cost_basis}. "
             f"Tests: Friedman, then Nemenyi at α = {alpha:g}: CD = {t.nemenyi_cd:.2f} mean ranks of a possible {k - 1}; "
             f"pre-registered: each seed-paper method against {' and '.join(display_name(m) for m in refs)} "
             f"({pairs} comparisons), Wilcoxon signed-rank over the {n} blocks, Holm-adjusted together. Each run is scored "
@@ -363,7 +468,8 @@ def paper_profile(root=None) -> dict:
     """Notebook 11's paper-profile results from the committed records, whatever profile the notebook
     runs with (issue 70): ``rankings`` (:func:`metric_rankings` of the budget grid's complete
     partitions, three metrics), ``plateaus`` (the plateau rule's readings of every budget run,
-    counted), ``per_round`` (measured CPU seconds a round per method, FMNIST K = 100),
+    counted), ``per_round`` (:func:`measured_rates`: CPU seconds a round per (kind, method), the budget
+    grid's and the cost probes' records),
     ``designs`` (:func:`design_table` of the designs every method of which has a measured cost),
     ``statement`` (:func:`design_statement`) and ``preregistered`` (:func:`preregistered_results`)."""
     from fedlib import notebook_params
@@ -377,7 +483,7 @@ def paper_profile(root=None) -> dict:
     done = set(X.complete_partitions(missing))
     complete = [q for q in X.score_table(df).columns if q in done]
     conv = RP.convergence_table(found, _partition)
-    per_round = RP.cost_per_run(found, lambda r: r["spec"]["method"])
+    per_round = measured_rates(root)
     costed, _ = measurable(per_round)
     return {"runs": len(found), "of": len(specs), "rankings": metric_rankings(df[df.partition.isin(complete)]),
             "plateaus": conv.reading.str.replace(r"plateau at \d+", "plateau", regex=True).value_counts(),

@@ -480,7 +480,9 @@ def cost_per_run(records, key) -> pd.Series:
     divided by the group's rounds (``spec.fl.rounds``, else the record's ``fl.rounds``; a group of
     mixed rounds is a ValueError: add the rounds to ``key``). Records without rounds or any time
     are left out. The Series' ``attrs['basis']`` maps each key to the
-    estimate's basis (:class:`fedlib.cost.Estimate`), so a fallback is never silent."""
+    estimate's basis (:class:`fedlib.cost.Estimate`), so a fallback is never silent, and
+    ``attrs['rounds']`` each key to the rounds its records ran (a run's fixed costs are spread over
+    them: fewer rounds, a higher cost a round)."""
     from fedlib import cost
 
     groups: dict = {}
@@ -490,16 +492,16 @@ def cost_per_run(records, key) -> pd.Series:
         rounds = ((r.get("spec") or {}).get("fl") or {}).get("rounds") or (r.get("fl") or {}).get("rounds")
         if rounds:
             groups.setdefault(key(r), []).append((r, float(rounds)))
-    per, basis = {}, {}
+    per, basis, ran = {}, {}, {}
     for k, rs in groups.items():
         rounds = sorted({n for _, n in rs})
         if len(rounds) > 1:
             fail("key", f"a grouping whose every group ran one number of rounds (group {k!r} ran {rounds}); "
                  "add the rounds to the key", k)
         est = cost.measured([r for r, _ in rs])
-        per[k], basis[k] = est.seconds / rounds[0], est.basis
+        per[k], basis[k], ran[k] = est.seconds / rounds[0], est.basis, int(rounds[0])
     out = pd.Series(per, dtype=float).sort_index()
-    out.attrs["basis"] = basis
+    out.attrs["basis"], out.attrs["rounds"] = basis, ran
     return out
 
 

@@ -489,17 +489,20 @@ def _design_command(group: str, spec) -> str:
 
 def _per_round_estimate(spec, root: str, device: str) -> float | None:
     """``spec``'s cost from the records of its data set, ``n_train`` and method at another number of
-    rounds R₀ (the smallest that prices it): :func:`fedlib.cost.estimate` at R₀ × R / R₀ (linear in
-    R; a run's fixed costs make it an upper bound for R > R₀). None when no R₀ prices it."""
+    rounds R₀ (the smallest that prices it, an R₀ with a record of its own method and K first — a
+    cost probe of other K at a smaller R₀ does not price it): :func:`fedlib.cost.estimate` at R₀ × R /
+    R₀ (linear in R; a run's fixed costs make it an upper bound for R > R₀). None when no R₀ prices it."""
     import dataclasses
 
     from fedlib.methods import FLConfig
 
     rounds = FLConfig.from_dict(spec.effective()[1]).rounds
     records = _timings(".", root)
-    others = sorted({(r.get("fl") or {}).get("rounds") for r in records
-                     if (r.get("spec") or {}).get("dataset") == spec.dataset
-                     and (r.get("spec") or {}).get("n_train") == spec.n_train} - {None, rounds})
+    same = [r for r in records if (r.get("spec") or {}).get("dataset") == spec.dataset
+            and (r.get("spec") or {}).get("n_train") == spec.n_train]
+    own = {(r.get("fl") or {}).get("rounds") for r in same
+           if (r.get("spec") or {}).get("method") == spec.method and (r.get("spec") or {}).get("n_clients") == spec.n_clients}
+    others = sorted({(r.get("fl") or {}).get("rounds") for r in same} - {None, rounds}, key=lambda r0: (r0 not in own, r0))
     for r0 in others:
         est = cost.estimate(dataclasses.replace(spec, fl={**spec.fl, "rounds": r0}), records, device).seconds
         if est is not None:
