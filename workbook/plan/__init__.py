@@ -106,7 +106,7 @@ COMMAND = "python -m workbook.plan"
 PLANNED_DESIGNS = {
     "cross_paper_preregistered": ("11_cross_paper", "params/designs/11_cross_paper_preregistered.yaml",
                                   "cross_paper_preregistered"),
-    "beyond_label:small_seeds": ("12_beyond_label_skew", "params/designs/12_small_clients_seeds.yaml", "beyond_label"),
+    "beyond_label:small_seeds": ("12_beyond_label_skew", "params/designs/12_beyond_label_skew_small_clients_seeds.yaml", "beyond_label"),
 }
 _GRID_OF = {"11_cross_paper": "cross-paper", "12_beyond_label_skew": "beyond-label"}
 
