@@ -20,8 +20,9 @@ On a GPU (device kind ``'cuda'``) the cost is the run's wall ``seconds`` on the 
 **Comparable records** (:func:`comparable`): status ``ok``, the same data set, ``n_train``,
 rounds and local epochs (the effective training protocol, :meth:`fedlib.spec.RunSpec.effective`)
 and the same device kind (a record's ``device`` field, :func:`device_kind_of`); CPU and GPU
-costs never mix. Among them, in this order, the first group that has any: (1) the same method
-and number of clients K; (2) any method and K on that data set. Within the group, the records
+costs never mix. Among them, in this order, the first group that has any: (1) the same method,
+number of clients K and reading (``reproduction``: a method's paper_code and paper_text runs can
+differ several-fold, e.g. PoC's); (2) the same method and K; (3) any method and K on that data set. Within the group, the records
 measured under the same sharing (``host['processes']`` equal to ``processes``; both unknown
 counts as equal) are used if there are any, else those whose sharing is unknown; records of a
 different known sharing never are (16 processes on one GPU take several times as long per run as
@@ -143,7 +144,8 @@ def comparable(spec, records, device_kind: str, processes: int | None = None) ->
     """The records of ``records`` that price ``spec``'s run (a :class:`fedlib.spec.RunSpec`) on a
     ``device_kind`` device (``'cpu'`` or ``'cuda'``) measured under ``processes`` sharing it
     (None: unknown): the module's rule (same data set, ``n_train``, rounds, local epochs and device
-    kind; the same method and K, else any on the data set; the best sharing). [] for none."""
+    kind; the same method, K and reading, else the same method and K, else any on the data set; the
+    best sharing). [] for none."""
     from .methods import FLConfig
 
     check_choice(device_kind, "device_kind", KINDS)
@@ -160,8 +162,10 @@ def comparable(spec, records, device_kind: str, processes: int | None = None) ->
             continue
         rank = _sharing_rank((r.get("host") or {}).get("processes"), processes)
         if rank is not None:
-            pool.append((rank, r, s.get("method") == spec.method and s.get("n_clients") == spec.n_clients))
-    for group in ([(k, r) for k, r, same in pool if same], [(k, r) for k, r, _ in pool]):
+            same = s.get("method") == spec.method and s.get("n_clients") == spec.n_clients
+            pool.append((rank, r, same, same and (s.get("reproduction") or "paper_text") == spec.reproduction))
+    for group in ([(k, r) for k, r, _, own in pool if own], [(k, r) for k, r, same, _ in pool if same],
+                  [(k, r) for k, r, *_ in pool]):
         if group:
             best = min(k for k, _ in group)
             return [r for k, r in group if k == best]

@@ -46,6 +46,25 @@ def test_the_estimate_is_the_median_cpu_seconds_of_the_same_method_and_k():
     assert cost.estimate(spec(dataset="fmnist"), recs).basis is None
 
 
+def test_a_methods_own_reading_prices_it_before_its_other_reading(tmp_path):
+    """PoC's paper_code runs cost ~160 CPU-s, its paper_text runs ~1,200: a paper_text run is priced
+    by paper_text records (even by the fallback) while there are any, else by the method's others."""
+    import dataclasses
+    import json
+
+    import fedlib.grid
+
+    text, code = spec("poc"), dataclasses.replace(spec("poc"), reproduction="paper_code")
+    recs = [rec(dataclasses.replace(code, seed=i), 160, cpu=160.0) for i in range(3)]
+    recs += [rec(dataclasses.replace(text, seed=i), 1200, threads=1) for i in range(2)]
+    assert cost.estimate(text, recs) == cost.Estimate(1200.0, cost.FALLBACK_THREADS, 2)
+    assert cost.estimate(code, recs) == cost.Estimate(160.0, cost.CPU_SECONDS, 3)
+    assert cost.estimate(text, recs[:3]).seconds == 160.0  # no record of its reading: the method's others
+    for i, r in enumerate(recs):  # what timing_records keeps tells the readings apart too
+        (tmp_path / f"{i}.json").write_text(json.dumps(r))
+    assert cost.estimate(text, fedlib.grid.timing_records(tmp_path)).seconds == 1200.0
+
+
 def test_a_record_without_cpu_seconds_is_priced_by_the_labelled_fallback():
     two = [rec(spec(seed=0), 100, threads=2), rec(spec(seed=1), 300, threads=2)]
     est = cost.estimate(spec(), two)
