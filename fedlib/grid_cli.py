@@ -352,7 +352,7 @@ def list_runs(specs, out, kind: str, estimate_from=None, echo=print, name=None, 
             if timings is None:
                 timings = timing_records(Path(out), *folders)
             cfg = FLConfig.from_dict(s.effective()[1])
-            like = (s.dataset, s.n_train, cfg.rounds, cfg.local_epochs, s.method, s.n_clients)  # what prices it
+            like = (s.dataset, s.n_train, cfg.rounds, cfg.local_epochs, s.method, s.n_clients, s.reproduction)  # what prices it
             if like not in estimates:
                 estimates[like] = cost.estimate(s, timings, kind, sharing()).seconds
             est = estimates[like]
