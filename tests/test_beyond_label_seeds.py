@@ -218,3 +218,52 @@ def test_small_pooled_table_reads_one_seed_with_its_interval_and_the_gap():
     two = pd.concat([f, f.assign(seed=1, small_pooled=[65.0, 35.0])])
     t2 = S.small_pooled_table(two).set_index("variant")
     assert t2.loc["psi_size", "s = 0.1"] == "40.0 (n = 2 seeds)" and t2.loc["psi_size", "Δ vs fedavg, s = 0.1 (pp)"] == -20.0
+
+
+def _pooled(rows):
+    """A small_pooled_frame-shaped frame from (variant, share, seed, pooled %) rows."""
+    return pd.DataFrame([{"variant": v, "share": sh, "seed": sd, "small_pooled": acc} for v, sh, sd, acc in rows])
+
+
+def test_small_gap_pairs_are_paired_by_share_and_seed():
+    f = _pooled([("fedavg", 0.1, 0, 50.0), ("fedavg", 0.1, 1, 60.0), ("fedavg", 0.3, 0, 40.0),
+                 ("ifca", 0.1, 0, 45.0), ("ifca", 0.1, 1, 70.0), ("ifca", 0.3, 0, 40.0),
+                 ("ifca", 0.3, 2, 99.0)])  # no FedAvg at (0.3, seed 2): no pair
+    p = S.small_gap_pairs(f).set_index(["share", "seed"]).gap
+    assert p.to_dict() == {(0.1, 0): -5.0, (0.1, 1): 10.0, (0.3, 0): 0.0}
+    assert S.small_gap_pairs(f[f.variant == "ifca"]).empty  # no reference: no gap
+
+
+def test_small_gap_table_reads_the_interval_against_zero_by_hand():
+    rows = []
+    for seed, (ref, low, mixed, same) in enumerate([(50.0, 40.0, 55.0, 50.0), (50.0, 38.0, 45.0, 50.0),
+                                                   (50.0, 42.0, 51.0, 50.0)]):
+        rows += [("fedavg", 0.1, seed, ref), ("pfedlia", 0.1, seed, low), ("ifca", 0.1, seed, mixed),
+                 ("cfl", 0.1, seed, same)]
+    t = S.small_gap_table(S.small_gap_pairs(_pooled(rows)), {"pfedlia": "pFedLIA"}).set_index("variant")
+    # pFedLIA: gaps −10, −12, −8 → mean −10, s = 2, half-width t_{0.975, 2} · 2 / √3 = 4.968
+    assert t.loc["pFedLIA", "s = 0.1"] == "-10.0 [-15.0, -5.0] (n = 3)"
+    assert t.loc["pFedLIA", "verdict"] == "below fedavg"
+    assert t.loc["ifca", "verdict"].startswith("undecided")  # +5, −5, +1: the interval holds 0
+    assert t.loc["cfl", "verdict"] == "identical to fedavg (every pair's gap 0)"
+    one = S.small_gap_table(S.small_gap_pairs(_pooled(rows[:4]))).set_index("variant")
+    assert one.loc["pfedlia", "verdict"] == "no verdict (one pair)" and one.loc["pfedlia", "s = 0.1"] == "-10.0 (n = 1)"
+
+
+def test_units_to_exclude_zero_by_hand():
+    # mean 1, sd 2: t_{0.975, 16} · 2 / √17 = 1.028 ≥ 1, t_{0.975, 17} · 2 / √18 = 0.995 < 1 → 18
+    assert S.units_to_exclude_zero(1.0, 2.0) == 18 and S.units_to_exclude_zero(-1.0, 2.0) == 18
+    assert S.units_to_exclude_zero(0.0, 2.0) is None and S.units_to_exclude_zero(0.01, 5.0) is None
+
+
+def test_small_specs_over_seeds_reads_the_paper_seed_and_the_design_seeds():
+    from fedlib import notebook_params
+    from fedlib.paths import ROOT
+    paper = notebook_params.load(ROOT / "params/paper/12_beyond_label_skew.yaml", "12_beyond_label_skew")
+    design = notebook_params.load(ROOT / S.SMALL_SEEDS_DESIGN, "12_beyond_label_skew")
+    specs = S.small_specs_over_seeds(paper, design)
+    assert {s.seed for s in specs} == set(paper["seeds"]) | set(design["seeds"])
+    assert {B.variant_of(s.to_dict()) for s in specs} == set(design["variants"])
+    assert len(specs) == len({s.key() for s in specs}) == (
+        len(design["variants"]) * len(design["small_shares"]) * len(set(paper["seeds"]) | set(design["seeds"])))
+    assert all(s.protocol == "small_clients" and s.n_clients == paper["n_clients"] for s in specs)

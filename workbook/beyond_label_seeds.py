@@ -37,6 +37,14 @@ the planted small clients' correct predictions over their summed test samples (�
 over the small clients), with a bootstrap interval over the small clients (resampled with their
 counts); the records keep ``correct`` and ``n_test`` per client, so it is computed from the
 committed records, no new run.
+
+**The small clients' gap to FedAvg over seeds** (issue 70, :func:`small_gap_pairs`,
+:func:`small_gap_table`): per (variant, share, seed) the pooled accuracy minus FedAvg's at the same
+share and seed (the same partition and splits: a paired difference), read over the paper profile's
+seed and the pre-registered seeds 1–2 (:data:`SMALL_SEEDS_DESIGN`). Per share: the seeds' mean gap
+with its 95 % t-interval; over all shares: the mean over the (share, seed) pairs with its interval,
+read "below" / "above FedAvg" when the interval excludes 0 and "undecided" otherwise, with the pairs
+that would likely decide it (:func:`units_to_exclude_zero`).
 """
 from __future__ import annotations
 
@@ -53,7 +61,7 @@ from fedlib.validation import check_int, check_number, fail
 
 __all__ = ["CONFIDENCE", "KMEANS_BASE", "kmeans_seeded", "ari_reading", "clopper_pearson", "share_verdict",
            "share_over_seeds", "share_text", "t_interval", "interval_verdict", "clustering_ari", "clustering_aris", "ari_rows", "read_ari_rows", "ARI_RECORDS", "CLUSTERING_ONLY", "ari_over_seeds",
-           "interval_text", "answer_over_seeds", "pooled_small_accuracy", "bootstrap_pooled", "small_pooled_frame", "small_pooled_table", "collapsed_rows"]
+           "interval_text", "answer_over_seeds", "pooled_small_accuracy", "bootstrap_pooled", "small_pooled_frame", "small_pooled_table", "SMALL_SEEDS_DESIGN", "small_specs_over_seeds", "small_gap_pairs", "units_to_exclude_zero", "small_gap_table", "collapsed_rows"]
 
 CONFIDENCE = 0.95
 """The intervals' two-sided level."""
@@ -422,6 +430,94 @@ def small_pooled_table(frame: pd.DataFrame, labels=None, reference: str = "fedav
             g = frame[(frame.variant == v) & (frame.share == sh)]
             row[f"Δ vs {reference}, s = {sh:g} (pp)"] = (round(g.small_pooled.mean() - ref[sh], 1)
                                                         if len(g) and sh in ref.index else np.nan)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+SMALL_SEEDS_DESIGN = "params/designs/12_beyond_label_skew_small_clients_seeds.yaml"
+"""Issue 70's pre-registered seeds 1–2 of the small-client baselines (FedAvg, IFCA, FedClust, CFL,
+pFedLIA), computed into notebook 12's paper records folder."""
+
+
+def small_specs_over_seeds(paper: dict, design: dict) -> list:
+    """The small-client runs whose records the gap table reads: the design's variants on its shares,
+    at the paper profile's seeds (``paper``: ``params/paper/12_beyond_label_skew.yaml``) and at the
+    design's (``design``: :data:`SMALL_SEEDS_DESIGN`), each at its own file's protocol; one spec per
+    key."""
+    from .beyond_label import GRID_PARAMS, notebook_grid
+
+    specs = {}
+    for p in (paper, design):
+        grid = {k: p[k] for k in GRID_PARAMS} | {"partitions": [], "variants": list(design["variants"]),
+                                                 "small_shares": list(design["small_shares"])}
+        for s in notebook_grid(**grid)["study"]:
+            specs.setdefault(s.key(), s)
+    return list(specs.values())
+
+
+def small_gap_pairs(frame: pd.DataFrame, reference: str = "fedavg") -> pd.DataFrame:
+    """The paired gaps of :func:`small_pooled_frame`: one row per (variant ≠ ``reference``, share, seed)
+    where ``reference`` ran at the same share and seed, with ``gap`` = the variant's pooled small-client
+    accuracy minus ``reference``'s (pp). The two runs share the seed's partition and test splits, so
+    the pair's difference is free of the partition's draw."""
+    cols = ["variant", "share", "seed", "gap"]
+    if frame.empty:
+        return pd.DataFrame(columns=cols)
+    ref = frame[frame.variant == reference].set_index(["share", "seed"]).small_pooled
+    rows = [{"variant": r.variant, "share": float(r.share), "seed": int(r.seed),
+             "gap": float(r.small_pooled - ref[(r.share, r.seed)])}
+            for r in frame[frame.variant != reference].itertuples() if (r.share, r.seed) in ref.index]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def units_to_exclude_zero(mean: float, sd: float, *, confidence: float = CONFIDENCE,
+                          most: int = 50) -> int | None:
+    """The least n (2 ≤ n ≤ ``most``) at which mean ± t_{(1+c)/2, n−1} · sd / √n excludes 0 at
+    today's mean and sd, or None where none does (mean 0, or sd too large)."""
+    if not np.isfinite(mean) or not np.isfinite(sd) or mean == 0:
+        return None
+    for n in range(2, most + 1):
+        if stats.t.ppf((1 + confidence) / 2, n - 1) * sd / np.sqrt(n) < abs(mean):
+            return n
+    return None
+
+
+def _gap_cell(values) -> str:
+    m, lo, hi, n = t_interval(values)
+    if n == 0:
+        return "not run"
+    return f"{m:+.1f} (n = 1)" if n == 1 else f"{m:+.1f} [{lo:+.1f}, {hi:+.1f}] (n = {n})"
+
+
+def small_gap_table(pairs: pd.DataFrame, labels=None, reference: str = "fedavg") -> pd.DataFrame:
+    """Variants × shares of :func:`small_gap_pairs`: per share the seeds' mean gap (pp) with its
+    95 % t-interval (:func:`t_interval`) and n; "all shares": the mean over every (share, seed) pair,
+    its interval and n (each pair a distinct partition; the shares' own differences widen it);
+    ``verdict`` (``reference`` by its label in ``labels``): "identical to {reference}" when every pair's gap is 0 (a run that trained as it),
+    "below {reference}" / "above {reference}" when that interval excludes 0, else
+    "undecided" with the pairs that would likely decide it at today's mean and sd
+    (:func:`units_to_exclude_zero`)."""
+    rows = []
+    shares = sorted(set(pairs.share))
+    ref = (labels or {}).get(reference, reference)
+    for v in list(dict.fromkeys(pairs.variant)):
+        g = pairs[pairs.variant == v]
+        row = {"variant": (labels or {}).get(v, v)}
+        for sh in shares:
+            row[f"s = {sh:g}"] = _gap_cell(g[g.share == sh].gap)
+        row["all shares"] = _gap_cell(g.gap)
+        m, lo, hi, n = t_interval(g.gap)
+        if n >= 2 and (g.gap == 0).all():
+            row["verdict"] = f"identical to {ref} (every pair's gap 0)"
+        elif n >= 2 and hi < 0:
+            row["verdict"] = f"below {ref}"
+        elif n >= 2 and lo > 0:
+            row["verdict"] = f"above {ref}"
+        else:
+            need = units_to_exclude_zero(m, float(np.std(g.gap, ddof=1))) if n >= 2 else None
+            row["verdict"] = ("no verdict (one pair)" if n < 2 else "undecided" + (
+                f" (≈{need} pairs would decide it)" if need else
+                " (no number of pairs up to 50 would, at today's mean and sd)"))
         rows.append(row)
     return pd.DataFrame(rows)
 
