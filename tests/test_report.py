@@ -480,7 +480,8 @@ def test_beyond_label_section_counts_the_committed_runs_and_reads_the_answer_fro
     row = [ln for ln in table.splitlines() if B.PARTITIONS["rotated"].label in ln][0]
     assert ("| 0.00 | cannot separate (one run: a single value) | joint label–attribute PSI | 1.00 | "
             "recovers (one run: a single value) | 1 of 5 | 1 |") in row
-    assert lines[-1] == "No clustering-only ARI is committed yet."
+    assert "No clustering-only ARI is committed yet." in lines
+    assert lines[-1] == "No pair of a baseline and FedAvg is recorded yet."
     # the clustering-only ARIs over seeds: the share of seeds ≥ 0.9 with its Clopper–Pearson interval
     (tmp_path / "beyond_label_ari").mkdir()
     import pandas as pd
@@ -488,11 +489,29 @@ def test_beyond_label_section_counts_the_committed_runs_and_reads_the_answer_fro
                   "n_clients": 100, "dataset": "fmnist", "ari": [0.0, 0.01, 0.02, 0.88, 0.95, 1.0], "tau": 2,
                   "groups": 2, "cpu_seconds": 1.0}).to_csv(tmp_path / "beyond_label_ari" / "aris.csv", index=False)
     lines = report.beyond_label_markdown(tmp_path)
-    row = [ln for ln in lines[-1].splitlines() if B.PARTITIONS["rotated"].label in ln][0]
+    ari_table = [ln for ln in lines if "seeds ≥ 0.9 (" in ln][0]
+    row = [ln for ln in ari_table.splitlines() if B.PARTITIONS["rotated"].label in ln][0]
     # label: 0 of 3 (CP [0, 1 − 0.025^(1/3)] = [0, 71 %]); joint: 2 of 3 (CP [9.4 %, 99.2 %]) — no limit above 1
     assert "| 0 of 3 seeds ≥ 0.9 (0 % [0, 71]), median 0.01 | cannot separate |" in row
     assert "| joint label–attribute PSI | 2 of 3 seeds ≥ 0.9 (67 % [9, 99]), median 0.95 | mixed |" in row
     assert "K-means seed fixed at 42" in " ".join(lines)
+    # the small clients' gap to FedAvg over seeds (issue 70): FedAvg's small clients all right, pFedLIA's half
+    from fedlib import notebook_params
+    from workbook import beyond_label_seeds as S
+    design = notebook_params.load(report.ROOT / S.SMALL_SEEDS_DESIGN, "12_beyond_label_skew")
+    small = P.planted_clusters("small_clients", 100, 0.1) == 1
+    for s in S.small_specs_over_seeds(p, design):
+        v = B.variant_of(s.to_dict())
+        if s.level == 0.1 and s.seed in (0, 1) and v in ("fedavg", "pfedlia"):
+            correct = np.where(small, 2 if v == "fedavg" else 1, 2)
+            record_path(tmp_path / "beyond_label", s).write_text(json.dumps(
+                {"record_version": 1, "key": s.key(), "spec": s.to_dict(), "status": "ok",
+                 "local_accuracy": (correct / 2).tolist(), "correct": correct.tolist(), "n_test": [2] * 100,
+                 "global_accuracy": correct.sum() / 200, "info": {}, "cpu_seconds": 10.0}))
+    lines = report.beyond_label_markdown(tmp_path)
+    gap = [ln for ln in lines[-1].splitlines() if ln.startswith("| pFedLIA")][0]
+    assert "| -50.0 [-50.0, -50.0] (n = 2) |" in gap and gap.endswith("| below FedAvg |")
+    assert "4 of 75 runs recorded" in " ".join(lines)
 
 
 # ----------------------------------------------------------------------------- the verdict rule

@@ -864,7 +864,7 @@ def beyond_label_markdown(root: Path | str = RECORDS, params: Path = BEYOND_LABE
                       "its ARI": ans.best_extension_ari.round(2), "extension": single(ans.extension),
                       "extensions run": [f"{n} of {len(B.EXTENSIONS)}" for n in ans.extensions_run],
                       "n (seeds)": n_seeds})
-    return out + [frame_markdown(t), "", *_beyond_label_over_seeds(p, Path(root))]
+    return out + [frame_markdown(t), "", *_beyond_label_over_seeds(p, Path(root)), "", *_small_gaps_over_seeds(p, Path(root))]
 
 
 def _trained_seeds(found, partitions) -> list[int]:
@@ -899,6 +899,27 @@ def _beyond_label_over_seeds(p: dict, root: Path) -> list[str]:
                                          for v in a.best_extension],
                       "its ARI": a.extension, "extension": a.extension_verdict})
     return head + [frame_markdown(t)]
+
+
+def _small_gaps_over_seeds(p: dict, root: Path) -> list[str]:
+    """The baselines' small-client gap to FedAvg over the paper seed and the pre-registered seeds 1–2
+    (:data:`workbook.beyond_label_seeds.SMALL_SEEDS_DESIGN`), paired by share and seed, from
+    ``root/beyond_label`` (:func:`workbook.beyond_label_seeds.small_gap_table`; issue 70)."""
+    from fedlib import notebook_params
+    from . import beyond_label as B, beyond_label_seeds as S
+
+    design = notebook_params.load(ROOT / S.SMALL_SEEDS_DESIGN, "12_beyond_label_skew")
+    specs = S.small_specs_over_seeds(p, design)
+    found, missing = B.present_records(specs, root / "beyond_label")
+    head = ["The small clients' accuracy against FedAvg's, over seeds: each clustered baseline's pooled small-client",
+            "accuracy (Σ correct / Σ test samples over the planted small clients) minus FedAvg's at the same share and seed",
+            f"(pp; `{S.SMALL_SEEDS_DESIGN}` pre-registers seeds 1–2): per share the seeds' mean with its 95 % t-interval,",
+            "over all shares the mean over the (share, seed) pairs, and the verdict that interval gives against 0; "
+            f"{len(found)} of {len(specs)} runs recorded.", ""]
+    pairs = S.small_gap_pairs(S.small_pooled_frame(found, B.variant_of))
+    if pairs.empty:
+        return head + ["No pair of a baseline and FedAvg is recorded yet."]
+    return head + [frame_markdown(S.small_gap_table(pairs, {v: B.VARIANTS[v].label for v in B.VARIANTS}))]
 
 
 def refused_lines(root: Path | str = RECORDS) -> list[str]:
