@@ -5,6 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from fedlib.methods import display_name
 from workbook import plan as P, report, verdicts as V
 
 T3 = "clust_psi_pfl/table3_like_for_like"
@@ -148,6 +149,19 @@ def test_head_markdown_says_the_next_10_cpu_hours(planned):
     assert "The next 10 CPU-hours would decide these rows" in text
     assert "python -m workbook.plan --run --budget 36000" in text
     assert "| 1 |" in text
+    # what a run decides reads as the report's row, linked to its anchor on the findings page
+    first = p.iloc[0].decides.split("; ")[0]
+    row = df.set_index("id").loc[first]
+    assert f"[Clust-PSI-PFL Table III: {display_name(row.row)}, {row.column} ({row.reading})](#{first})" in text
+
+
+def test_row_link_names_a_report_row_and_leaves_a_study_block_as_it_is(planned):
+    _, df, _ = planned
+    by_id = df.set_index("id")
+    fedavg = _row(df, "fedavg", "FMNIST, S = 1")
+    assert P.row_link(fedavg.id, by_id) == f"[Clust-PSI-PFL Table III: FedAvg, FMNIST, S = 1 ({fedavg.reading})](#{fedavg.id})"
+    assert P.row_link("cross_paper_preregistered block noisy", by_id) == "cross_paper_preregistered block noisy"
+    assert P.row_link(fedavg.id, None) == fedavg.id
 
 
 def _fake_plan(specs_seconds):
