@@ -417,3 +417,34 @@ def test_design_table_prices_each_block_at_its_own_measured_rate(tmp_path):
     with pytest.raises(ValueError, match="per_round"):  # a rate per method only: whose data set and K?
         D.design_table(pd.Series({m: 1.0 for m in D.FOCUSED_METHODS}), ["focused_adult_k20"])
     assert set(D.PROBES) <= set(D.DESIGNS) and not set(D.PROBES) & set(D.RANKING_DESIGNS)  # probes rank nothing
+
+
+def test_preregistered_results_from_a_complete_design(tmp_path):
+    """Issue 70: once all 77 runs are recorded, the results come from them: each run scored by the mean
+    of its last 3 evaluations, the mean ranks, and the Wilcoxon–Holm comparisons. Here Local beats every
+    method on every block (its rank 1, every comparison against it significant after Holm: exact p =
+    2/2^11 ≈ 0.001 × 10 comparisons at most ≈ 0.0098 < 0.05) and the others tie FedAvg on some blocks."""
+    import record_fakes
+    from fedlib import records
+    from workbook import cross_paper_design as D
+
+    specs = D.design_specs("preregistered")
+    blocks = sorted({D._partition({"spec": s.to_dict()}) for s in specs})
+    skill = {"local": 0.9, "clust_psi_pfl": 0.7, "fedprism": 0.65, "psi_pfl": 0.6, "cafa": 0.55, "pfedlia": 0.5,
+             "fedavg": 0.4}
+    folder = tmp_path / D.RECORDS_OF["preregistered"]
+    for s in specs:
+        b = blocks.index(D._partition({"spec": s.to_dict()}))
+        acc = skill[s.method] + 0.01 * b  # every block keeps the same order
+        hist = [{"round": t, "global_accuracy": acc - 0.1 / (t + 1)} for t in range(30)]
+        records.write(folder / f"{s.key()}.json", record_fakes.record(s, accuracy=0.5, history=hist))
+    res, text = D.preregistered_results(tmp_path)
+    assert res is not None and text.startswith("preregistered: ")
+    last3 = {m: 100 * (skill[m] - np.mean([0.1 / 28, 0.1 / 29, 0.1 / 30])) for m in skill}  # block 0
+    assert res["scores"].loc["local", blocks[0]] == pytest.approx(last3["local"])
+    assert list(res["ranks"].index) == sorted(skill, key=lambda m: -skill[m])
+    assert res["ranks"]["local"] == 1.0 and res["ranks"]["fedavg"] == 7.0
+    pre = res["preregistered"].set_index(["method", "reference"])
+    assert len(pre) == 10 and pre.significant.all()
+    assert pre.p_holm.max() <= 10 * 2 / 2 ** 11 + 1e-12
+    assert (res["convergence"].evaluations == 30).all()
