@@ -651,7 +651,9 @@ def head_markdown(df: pd.DataFrame, hours: float = 10.0, root: Path | str = RECO
         pv = "—" if not np.isfinite(r.p) else f"{r.p:.2f}"
         ids = r.decides.split("; ")
         decides = row_link(ids[0], rows_by_id) + (f" (+ {len(ids) - 1} more)" if len(ids) > 1 else "")
-        out.append(f"| {r.rank} | {r.run} | {decides} | {r.basis} | {pv} | {r.seconds:.0f} | {r.cum_hours:.2f} | {r.cum_value:.2f} |")
+        bases = r.basis.split("; ")
+        basis = bases[0] + (f" (+ {len(bases) - 1} more)" if len(bases) > 1 else "")
+        out.append(f"| {r.rank} | {r.run} | {decides} | {basis} | {pv} | {r.seconds:.0f} | {r.cum_hours:.2f} | {r.cum_value:.2f} |")
     if len(within) > top:
         out += ["", f"… and {len(within) - top} more runs (`{COMMAND}` lists them all, each with its command)."]
     return out
