@@ -111,7 +111,7 @@ test: setup data browser
 	$(MAKE) --no-print-directory -j$(WORKBOOK_JOBS) PROFILE=smoke executed-notebooks
 	$(BIN)/python scripts/compare_notebooks.py build/executed/smoke
 	$(BIN)/python scripts/cross_cpu_drift.py build/executed/smoke
-	env $(ONE_THREAD) $(BIN)/python -m pytest tests $(XDIST) -q
+	env $(ONE_THREAD) $(BIN)/python -m pytest tests $(XDIST) -q --durations=25
 
 unit: setup data browser
 	env $(ONE_THREAD) $(BIN)/python -m pytest tests $(XDIST) -q
