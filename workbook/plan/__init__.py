@@ -614,14 +614,15 @@ def plan_markdown(p: pd.DataFrame, top: int | None = None) -> list[str]:
 
 def row_link(what: str, rows_by_id: pd.DataFrame | None) -> str:
     """What a run decides, as a reader finds it: a report row (an id of ``rows_by_id``, the report's
-    frame indexed by ``id``) as "<paper> <table>: <method>, <column> (<reading>)" linked to its
-    anchor in docs/findings.md; a study block (or an id not in the frame) as it is."""
+    frame indexed by ``id``) as "<paper> <table>: <method>, <column> (<reading>)", linked to its
+    anchor in docs/findings.md where the page shows the row (a row not run has no anchor: it is
+    listed under its table's "not run" command); a study block (or an id not in the frame) as it is."""
     if rows_by_id is None or what not in rows_by_id.index:
         return what
     r = rows_by_id.loc[what]
     method, _, rest = str(r.row).partition(" ")
-    return (f"[{PAPERS.get(r.paper, r.paper)} {r.table}: {display_name(method)}{' ' + rest if rest else ''}, "
-            f"{r.column} ({r.reading})](#{what})")
+    label = f"{PAPERS.get(r.paper, r.paper)} {r.table}: {display_name(method)}{' ' + rest if rest else ''}, {r.column} ({r.reading})"
+    return label if r.verdict == "not run" else f"[{label}](#{what})"
 
 
 def head_markdown(df: pd.DataFrame, hours: float = 10.0, root: Path | str = RECORDS, p: pd.DataFrame | None = None,
