@@ -5,7 +5,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedlib.methods import display_name
 from workbook import plan as P, report, verdicts as V
 
 T3 = "clust_psi_pfl/table3_like_for_like"
@@ -149,23 +148,6 @@ def test_head_markdown_says_the_next_10_cpu_hours(planned):
     assert "The next 10 CPU-hours would decide these rows" in text
     assert "python -m workbook.plan --run --budget 36000" in text
     assert "| 1 |" in text
-    # what a run decides reads as the report's row, linked to its anchor on the findings page
-    first = p.iloc[0].decides.split("; ")[0]
-    row = df.set_index("id").loc[first]
-    label = f"Clust-PSI-PFL Table III: {display_name(row.row)}, {row.column} ({row.reading})"
-    assert (label if row.verdict == "not run" else f"[{label}](#{first})") in text
-
-
-def test_row_link_names_a_report_row_and_leaves_a_study_block_as_it_is(planned):
-    _, df, _ = planned
-    by_id = df.set_index("id")
-    fedavg = _row(df, "fedavg", "FMNIST, S = 1")
-    assert P.row_link(fedavg.id, by_id) == f"[Clust-PSI-PFL Table III: FedAvg, FMNIST, S = 1 ({fedavg.reading})](#{fedavg.id})"
-    fedprox = _row(df, "fedprox", "FMNIST, S = 1", "paper_text")  # not run: no anchor on the page, no link
-    assert fedprox.verdict == "not run"
-    assert P.row_link(fedprox.id, by_id) == "Clust-PSI-PFL Table III: FedProx, FMNIST, S = 1 (paper_text)"
-    assert P.row_link("cross_paper_preregistered block noisy", by_id) == "cross_paper_preregistered block noisy"
-    assert P.row_link(fedavg.id, None) == fedavg.id
 
 
 def _fake_plan(specs_seconds):

@@ -75,13 +75,12 @@ import pandas as pd
 from scipy import stats
 
 from fedlib import cost, lookup
-from fedlib.methods import display_name
 from fedlib.validation import check_choice, check_int, check_number, fail
 from .. import verdicts as V
 from ..matching import RECORDS, _load, anchor_slug, matches
 from ..report_cells import GRID_VARIANTS, PAPERS, RECORD_COMMANDS, cells, grid_tables, group_of, record_command
 
-__all__ = ["DRAWS", "SEED", "MAX_SEEDS", "UNKNOWN_P", "LOOKAHEAD", "MIN_VALUE", "CLAIM_WEIGHT", "claim_rows", "p_decided", "best_bundle", "row_value", "feasible_share", "study_values", "plan", "plan_notes", "row_link",
+__all__ = ["DRAWS", "SEED", "MAX_SEEDS", "UNKNOWN_P", "LOOKAHEAD", "MIN_VALUE", "CLAIM_WEIGHT", "claim_rows", "p_decided", "best_bundle", "row_value", "feasible_share", "study_values", "plan", "plan_notes",
            "plan_markdown", "head_markdown", "run_plan"]
 
 DRAWS = 2000
@@ -612,19 +611,6 @@ def plan_markdown(p: pd.DataFrame, top: int | None = None) -> list[str]:
     return out
 
 
-def row_link(what: str, rows_by_id: pd.DataFrame | None) -> str:
-    """What a run decides, as a reader finds it: a report row (an id of ``rows_by_id``, the report's
-    frame indexed by ``id``) as "<paper> <table>: <method>, <column> (<reading>)", linked to its
-    anchor in docs/findings.md where the page shows the row (a row not run has no anchor: it is
-    listed under its table's "not run" command); a study block (or an id not in the frame) as it is."""
-    if rows_by_id is None or what not in rows_by_id.index:
-        return what
-    r = rows_by_id.loc[what]
-    method, _, rest = str(r.row).partition(" ")
-    label = f"{PAPERS.get(r.paper, r.paper)} {r.table}: {display_name(method)}{' ' + rest if rest else ''}, {r.column} ({r.reading})"
-    return label if r.verdict == "not run" else f"[{label}](#{what})"
-
-
 def head_markdown(df: pd.DataFrame, hours: float = 10.0, root: Path | str = RECORDS, p: pd.DataFrame | None = None,
                   top: int = 15, *, report=None) -> list[str]:
     """The report's lines on the plan's head: "the next ``hours`` CPU-hours would decide these rows",
@@ -647,14 +633,11 @@ def head_markdown(df: pd.DataFrame, hours: float = 10.0, root: Path | str = RECO
         return out + ["No priced run fits (the plan is empty, or its first run is longer)."]
     out += ["| # | run | decides | basis | P(decided by then) | est. s | cum. CPU-h | cum. rows |",
             "|---|---|---|---|---|---|---|---|"]
-    rows_by_id = df.set_index("id") if "id" in df.columns else None
     for r in within.head(top).itertuples():
         pv = "—" if not np.isfinite(r.p) else f"{r.p:.2f}"
         ids = r.decides.split("; ")
-        decides = row_link(ids[0], rows_by_id) + (f" (+ {len(ids) - 1} more)" if len(ids) > 1 else "")
-        bases = r.basis.split("; ")
-        basis = bases[0] + (f" (+ {len(bases) - 1} more)" if len(bases) > 1 else "")
-        out.append(f"| {r.rank} | {r.run} | {decides} | {basis} | {pv} | {r.seconds:.0f} | {r.cum_hours:.2f} | {r.cum_value:.2f} |")
+        decides = ids[0] + (f" (+ {len(ids) - 1} more)" if len(ids) > 1 else "")
+        out.append(f"| {r.rank} | {r.run} | {decides} | {r.basis} | {pv} | {r.seconds:.0f} | {r.cum_hours:.2f} | {r.cum_value:.2f} |")
     if len(within) > top:
         out += ["", f"… and {len(within) - top} more runs (`{COMMAND}` lists them all, each with its command)."]
     return out
