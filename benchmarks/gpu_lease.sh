@@ -6,9 +6,11 @@
 #
 # Usage (from the repository root, on the machine with the GPU):
 #   bash benchmarks/gpu_lease.sh SECONDS WORKERS -- COMMAND...
-# COMMAND: a paper-grid command line (python -m fedlib.grid, fedlib-grid, or its old path
-# benchmarks/paper_grid.py) or a benchmarks/table3_like_for_like.py one, without
+# COMMAND: the plan's command (python -m workbook.plan --run: the plan's head, the default; this
+# script adds --together), a paper-grid command line (python -m fedlib.grid, fedlib-grid, or its
+# old path benchmarks/paper_grid.py) or a benchmarks/table3_like_for_like.py one, without
 # --budget, --device and --workers (this script adds --device cuda --budget B), e.g.
+#   bash benchmarks/gpu_lease.sh 560 16 -- python -m workbook.plan --run
 #   bash benchmarks/gpu_lease.sh 560 16 -- python benchmarks/table3_like_for_like.py \
 #       --results benchmarks/records/clust_psi_pfl/table3_like_for_like --seeds 3
 #   bash benchmarks/gpu_lease.sh 560 16 -- python -m fedlib.grid psi-pfl \
@@ -144,18 +146,19 @@ budget=$((total - $(elapsed) - ${LEASE_MARGIN:-30}))
 
 # ---------------------------------------------------------------- the workers
 pids=()
-if [ "$kind" = plan ]; then  # one plan (built once), its runs WORKERS at a time, together where they may
-    OMP_NUM_THREADS=1 FEDLIB_SHARING=$workers "${cmd[@]}" --device cuda --budget "$budget" --workers "$workers" \
-        --together > "$work/worker-1.log" 2>&1 &
+# The plan's command: WORKERS plan processes (each builds the plan, one core a minute), each taking
+# its runs in plan order through claims, a window of 4 at a time, the FedAvg family's runs of a
+# window together (--together: at most 4 a group, only as many as their summed estimates let end in
+# time, fedlib.grid.fitting_prefix). One process with --workers WORKERS would train each window's
+# group in that process while its pool waits, and a group cut by the lease leaves a checkpoint too
+# large to bring back.
+extra=()
+[ "$kind" = plan ] && extra=(--together)
+for ((i = 1; i <= workers; i++)); do
+    OMP_NUM_THREADS=1 FEDLIB_SHARING=$workers "${cmd[@]}" --device cuda --budget "$budget" "${extra[@]}" \
+        > "$work/worker-$i.log" 2>&1 &
     pids+=($!)
-    workers=1
-else
-    for ((i = 1; i <= workers; i++)); do
-        OMP_NUM_THREADS=1 FEDLIB_SHARING=$workers "${cmd[@]}" --device cuda --budget "$budget" \
-            > "$work/worker-$i.log" 2>&1 &
-        pids+=($!)
-    done
-fi
+done
 say "started $workers workers with --budget $budget"
 
 stop=$((start + total - 10))  # the packing's reserve

@@ -34,8 +34,8 @@ default the committed ``benchmarks/records``, times ``SAFETY_FACTOR``); a resuma
 starts when its first rounds fit and the budget stops it at a round boundary with a checkpoint
 (:mod:`fedlib.checkpoint`) that the next call resumes. ``benchmarks/gpu_lease.sh`` runs this command on a GPU lease with it.
 
-``--together`` (with ``--budget`` too: a group starts when its first rounds fit and stops at a
-round boundary with one checkpoint for the group): the runs of the FedAvg family that share the protocol
+``--together`` (with ``--budget`` too: a group trains only as many runs as its summed estimate
+lets end in time, the others one by one; ``fedlib.grid.fitting_prefix``): the runs of the FedAvg family that share the protocol
 (FedAvg, FedProx, FedAvgM, FedAdagrad, FedYogi, FedAdam over the seeds and settings) train side
 by side, their clients in one engine call per round (the grid command's ``--together``,
 :mod:`fedlib.together`): the same records up to kernel rounding, faster on a GPU.

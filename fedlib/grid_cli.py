@@ -55,8 +55,8 @@ is set, recording ``host['processes'] = N``). Several commands (or machines)
 sharing one folder split the runs: a run another live process has claimed is taken last, when
 its record is then read (or waited for), so no process queues behind another's run.
 
-``--together`` (with ``--budget`` too: a group starts when its first rounds fit and is stopped at a
-round boundary with one checkpoint for the group): the filtered runs of the FedAvg family that share data
+``--together`` (with ``--budget`` too: a group trains only as many runs as its summed estimate
+lets end in time, the others one by one; :func:`fedlib.grid.fitting_prefix`): the filtered runs of the FedAvg family that share data
 set, K and protocol (e.g. PSI-PFL's FedAvg, FedProx and FedOpt rows over seeds and α) first train
 side by side, one engine call per round (``run_grid(..., together=True)``, :mod:`fedlib.together`:
 the same records up to kernel rounding, their ``seconds`` the group's divided among its runs);
@@ -413,7 +413,7 @@ def run_table(table, out, *, params=None, seeds=None, methods=None, alphas=None,
     (the module's docstring; ``estimate_from``: the folders of records the estimates read besides
     ``out``, default the committed records).
 
-    ``together`` (a budget stops a group at a round boundary): first the runs that may train together
+    ``together`` (a budget trims a group to the runs that end in time): first the runs that may train together
     (:func:`fedlib.together.group_specs`: the FedAvg family, one data set, K and protocol) train
     in groups, one engine call per round (``run_grid(..., together=True)``); the rest as usual.
 
@@ -544,7 +544,8 @@ def main(argv=None, *, tables: dict | None = None) -> dict | None:
     ap.add_argument("--workers", type=int, default=1, help="runs computed at once, one process each")
     ap.add_argument("--together", action="store_true",
                     help="train the FedAvg family's compatible runs side by side, one engine call per round "
-                         "(fedlib.together; a budget stops a group at a round boundary), then the rest as usual")
+                         "(fedlib.together; under a budget a group keeps only the runs whose summed estimate ends in "
+                         "time), then the rest as usual")
     ap.add_argument("--budget", type=float, default=None, metavar="SECONDS",
                     help="start a run only if it is estimated to end within SECONDS of the command's start "
                          "(the others are left for a later call; a started run is never stopped)")

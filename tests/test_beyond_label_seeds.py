@@ -246,6 +246,9 @@ def test_small_gap_table_reads_the_interval_against_zero_by_hand():
     assert t.loc["pFedLIA", "verdict"] == "below fedavg"
     assert t.loc["ifca", "verdict"].startswith("undecided")  # +5, −5, +1: the interval holds 0
     assert t.loc["cfl", "verdict"] == "identical to fedavg (every pair's gap 0)"
+    # the answer first: a reader sees the verdict before the per-share columns (a 1,440-px window)
+    assert list(t.reset_index().columns) == ["variant", "all shares", "verdict", "s = 0.1"]
+    assert t.loc["pFedLIA", "all shares"] == "-10.0 [-15.0, -5.0] (n = 3)"
     one = S.small_gap_table(S.small_gap_pairs(_pooled(rows[:4]))).set_index("variant")
     assert one.loc["pfedlia", "verdict"] == "no verdict (one pair)" and one.loc["pfedlia", "s = 0.1"] == "-10.0 (n = 1)"
 

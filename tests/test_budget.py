@@ -90,6 +90,50 @@ def test_fits_budget_applies_the_safety_factor_and_nothing_starts_after_the_dead
     assert not fedlib.grid.fits_budget(None, deadline=1000, now=1000) and not fedlib.grid.fits_budget(0, deadline=999, now=1000)
 
 
+def test_fitting_prefix_keeps_the_leading_runs_whose_summed_estimate_ends_in_time():
+    f = fedlib.grid.fitting_prefix
+    assert f([100.0, 100.0, 100.0], 345.0) == 3  # 1.15 × 300 = 345
+    assert f([100.0, 100.0, 100.0], 344.0) == 2  # 1.15 × 200 = 230 ≤ 344 < 345
+    assert f([100.0, 50.0, 400.0, 10.0], 200.0) == 2  # a prefix: the run after the first misfit waits too
+    assert f([100.0, 100.0], 114.0) == 0 and f([], 10.0) == 0
+    assert f([100.0, None, 5.0], 1.0) == 3  # an unknown estimate: the budget cannot protect the group
+
+
+def test_a_group_trained_together_is_trimmed_to_what_ends_in_time_and_the_rest_run_alone(tmp_path, monkeypatch):
+    """Three FedAvg runs estimated at 100 s each under a 300 s budget: two train together (1.15 ×
+    200 s fits, 1.15 × 300 s does not), the third alone; none is left and no group is cut."""
+    from fedlib import together as T
+    monkeypatch.delenv("FEDLIB_SHARING", raising=False)
+    out = tmp_path / "results"
+    _fake(out, 100.0)
+    groups, alone = [], []
+    monkeypatch.setattr(T, "run_together", lambda specs, device="auto", checkpointer=None:
+                        groups.append([s.seed for s in specs]) or [record_fakes.record(s) for s in specs])
+    monkeypatch.setattr(fedlib.run, "run", lambda s, device="auto": alone.append(s.seed) or record_fakes.record(s))
+    specs = [X.RunSpec("adult", "dirichlet", 0.5, 10, seed, "fedavg", fl=FAST, n_train=2000) for seed in (0, 1, 2)]
+    recs = X.run_grid(specs, out, device="cpu", progress=False, budget=300, together=True)
+    assert groups == [[0, 1]] and alone == [2]
+    assert sorted(r["key"] for r in recs) == sorted(s.key() for s in specs)
+    assert not any(claims.claim_path(X.record_path(out, s)).exists() for s in specs)
+
+
+def test_without_wait_a_run_another_process_holds_is_left_to_it_not_waited_for(tmp_path, monkeypatch):
+    """The plan's processes race down one list (run_plan passes wait=False): a run another live
+    process claimed is left to it, the free one computed; with the default wait it would block."""
+    monkeypatch.delenv("FEDLIB_SHARING", raising=False)
+    out = tmp_path / "results"
+    out.mkdir()
+    held, free = [X.RunSpec("adult", "dirichlet", 0.5, 10, seed, "fedavg", fl=FAST, n_train=2000) for seed in (0, 1)]
+    assert claims.try_claim(X.record_path(out, held))  # a live process (this one) holds it
+    monkeypatch.setattr(fedlib.run, "run", lambda s, device="auto": record_fakes.record(s))
+    seen = []
+    recs = X.run_grid([held, free], out, progress=False, wait=False,
+                      on_run=lambda s, record, elsewhere, est: seen.append((s.seed, record is None, elsewhere)))
+    assert seen == [(1, False, False), (0, True, True)]
+    assert [r["key"] for r in recs] == [free.key()] and not X.record_path(out, held).exists()
+    claims.release(X.record_path(out, held))
+
+
 def test_timing_records_reads_folders_recursively_once_each_and_only_finished_runs(tmp_path):
     (tmp_path / "a" / "b").mkdir(parents=True)
     (tmp_path / "a" / "r1.json").write_text(json.dumps(rec(10)))

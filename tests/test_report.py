@@ -510,7 +510,8 @@ def test_beyond_label_section_counts_the_committed_runs_and_reads_the_answer_fro
                  "global_accuracy": correct.sum() / 200, "info": {}, "cpu_seconds": 10.0}))
     lines = report.beyond_label_markdown(tmp_path)
     gap = [ln for ln in lines[-1].splitlines() if ln.startswith("| pFedLIA")][0]
-    assert "| -50.0 [-50.0, -50.0] (n = 2) |" in gap and gap.endswith("| below FedAvg |")
+    # the answer first (variant, all shares, verdict), then the one share recorded
+    assert gap == "| pFedLIA | -50.0 [-50.0, -50.0] (n = 2) | below FedAvg | -50.0 [-50.0, -50.0] (n = 2) |"
     assert "4 of 75 runs recorded" in " ".join(lines)
 
 

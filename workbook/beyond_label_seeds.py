@@ -482,31 +482,31 @@ def units_to_exclude_zero(mean: float, sd: float, *, confidence: float = CONFIDE
     return None
 
 
-def _gap_cell(values) -> str:
-    m, lo, hi, n = t_interval(values)
+def _gap_cell(interval) -> str:
+    """One cell of :func:`small_gap_table`: ``interval`` = :func:`t_interval`'s (mean, low, high, n)."""
+    m, lo, hi, n = interval
     if n == 0:
         return "not run"
     return f"{m:+.1f} (n = 1)" if n == 1 else f"{m:+.1f} [{lo:+.1f}, {hi:+.1f}] (n = {n})"
 
 
 def small_gap_table(pairs: pd.DataFrame, labels=None, reference: str = "fedavg") -> pd.DataFrame:
-    """Variants × shares of :func:`small_gap_pairs`: per share the seeds' mean gap (pp) with its
-    95 % t-interval (:func:`t_interval`) and n; "all shares": the mean over every (share, seed) pair,
-    its interval and n (each pair a distinct partition; the shares' own differences widen it);
-    ``verdict`` (``reference`` by its label in ``labels``): "identical to {reference}" when every pair's gap is 0 (a run that trained as it),
+    """Variants × shares of :func:`small_gap_pairs`, the answer first: "all shares": the mean gap (pp)
+    over every (share, seed) pair with its 95 % t-interval (:func:`t_interval`) and n (each pair a
+    distinct partition; the shares' own differences widen it); ``verdict`` (``reference`` by its
+    label in ``labels``): "identical to {reference}" when every pair's gap is 0 (a run that trained as it),
     "below {reference}" / "above {reference}" when that interval excludes 0, else
     "undecided" with the pairs that would likely decide it at today's mean and sd
-    (:func:`units_to_exclude_zero`)."""
+    (:func:`units_to_exclude_zero`); then per share the seeds' mean gap, its interval and n (a
+    reader sees the verdict without scrolling past the shares)."""
     rows = []
     shares = sorted(set(pairs.share))
     ref = (labels or {}).get(reference, reference)
     for v in list(dict.fromkeys(pairs.variant)):
         g = pairs[pairs.variant == v]
-        row = {"variant": (labels or {}).get(v, v)}
-        for sh in shares:
-            row[f"s = {sh:g}"] = _gap_cell(g[g.share == sh].gap)
-        row["all shares"] = _gap_cell(g.gap)
-        m, lo, hi, n = t_interval(g.gap)
+        overall = t_interval(g.gap)
+        m, lo, hi, n = overall
+        row = {"variant": (labels or {}).get(v, v), "all shares": _gap_cell(overall)}
         if n >= 2 and (g.gap == 0).all():
             row["verdict"] = f"identical to {ref} (every pair's gap 0)"
         elif n >= 2 and hi < 0:
@@ -518,6 +518,8 @@ def small_gap_table(pairs: pd.DataFrame, labels=None, reference: str = "fedavg")
             row["verdict"] = ("no verdict (one pair)" if n < 2 else "undecided" + (
                 f" (≈{need} pairs would decide it)" if need else
                 " (no number of pairs up to 50 would, at today's mean and sd)"))
+        for sh in shares:
+            row[f"s = {sh:g}"] = _gap_cell(t_interval(g[g.share == sh].gap))
         rows.append(row)
     return pd.DataFrame(rows)
 

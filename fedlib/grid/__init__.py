@@ -256,21 +256,44 @@ def _run_claimed(specs, results_dir: Path, device, bar, report, budget: _Budget 
     return held
 
 
-def _group_fits(group, budget: _Budget | None) -> bool:
-    """Whether a group may start under ``budget``: its first rounds, at the summed estimates of its
-    runs (a group trains faster than its runs one by one: the sum errs on the safe side). A
-    group that does not fit leaves its runs for a later call (``budget.skipped``)."""
+def fitting_prefix(estimates, seconds_left: float) -> int:
+    """How many leading runs of a group, estimated at ``estimates`` seconds each (a list; None:
+    unknown), may train together in ``seconds_left``: the most whose summed estimate, times
+    :data:`SAFETY_FACTOR`, ends in time (a group trains faster than its runs one by one, so the sum
+    errs on the safe side). A group is stopped only at its end: its checkpoint holds every run's
+    models (hundreds of MiB for a window of runs, too large for a lease to bring back) and resumes
+    only that very group, so a group that would outlast the budget is trimmed, never started to be
+    cut. An unknown estimate: every run (the budget cannot protect them).
+
+    >>> fitting_prefix([100.0, 100.0, 100.0], 250.0), fitting_prefix([100.0, None], 1.0)
+    (2, 2)"""
+    if any(e is None for e in estimates):
+        return len(estimates)
+    n, total = 0, 0.0
+    for e in estimates:
+        if SAFETY_FACTOR * (total + e) > seconds_left:
+            break
+        n, total = n + 1, total + e
+    return n
+
+
+def _group_fits(group, budget: _Budget | None) -> tuple[list, list]:
+    """The part of ``group`` that trains together under ``budget`` and the rest, left to the runs
+    one by one (:func:`_run_local` or the pool, each with its own budget check): the leading runs
+    whose summed estimate fits what is left (:func:`fitting_prefix`); fewer than two: none."""
     if budget is None:
-        return True
+        return group, []
     estimates = [budget.estimate(s) for s in group]
-    total = None if any(e is None for e in estimates) else sum(estimates)
-    if fits_budget(seconds_to_start(group[0], total), budget.deadline):
-        if total is None:
-            budget.say(f"run_grid: no comparable record estimates every run of {len(group)} runs together "
-                       f"({_describe(group[0])} …): started; the budget stops them at a round boundary")
-        return True
-    budget.skipped.extend(zip(group, estimates))
-    return False
+    n = fitting_prefix(estimates, budget.deadline - time.time())
+    if n < 2:
+        return [], group
+    if any(e is None for e in estimates):
+        budget.say(f"run_grid: no comparable record estimates every run of {len(group)} runs together "
+                   f"({_describe(group[0])} …): started; the budget stops them at a round boundary")
+    elif n < len(group):
+        budget.say(f"run_grid: {n} of {len(group)} runs together ({_describe(group[0])} …): all of them "
+                   f"would not end within the budget; the other {len(group) - n} run one by one")
+    return group[:n], group[n:]
 
 
 def _run_together(specs, results_dir: Path, device, bar, report, max_group: int | None,
@@ -279,7 +302,8 @@ def _run_together(specs, results_dir: Path, device, bar, report, max_group: int 
     in one :func:`fedlib.together.run_together` call, the runs this process can claim; return
     the specs left for :func:`_run_local` (other methods, groups of one, runs held elsewhere).
     Each group checkpoints as one run (key :func:`fedlib.together.group_key`); under a ``budget``
-    a group starts when its first rounds fit and is stopped at a round boundary before the end."""
+    a group trains only the leading runs whose summed estimate fits (:func:`fitting_prefix`), the
+    others one by one; a round boundary stops it only where the estimates were wrong."""
     from .. import together as T
 
     left = []
@@ -303,7 +327,13 @@ def _run_together(specs, results_dir: Path, device, bar, report, max_group: int 
                 left.extend(mine)
                 mine = []
                 continue
-            if not mine or not _group_fits(mine, budget):
+            if not mine:
+                continue
+            mine, alone = _group_fits(mine, budget)
+            for s in alone:  # trained one by one, after the groups
+                claims.release(record_path(results_dir, s))
+            left.extend(alone)
+            if not mine:
                 continue
             if bar is not None:
                 bar.set_postfix_str(f"{len(mine)} runs together: {_describe(mine[0])} …")
@@ -398,13 +428,16 @@ def _init_worker(threads: int, processes: int | None) -> None:
         os.environ.setdefault(ENV_SHARING, str(processes))
 
 
-def _run_each(todo, results_dir: Path, device, deadline, folders, mode: str, workers: int, on_run, say) -> None:
+def _run_each(todo, results_dir: Path, device, deadline, folders, mode: str, workers: int, on_run, say,
+              wait: bool = True) -> None:
     """The runs one by one in this process (``workers`` = 1), or ``workers`` at once in as many
     spawned processes, each claimed, recorded and skipped if recorded by :func:`run_grid` itself
     and checked against the one ``deadline`` just before it starts (:func:`_one_run`);
     ``on_run(spec, record, elsewhere, estimate)`` as each finishes or is left. A run another live
     process holds goes last (its record is then read, or waited for), so that processes sharing
-    a folder each compute a different run; a run another process recorded meanwhile is skipped."""
+    a folder each compute a different run; a run another process recorded meanwhile is skipped.
+    ``wait`` False (one process): the runs other processes hold are left to them
+    (``on_run(spec, None, True, None)``) instead of waited for."""
     def held(s: RunSpec) -> bool:
         return _claimed_live(record_path(results_dir, s))
 
@@ -412,6 +445,10 @@ def _run_each(todo, results_dir: Path, device, deadline, folders, mode: str, wor
         pending = list(todo)
         while pending := _unrecorded(results_dir, pending):
             free = [x for x in pending if not held(x)]
+            if not free and not wait:
+                for x in pending:
+                    on_run(x, None, True, None)
+                return
             s = free[0] if free else pending[0]
             pending.remove(s)
             got = _one_run(s, results_dir, device, deadline, folders, mode, wait=not free)
@@ -648,7 +685,7 @@ def run_grid(specs, results_dir, *, device="auto", progress=True, backend: str =
 
                 _run_each(todo, results_dir, device, None if plan is None else plan.deadline,
                           [] if plan is None else plan.folders[1:], mode, workers, each,
-                          lambda line: print(line, file=sys.stderr, flush=True))
+                          lambda line: print(line, file=sys.stderr, flush=True), wait)
             else:
                 _run_local(todo, results_dir, device, bar, report, mode, plan, say, wait)
     finally:

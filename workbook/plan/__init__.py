@@ -658,7 +658,8 @@ def run_plan(p: pd.DataFrame, budget: float, root: Path | str = RECORDS, workers
     """Compute the priced runs of plan ``p`` in its order with :func:`fedlib.grid.run_grid`, a window of
     ``4 × workers`` runs at a time grouped by records folder, each call under what is left of ``budget``
     seconds (a run starts only if it is estimated to end in time; a resumable one stops at a round
-    boundary). Runs another live process holds are left to it. ``together``: the runs of a window that
+    boundary). Runs another live process holds are left to it, also those it claims while this
+    process reaches them (never waited for: processes racing down one plan each take other runs). ``together``: the runs of a window that
     may train together (:func:`fedlib.together.group_specs`) do, in one engine call per round. Returns ``computed`` (records) and
     ``left`` (specs not computed here)."""
     check_number(budget, "--budget", 0, low_open=True)
@@ -691,7 +692,7 @@ def run_plan(p: pd.DataFrame, budget: float, root: Path | str = RECORDS, workers
                 echo(f"{_describe(spec)}: " + ("left for a later call" if record is None else
                                                f"{record.get('status')} ({'another process' if elsewhere else 'here'})"))
             grid.run_grid(mine, where, device=device, progress="off", budget=remaining, estimate_from=[Path(root)],
-                          workers=workers, on_run=on_run, together=together)
+                          workers=workers, on_run=on_run, together=together, wait=False)
             computed += [r for r in got.values() if r is not None]
             left += [s for s in mine if got.get(s.key()) is None]
     return {"computed": computed, "left": left}
