@@ -33,8 +33,9 @@
 #                 written under $FEDLIB_CHECKPOINTS (default .lease/checkpoints, which git ignores):
 #                 unpack with tar xzf checkpoints.tgz -C .lease/checkpoints, let the next lease carry
 #                 .lease, and its runs resume where these stopped
-# A resumable method's run (MethodInfo.resumable) stops at a round boundary before the budget
-# ends, with a checkpoint; another method's run starts only if all of it fits. A worker still
+# A run starts only if all of it fits (FEDLIB_WHOLE_RUNS=1, the default here); with
+# FEDLIB_WHOLE_RUNS=0 a resumable method's run (MethodInfo.resumable) starts on its first rounds and
+# stops at a round boundary before the budget ends, with a checkpoint. A worker still
 # running at SECONDS - 10 is stopped: its run keeps what its last checkpoint holds. Needs nvidia-smi and torch with CUDA; exits 2 without
 # them or on bad arguments, 1 if a worker failed (the archive is written all the same).
 set -u
@@ -108,6 +109,10 @@ stamp=$work/start
 touch "$stamp"
 export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD
 export FEDLIB_CHECKPOINTS=${FEDLIB_CHECKPOINTS:-$PWD/.lease/checkpoints}
+# a run starts only if all of it fits (fedlib.grid.whole_runs): a lease that brings back a few files
+# of 16 MiB cannot return WORKERS runs' checkpoints; FEDLIB_WHOLE_RUNS=0 starts resumable runs on
+# their first rounds and packs their checkpoints
+export FEDLIB_WHOLE_RUNS=${FEDLIB_WHOLE_RUNS:-1}
 mkdir -p "$FEDLIB_CHECKPOINTS"
 
 say "gpu_lease: $total s, $workers workers: ${cmd[*]}"

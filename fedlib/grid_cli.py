@@ -428,7 +428,7 @@ def run_table(table, out, *, params=None, seeds=None, methods=None, alphas=None,
     budget left for a later call).
     """
     from fedlib.engine import resolve_device
-    from fedlib.grid import FIRST_ROUNDS, SAFETY_FACTOR, check_settings
+    from fedlib.grid import SAFETY_FACTOR, budget_rule, check_settings
     from fedlib.validation import check_choice, check_folder, check_int, check_number, fail
 
     deadline = None if budget is None else time.time() + check_number(budget, "--budget", 0, low_open=True)
@@ -463,7 +463,7 @@ def run_table(table, out, *, params=None, seeds=None, methods=None, alphas=None,
     echo(f"{table}: {len(specs)} runs, {len(specs) - len(todo)} already recorded in {out}, {len(todo)} to compute")
     if budget is not None and todo:
         echo(f"{table}: budget {budget:g} s: a run starts only if {SAFETY_FACTOR} × its estimated seconds end before it "
-             f"(a resumable method's run: those of its first {FIRST_ROUNDS} rounds; it stops at a round boundary)")
+             f"{budget_rule()}")
     computed, skipped = [], []
     from fedlib.grid import run_grid
 

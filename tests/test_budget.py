@@ -90,6 +90,24 @@ def test_fits_budget_applies_the_safety_factor_and_nothing_starts_after_the_dead
     assert not fedlib.grid.fits_budget(None, deadline=1000, now=1000) and not fedlib.grid.fits_budget(0, deadline=999, now=1000)
 
 
+def test_a_resumable_run_needs_its_first_rounds_unless_whole_runs_are_asked(monkeypatch):
+    """FedAvg is resumable: at T = 40 rounds it starts on 2/40 of its estimate; CL is not: all of it.
+    $FEDLIB_WHOLE_RUNS=1 (the GPU lease's setting) asks all of it of both."""
+    fedavg = X.RunSpec("adult", "dirichlet", 0.5, 10, 0, "fedavg", fl={"rounds": 40, "local_epochs": 1}, n_train=2000)
+    cl = X.RunSpec("adult", "dirichlet", 0.5, 10, 0, "cl", fl={"rounds": 40, "local_epochs": 1}, n_train=2000)
+    monkeypatch.delenv(fedlib.grid.ENV_WHOLE_RUNS, raising=False)
+    assert fedlib.grid.seconds_to_start(fedavg, 400.0) == 20.0 and fedlib.grid.seconds_to_start(cl, 400.0) == 400.0
+    assert "first 2 rounds" in fedlib.grid.budget_rule()
+    monkeypatch.setenv(fedlib.grid.ENV_WHOLE_RUNS, "1")
+    assert fedlib.grid.seconds_to_start(fedavg, 400.0) == 400.0 and fedlib.grid.seconds_to_start(cl, 400.0) == 400.0
+    assert fedlib.grid.budget_rule() == "($FEDLIB_WHOLE_RUNS=1: all of it, resumable runs too)"
+    assert fedlib.grid.seconds_to_start(fedavg, None) is None
+    monkeypatch.setenv(fedlib.grid.ENV_WHOLE_RUNS, "yes")
+    with pytest.raises(ValueError, match=r"\$FEDLIB_WHOLE_RUNS must be 1 \(a run starts only if all of it fits the "
+                                         r"budget\), 0 or unset, got 'yes'"):
+        fedlib.grid.check_settings()
+
+
 def test_fitting_prefix_keeps_the_leading_runs_whose_summed_estimate_ends_in_time():
     f = fedlib.grid.fitting_prefix
     assert f([100.0, 100.0, 100.0], 345.0) == 3  # 1.15 × 300 = 345

@@ -166,13 +166,36 @@ def fits_budget(estimate: float | None, deadline: float, now: float | None = Non
 #: Rounds a resumable run must be estimated to complete before the deadline for it to start.
 FIRST_ROUNDS = 2
 
+#: "1": every run starts only if all of it fits the budget, resumable ones too (no run is left as a
+#: checkpoint: a GPU lease that brings back a few files of 16 MiB cannot return 16 workers'
+#: checkpoints; ``benchmarks/gpu_lease.sh`` sets it); "0" or unset: resumable runs start on their
+#: first rounds.
+ENV_WHOLE_RUNS = "FEDLIB_WHOLE_RUNS"
+
+
+def whole_runs() -> bool:
+    """``$FEDLIB_WHOLE_RUNS`` read: True for "1", False for "0" or unset; anything else is refused
+    (ValueError naming the variable)."""
+    value = os.environ.get(ENV_WHOLE_RUNS, "").strip()
+    if value not in ("", "0", "1"):
+        fail(f"${ENV_WHOLE_RUNS}", "1 (a run starts only if all of it fits the budget), 0 or unset", value)
+    return value == "1"
+
+
+def budget_rule() -> str:
+    """What a budget asks of a resumable run, as the grids' first line says it (:func:`whole_runs`)."""
+    if whole_runs():
+        return f"(${ENV_WHOLE_RUNS}=1: all of it, resumable runs too)"
+    return f"(a resumable method's run: those of its first {FIRST_ROUNDS} rounds; it stops at a round boundary)"
+
 
 def seconds_to_start(spec: RunSpec, estimate: float | None) -> float | None:
     """The seconds a budget must still hold for ``spec``'s run to start, from its whole run's
     ``estimate`` (None: unknown): a resumable method's run (:attr:`fedlib.methods.contract.
     MethodInfo.resumable`) needs its first :data:`FIRST_ROUNDS` rounds, since the deadline stops
-    it at a round boundary with a checkpoint; any other run needs all of it."""
-    if estimate is None or not method_info(spec.method).resumable:
+    it at a round boundary with a checkpoint, unless ``$FEDLIB_WHOLE_RUNS`` is 1
+    (:func:`whole_runs`); any other run needs all of it."""
+    if estimate is None or not method_info(spec.method).resumable or whole_runs():
         return estimate
     return estimate * min(1.0, FIRST_ROUNDS / FLConfig.from_dict(spec.effective()[1]).rounds)
 
@@ -656,8 +679,7 @@ def run_grid(specs, results_dir, *, device="auto", progress=True, backend: str =
         plan = _Budget(budget, [results_dir, *estimate_from], kind, summary)
         if todo:
             summary(f"run_grid: budget {budget:g} s: a run starts only if {SAFETY_FACTOR} × its estimated "
-                f"seconds end before it (a resumable method's run: those of its first {FIRST_ROUNDS} rounds; it "
-                "stops at a round boundary)")
+                f"seconds end before it {budget_rule()}")
 
     def report(s: RunSpec, record: dict | None) -> None:
         nonlocal done
@@ -705,6 +727,7 @@ def run_grid(specs, results_dir, *, device="auto", progress=True, backend: str =
 def check_settings() -> None:
     """The environment variables a grid reads, checked before its first run, not hours into it."""
     sharing()
+    whole_runs()
     claims.timeout()
     checkpoint._every_from_env()
     checkpoint._every_from_env(checkpoint.ENV_PROGRESS, 60.0, zero=False)
