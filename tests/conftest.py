@@ -228,3 +228,21 @@ def pytest_runtest_call(item):
     if _Guard.reached:  # the test caught the failure raised at the call
         pytest.fail(_advice(item, f"calls {_Guard.reached[0]}"), pytrace=False)
     return result
+
+
+# ----------------------------------------------------------------------------- the committed report
+@pytest.fixture(scope="session")
+def _committed_report_once():
+    from workbook import report
+
+    df = report.frame()
+    return df, report.findings_markdown(df)
+
+
+@pytest.fixture
+def committed_report(_committed_report_once):
+    """``(report.frame(), report.findings_markdown(frame))`` of the committed records, rendered once
+    per test process (a render takes about 35 s of one core; several tests read the same page); the
+    frame a copy each test may change."""
+    df, page = _committed_report_once
+    return df.copy(), page

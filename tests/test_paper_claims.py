@@ -313,7 +313,7 @@ def test_the_issues_three_within_noise_cases_are_not_resolved_and_fesem_says_it_
     assert "-paper-code-" in fedcls["b_id"] and fedcls["values_b"]
 
 
-def test_a_claim_links_only_to_rows_the_report_shows():
+def test_a_claim_links_only_to_rows_the_report_shows(committed_report):
     """A claim pairs the seeds its two rows share, so it can hold a value where the report, which
     reads CAFA's Tables IV–V over the seeds the whole table shares, shows the rows as not run:
     docs/findings.md then has no anchor for them, and the claim names them without a link."""
@@ -321,6 +321,6 @@ def test_a_claim_links_only_to_rows_the_report_shows():
     c = next(c for r in df.itertuples() for c in r.comparisons if c["outcome"] != "not run" and c["b_id"])
     text = "\n".join(pc.markdown(df, link="", shown={c["b_id"]}))
     assert f"(#{c['b_id']})" in text and f"(#{c['a_id']})" not in text
-    page = report.findings_markdown(report.frame())
+    page = committed_report[1]
     anchors = set(re.findall(r'<a id="([^"]+)"></a>', page))
     assert set(re.findall(r"\]\(#([^)]+)\)", page)) <= anchors

@@ -152,9 +152,9 @@ def test_a_seed_no_record_has_is_missing():
     assert len(found) == 1 and missing == [spec]
 
 
-def test_a_version_bump_leaves_the_whole_findings_page_and_readme_block_unchanged(monkeypatch):
-    df = report.frame()
-    before = (report.findings_markdown(df), report.readme_block(df))
+def test_a_version_bump_leaves_the_whole_findings_page_and_readme_block_unchanged(monkeypatch, committed_report):
+    df, page = committed_report
+    before = (page, report.readme_block(df))
     _bumped(monkeypatch)
     df = report.frame()
     assert (report.findings_markdown(df), report.readme_block(df)) == before

@@ -219,9 +219,8 @@ def test_notebook_00s_committed_displayed_tables_are_a_fresh_render(monkeypatch)
     assert check_notebook_00_outputs(ROOT / "notebooks" / "00_report.ipynb", monkeypatch) >= 5
 
 
-def test_notebook_00_displays_the_very_tables_of_the_page():
-    df = report.frame()
-    page = report.findings_markdown(df)
+def test_notebook_00_displays_the_very_tables_of_the_page(committed_report):
+    df, page = committed_report
     sec = report.sections(df)
     for name in ("scoreboard", "vocabularies", "beyond_label", "cross_paper"):
         assert sec[name] in page, name
@@ -230,10 +229,9 @@ def test_notebook_00_displays_the_very_tables_of_the_page():
         assert page_copy == sec[paper] and page_copy in re.sub(r'<a id="[^"]*"></a>', "", page), paper
 
 
-def test_readme_block_links_to_rows_of_the_report():
-    df = report.frame()
+def test_readme_block_links_to_rows_of_the_report(committed_report):
+    df, page = committed_report
     block = report.readme_block(df)
-    page = report.findings_markdown(df)
     anchors = re.findall(r"findings\.md#([a-z0-9-]+)", block)
     assert len(anchors) >= len(report_cells.PAPERS)
     for anchor in anchors:
@@ -755,8 +753,8 @@ def test_fedamps_glob_note_quotes_the_papers_own_value():
     assert f"the paper's {amp.value:.2f} %" in note and "10.00 % is" not in note
 
 
-def test_the_chaos_note_sits_beside_pfedlias_rows():
-    page = report.findings_markdown(report.frame())
+def test_the_chaos_note_sits_beside_pfedlias_rows(committed_report):
+    page = committed_report[1]
     pfedlia = page[page.index('<a id="pfedlia"></a>'):]
     assert "Across CPUs, pFedLIA is chaotic" in pfedlia[:pfedlia.index("### pFedLIA Table I")]
 
