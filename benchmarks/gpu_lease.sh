@@ -108,6 +108,22 @@ work=$(mktemp -d)
 stamp=$work/start
 touch "$stamp"
 export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD
+# The paper tables are registered through fedlib's entry points (pyproject.toml): a checkout that
+# is not installed here (a bare lease machine) has none, and the plan and the grids would find no
+# table. Then a metadata folder on PYTHONPATH registers them, as `pip install -e .` would.
+if ! "$py" -c "import sys; from fedlib.tables import load_tables; sys.exit(0 if load_tables() else 1)" 2> /dev/null; then
+    "$py" - "$work/meta" <<'PY' || refuse "could not register fedlib's entry points here (pip install -e . does it)"
+import pathlib, sys, tomllib
+project = tomllib.loads(pathlib.Path("pyproject.toml").read_text())["project"]
+info = pathlib.Path(sys.argv[1]) / f"{project['name']}-{project['version']}.dist-info"
+info.mkdir(parents=True)
+(info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {project['name']}\nVersion: {project['version']}\n")
+(info / "entry_points.txt").write_text("".join(
+    f"[{group}]\n" + "".join(f"{name} = {target}\n" for name, target in entries.items())
+    for group, entries in project.get("entry-points", {}).items()))
+PY
+    export PYTHONPATH=$work/meta:$PYTHONPATH
+fi
 export FEDLIB_CHECKPOINTS=${FEDLIB_CHECKPOINTS:-$PWD/.lease/checkpoints}
 # a run starts only if all of it fits (fedlib.grid.whole_runs): a lease that brings back a few files
 # of 16 MiB cannot return WORKERS runs' checkpoints; FEDLIB_WHOLE_RUNS=0 starts resumable runs on
