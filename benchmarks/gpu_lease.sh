@@ -176,7 +176,7 @@ pids=()
 extra=()
 [ "$kind" = plan ] && extra=(--together)
 for ((i = 1; i <= workers; i++)); do
-    OMP_NUM_THREADS=1 FEDLIB_SHARING=$workers "${cmd[@]}" --device cuda --budget "$budget" "${extra[@]}" \
+    OMP_NUM_THREADS=1 FEDLIB_SHARING=$workers "${cmd[@]}" --device cuda --budget "$budget" ${extra[@]+"${extra[@]}"} \
         > "$work/worker-$i.log" 2>&1 &
     pids+=($!)
 done
