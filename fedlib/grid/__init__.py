@@ -284,9 +284,9 @@ def fitting_prefix(estimates, seconds_left: float) -> int:
     unknown), may train together in ``seconds_left``: the most whose summed estimate, times
     :data:`SAFETY_FACTOR`, ends in time (a group trains faster than its runs one by one, so the sum
     errs on the safe side). A group is stopped only at its end: its checkpoint holds every run's
-    models (hundreds of MiB for a window of runs, too large for a lease to bring back) and resumes
-    only that very group, so a group that would outlast the budget is trimmed, never started to be
-    cut. An unknown estimate: every run (the budget cannot protect them).
+    models (136 MiB compressed for one window's group of Table III runs, too large for a lease to
+    bring back) and resumes only that very group, so a group that would outlast the budget is
+    trimmed, never started to be cut. An unknown estimate: every run (the budget cannot protect them).
 
     >>> fitting_prefix([100.0, 100.0, 100.0], 250.0), fitting_prefix([100.0, None], 1.0)
     (2, 2)"""
@@ -300,7 +300,7 @@ def fitting_prefix(estimates, seconds_left: float) -> int:
     return n
 
 
-def _group_fits(group, budget: _Budget | None) -> tuple[list, list]:
+def _split_group(group, budget: _Budget | None) -> tuple[list, list]:
     """The part of ``group`` that trains together under ``budget`` and the rest, left to the runs
     one by one (:func:`_run_local` or the pool, each with its own budget check): the leading runs
     whose summed estimate fits what is left (:func:`fitting_prefix`); fewer than two: none."""
@@ -352,7 +352,7 @@ def _run_together(specs, results_dir: Path, device, bar, report, max_group: int 
                 continue
             if not mine:
                 continue
-            mine, alone = _group_fits(mine, budget)
+            mine, alone = _split_group(mine, budget)
             for s in alone:  # trained one by one, after the groups
                 claims.release(record_path(results_dir, s))
             left.extend(alone)
