@@ -133,7 +133,8 @@ def test_rows_the_claims_read_are_the_claims_own():
     rows = P.claim_rows()
     # Clust-PSI-PFL's own claim reads its α = 0.05 row against each baseline of that column
     assert "clust-psi-pfl-table-iii-clust-psi-pfl-fmnist-alpha-0-05-paper-text" in rows
-    by_hand = {C._row_id(r) for c in C.CLAIMS for comp in c.comparisons for r in (comp.a, comp.b) if r is not None}
+    read = [r for c in C.CLAIMS for comp in c.comparisons for r in (comp.a, comp.b) if r is not None]
+    by_hand = {C._row_id(other) for r in read if C._owner(r) is not None for other in C._owner(r).readings}
     assert rows == by_hand - {None}
 
 
@@ -261,6 +262,26 @@ def test_a_design_run_is_priced_per_round_from_records_at_another_r(tmp_path):
     other = dataclasses.replace(s30, dataset="cifar10")  # no record of its data set: unpriced
     assert P._per_round_estimate(other, str(tmp_path), "cpu") is None
     P._timings.cache_clear()
+
+
+def test_a_seed_another_method_already_drew_is_feasible_for_certain():
+    by_seed = {0: "infeasible", 1: "ok"}
+    assert P.seed_feasible_share(by_seed, 1) == 1.0  # drawn: no discount
+    assert P.seed_feasible_share(by_seed, 0) == 0.0
+    assert P.seed_feasible_share(by_seed, 2) == pytest.approx(2 / 4)  # untried: Laplace over the seeds tried
+    assert P.seed_feasible_share({}, 0) == 1.0
+
+
+def test_claim_rows_hold_every_reading_of_a_claimed_cell():
+    """A claim reads Clust-PSI-PFL's cell in the paper's text reading; the authors' code's reading of
+    the same cell counts as claimed too (it says whether the outcome depends on the reading)."""
+    from workbook import paper_claims as C
+
+    read = {C._row_id(r) for c in C.CLAIMS for comp in c.comparisons for r in (comp.a, comp.b) if r is not None}
+    code = "clust-psi-pfl-table-iii-clust-psi-pfl-fmnist-alpha-0-7-paper-code"
+    assert code not in read and code.replace("paper-code", "paper-text") in read
+    assert read < P.claim_rows() and code in P.claim_rows()
+    assert "clust-psi-pfl-table-iii-fedyogi-fmnist-alpha-0-7-both-readings" not in P.claim_rows()
 
 
 def test_a_seed_whose_partition_is_recorded_infeasible_is_skipped_for_every_method(tmp_path):

@@ -652,6 +652,22 @@ def test_infeasible_is_a_verdict_with_its_reason_not_a_missing_record(tmp_path):
     assert "Dirichlet partition infeasible" in page and "| infeasible |" in page
 
 
+def test_a_row_infeasible_at_its_seed_is_not_run_where_another_method_drew_the_partition_at_another_seed(tmp_path):
+    """The partition depends on the seed, not the method: CL's seed 0 infeasible at α = 0.05 while
+    FedAvg ran on seed 1's partition leaves CL's row runnable there (not run), not infeasible."""
+    cl = _record("cl", "dirichlet", 0.05, 0, None, status="infeasible")
+    cl["error"] = "Dirichlet partition infeasible: no draw gave every client ≥ 10 samples. Raise alpha."
+    _write(tmp_path, T3, [cl, _record("fedavg", "dirichlet", 0.05, 1, 0.7)])
+    df = report.frame(tmp_path)
+    row = _row(df, "cl", "FMNIST, α = 0.05", "both readings")
+    assert row.verdict == "not run"
+    assert row.why == ("its seeds' partitions cannot be drawn (Dirichlet partition infeasible: no draw gave every "
+                       "client ≥ 10 samples); another method's run drew seed 1's")
+    assert _row(df, "fedavg", "FMNIST, α = 0.05", "both readings").verdict != "infeasible"
+    _write(tmp_path / "alone", T3, [cl])  # no other draw: infeasible stays the verdict
+    assert _row(report.frame(tmp_path / "alone"), "cl", "FMNIST, α = 0.05", "both readings").verdict == "infeasible"
+
+
 def _t3_record(method, protocol, level, seed=0, *, cpu=None, device="cpu", status="ok", root=None):
     """A record of Table III's like-for-like script (its spec, at its protocol: T = 40, E = 5, q = 0.5)
     written where the script writes it under ``root``, as fedlib.grid_cli's --list finds it."""

@@ -23,7 +23,7 @@ from .report_cells import METRICS
 from .tables import records_frame
 
 __all__ = ["RECORDS", "DERIVATIONS", "matches", "cl_distance", "record_value", "matched_records", "seed_files",
-           "anchor_slug"]
+           "anchor_slug", "partition_cell", "partition_statuses", "drawn_seeds"]
 
 RECORDS = ROOT / "benchmarks" / "records"
 """The committed paper-protocol records (present in a project checkout)."""
@@ -155,6 +155,41 @@ def matched_records(reading, root: Path) -> tuple[tuple, list]:
         lowest = min(float(r["spec"]["level"]) for r in ran)  # an infeasible smaller level is passed over
         recs = [r for r in recs if float(r["spec"]["level"]) == lowest]
     return folder, recs
+
+
+def partition_cell(spec: dict) -> tuple | None:
+    """(dataset, protocol, level, n_clients) of a record's spec: what its partition depends on
+    besides the seed (not the method); None where a field is missing."""
+    try:
+        return spec["dataset"], spec["protocol"], float(spec["level"]), int(spec["n_clients"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def partition_statuses(directory: str) -> dict:
+    """partition cell (:func:`partition_cell`) -> {seed: "infeasible" if any of its records is, else
+    "ok"} over the records in ``directory`` (a partition's feasibility depends on its seed, not on
+    the method that drew it)."""
+    out: dict = {}
+    for r in _load(directory):
+        cell = partition_cell(r.get("spec") or {})
+        if cell is None:
+            continue
+        seeds = out.setdefault(cell, {})
+        if r.get("status") == "infeasible" or seeds.get(r["spec"].get("seed")) != "infeasible":
+            seeds[r["spec"].get("seed")] = "infeasible" if r.get("status") == "infeasible" else "ok"
+    return out
+
+
+def drawn_seeds(reading, root: Path) -> list:
+    """The seeds at which the partitions of ``reading``'s infeasible records *were* drawn by some
+    other record of its folder (a run of another method), ascending: a row whose own seeds were all
+    infeasible is still runnable at those."""
+    folder = str(Path(root) / reading.records)
+    statuses = partition_statuses(folder)
+    cells = {partition_cell(r.get("spec") or {}) for r in matched_records(reading, root)[1]
+             if r.get("status") == "infeasible"}
+    return sorted({seed for c in cells if c is not None for seed, st in statuses.get(c, {}).items() if st == "ok"})
 
 
 def _most_heterogeneous(reading) -> bool:

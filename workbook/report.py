@@ -16,7 +16,9 @@ trained. Verdicts (:data:`VERDICTS`, by :data:`VERDICT_RULE`: a test through sta
   reading on two seeds or more, *supported* (with its n), *suspected* (:data:`EVIDENCE_RULE`), or
   "no cause identified";
 * ``undecided``: neither, with the seeds that would likely decide it;
-* ``infeasible``: every matching record says its partition cannot be made (with the reason);
+* ``infeasible``: every matching record says its partition cannot be made (with the reason), and
+  no other record of its folder drew that partition at another seed (where one did, the row is
+  *not run*: runnable at that seed, :func:`workbook.matching.drawn_seeds`);
 * ``not run``: no committed record (or the data have no offline source); listed per records
   folder with the command that computes them and an estimate of their cost.
 
@@ -53,7 +55,7 @@ from fedlib import cost, lookup
 from fedlib.validation import fail
 from .tables import frame_markdown, setting_name
 from .report_cells import METRICS, PAPERS, REASONS, cells, group_of, record_command
-from .matching import (DERIVATIONS, RECORDS, _derived, _load, _most_heterogeneous, anchor_slug, cl_distance, matched_records,
+from .matching import (DERIVATIONS, RECORDS, _derived, _load, _most_heterogeneous, anchor_slug, cl_distance, drawn_seeds, matched_records,
                        matches, record_value)
 from . import paper_claims, verdicts as V
 
@@ -140,7 +142,7 @@ VERDICT_RULE = ("a test of Δ = ours − paper through both means' standard erro
                 "at 5 %) lies inside ±m; *differs* when it lies wholly outside; *undecided* otherwise, with the number "
                 "of our seeds that would likely decide it at today's mean and sd (or none, where the paper's own "
                 "standard error is too wide); *infeasible* when every record of the row says its partition cannot be "
-                "made; *not run* when no record is committed. Every verdict says how many seeds it rests on; a seed "
+                "made at any seed another method drew; *not run* when no record is committed. Every verdict says how many seeds it rests on; a seed "
                 "at chance level (what a one-class predictor scores) is flagged on its row.")
 """The verdict rule, as the report states it (applied by :func:`frame`, :func:`workbook.verdicts.verdict`)."""
 
@@ -244,13 +246,16 @@ def frame(root: Path | str = RECORDS) -> pd.DataFrame:
             reason, status, why = "", "", ""
             if c.unavailable:
                 verdict, reason, why = "not run", c.unavailable, REASONS[c.unavailable]
-            elif n == 0 and other and all(o == "infeasible" for o in other):
+            elif n == 0 and other and all(o == "infeasible" for o in other) and not drawn_seeds(rd, root):
                 verdict = "infeasible"
                 why = _infeasible_why(matched_records(rd, root)[1])
             elif n == 0:
                 verdict = "not run"
                 why = (f"records: {', '.join(sorted(set(other)))}" if other
                        else f"no committed record in benchmarks/records/{rd.records}/")
+                if other and all(o == "infeasible" for o in other):
+                    why = (f"its seeds' partitions cannot be drawn ({_infeasible_why(matched_records(rd, root)[1])}); "
+                           f"another method's run drew seed {', '.join(map(str, drawn_seeds(rd, root)))}'s")
             elif t is None or t.outcome == "undecided":
                 verdict, why = "undecided", _undecided_why(c, t)
             elif t.outcome == "reproduced":

@@ -22,11 +22,13 @@ the report's own verdict rule (:func:`workbook.verdicts.verdict`):
   is rarely decided by a 4th seed, often by a 6th. A one-seed row with no pooled sd is worth
   :data:`UNKNOWN_P` (nothing to draw from); a row no :data:`LOOKAHEAD` more seeds would likely
   decide (value < :data:`MIN_VALUE`) is not planned, counted by why;
-* a row a paper's headline **claim** reads (:func:`claim_rows`) counts :data:`CLAIM_WEIGHT` rows: its
-  verdict and the claim's comparison, which the report's first screen shows;
+* a row a paper's headline **claim** reads (:func:`claim_rows`: every reading of a cell a claim
+  reads) counts :data:`CLAIM_WEIGHT` rows: its verdict and the claim's comparison, which the
+  report's first screen shows;
 * a cell whose partition was **infeasible** for some seeds (a Dirichlet draw at small α that gives
   some client too few samples) has each value scaled by the share of its next seeds expected to be
-  feasible, :func:`feasible_share`;
+  feasible, :func:`feasible_share` (1 where another method's record already drew the run's seed:
+  :func:`seed_feasible_share`);
 * a **decided** row (reproduced, differs): never planned — one more seed would only confirm it
   at the same level; *infeasible* rows and rows whose data have no offline source
   (``no_offline_data``) neither; nor a row no run of its command answers (counted by
@@ -77,10 +79,10 @@ from scipy import stats
 from fedlib import cost, lookup
 from fedlib.validation import check_choice, check_int, check_number, fail
 from .. import verdicts as V
-from ..matching import RECORDS, _load, anchor_slug, matches
+from ..matching import RECORDS, _load, anchor_slug, matches, partition_statuses
 from ..report_cells import GRID_VARIANTS, PAPERS, RECORD_COMMANDS, cells, grid_tables, group_of, record_command
 
-__all__ = ["DRAWS", "SEED", "MAX_SEEDS", "UNKNOWN_P", "LOOKAHEAD", "MIN_VALUE", "CLAIM_WEIGHT", "claim_rows", "p_decided", "best_bundle", "row_value", "feasible_share", "study_values", "plan", "plan_notes",
+__all__ = ["DRAWS", "SEED", "MAX_SEEDS", "UNKNOWN_P", "LOOKAHEAD", "MIN_VALUE", "CLAIM_WEIGHT", "claim_rows", "p_decided", "best_bundle", "row_value", "feasible_share", "seed_feasible_share", "study_values", "plan", "plan_notes",
            "plan_markdown", "head_markdown", "run_plan"]
 
 DRAWS = 2000
@@ -205,11 +207,14 @@ def row_value(row, pools: dict) -> tuple[float | None, str, float]:
 
 @lru_cache(maxsize=1)
 def claim_rows() -> frozenset:
-    """The ids of the report rows the papers' headline claims read (either side of a comparison)."""
+    """The ids of the report rows of the cells the papers' headline claims read (either side of a
+    comparison), in every reading of the cell: a claim reads one reading of its method's cell (the
+    paper's text), and the cell's other reading (what the authors' code computes, which produced the
+    paper's numbers) says whether the claim's outcome depends on the reading."""
     from .. import paper_claims as C
 
-    return frozenset(i for c in C.CLAIMS for comp in c.comparisons for r in (comp.a, comp.b)
-                     if r is not None for i in [C._row_id(r)] if i)
+    cells = [C._owner(r) for c in C.CLAIMS for comp in c.comparisons for r in (comp.a, comp.b) if r is not None]
+    return frozenset(i for cell in cells if cell is not None for r in cell.readings for i in [C._row_id(r)] if i)
 
 
 def feasible_share(statuses) -> float:
@@ -219,6 +224,14 @@ def feasible_share(statuses) -> float:
     statuses = list(statuses)
     bad = sum(st == "infeasible" for st in statuses)
     return 1.0 if not bad else (len(statuses) - bad + 1) / (len(statuses) + 2)
+
+
+def seed_feasible_share(by_seed: dict, seed) -> float:
+    """The chance that ``seed``'s partition can be drawn, given ``by_seed`` (seed -> "ok" or
+    "infeasible", :func:`_statuses_by_partition`'s cell): 1 where a record (of any method) already
+    drew it, 0 where one found it infeasible, else :func:`feasible_share` over the seeds tried."""
+    st = by_seed.get(seed)
+    return 1.0 if st == "ok" else 0.0 if st == "infeasible" else feasible_share(by_seed.values())
 
 
 def study_values(missing_by_block: dict) -> list[tuple]:
@@ -332,24 +345,13 @@ def _recorded(folder: str) -> frozenset:
 
 @lru_cache(maxsize=None)
 def _statuses_by_partition(folder: str) -> dict:
-    """(dataset, protocol, level, n_clients) -> {seed: "infeasible" if any of its records is, else "ok"}
-    over ``folder``'s records (a partition's feasibility depends on its seed, not its method)."""
-    out: dict = {}
-    for r in _load(folder):
-        s = r.get("spec") or {}
-        try:
-            cell = (s["dataset"], s["protocol"], float(s["level"]), int(s["n_clients"]))
-        except (KeyError, TypeError, ValueError):
-            continue
-        seeds = out.setdefault(cell, {})
-        if r.get("status") == "infeasible" or seeds.get(s.get("seed")) != "infeasible":
-            seeds[s.get("seed")] = "infeasible" if r.get("status") == "infeasible" else "ok"
-    return out
+    """:func:`workbook.matching.partition_statuses` of ``folder``, once per process."""
+    return partition_statuses(folder)
 
 
-def _partition_statuses(folder: str, spec) -> list:
-    return list(_statuses_by_partition(folder).get((spec.dataset, spec.protocol, float(spec.level),
-                                                    int(spec.n_clients)), {}).values())
+def _seed_statuses(folder: str, spec) -> dict:
+    """seed -> "ok" / "infeasible" for ``spec``'s partition cell in ``folder``."""
+    return _statuses_by_partition(folder).get((spec.dataset, spec.protocol, float(spec.level), int(spec.n_clients)), {})
 
 
 def _script_settings() -> list[str]:
@@ -422,7 +424,7 @@ def _entries(df: pd.DataFrame, root: str, studies: bool, R) -> tuple[list[dict],
             what = "no command computes its folder" if not _group(key, root, R)[0] else "no run of its command answers it"
             why[what] = why.get(what, 0) + 1
             continue
-        share = min(feasible_share(_partition_statuses(str(Path(root) / row["records"]), s)) for s in need)
+        share = min(seed_feasible_share(_seed_statuses(str(Path(root) / row["records"]), s), s.seed) for s in need)
         if row["id"] in claimed:
             value, basis = CLAIM_WEIGHT * value, f"{basis}, read by a claim"
         for s in need:
