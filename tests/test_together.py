@@ -228,5 +228,7 @@ def test_the_throughput_benchmark_times_a_pool_and_one_process_and_compares_thei
 
     row = grid_throughput.main(["--runs", "3", "--processes", "1", "--rounds", "1", "--n-train", "500"])
     assert row["pool_seconds"] > 0 and row["together_seconds"] > 0 and 0 <= row["bitwise_equal"] <= 3
+    assert row["together_over_pool_per_cpu"] == pytest.approx(row["pool_cpu_seconds"] / row["together_cpu_seconds"])
+    assert row["pool_cpu_seconds"] > 0 and row["together_cpu_seconds"] > 0
     assert row["max_delta_accuracy"] <= 0.05
     assert "together/pool=" in capsys.readouterr().out
