@@ -178,6 +178,30 @@ def test_run_hands_only_priced_runs_to_the_grid_under_the_budget(tmp_path, monke
     assert calls[-1][2]["together"] is True  # the GPU lease's way: runs that may train together do
 
 
+def test_each_run_line_says_what_became_of_the_run_and_names_its_record(monkeypatch):
+    """By hand, the five outcomes run_grid reports to the plan; a run another process is computing
+    is never said to be left for a later call (it is computed, elsewhere)."""
+    from fedlib import checkpoint
+    from fedlib.spec import RunSpec
+
+    s = RunSpec("fmnist", "similarity", 1.0, 100, 7, "fedavg")
+    name = f"fedavg fmnist (Similarity S = 1) K=100 seed 7 [{s.key()}.json]"
+    lines = []
+    monkeypatch.setattr(checkpoint, "saved_round", lambda key, *a, **k: None)
+    P.run_line(s, {"status": "ok", "seconds": 12.5, "global_accuracy": 0.8612}, False, 10.0, lines.append)
+    P.run_line(s, {"status": "ok"}, True, 10.0, lines.append)
+    P.run_line(s, None, True, 10.0, lines.append)
+    P.run_line(s, None, False, 900.0, lines.append)
+    monkeypatch.setattr(checkpoint, "saved_round", lambda key, *a, **k: 3 if key == s.key() else None)
+    P.run_line(s, None, False, 900.0, lines.append)
+    assert lines[0] == f"{name}: ok in 12.5 s, weighted local accuracy 86.12 %"
+    assert lines[1] == f"{name}: ok, recorded by another process"
+    assert lines[2] == f"{name}: another process is computing it (not waited for)"
+    assert lines[3] == f"{name}: left for a later call (estimated 900 s; it would not end before the budget does)"
+    assert lines[4].startswith(f"{name}: stopped by the budget before round 4; its checkpoint (")
+    assert lines[4].endswith(f"{s.key()}.pt) resumes it in a later call")
+
+
 def test_run_with_a_tiny_budget_starts_nothing_that_would_not_fit(tmp_path):
     """The real grid: a run estimated at 10,000 CPU-seconds is not started under a 2 s budget."""
     from fedlib.spec import RunSpec

@@ -82,7 +82,7 @@ from .. import verdicts as V
 from ..matching import RECORDS, _load, anchor_slug, matches, partition_statuses
 from ..report_cells import GRID_VARIANTS, PAPERS, RECORD_COMMANDS, cells, grid_tables, group_of, record_command
 
-__all__ = ["DRAWS", "SEED", "MAX_SEEDS", "UNKNOWN_P", "LOOKAHEAD", "MIN_VALUE", "CLAIM_WEIGHT", "claim_rows", "p_decided", "best_bundle", "row_value", "feasible_share", "seed_feasible_share", "study_values", "plan", "plan_notes",
+__all__ = ["DRAWS", "SEED", "MAX_SEEDS", "UNKNOWN_P", "LOOKAHEAD", "MIN_VALUE", "CLAIM_WEIGHT", "claim_rows", "p_decided", "best_bundle", "row_value", "feasible_share", "seed_feasible_share", "study_values", "plan", "plan_notes", "run_line",
            "plan_markdown", "head_markdown", "run_plan"]
 
 DRAWS = 2000
@@ -520,6 +520,33 @@ def _describe(spec) -> str:
             f"K={spec.n_clients} seed {spec.seed}")
 
 
+def run_line(spec, record, elsewhere: bool, estimate, echo=print) -> None:
+    """Echo what became of one run of :func:`run_plan` (``run_grid``'s ``on_run`` arguments), in
+    :func:`fedlib.grid_cli`'s words: computed here (status, seconds, accuracy), recorded by another
+    process, being computed by another process (never waited for: the plan's processes each take
+    other runs), stopped by the budget at a round boundary (its checkpoint resumes it), or not
+    started (its estimate would not end before the budget does). The run is named by
+    :func:`_describe` and its record's file name (``<key>.json``), so two runs of one row that
+    differ in a field the description leaves out (a params variant) stay apart."""
+    from fedlib.checkpoint import checkpoint_path, saved_round
+    from fedlib.grid_cli import _line
+
+    def name(s):
+        return f"{_describe(s)} [{s.key()}.json]"
+
+    if record is not None:
+        echo(f"{name(spec)}: {record['status']}, recorded by another process" if elsewhere else
+             _line(name, spec, record))
+    elif elsewhere:
+        echo(f"{name(spec)}: another process is computing it (not waited for)")
+    elif (resumes := saved_round(spec.key())) is not None:
+        echo(f"{name(spec)}: stopped by the budget before round {resumes + 1}; its checkpoint "
+             f"({checkpoint_path(spec.key())}) resumes it in a later call")
+    else:
+        why = "the budget has ended" if estimate is None else f"estimated {estimate:.0f} s; it would not end before the budget does"
+        echo(f"{name(spec)}: left for a later call ({why})")
+
+
 def plan(df: pd.DataFrame, root: Path | str = RECORDS, device: str = "cpu", studies: bool = True, *,
          report=None) -> pd.DataFrame:
     """The plan over the report's frame ``df`` (:func:`workbook.report.frame` of ``root``): one row
@@ -691,8 +718,7 @@ def run_plan(p: pd.DataFrame, budget: float, root: Path | str = RECORDS, workers
 
             def on_run(spec, record, elsewhere, estimate, got=got):
                 got[spec.key()] = record
-                echo(f"{_describe(spec)}: " + ("left for a later call" if record is None else
-                                               f"{record.get('status')} ({'another process' if elsewhere else 'here'})"))
+                run_line(spec, record, elsewhere, estimate, echo)
             grid.run_grid(mine, where, device=device, progress="off", budget=remaining, estimate_from=[Path(root)],
                           workers=workers, on_run=on_run, together=together, wait=False)
             computed += [r for r in got.values() if r is not None]
