@@ -325,3 +325,50 @@ def test_a_seed_whose_partition_is_recorded_infeasible_is_skipped_for_every_meth
     at = [x for f, x in zip(p.folder, p.spec) if f == T3 and x.protocol == "dirichlet" and float(x.level) == 0.05]
     assert at and all(x.seed != 0 for x in at)
     assert any(x.method == "fedavg" and x.seed == 1 for x in at)
+
+
+def test_finish_share_is_laplaces_rule_over_the_runs_outcomes():
+    assert P.finish_share([]) == 1.0
+    assert P.finish_share(["ok", "ok", "infeasible"]) == 1.0  # none failed
+    assert P.finish_share(["failed", "ok", "failed"]) == pytest.approx(2 / 5)  # CAFA's FedAvg at 0 % IID
+    assert P.finish_share(["failed"]) == pytest.approx(1 / 3)
+
+
+def test_a_seed_where_a_compared_run_failed_is_known(tmp_path):
+    """_failed_seeds: the seeds at which a run answering one of the row's matches has a failed record."""
+    import record_fakes
+    from fedlib.spec import RunSpec, record_path
+
+    for seed, method, status in [(0, "fedavg", "failed"), (1, "fedavg", "ok"), (2, "fedprox", "failed"), (3, "cl", "failed")]:
+        s = RunSpec("fmnist", "similarity", 1.0, 10, seed, method)
+        path = record_path(tmp_path / "t", s)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(record_fakes.record(s, status, 0.8)))
+    folder = str(tmp_path / "t")
+    assert P._failed_seeds(folder, ((("method", "fedavg"),),)) == {0}
+    assert P._failed_seeds(folder, ((("method", "fedavg"),), (("method", "fedprox"),))) == {0, 2}
+    assert P._failed_seeds(folder, ((("method", "local"),),)) == set()
+
+
+def test_no_planned_run_sits_at_a_seed_its_row_can_never_read():
+    """On the committed records: a row read over the seeds every compared run finished (CAFA's
+    Tables IV and V; the authors' FedAvg diverges at some seeds) is never planned at a seed where one
+    of them failed — the run would not enter the row."""
+    from workbook.matching import RECORDS, anchor_slug
+    from workbook.report_cells import PAPERS, cells
+
+    df = report.frame()
+    p = P.plan(df, studies=False, report=report)
+    readings = {anchor_slug(PAPERS[c.paper], c.table, c.row, c.column, rd.name): rd for c in cells() for rd in c.readings}
+    rows = df.set_index("id")
+    checked = with_failures = 0
+    for spec, decides in zip(p.spec, p.decides):
+        for rid in decides.split("; "):
+            if rid not in readings:
+                continue  # a study block
+            rd = readings[rid]
+            dead = P._failed_seeds(str(RECORDS / rows.loc[rid, "records"]), (rd.match, *rd.shared_with))
+            assert spec.seed not in dead, (rid, spec.seed, dead)
+            checked += 1
+            with_failures += bool(dead)
+    assert checked and with_failures  # today: CAFA's 0 % IID rows (FedAvg failed at seeds 0 and 2)

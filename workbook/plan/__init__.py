@@ -29,6 +29,10 @@ the report's own verdict rule (:func:`workbook.verdicts.verdict`):
   some client too few samples) has each value scaled by the share of its next seeds expected to be
   feasible, :func:`feasible_share` (1 where another method's record already drew the run's seed:
   :func:`seed_feasible_share`);
+* a seed at which a run the row reads **failed** (diverged: CAFA's authors' FedAvg at SGD lr 0.1)
+  never enters the row (the report reads the seeds every run it compares finished), so the plan
+  skips it for the row, and values the runs of the next seed times the share of each one's seeds
+  expected to finish, :func:`finish_share` (Laplace's rule over its recorded outcomes);
 * a **decided** row (reproduced, differs): never planned — one more seed would only confirm it
   at the same level; *infeasible* rows and rows whose data have no offline source
   (``no_offline_data``) neither; nor a row no run of its command answers (counted by
@@ -82,7 +86,7 @@ from .. import verdicts as V
 from ..matching import RECORDS, _load, anchor_slug, matches, partition_statuses
 from ..report_cells import GRID_VARIANTS, PAPERS, RECORD_COMMANDS, cells, grid_tables, group_of, record_command
 
-__all__ = ["DRAWS", "SEED", "MAX_SEEDS", "UNKNOWN_P", "LOOKAHEAD", "MIN_VALUE", "CLAIM_WEIGHT", "claim_rows", "p_decided", "best_bundle", "row_value", "feasible_share", "seed_feasible_share", "study_values", "plan", "plan_notes", "run_line",
+__all__ = ["DRAWS", "SEED", "MAX_SEEDS", "UNKNOWN_P", "LOOKAHEAD", "MIN_VALUE", "CLAIM_WEIGHT", "claim_rows", "p_decided", "best_bundle", "row_value", "feasible_share", "finish_share", "seed_feasible_share", "study_values", "plan", "plan_notes", "run_line",
            "plan_markdown", "head_markdown", "run_plan"]
 
 DRAWS = 2000
@@ -223,6 +227,16 @@ def feasible_share(statuses) -> float:
     a Dirichlet partition at small α may have no draw giving every client enough samples, by seed."""
     statuses = list(statuses)
     bad = sum(st == "infeasible" for st in statuses)
+    return 1.0 if not bad else (len(statuses) - bad + 1) / (len(statuses) + 2)
+
+
+def finish_share(statuses) -> float:
+    """The expected share of a run's next seeds that finish (``ok``), given the statuses of the same
+    run at the seeds tried so far ("ok" or "failed": a run that diverged): (ok + 1) / (tried + 2)
+    (Laplace's rule, as :func:`feasible_share`); 1 where none failed — CAFA's authors' FedAvg (SGD,
+    lr 0.1) diverges at some seeds, and a seed where a run a row compares failed never enters it."""
+    statuses = [st for st in statuses if st in ("ok", "failed")]
+    bad = sum(st == "failed" for st in statuses)
     return 1.0 if not bad else (len(statuses) - bad + 1) / (len(statuses) + 2)
 
 
@@ -391,11 +405,43 @@ def _row_runs(row, reading, root: str, R) -> list:
         level = min(ran) if ran else min((float(s.level) for s in mine), default=None)
         mine = [s for s in mine if float(s.level) == float(level)]
     folder = str(Path(root) / row["records"])
-    for seed in sorted({s.seed for s in mine}):
+    dead = _failed_seeds(folder, tuple(wanted))
+    for seed in sorted({s.seed for s in mine} - dead):
         need = [s for s in mine if s.seed == seed and s.key() in todo]
         if need and not any(_known_infeasible(folder, s) for s in need):
             return need
     return []
+
+
+def _failed_seeds(folder: str, wanted: tuple) -> set:
+    """The seeds at which a run answering one of ``wanted`` (the row's own match and those it is
+    read with, ``shared_with``) has a ``failed`` record in ``folder``: the row never reads that seed
+    (:func:`workbook.report.row_values` reads only the seeds every one of them finished), so no other
+    run at it can decide the row."""
+    return {r["spec"].get("seed", 0) for r in _load(folder)
+            if r.get("status") == "failed" and any(matches(r.get("spec", {}), m) for m in wanted)}
+
+
+def _statuses_less_seed(folder: str, spec) -> list:
+    """The statuses of ``folder``'s records of ``spec``'s run at every seed (its fields but the seed)."""
+    return _outcomes(folder).get(_rkey_less_seed(spec), [])
+
+
+@lru_cache(maxsize=None)
+def _outcomes(folder: str) -> dict:
+    """A run's identity less its seed -> the statuses of its records in ``folder``, once per process."""
+    out: dict = {}
+    for r in _load(folder):
+        out.setdefault(_rkey_less_seed(r["spec"]), []).append(r.get("status"))
+    return out
+
+
+def _rkey_less_seed(spec) -> str:
+    import json
+
+    fields = dict(lookup.spec_fields(spec))
+    fields.pop("seed", None)
+    return json.dumps(fields, sort_keys=True, default=str)
 
 
 def _known_infeasible(folder: str, spec) -> bool:
@@ -424,13 +470,18 @@ def _entries(df: pd.DataFrame, root: str, studies: bool, R) -> tuple[list[dict],
             what = "no command computes its folder" if not _group(key, root, R)[0] else "no run of its command answers it"
             why[what] = why.get(what, 0) + 1
             continue
-        share = min(seed_feasible_share(_seed_statuses(str(Path(root) / row["records"]), s), s.seed) for s in need)
+        folder = str(Path(root) / row["records"])
+        share = min(seed_feasible_share(_seed_statuses(folder, s), s.seed) for s in need)
+        finish = float(np.prod([finish_share(_statuses_less_seed(folder, s)) for s in need]))
         if row["id"] in claimed:
             value, basis = CLAIM_WEIGHT * value, f"{basis}, read by a claim"
+        if share != 1:
+            basis = f"{basis}, {share:.2f} of seeds feasible"
+        if finish != 1:
+            basis = f"{basis}, {finish:.2f} expected to finish"
         for s in need:
             out.append({"folder": row["records"], "group": group_of(row["records"], row["match"]), "spec": s,
-                        "value": share * value / len(need), "p": p_k, "decides": row["id"],
-                        "basis": basis if share == 1 else f"{basis}, {share:.2f} of seeds feasible"})
+                        "value": share * finish * value / len(need), "p": p_k, "decides": row["id"], "basis": basis})
     if studies:
         for group, folder, block_of, missing in _study_missing(root, R):
             by_block: dict = {}
@@ -654,7 +705,9 @@ def head_markdown(df: pd.DataFrame, hours: float = 10.0, root: Path | str = RECO
            "its first seed; an undecided row P_k / k, P_k the probability that k more seeds decide it, simulated from "
            f"its seed sd, for the k ≤ {LOOKAHEAD} that decides most per seed; a row a headline claim reads counts "
            f"{CLAIM_WEIGHT:g}; a cell whose partition is infeasible for "
-           "some seeds, that times the share expected feasible; decided rows are never planned; a study block's missing "
+           "some seeds, that times the share expected feasible; a seed where a run the row compares failed "
+           "(diverged) is skipped, and the next seed's runs count times the share of each expected to finish; "
+           "decided rows are never planned; a study block's missing "
            "runs share 1), expected to decide "
            f"{within.value.sum():.1f} rows ({len(rows)} rows or blocks touched). "
            f"`{COMMAND} --run --budget {int(hours * 3600)}` computes them in this order, resumably.", ""]
