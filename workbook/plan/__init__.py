@@ -340,11 +340,15 @@ def _group_specs(key: str, R) -> tuple:
     return tuple(specs), own, by_method
 
 
-def _rkey(spec) -> str:
-    """A run's identity as :func:`fedlib.lookup.find` matches records: its spec fields."""
+def _rkey(spec, seed: bool = True) -> str:
+    """A run's identity as :func:`fedlib.lookup.find` matches records: its spec fields (with
+    ``seed=False``, all but the seed: the same run at every seed)."""
     import json
 
-    return json.dumps(lookup.spec_fields(spec), sort_keys=True, default=str)
+    fields = dict(lookup.spec_fields(spec))
+    if not seed:
+        fields.pop("seed", None)
+    return json.dumps(fields, sort_keys=True, default=str)
 
 
 @lru_cache(maxsize=None)
@@ -424,7 +428,7 @@ def _failed_seeds(folder: str, wanted: tuple) -> set:
 
 def _statuses_less_seed(folder: str, spec) -> list:
     """The statuses of ``folder``'s records of ``spec``'s run at every seed (its fields but the seed)."""
-    return _outcomes(folder).get(_rkey_less_seed(spec), [])
+    return _outcomes(folder).get(_rkey(spec, seed=False), [])
 
 
 @lru_cache(maxsize=None)
@@ -432,16 +436,8 @@ def _outcomes(folder: str) -> dict:
     """A run's identity less its seed -> the statuses of its records in ``folder``, once per process."""
     out: dict = {}
     for r in _load(folder):
-        out.setdefault(_rkey_less_seed(r["spec"]), []).append(r.get("status"))
+        out.setdefault(_rkey(r["spec"], seed=False), []).append(r.get("status"))
     return out
-
-
-def _rkey_less_seed(spec) -> str:
-    import json
-
-    fields = dict(lookup.spec_fields(spec))
-    fields.pop("seed", None)
-    return json.dumps(fields, sort_keys=True, default=str)
 
 
 def _known_infeasible(folder: str, spec) -> bool:
