@@ -174,8 +174,10 @@ def run(spec: RunSpec, device="auto") -> dict:
     models). A failed record has ``error`` (naming the method, the clients or server models,
     the round and the likely cause, e.g. the lr), ``divergence`` (those facts as fields),
     ``history_before_divergence`` (the evaluations of the rounds completed before it, as
-    ``history`` would have held them: what a run of hours learnt is kept) and no metrics at
-    all, so that it can never enter a table as a number.
+    ``history`` would have held them: what a run of hours learnt is kept), ``seconds`` and
+    ``cpu_seconds`` (what it cost until it diverged: compute spent is counted, though no estimate
+    reads a failed run's time) and no metrics at all, so that it can never enter a table as a
+    number.
     """
     from .engine.errors import DivergenceError
     from .methods.base import check_finite_models
@@ -207,7 +209,8 @@ def run(spec: RunSpec, device="auto") -> dict:
                 "divergence": {k: v for k, v in err.fields().items() if k != "hint"},
                 "history_before_divergence": ctx.history,
                 "dataset_source": ds.source, "paper_name": ds.paper_name, "fl": asdict(cfg),
-                "device": str(fed.device), "seconds": time.perf_counter() - t0}
+                "device": str(fed.device), "seconds": time.perf_counter() - t0,
+                "cpu_seconds": time.process_time() - c0}  # what it cost until it diverged
     return outcome_record(spec, base, ctx, ds, outcome, t0, c0)
 
 

@@ -8,6 +8,7 @@ import torch
 from sklearn.datasets import load_digits
 
 from fedlib import experiment as X
+from fedlib import records
 from workbook.tables import records_frame, table3, table4, to_markdown
 from fedlib.engine import Federation, broadcast, local_train
 from fedlib.engine.errors import DivergenceError
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.cross_cpu  # trains or evaluates: numbers from the CPU'
 
 FAST = {"rounds": 2, "local_epochs": 1}
 METRIC_KEYS = {"global_accuracy", "local_accuracy", "correct", "n_test", "ad", "sdad", "ad_cl", "sdad_cl", "cp",
-               "param_average_accuracy", "cpu_seconds",
+               "param_average_accuracy",
                "history", "info", "val_accuracy", "global_test_accuracy", "wpsi"}
 
 
@@ -128,6 +129,29 @@ def test_a_failed_record_keeps_the_rounds_before_the_divergence(monkeypatch):
     assert [h["round"] for h in before] == [1, 2] and rec["divergence"]["round_idx"] == 2
     assert all(0 <= h["global_accuracy"] <= 1 for h in before)
     assert X.run(spec(lr=1e38))["history_before_divergence"] == []  # diverged in round 1
+
+
+def test_a_failed_record_counts_the_compute_it_spent(monkeypatch, tmp_path):
+    """A diverged run's CPU time is kept (``cpu_seconds``, as an ok record's), so compute spent on
+    it is counted; the cost estimator still reads ok records only."""
+    from fedlib import cost
+    from fedlib.grid import _timing_fields
+    from fedlib.methods import fedavg
+
+    real = fedavg.run
+
+    def late(ctx, hp):
+        real(ctx, hp)
+        raise DivergenceError([1], round_idx=len(ctx.history), lr=ctx.cfg.lr, optimizer=ctx.cfg.optimizer)
+
+    monkeypatch.setattr(fedavg, "run", late)
+    rec = X.run(spec("fedavg"))
+    assert rec["status"] == "failed" and 0 < rec["cpu_seconds"]
+    assert cost.run_cost(rec) == (rec["cpu_seconds"], cost.CPU_SECONDS)
+    path = tmp_path / f"{rec['key']}.json"
+    records.write(path, rec)
+    assert records.read_strict(path)["cpu_seconds"] == rec["cpu_seconds"]
+    assert _timing_fields(path) is None  # never a timing for an estimate
 
 
 # ----------------------------------------------------------------------------- engine level
