@@ -215,6 +215,24 @@ def test_run_with_a_tiny_budget_starts_nothing_that_would_not_fit(tmp_path):
     assert sorted(p.name for p in (tmp_path / T3).iterdir()) == before
 
 
+def test_run_defaults_to_whole_runs_and_refuses_a_bad_setting_before_any_work(monkeypatch, capsys):
+    """``--run`` starts a resumable run only if all of it fits unless $FEDLIB_WHOLE_RUNS says 0: a
+    checkpoint left at the budget's end is lost with the machine. A bad value is refused before the
+    report is read."""
+    import fedlib.grid
+    from workbook.plan import __main__ as M
+
+    monkeypatch.delenv(fedlib.grid.ENV_WHOLE_RUNS, raising=False)
+    assert M.whole_runs_by_default() is True and fedlib.grid.whole_runs()
+    monkeypatch.setenv(fedlib.grid.ENV_WHOLE_RUNS, "0")
+    assert M.whole_runs_by_default() is False
+    monkeypatch.setenv(fedlib.grid.ENV_WHOLE_RUNS, "yes")
+    monkeypatch.setattr(M.R, "frame", lambda *a: pytest.fail("the report was read before the setting was checked"))
+    assert M.main(["--run", "--budget", "60"]) == 2
+    err = capsys.readouterr().err
+    assert "$FEDLIB_WHOLE_RUNS" in err and "'yes'" in err
+
+
 @pytest.mark.parametrize("argv, names", [
     (["--run"], ["--budget", "--run --budget 3600"]),
     (["--budget", "60"], ["--budget", "unless --run"]),

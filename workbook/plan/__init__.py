@@ -735,8 +735,9 @@ def run_plan(p: pd.DataFrame, budget: float, root: Path | str = RECORDS, workers
              echo=print, together: bool = False) -> dict:
     """Compute the priced runs of plan ``p`` in its order with :func:`fedlib.grid.run_grid`, a window of
     ``4 × workers`` runs at a time grouped by records folder, each call under what is left of ``budget``
-    seconds (a run starts only if it is estimated to end in time; a resumable one stops at a round
-    boundary). Runs another live process holds are left to it, also those it claims while this
+    seconds (a run starts only if it is estimated to end in time; with ``$FEDLIB_WHOLE_RUNS`` 0, a
+    resumable one starts on its first rounds and stops at a round boundary: ``python -m
+    workbook.plan --run`` sets it to 1 unless it is set). Runs another live process holds are left to it, also those it claims while this
     process reaches them (never waited for: processes racing down one plan each take other runs). ``together``: the runs of a window that
     may train together (:func:`fedlib.together.group_specs`) do, in one engine call per round. Returns ``computed`` (records) and
     ``left`` (specs not computed here)."""

@@ -42,6 +42,18 @@ def folders() -> tuple:
     return tuple(sorted({*grid_tables(), *(k.split(":")[0] for k in RECORD_COMMANDS), *PLANNED_DESIGNS}))
 
 
+def whole_runs_by_default(environ=os.environ) -> bool:
+    """``--run``'s budget rule: ``$FEDLIB_WHOLE_RUNS`` (:func:`fedlib.grid.whole_runs`) is 1 unless
+    set, so a run starts only if all of it fits, resumable ones too: no run is left half done at
+    the budget's end, whose checkpoint a later call on another machine would not find. Set it to 0
+    to let a resumable run start on its first rounds and stop at a round boundary with a
+    checkpoint (a later call on this machine resumes it). A value other than 0 or 1 is refused."""
+    from fedlib.grid import ENV_WHOLE_RUNS, whole_runs
+
+    environ.setdefault(ENV_WHOLE_RUNS, "1")
+    return whole_runs()
+
+
 def _number(text, name: str, kind=float):
     try:
         return kind(text)
@@ -78,6 +90,7 @@ def main(argv=None) -> int:
             fail("--only", "a study's folder only without --no-studies (that leaves the studies out)", a.only)
         for folder in a.only:
             check_choice(folder, "--only", folders())
+        whole = whole_runs_by_default() if a.run else None
     except ValueError as e:
         print(f"{COMMAND}: {e}", file=sys.stderr)
         return 2
@@ -97,6 +110,9 @@ def main(argv=None) -> int:
     import torch
 
     torch.set_num_threads(1)
+    print("plan: a run starts only if " + ("all of it fits the budget ($FEDLIB_WHOLE_RUNS=1, --run's default)" if whole else
+          "its first rounds fit the budget where its method resumes ($FEDLIB_WHOLE_RUNS=0: it stops at a round "
+          "boundary with a checkpoint that only this machine keeps)"), flush=True)
     got = run_plan(p, budget, root, workers=workers, device=device, together=a.together)
     print(f"plan: {len(got['computed'])} runs computed, {len(got['left'])} left for a later call")
     return 0
