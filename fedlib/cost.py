@@ -22,7 +22,9 @@ rounds and local epochs (the effective training protocol, :meth:`fedlib.spec.Run
 and the same device kind (a record's ``device`` field, :func:`device_kind_of`); CPU and GPU
 costs never mix. Among them, in this order, the first group that has any: (1) the same method,
 number of clients K and reading (``reproduction``: a method's paper_code and paper_text runs can
-differ several-fold, e.g. PoC's); (2) the same method and K; (3) any method and K on that data set. Within the group, the records
+differ several-fold, e.g. PoC's); (2) the same method and K; (3) any method and K on that data set. Within the group,
+the records of the same partition protocol and hyper-parameters (``spec.hyper``, as given: FedAMP's
+two attention rules cost 40 and 400 CPU-s a run) are used if there are any (:func:`setting`); then the records
 measured under the same sharing (``host['processes']`` equal to ``processes``; both unknown
 counts as equal) are used if there are any, else those whose sharing is unknown; records of a
 different known sharing never are (16 processes on one GPU take several times as long per run as
@@ -44,7 +46,7 @@ from dataclasses import dataclass
 from .validation import check_choice, check_int
 
 __all__ = ["Estimate", "CPU_SECONDS", "FALLBACK_THREADS", "FALLBACK_WALL", "FALLBACK_MIXED", "DEVICE_SECONDS",
-           "device_kind_of", "run_cost", "measured", "comparable", "estimate"]
+           "device_kind_of", "run_cost", "measured", "setting", "pricing_key", "comparable", "estimate"]
 
 CPU_SECONDS = "cpu_seconds"
 """Basis: the records' ``cpu_seconds`` (CPU time, every thread summed)."""
@@ -140,11 +142,33 @@ def _sharing_rank(recorded, current) -> int | None:
     return 1 if recorded is None or current is None else None
 
 
-def comparable(spec, records, device_kind: str, processes: int | None = None) -> list[dict]:
+def setting(spec: dict) -> tuple[str | None, str]:
+    """What within a comparable group still moves a run's cost: its partition protocol and its
+    hyper-parameters as given (``spec.hyper``, canonical JSON; none given and ``{}`` are alike), of a
+    record's ``spec`` dict (``RunSpec.to_dict``)."""
+    import json
+
+    return spec.get("protocol"), json.dumps(spec.get("hyper") or {}, sort_keys=True, default=str)
+
+
+def pricing_key(spec) -> tuple:
+    """What :func:`comparable` reads of ``spec`` (a :class:`fedlib.spec.RunSpec`): two runs with
+    equal keys get equal estimates from the same records (a caller pricing many runs prices each
+    key once). The seed and the level are not in it."""
+    from .methods import FLConfig
+
+    cfg = FLConfig.from_dict(spec.effective()[1])
+    return (spec.dataset, spec.n_train, cfg.rounds, cfg.local_epochs, spec.method, spec.n_clients,
+            spec.reproduction, setting(spec.to_dict()))
+
+
+def comparable(spec, records, device_kind: str, processes: int | None = None, *,
+               by_setting: bool = True) -> list[dict]:
     """The records of ``records`` that price ``spec``'s run (a :class:`fedlib.spec.RunSpec`) on a
     ``device_kind`` device (``'cpu'`` or ``'cuda'``) measured under ``processes`` sharing it
     (None: unknown): the module's rule (same data set, ``n_train``, rounds, local epochs and device
-    kind; the same method, K and reading, else the same method and K, else any on the data set; the
+    kind; the same method, K and reading, else the same method and K, else any on the data set; of
+    those, the same protocol and hyper-parameters where any are, unless ``by_setting`` is False; the
     best sharing). [] for none."""
     from .methods import FLConfig
 
@@ -164,9 +188,12 @@ def comparable(spec, records, device_kind: str, processes: int | None = None) ->
         if rank is not None:
             same = s.get("method") == spec.method and s.get("n_clients") == spec.n_clients
             pool.append((rank, r, same, same and (s.get("reproduction") or "paper_text") == spec.reproduction))
+    mine = setting(spec.to_dict())
     for group in ([(k, r) for k, r, _, own in pool if own], [(k, r) for k, r, same, _ in pool if same],
                   [(k, r) for k, r, *_ in pool]):
         if group:
+            if by_setting:
+                group = [(k, r) for k, r in group if setting(r.get("spec") or {}) == mine] or group
             best = min(k for k, _ in group)
             return [r for k, r in group if k == best]
     return []

@@ -331,8 +331,8 @@ def list_runs(specs, out, kind: str, estimate_from=None, echo=print, name=None, 
 
     ``summary`` (``--summary``): instead of a line per run, the counts by row (the method, or
     ``table``'s row label) and by setting (data set, protocol and level, K), then the totals line.
-    The records are looked up once for all runs, and runs that differ only in their seed share
-    one estimate (:func:`fedlib.cost.estimate` reads no seed)."""
+    The records are looked up once for all runs, and runs with one :func:`fedlib.cost.pricing_key`
+    (those that differ only in their seed or level) share one estimate."""
     from collections import defaultdict
 
     from fedlib.checkpoint import saved_round
@@ -352,7 +352,7 @@ def list_runs(specs, out, kind: str, estimate_from=None, echo=print, name=None, 
             if timings is None:
                 timings = timing_records(Path(out), *folders)
             cfg = FLConfig.from_dict(s.effective()[1])
-            like = (s.dataset, s.n_train, cfg.rounds, cfg.local_epochs, s.method, s.n_clients, s.reproduction)  # what prices it
+            like = cost.pricing_key(s)
             if like not in estimates:
                 estimates[like] = cost.estimate(s, timings, kind, sharing()).seconds
             est = estimates[like]

@@ -65,6 +65,38 @@ def test_a_methods_own_reading_prices_it_before_its_other_reading(tmp_path):
     assert cost.estimate(text, fedlib.grid.timing_records(tmp_path)).seconds == 1200.0
 
 
+def test_within_its_group_a_run_is_priced_by_records_of_its_protocol_and_hyper_parameters(tmp_path):
+    """FedAMP's HeurFedAMP and softmax attention cost ~40 and ~400 CPU-s a run (notebook 11's records)
+    at the same method, K and length:
+    a run is priced by the records of its own hyper-parameters and protocol where there are any,
+    else by its whole group, as before."""
+    import dataclasses
+    import json
+
+    import fedlib.grid
+
+    heur = spec("fedamp")  # today's default attention, HeurFedAMP
+    plain = dataclasses.replace(spec("fedamp"), hyper={"attention": "softmax"})
+    recs = [rec(dataclasses.replace(heur, seed=i), 40, cpu=40.0 + i) for i in range(3)]
+    recs += [rec(dataclasses.replace(plain, seed=i), 400, cpu=400.0) for i in range(2)]
+    assert cost.estimate(heur, recs) == cost.Estimate(41.0, cost.CPU_SECONDS, 3)
+    assert cost.estimate(plain, recs) == cost.Estimate(400.0, cost.CPU_SECONDS, 2)
+    other = dataclasses.replace(heur, hyper={"attention": "paper"})
+    assert cost.estimate(other, recs) == cost.Estimate(42.0, cost.CPU_SECONDS, 5)  # none of its own: the group
+    similarity = dataclasses.replace(plain, protocol="similarity", level=0.5)
+    assert cost.estimate(similarity, recs).records == 5  # another protocol, no record of it: the group
+    recs.append(rec(dataclasses.replace(similarity, seed=5), 900, cpu=900.0))
+    assert cost.estimate(similarity, recs) == cost.Estimate(900.0, cost.CPU_SECONDS, 1)
+    assert cost.estimate(plain, recs).seconds == 400.0  # dirichlet's own records still price dirichlet
+    assert cost.setting({"protocol": "dirichlet"}) == cost.setting({"protocol": "dirichlet", "hyper": {}})
+    # what a caller pricing many runs prices once: equal for another seed or level, not another setting
+    assert cost.pricing_key(heur) == cost.pricing_key(dataclasses.replace(heur, seed=7, level=0.1))
+    assert len({cost.pricing_key(s) for s in (heur, plain, other, similarity)}) == 4
+    for i, r in enumerate(recs):  # what timing_records keeps tells the settings apart too
+        (tmp_path / f"{i}.json").write_text(json.dumps(r))
+    assert cost.estimate(heur, fedlib.grid.timing_records(tmp_path)).seconds == 41.0
+
+
 def test_a_record_without_cpu_seconds_is_priced_by_the_labelled_fallback():
     two = [rec(spec(seed=0), 100, threads=2), rec(spec(seed=1), 300, threads=2)]
     est = cost.estimate(spec(), two)

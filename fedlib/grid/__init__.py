@@ -120,7 +120,8 @@ def _timing_fields(path: Path) -> dict | None:
         return None
     spec, fl = rec["spec"], rec.get("fl") or {}
     return {"status": "ok", "seconds": rec.get("seconds"), "device": rec.get("device"),
-            "spec": {k: spec.get(k) for k in ("dataset", "method", "n_clients", "n_train", "reproduction")},
+            "spec": {k: spec.get(k) for k in ("dataset", "method", "n_clients", "n_train", "reproduction", "protocol",
+                                              "hyper")},
             "fl": {k: fl.get(k) for k in ("rounds", "local_epochs")},
             "cpu_seconds": rec.get("cpu_seconds"),
             "host": {k: (rec.get("host") or {}).get(k) for k in ("processes", "threads")}}
