@@ -261,3 +261,28 @@ def test_the_reports_not_run_runs_and_hours_are_what_list_computes_for_its_comma
     else:  # the grid command's totals line: two decimals; --list prices the runs that differ only in
         # their seed once (issue 71's speed-up), the report each run: 0.01 h over ~90 h at most
         assert hours == pytest.approx(g.hours, abs=0.01)
+
+
+def test_estimate_accuracy_prices_each_run_from_the_others_by_both_rules(tmp_path, capsys):
+    """benchmarks/estimate_accuracy.py, left one out: FedAMP's softmax run (400 CPU-s) is priced at
+    the group's median by the reference rule, at its own setting's by today's."""
+    import dataclasses
+    import importlib.util
+    import json
+
+    loader = importlib.util.spec_from_file_location("estimate_accuracy", ROOT / "benchmarks" / "estimate_accuracy.py")
+    bench = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(bench)
+    heur, soft = spec("fedamp"), dataclasses.replace(spec("fedamp"), hyper={"attention": "softmax"})
+    runs = [(heur, 0, 40.0), (heur, 1, 44.0), (heur, 2, 42.0), (soft, 0, 400.0), (soft, 1, 420.0)]
+    (tmp_path / "f").mkdir()
+    for s, seed, cpu in runs:
+        r = rec(dataclasses.replace(s, seed=seed), cpu, cpu=cpu)
+        (tmp_path / "f" / f"{r['key']}.json").write_text(json.dumps(r))
+    rows = {(round(a), g, t) for _, a, g, t in bench.priced(tmp_path)}
+    assert (400, 43.0, 420.0) in rows and (420, 43.0, 400.0) in rows  # group: median of the other four
+    assert (40, 222.0, 43.0) in rows  # group: median of 44, 42, 400, 420; setting: of 44, 42
+    s = bench.summary([r for r in bench.priced(tmp_path)])
+    assert s["n"] == 5 and s["setting"][0] < s["group"][0]
+    bench.main(["--records", str(tmp_path)])
+    assert "ratio setting/group" in capsys.readouterr().out.splitlines()[-1]
