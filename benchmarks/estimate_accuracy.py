@@ -12,7 +12,11 @@ have priced it before it ran, by two rules in one process:
 Per records folder, and over all of them, it prints n, the median |log(actual / estimate)| (0:
 exact; 0.18: a typical run 20 % off) and the share of runs that took longer than
 :data:`fedlib.grid.SAFETY_FACTOR` × their estimate: those a budget admitting on that rule would
-have stopped at its end. ``--min-seconds S`` keeps the runs of at least S CPU-seconds (the
+have stopped at its end. A last column (``reserve``) is that share for what a budget admits on
+today: :data:`~fedlib.grid.SAFETY_FACTOR` × the ``setting`` median or the longest of those records,
+whichever is more (:func:`fedlib.grid.reserve_seconds`), and, beside it, the share of the runs'
+CPU-seconds that a budget ending at that reserve would have cut short (the runs that outlast it,
+weighted by their cost: what is lost on a machine that does not keep checkpoints). ``--min-seconds S`` keeps the runs of at least S CPU-seconds (the
 paper-protocol runs a budget is about). The last line is the ratio of the two rules' median
 |log ratio| (setting / group): below 1, the narrowed rule prices better. No estimator can beat 0,
 and none that sees only comparable records' times can price a run whose cost no record measured.
@@ -29,18 +33,19 @@ from pathlib import Path
 import numpy as np
 
 from fedlib import cost
-from fedlib.grid import SAFETY_FACTOR, _timing_fields
+from fedlib.grid import SAFETY_FACTOR, timing_fields
 from fedlib.spec import RunSpec
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def priced(root: Path) -> list[tuple[str, float, float | None, float | None]]:
-    """(folder, actual CPU-seconds, estimate by ``group``, estimate by ``setting``) per CPU record
-    with ``cpu_seconds``, each priced from every other finished record under ``root``."""
+def priced(root: Path) -> list[tuple[str, float, float | None, float | None, float | None]]:
+    """(folder, actual CPU-seconds, estimate by ``group``, estimate by ``setting``, the longest of the
+    ``setting`` records) per CPU record with ``cpu_seconds``, each priced from every other finished
+    record under ``root``."""
     kept = []
     for path in sorted(root.rglob("*.json")):
-        t = _timing_fields(path)
+        t = timing_fields(path)
         if t is None or cost.device_kind_of(t["device"]) != "cpu":
             continue
         kept.append((path, t))
@@ -51,9 +56,10 @@ def priced(root: Path) -> list[tuple[str, float, float | None, float | None]]:
         spec = RunSpec.from_record(json.loads(path.read_text())["spec"])
         others = [o for _, o in kept if o is not t]
         processes = (t.get("host") or {}).get("processes")
-        est = [cost.measured(cost.comparable(spec, others, "cpu", processes, by_setting=b)).seconds
-               for b in (False, True)]
-        out.append((str(path.parent.relative_to(root)), float(t["cpu_seconds"]), *est))
+        group, narrowed = (cost.measured(cost.comparable(spec, others, "cpu", processes, by_setting=b))
+                           for b in (False, True))
+        out.append((str(path.parent.relative_to(root)), float(t["cpu_seconds"]), group.seconds, narrowed.seconds,
+                    narrowed.longest))
     return out
 
 
@@ -65,6 +71,13 @@ def summary(rows) -> dict:
         r = np.array([x[1] / x[i] for x in rows])
         out[rule] = ((float(np.median(np.abs(np.log(r)))), float(np.mean(r > SAFETY_FACTOR))) if len(r)
                      else (math.nan, math.nan))
+    actual = np.array([x[1] for x in rows])
+    reserve = np.array([max(SAFETY_FACTOR * x[3], x[4]) for x in rows])  # what fits_budget × reserve_seconds asks
+    over = actual > reserve
+    out["reserve"] = ((float(np.mean(over)), float(actual[over].sum() / actual.sum())) if len(rows)
+                      else (math.nan, math.nan))
+    median_over = actual > SAFETY_FACTOR * np.array([x[3] for x in rows])
+    out["median cut"] = float(actual[median_over].sum() / actual.sum()) if len(rows) else math.nan
     return out
 
 
@@ -75,12 +88,15 @@ def main(argv=None) -> None:
     a = ap.parse_args(argv)
     rows = [r for r in priced(Path(a.records)) if r[1] >= a.min_seconds and r[2] and r[3]]
     print(f"{'folder':40s} {'n':>5s}  {'group: |log|, >' + format(SAFETY_FACTOR, 'g') + 'x':>22s}  "
-          f"{'setting: |log|, >' + format(SAFETY_FACTOR, 'g') + 'x':>24s}")
+          f"{'setting: |log|, >' + format(SAFETY_FACTOR, 'g') + 'x':>24s}  {'reserve: > it, CPU-s cut':>26s}")
     for folder in sorted({r[0] for r in rows}) + ["all"]:
         s = summary([r for r in rows if folder in ("all", r[0])])
         print(f"{folder:40s} {s['n']:5d}  {s['group'][0]:10.3f} {s['group'][1]:10.1%}  "
-              f"{s['setting'][0]:12.3f} {s['setting'][1]:10.1%}")
+              f"{s['setting'][0]:12.3f} {s['setting'][1]:10.1%}  {s['reserve'][0]:12.1%} {s['reserve'][1]:12.1%}")
     s = summary(rows)
+    print(f"CPU-seconds of the runs that outlast what admitted them: {s['median cut']:.1%} at {SAFETY_FACTOR:g} × the "
+          f"setting median, {s['reserve'][1]:.1%} at the reserve (fedlib.grid.reserve_seconds; ratio "
+          f"{s['reserve'][1] / s['median cut'] if s['median cut'] else math.nan:.2f}; 0 loses nothing)")
     print(f"ratio setting/group of the median |log(actual/estimate)|: {s['setting'][0] / s['group'][0]:.2f} "
           f"(n = {s['n']}; below 1: the narrowed rule prices better; 0 is exact)")
 

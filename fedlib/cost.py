@@ -32,7 +32,9 @@ one). The thread count is not matched. Of those, the records that carry ``cpu_se
 CPU) are used if any do; else the fallback prices them.
 
 **The estimate** is the median cost of those records (:func:`measured`): a typical run; one in
-two takes longer (``run_grid``'s budget applies :data:`fedlib.grid.SAFETY_FACTOR`).
+two takes longer. The :class:`Estimate` also carries the longest of them (``longest``): a budget
+starts a run only if both :data:`fedlib.grid.SAFETY_FACTOR` × the median and the longest comparable
+run would end in time (:func:`fedlib.grid.reserve_seconds`).
 
 Pure functions over record dicts (or what :func:`fedlib.grid.timing_records` keeps of them);
 reading folders is the caller's.
@@ -71,10 +73,12 @@ class Estimate:
     basis : what the seconds are measured from (:data:`CPU_SECONDS`, a ``FALLBACK_*`` label, or
         :data:`DEVICE_SECONDS`); None with ``seconds``
     records : how many records the median is taken over
+    longest : the largest cost among those records (same unit as ``seconds``); None with ``seconds``
     """
     seconds: float | None
     basis: str | None = None
     records: int = 0
+    longest: float | None = None
 
     @property
     def fallback(self) -> bool:
@@ -121,9 +125,13 @@ def run_cost(record: dict, device_kind: str = "cpu") -> tuple[float, str] | None
 
 def measured(records, device_kind: str = "cpu") -> Estimate:
     """The median cost (:func:`run_cost`) of ``records`` (finished runs the caller holds to be
-    alike; none is filtered out but those without a time): on a CPU, over the records with
-    ``cpu_seconds`` if any have it, else over all of them with the fallback, labelled in
-    :attr:`Estimate.basis`. :data:`NONE` (``seconds`` None) for no record with a time."""
+    alike; none is filtered out but those without a time), and the largest (``longest``): on a
+    CPU, over the records with ``cpu_seconds`` if any have it, else over all of them with the
+    fallback, labelled in :attr:`Estimate.basis`. :data:`NONE` (``seconds`` None) for no record
+    with a time.
+
+    >>> measured([{"cpu_seconds": 10.0}, {"cpu_seconds": 40.0}, {"cpu_seconds": 20.0}])
+    Estimate(seconds=20.0, basis='cpu_seconds', records=3, longest=40.0)"""
     costs = [c for c in (run_cost(r, device_kind) for r in records) if c is not None]
     exact = [c for c in costs if c[1] in (CPU_SECONDS, DEVICE_SECONDS)]
     use = exact or costs
@@ -131,7 +139,7 @@ def measured(records, device_kind: str = "cpu") -> Estimate:
         return NONE
     bases = {b for _, b in use}
     basis = bases.pop() if len(bases) == 1 else FALLBACK_MIXED
-    return Estimate(float(statistics.median(s for s, _ in use)), basis, len(use))
+    return Estimate(float(statistics.median(s for s, _ in use)), basis, len(use), float(max(s for s, _ in use)))
 
 
 def _sharing_rank(recorded, current) -> int | None:

@@ -63,7 +63,8 @@ the same records up to kernel rounding, their ``seconds`` the group's divided am
 then the other runs as usual (``--workers`` included).
 
 ``--budget SECONDS`` (from the command's start, computed once): a run starts only if
-``fedlib.experiment.SAFETY_FACTOR`` × its estimated seconds end before the budget does — a
+``fedlib.experiment.SAFETY_FACTOR`` × its estimated seconds, and the longest comparable run
+(:func:`fedlib.grid.reserve_seconds`), end before the budget does — a
 resumable method's run (``MethodInfo.resumable``) only its first rounds' (:func:`fedlib.grid.seconds_to_start`):
 the budget stops it at a round boundary with a checkpoint that the next call resumes
 (:mod:`fedlib.checkpoint`); the others are left for a later call (a line each, and a total). The
@@ -245,9 +246,10 @@ _PROGRESS = "rounds"
 def _collect(results, computed: list, skipped: list, echo, budget: bool = False, name=None) -> None:
     """Echo a line per finished run (each named by ``name(spec)``, default :func:`describe` under
     its method's row); append the records this process computed to ``computed``
-    and ``(spec, estimate)`` of the runs a budget left for a later call to ``skipped`` (not started,
-    or stopped at a round boundary with a checkpoint)."""
+    and ``(spec, reserve)`` of the runs a budget left for a later call to ``skipped`` (not started,
+    or stopped at a round boundary with a checkpoint; :func:`fedlib.grid.reserve_seconds`)."""
     from fedlib.checkpoint import checkpoint_path, saved_round
+    from fedlib.grid import why_left
 
     describe_ = name or describe
     for spec, record, elsewhere, est in results:
@@ -260,9 +262,7 @@ def _collect(results, computed: list, skipped: list, echo, budget: bool = False,
                 echo(f"{describe_(spec)}: stopped by the budget before round {resumes + 1}; its checkpoint "
                      f"({checkpoint_path(spec.key())}) resumes it in a later call")
                 continue
-            why = ("the budget has ended" if est is None else
-                   f"estimated {est:.0f} s; it would not end before the budget does")
-            echo(f"{describe_(spec)}: left for a later call ({why})")
+            echo(f"{describe_(spec)}: left for a later call ({why_left(est)})")
         elif elsewhere:
             echo(f"{describe_(spec)}: {record['status']}, recorded by another process")
         else:
@@ -428,7 +428,7 @@ def run_table(table, out, *, params=None, seeds=None, methods=None, alphas=None,
     budget left for a later call).
     """
     from fedlib.engine import resolve_device
-    from fedlib.grid import SAFETY_FACTOR, budget_rule, check_settings
+    from fedlib.grid import admission_rule, check_settings
     from fedlib.validation import check_choice, check_folder, check_int, check_number, fail
 
     deadline = None if budget is None else time.time() + check_number(budget, "--budget", 0, low_open=True)
@@ -462,10 +462,9 @@ def run_table(table, out, *, params=None, seeds=None, methods=None, alphas=None,
     check_data(todo)  # every data set the runs need, before the first one trains
     echo(f"{table}: {len(specs)} runs, {len(specs) - len(todo)} already recorded in {out}, {len(todo)} to compute")
     if budget is not None and todo:
-        echo(f"{table}: budget {budget:g} s: a run starts only if {SAFETY_FACTOR} × its estimated seconds end before it "
-             f"{budget_rule()}")
+        echo(f"{table}: budget {budget:g} s: {admission_rule()}")
     computed, skipped = [], []
-    from fedlib.grid import run_grid
+    from fedlib.grid import left_total, run_grid
 
     if together:
         from fedlib.together import group_specs, together_key
@@ -490,10 +489,7 @@ def run_table(table, out, *, params=None, seeds=None, methods=None, alphas=None,
         run_grid(todo, out, device=device, progress=_PROGRESS, workers=workers,
                  on_run=lambda *result: _collect([result], computed, skipped, echo, budget is not None, name), **kw)
     if skipped:
-        known = [e for _, e in skipped if e is not None]
-        echo(f"{table}: budget: {len(skipped)} runs left for a later call, estimated {sum(known):.0f} s of runs"
-             + (f" ({len(skipped) - len(known)} without an estimate: the budget had ended)"
-                if len(known) < len(skipped) else ""))
+        echo(f"{table}: budget: {left_total(skipped)}")
     return {"specs": specs, "recorded": len(specs) - len(todo), "computed": computed,
             "skipped": [s for s, _ in skipped]}
 

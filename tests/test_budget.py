@@ -90,6 +90,34 @@ def test_fits_budget_applies_the_safety_factor_and_nothing_starts_after_the_dead
     assert not fedlib.grid.fits_budget(None, deadline=1000, now=1000) and not fedlib.grid.fits_budget(0, deadline=999, now=1000)
 
 
+def test_the_reserve_covers_the_longest_comparable_run_as_well_as_the_safety_factor():
+    """Comparable runs of 100, 110 and 1000 s: the estimate is the median (110 s), the reserve 1000 / 1.15,
+    so that 1.15 × reserve is the longest; where the longest is within 1.15 × the median, the median."""
+    three = [rec(100), rec(110), rec(1000)]
+    assert fedlib.grid.estimate_seconds(spec(), three, "cpu") == 110.0
+    assert fedlib.grid.reserve_seconds(spec(), three, "cpu") == pytest.approx(1000 / 1.15)
+    assert fedlib.grid.reserve_seconds(spec(), [rec(100), rec(110), rec(120)], "cpu") == 110.0
+    assert fedlib.grid.reserve_seconds(spec(), [rec(7, device="cuda:0")], "cpu") is None
+
+
+@pytest.mark.parametrize("longest, started", [(1000.0, False), (500.0, True)])
+def test_a_run_starts_only_if_the_longest_comparable_run_would_end_in_time(tmp_path, monkeypatch, capsys,
+                                                                         longest, started):
+    """Under a 600 s budget a run whose comparable runs took 100, 110 and ``longest`` s: 1.15 × the
+    median (126.5 s) fits either way; a longest of 1000 s does not, 500 s does."""
+    monkeypatch.delenv("FEDLIB_SHARING", raising=False)
+    monkeypatch.setenv(fedlib.grid.ENV_WHOLE_RUNS, "1")
+    out = tmp_path / "results"
+    for i, seconds in enumerate((100.0, 110.0, longest)):
+        _fake(out, seconds, name=f"fake{i}.json")
+    ran = []
+    monkeypatch.setattr(fedlib.run, "run", lambda s, device="auto": ran.append(s) or record_fakes.record(s))
+    recs = X.run_grid([spec()], out, device="cpu", progress="lines", budget=600)
+    assert (len(ran), len(recs)) == ((1, 1) if started else (0, 0))
+    err = capsys.readouterr().err
+    assert ("run_grid: budget: 1 runs left for a later call, reserving 870 s of runs" in err) is not started
+
+
 def test_a_resumable_run_needs_its_first_rounds_unless_whole_runs_are_asked(monkeypatch):
     """FedAvg is resumable: at T = 40 rounds it starts on 2/40 of its estimate; CL is not: all of it.
     $FEDLIB_WHOLE_RUNS=1 (the GPU lease's setting) asks all of it of both."""
@@ -187,9 +215,9 @@ def test_a_run_that_cannot_end_within_the_budget_is_left_unclaimed_and_unwritten
     # stderr), while the estimate still reads its seconds
     err = [e for e in capsys.readouterr().err.splitlines() if not e.startswith("fedlib: record ")]
     assert err[0] == "run_grid: 1 runs, 0 already recorded, 1 to train"
-    assert err[1] == ("run_grid: budget 600 s: a run starts only if 1.15 × its estimated seconds end before it "
-                      "(a resumable method's run: those of its first 2 rounds; it stops at a round boundary)")
-    assert err[-1] == "run_grid: budget: 1 runs left for a later call, estimated 1000000 s of runs"
+    assert err[1] == ("run_grid: budget 600 s: a run starts only if 1.15 × its estimated seconds, and the longest "
+                      "comparable run, end before it (a resumable method's run: those of its first 2 rounds; it stops at a round boundary)")
+    assert err[-1] == "run_grid: budget: 1 runs left for a later call, reserving 1000000 s of runs"
 
 
 def test_estimates_come_from_the_extra_folders_too_and_other_runs_still_start(tmp_path, monkeypatch):
@@ -272,7 +300,7 @@ def test_table3_script_passes_its_budget_to_run_grid(tmp_path, capsys, monkeypat
             "--clients", "10", "--rounds", "2", "--epochs", "1", "--results", str(out), "--device", "cpu"]
     script.main(argv + ["--budget", "60", "--estimate-from", str(times)])
     captured = capsys.readouterr()
-    assert "clust-psi-pfl-table3: budget: 1 runs left for a later call, estimated 1000000 s of runs" in captured.out
+    assert "clust-psi-pfl-table3: budget: 1 runs left for a later call, reserving 1000000 s of runs" in captured.out
     assert "no records yet" in captured.out and not list(out.glob("*.json"))
     with pytest.raises(ValueError, match=r"--budget must be a finite number > 0, got -1\.0"):
         script.main(argv + ["--budget", "-1"])

@@ -38,10 +38,10 @@ def test_the_estimate_is_the_median_cpu_seconds_of_the_same_method_and_k():
     recs = [rec(spec(seed=0), 10, cpu=15), rec(spec(seed=1), 10, cpu=35), rec(spec(seed=2), 10, cpu=20),
             rec(spec("cl"), 1, cpu=1000), rec(spec(k=20), 1, cpu=5000),
             rec(spec(seed=3), 1, cpu=1, device="cuda:0"), rec(spec(seed=4), 1, cpu=1, rounds=40)]
-    assert cost.estimate(spec(), recs) == cost.Estimate(20.0, cost.CPU_SECONDS, 3)  # not the wall seconds (10)
+    assert cost.estimate(spec(), recs) == cost.Estimate(20.0, cost.CPU_SECONDS, 3, 35.0)  # not the wall seconds (10); the longest: 35
     assert cost.estimate(spec(), recs + [rec(spec(seed=5), 1, cpu=40)]).seconds == 27.5  # the middle two's mean
     # no record of the method and K: any method and K on the data set (1000, 5000, and the three fedavg runs)
-    assert cost.estimate(spec("ifca"), recs) == cost.Estimate(35.0, cost.CPU_SECONDS, 5)
+    assert cost.estimate(spec("ifca"), recs) == cost.Estimate(35.0, cost.CPU_SECONDS, 5, 5000.0)
     assert cost.estimate(spec(dataset="fmnist"), recs) == cost.Estimate(None)
     assert cost.estimate(spec(dataset="fmnist"), recs).basis is None
 
@@ -57,8 +57,8 @@ def test_a_methods_own_reading_prices_it_before_its_other_reading(tmp_path):
     text, code = spec("poc"), dataclasses.replace(spec("poc"), reproduction="paper_code")
     recs = [rec(dataclasses.replace(code, seed=i), 160, cpu=160.0) for i in range(3)]
     recs += [rec(dataclasses.replace(text, seed=i), 1200, threads=1) for i in range(2)]
-    assert cost.estimate(text, recs) == cost.Estimate(1200.0, cost.FALLBACK_THREADS, 2)
-    assert cost.estimate(code, recs) == cost.Estimate(160.0, cost.CPU_SECONDS, 3)
+    assert cost.estimate(text, recs) == cost.Estimate(1200.0, cost.FALLBACK_THREADS, 2, 1200.0)
+    assert cost.estimate(code, recs) == cost.Estimate(160.0, cost.CPU_SECONDS, 3, 160.0)
     assert cost.estimate(text, recs[:3]).seconds == 160.0  # no record of its reading: the method's others
     for i, r in enumerate(recs):  # what timing_records keeps tells the readings apart too
         (tmp_path / f"{i}.json").write_text(json.dumps(r))
@@ -79,14 +79,14 @@ def test_within_its_group_a_run_is_priced_by_records_of_its_protocol_and_hyper_p
     plain = dataclasses.replace(spec("fedamp"), hyper={"attention": "softmax"})
     recs = [rec(dataclasses.replace(heur, seed=i), 40, cpu=40.0 + i) for i in range(3)]
     recs += [rec(dataclasses.replace(plain, seed=i), 400, cpu=400.0) for i in range(2)]
-    assert cost.estimate(heur, recs) == cost.Estimate(41.0, cost.CPU_SECONDS, 3)
-    assert cost.estimate(plain, recs) == cost.Estimate(400.0, cost.CPU_SECONDS, 2)
+    assert cost.estimate(heur, recs) == cost.Estimate(41.0, cost.CPU_SECONDS, 3, 42.0)
+    assert cost.estimate(plain, recs) == cost.Estimate(400.0, cost.CPU_SECONDS, 2, 400.0)
     other = dataclasses.replace(heur, hyper={"attention": "paper"})
-    assert cost.estimate(other, recs) == cost.Estimate(42.0, cost.CPU_SECONDS, 5)  # none of its own: the group
+    assert cost.estimate(other, recs) == cost.Estimate(42.0, cost.CPU_SECONDS, 5, 400.0)  # none of its own: the group
     similarity = dataclasses.replace(plain, protocol="similarity", level=0.5)
     assert cost.estimate(similarity, recs).records == 5  # another protocol, no record of it: the group
     recs.append(rec(dataclasses.replace(similarity, seed=5), 900, cpu=900.0))
-    assert cost.estimate(similarity, recs) == cost.Estimate(900.0, cost.CPU_SECONDS, 1)
+    assert cost.estimate(similarity, recs) == cost.Estimate(900.0, cost.CPU_SECONDS, 1, 900.0)
     assert cost.estimate(plain, recs).seconds == 400.0  # dirichlet's own records still price dirichlet
     assert cost.setting({"protocol": "dirichlet"}) == cost.setting({"protocol": "dirichlet", "hyper": {}})
     # what a caller pricing many runs prices once: equal for another seed or level, not another setting
@@ -100,23 +100,23 @@ def test_within_its_group_a_run_is_priced_by_records_of_its_protocol_and_hyper_p
 def test_a_record_without_cpu_seconds_is_priced_by_the_labelled_fallback():
     two = [rec(spec(seed=0), 100, threads=2), rec(spec(seed=1), 300, threads=2)]
     est = cost.estimate(spec(), two)
-    assert est == cost.Estimate(400.0, cost.FALLBACK_THREADS, 2) and est.fallback  # wall seconds × threads
+    assert est == cost.Estimate(400.0, cost.FALLBACK_THREADS, 2, 600.0) and est.fallback  # wall seconds × threads
     assert cost.run_cost(rec(spec(), 100, threads=4)) == (400.0, cost.FALLBACK_THREADS)
     assert cost.run_cost(rec(spec(), 100)) == (100.0, cost.FALLBACK_WALL)  # no threads either: the wall seconds
     assert "fallback: no cpu_seconds" in cost.FALLBACK_THREADS and "fallback" in cost.FALLBACK_WALL
     mixed = cost.measured([rec(spec(), 100, threads=2), rec(spec(), 50)])
-    assert mixed == cost.Estimate(125.0, cost.FALLBACK_MIXED, 2) and mixed.fallback
+    assert mixed == cost.Estimate(125.0, cost.FALLBACK_MIXED, 2, 200.0) and mixed.fallback
     # records that carry cpu_seconds are preferred; the fallback is not mixed in
     measured = cost.estimate(spec(), two + [rec(spec(seed=2), 100, cpu=90, threads=2)])
-    assert measured == cost.Estimate(90.0, cost.CPU_SECONDS, 1) and not measured.fallback
+    assert measured == cost.Estimate(90.0, cost.CPU_SECONDS, 1, 90.0) and not measured.fallback
     assert cost.run_cost(rec(spec(), None)) is None and cost.run_cost(rec(spec(), float("nan"))) is None
 
 
 def test_on_a_gpu_the_cost_is_the_device_wall_seconds():
     recs = [rec(spec(seed=0), 8, cpu=40, device="cuda:0"), rec(spec(seed=1), 12, cpu=60, device="cuda"),
             rec(spec(seed=2), 500, cpu=500)]
-    assert cost.estimate(spec(), recs, "cuda") == cost.Estimate(10.0, cost.DEVICE_SECONDS, 2)
-    assert cost.estimate(spec(), recs, "cpu") == cost.Estimate(500.0, cost.CPU_SECONDS, 1)
+    assert cost.estimate(spec(), recs, "cuda") == cost.Estimate(10.0, cost.DEVICE_SECONDS, 2, 12.0)
+    assert cost.estimate(spec(), recs, "cpu") == cost.Estimate(500.0, cost.CPU_SECONDS, 1, 500.0)
     assert cost.device_kind_of("cuda:3") == "cuda" and cost.device_kind_of(None) is None
 
 
@@ -142,7 +142,7 @@ def test_timing_records_keep_what_the_estimator_reads(tmp_path):
 
     (tmp_path / "r.json").write_text(json.dumps(rec(spec(), 10, cpu=15, threads=2, processes=1)))
     [t] = fedlib.grid.timing_records(tmp_path)
-    assert cost.estimate(spec(), [t]) == cost.Estimate(15.0, cost.CPU_SECONDS, 1)
+    assert cost.estimate(spec(), [t]) == cost.Estimate(15.0, cost.CPU_SECONDS, 1, 15.0)
     assert t["host"] == {"threads": 2, "processes": 1}
 
 
@@ -279,10 +279,16 @@ def test_estimate_accuracy_prices_each_run_from_the_others_by_both_rules(tmp_pat
     for s, seed, cpu in runs:
         r = rec(dataclasses.replace(s, seed=seed), cpu, cpu=cpu)
         (tmp_path / "f" / f"{r['key']}.json").write_text(json.dumps(r))
-    rows = {(round(a), g, t) for _, a, g, t in bench.priced(tmp_path)}
-    assert (400, 43.0, 420.0) in rows and (420, 43.0, 400.0) in rows  # group: median of the other four
-    assert (40, 222.0, 43.0) in rows  # group: median of 44, 42, 400, 420; setting: of 44, 42
+    rows = {(round(a), g, t, m) for _, a, g, t, m in bench.priced(tmp_path)}
+    assert (400, 43.0, 420.0, 420.0) in rows and (420, 43.0, 400.0, 400.0) in rows  # group: median of the other four
+    assert (40, 222.0, 43.0, 44.0) in rows  # group: median of 44, 42, 400, 420; setting: of 44, 42, the longest 44
     s = bench.summary([r for r in bench.priced(tmp_path)])
     assert s["n"] == 5 and s["setting"][0] < s["group"][0]
     bench.main(["--records", str(tmp_path)])
     assert "ratio setting/group" in capsys.readouterr().out.splitlines()[-1]
+    # the reserve, by hand: runs of 100, 120 and 200 CPU-s priced at a median of 100, the longest of their
+    # records 100, 130 and 150: 1.15 × 100 = 115 admits the first only; the reserve (115, 130, 150) the first two
+    by_hand = [("f", 100.0, 100.0, 100.0, 100.0), ("f", 120.0, 100.0, 100.0, 130.0), ("f", 200.0, 100.0, 100.0, 150.0)]
+    s = bench.summary(by_hand)
+    assert s["setting"][1] == pytest.approx(2 / 3) and s["median cut"] == pytest.approx(320 / 420)
+    assert s["reserve"] == pytest.approx((1 / 3, 200 / 420))

@@ -135,7 +135,7 @@ def test_a_failed_record_counts_the_compute_it_spent(monkeypatch, tmp_path):
     """A diverged run's CPU time is kept (``cpu_seconds``, as an ok record's), so compute spent on
     it is counted; the cost estimator still reads ok records only."""
     from fedlib import cost
-    from fedlib.grid import _timing_fields
+    from fedlib.grid import timing_fields
     from fedlib.methods import fedavg
 
     real = fedavg.run
@@ -151,7 +151,7 @@ def test_a_failed_record_counts_the_compute_it_spent(monkeypatch, tmp_path):
     path = tmp_path / f"{rec['key']}.json"
     records.write(path, rec)
     assert records.read_strict(path)["cpu_seconds"] == rec["cpu_seconds"]
-    assert _timing_fields(path) is None  # never a timing for an estimate
+    assert timing_fields(path) is None  # never a timing for an estimate
 
 
 # ----------------------------------------------------------------------------- engine level

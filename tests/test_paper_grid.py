@@ -428,11 +428,11 @@ def test_a_budget_leaves_the_runs_that_would_not_fit_for_a_later_call(tmp_path, 
     result = pg.run_table("fedprism-table1", out, params=str(SMOKE09), seeds=[0], methods=["fedavg", "local"],
                           alphas=[0.1], device="cpu", budget=600, estimate_from=[str(times)], echo=lines.append)
     assert started == ["local"] and result["skipped"] == [specs[0]] and len(result["computed"]) == 1
-    assert lines[1] == ("fedprism-table1: budget 600 s: a run starts only if 1.15 × its estimated seconds end "
-                        "before it (a resumable method's run: those of its first 2 rounds; it stops at a round boundary)")
-    assert (f"{pg.describe(specs[0], 'fedprism-table1')}: left for a later call (estimated 100000 s; it would not end before the "
+    assert lines[1] == ("fedprism-table1: budget 600 s: a run starts only if 1.15 × its estimated seconds, and "
+                        "the longest comparable run, end before it (a resumable method's run: those of its first 2 rounds; it stops at a round boundary)")
+    assert (f"{pg.describe(specs[0], 'fedprism-table1')}: left for a later call (it reserves 100000 s; it would not end before the "
             "budget does)") in lines
-    assert lines[-1] == "fedprism-table1: budget: 1 runs left for a later call, estimated 100000 s of runs"
+    assert lines[-1] == "fedprism-table1: budget: 1 runs left for a later call, reserving 100000 s of runs"
     with pytest.raises(ValueError, match=r"--budget must be a finite number > 0, got -5"):
         pg.run_table("fedprism-table1", tmp_path / "none", params=str(SMOKE09), budget=-5, echo=lines.append)
     with pytest.raises(ValueError, match=r"--estimate-from must be existing folders of records"):
@@ -454,7 +454,7 @@ def test_a_run_the_budget_stopped_is_reported_with_its_checkpoint(tmp_path, monk
                      methods=["fedavg"], alphas=[0.1])[0]
     lines, computed, skipped = [], [], []
     pg._collect([(spec, None, False, 100.0)], computed, skipped, lines.append, True)
-    assert lines == [f"{pg.describe(spec)}: left for a later call (estimated 100 s; it would not end before the budget does)"]
+    assert lines == [f"{pg.describe(spec)}: left for a later call (it reserves 100 s; it would not end before the budget does)"]
     Checkpointer(checkpoint_path(spec.key()), spec.key()).write(0, 3, {}, SimpleNamespace(
         history=[], _opt_state=None, cfg=SimpleNamespace(rounds=10)))
     lines.clear()

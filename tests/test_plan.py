@@ -197,7 +197,7 @@ def test_each_run_line_says_what_became_of_the_run_and_names_its_record(monkeypa
     assert lines[0] == f"{name}: ok in 12.5 s, weighted local accuracy 86.12 %"
     assert lines[1] == f"{name}: ok, recorded by another process"
     assert lines[2] == f"{name}: another process is computing it (not waited for)"
-    assert lines[3] == f"{name}: left for a later call (estimated 900 s; it would not end before the budget does)"
+    assert lines[3] == f"{name}: left for a later call (it reserves 900 s; it would not end before the budget does)"
     assert lines[4].startswith(f"{name}: stopped by the budget before round 4; its checkpoint (")
     assert lines[4].endswith(f"{s.key()}.pt) resumes it in a later call")
 

@@ -33,7 +33,7 @@ from ..methods import FLConfig, method_info
 from ..validation import check_choice, check_folder, check_int, check_number, fail
 
 __all__ = ["run_grid", "load_records", "write_manifest", "load_grid", "present_records", "check_data"]
-# The budget helpers (estimate_seconds, timing_records, fits_budget, sharing, device_kind_of,
+# The budget helpers (estimate_seconds, reserve_seconds, timing_records, timing_fields, fits_budget, sharing, device_kind_of,
 # SAFETY_FACTOR, ENV_SHARING) are public for benchmarks/paper_grid.py but stay out of __all__, the
 # list of validated entry points (tests/test_bad_inputs.py); estimate_seconds checks its own inputs.
 
@@ -88,7 +88,8 @@ def _describe(s: RunSpec) -> str:
 
 # ----------------------------------------------------------------------------- budgets
 #: A run starts under a budget only if ``SAFETY_FACTOR`` × its estimated seconds fit in the time
-#: left: the median of comparable runs is a typical run, and one run in two takes longer.
+#: left: the median of comparable runs is a typical run, and one run in two takes longer. (The
+#: longest comparable run must fit too: :func:`reserve_seconds`.)
 SAFETY_FACTOR = 1.15
 
 def estimate_seconds(spec: RunSpec, records, device_kind: str, processes: int | None = None) -> float | None:
@@ -107,10 +108,52 @@ def estimate_seconds(spec: RunSpec, records, device_kind: str, processes: int | 
     return cost.estimate(spec, records, device_kind, processes).seconds
 
 
+def reserve_seconds(spec: RunSpec, records, device_kind: str, processes: int | None = None) -> float | None:
+    """What a budget holds ``spec``'s run to, in the unit :func:`fits_budget` reads (it multiplies by
+    :data:`SAFETY_FACTOR`): the median of the comparable runs (:func:`estimate_seconds`) raised to
+    the longest of them / ``SAFETY_FACTOR``, so that ``SAFETY_FACTOR × reserve = max(SAFETY_FACTOR ×
+    median, longest)``: a run starts only if the longest comparable run measured would have ended in
+    time too. A typical run's estimate is the median (what ``--list`` and the plan print); the
+    reserve only decides what starts near a deadline, where a run that outlasts it is cut and, on a
+    machine that is not kept, lost. ``benchmarks/estimate_accuracy.py`` measures, left one out over
+    the committed runs, how many runs outlast each rule. None when no record is comparable.
+
+    >>> recs = [{"status": "ok", "cpu_seconds": c, "device": "cpu", "spec": {"dataset": "adult", "method": "fedavg",
+    ...          "n_clients": 10, "n_train": 2000}, "fl": {"rounds": 2, "local_epochs": 1}} for c in (100.0, 110.0, 230.0)]
+    >>> s = RunSpec("adult", "dirichlet", 0.5, 10, 0, "fedavg", fl={"rounds": 2, "local_epochs": 1}, n_train=2000)
+    >>> [round(f(s, r, "cpu"), 6) for f, r in ((estimate_seconds, recs), (reserve_seconds, recs), (reserve_seconds, recs[:2]))]
+    [110.0, 200.0, 105.0]"""
+    est = cost.estimate(spec, records, device_kind, processes)
+    if est.seconds is None:
+        return None
+    return max(est.seconds, est.longest / SAFETY_FACTOR)
+
+
+def why_left(reserve: float | None) -> str:
+    """Why a run was left for a later call, from its :func:`reserve_seconds` (None: the budget had
+    ended before it was priced), in the grids' words."""
+    return ("the budget has ended" if reserve is None else
+            f"it reserves {reserve:.0f} s; it would not end before the budget does")
+
+
+def left_total(skipped) -> str:
+    """The closing line's words for the runs a budget left, ``skipped`` a list of (spec, reserve)."""
+    known = [e for _, e in skipped if e is not None]
+    return (f"{len(skipped)} runs left for a later call, reserving {sum(known):.0f} s of runs"
+            + (f" ({len(skipped) - len(known)} without an estimate: the budget had ended)"
+               if len(known) < len(skipped) else ""))
+
+
+def admission_rule() -> str:
+    """What a budget asks of a run before it starts, as the grids' first line says it."""
+    return (f"a run starts only if {SAFETY_FACTOR} × its estimated seconds, and the longest comparable run, end "
+            f"before it {budget_rule()}")
+
+
 _TIMINGS: dict[str, tuple[tuple[int, int], dict | None]] = {}  # path -> ((mtime_ns, size), fields or None)
 
 
-def _timing_fields(path: Path) -> dict | None:
+def timing_fields(path: Path) -> dict | None:
     """The fields :func:`fedlib.cost.estimate` reads of the record at ``path``; None for anything else."""
     try:
         rec = json.loads(path.read_text())
@@ -149,7 +192,7 @@ def timing_records(*folders) -> list[dict]:
             stamp = (st.st_mtime_ns, st.st_size)
             hit = _TIMINGS.get(name)
             if hit is None or hit[0] != stamp:
-                hit = _TIMINGS[name] = (stamp, _timing_fields(path))
+                hit = _TIMINGS[name] = (stamp, timing_fields(path))
             if hit[1] is not None:
                 out.append(hit[1])
     return out
@@ -211,15 +254,16 @@ class _Budget:
         self.skipped: list[tuple[RunSpec, float | None]] = []
         self.stopped: list[tuple[RunSpec, checkpoint.RunStopped]] = []  # started, stopped at a round boundary
 
-    def estimate(self, s: RunSpec) -> float | None:
-        return estimate_seconds(s, timing_records(*self.folders), self.kind, self.processes)
+    def reserve(self, s: RunSpec) -> float | None:
+        """What the budget holds ``s``'s run to (:func:`reserve_seconds`); None: no comparable record."""
+        return reserve_seconds(s, timing_records(*self.folders), self.kind, self.processes)
 
     def admit(self, s: RunSpec) -> bool:
         """Whether ``s`` may start now; if not, it is left for a later call (``skipped``). A
         resumable method's run (:attr:`fedlib.methods.contract.MethodInfo.resumable`) starts when
         its first :data:`FIRST_ROUNDS` rounds fit: the deadline stops it at a round boundary with a
         checkpoint. Any other run starts only when all of it fits."""
-        est = self.estimate(s)
+        est = self.reserve(s)
         if fits_budget(seconds_to_start(s, est), self.deadline):
             if est is None:
                 self.say(f"run_grid: no comparable record estimates {_describe(s)} on {self.kind}: started; "
@@ -307,7 +351,7 @@ def _split_group(group, budget: _Budget | None) -> tuple[list, list]:
     whose summed estimate fits what is left (:func:`fitting_prefix`); fewer than two: none."""
     if budget is None:
         return group, []
-    estimates = [budget.estimate(s) for s in group]
+    estimates = [budget.reserve(s) for s in group]
     n = fitting_prefix(estimates, budget.deadline - time.time())
     if n < 2:
         return [], group
@@ -432,8 +476,8 @@ def _one_run(spec: RunSpec, results_dir, device, deadline: float | None, folders
     elsewhere = recorded or _claimed_live(path)
     if deadline is None:
         return spec, _compute_one(spec, results_dir, device, mode, wait=wait), elsewhere, None
-    est = None if recorded else estimate_seconds(spec, timing_records(results_dir, *folders),
-                                                 resolve_device(device).type, sharing())
+    est = None if recorded else reserve_seconds(spec, timing_records(results_dir, *folders),
+                                                resolve_device(device).type, sharing())
     left = deadline - time.time()
     if not recorded and (left <= 0 or not (elsewhere or fits_budget(seconds_to_start(spec, est), deadline))):
         return spec, None, elsewhere, est
@@ -581,7 +625,8 @@ def run_grid(specs, results_dir, *, device="auto", progress=True, backend: str =
     seconds are estimated (:func:`estimate_seconds`, :func:`fedlib.cost.estimate`: the median
     CPU-seconds — on a GPU, device wall seconds — of comparable finished runs in ``results_dir`` and the folders ``estimate_from``, on the same kind of device and,
     where records say so, under the same sharing, ``$FEDLIB_SHARING``), and a run is started
-    only if :data:`SAFETY_FACTOR` × that estimate ends before the budget does; the others are
+    only if :data:`SAFETY_FACTOR` × that estimate, and the longest of those runs, end before the
+    budget does (:func:`reserve_seconds`); the others are
     left, unclaimed, for a later call (``'lines'`` prints how many and their estimated seconds),
     and the runs after them are still tried (a shorter one may fit). A run is never stopped once
     started: the budget decides only what starts. Without any comparable record a run has no
@@ -679,8 +724,7 @@ def run_grid(specs, results_dir, *, device="auto", progress=True, backend: str =
     if budget is not None:
         plan = _Budget(budget, [results_dir, *estimate_from], kind, summary)
         if todo:
-            summary(f"run_grid: budget {budget:g} s: a run starts only if {SAFETY_FACTOR} × its estimated "
-                f"seconds end before it {budget_rule()}")
+            summary(f"run_grid: budget {budget:g} s: {admission_rule()}")
 
     def report(s: RunSpec, record: dict | None) -> None:
         nonlocal done
@@ -715,10 +759,7 @@ def run_grid(specs, results_dir, *, device="auto", progress=True, backend: str =
         if bar is not None:
             bar.close()
     if plan is not None and plan.skipped:
-        known = [e for _, e in plan.skipped if e is not None]
-        unknown = len(plan.skipped) - len(known)
-        summary(f"run_grid: budget: {len(plan.skipped)} runs left for a later call, estimated {sum(known):.0f} s "
-            f"of runs{f' ({unknown} without an estimate: the budget had ended)' if unknown else ''}")
+        summary(f"run_grid: budget: {left_total(plan.skipped)}")
     if plan is not None and plan.stopped:
         summary(f"run_grid: budget: {len(plan.stopped)} runs stopped at a round boundary; the next call resumes "
             f"them from their checkpoints ({checkpoint.checkpoint_folder()})")

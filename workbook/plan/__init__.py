@@ -572,10 +572,11 @@ def run_line(spec, record, elsewhere: bool, estimate, echo=print) -> None:
     :func:`fedlib.grid_cli`'s words: computed here (status, seconds, accuracy), recorded by another
     process, being computed by another process (never waited for: the plan's processes each take
     other runs), stopped by the budget at a round boundary (its checkpoint resumes it), or not
-    started (its estimate would not end before the budget does). The run is named by
+    started (its reserve, :func:`fedlib.grid.reserve_seconds`, would not end before the budget does). The run is named by
     :func:`_describe` and its record's file name (``<key>.json``), so two runs of one row that
     differ in a field the description leaves out (a params variant) stay apart."""
     from fedlib.checkpoint import checkpoint_path, saved_round
+    from fedlib.grid import why_left
     from fedlib.grid_cli import _line
 
     def name(s):
@@ -590,8 +591,7 @@ def run_line(spec, record, elsewhere: bool, estimate, echo=print) -> None:
         echo(f"{name(spec)}: stopped by the budget before round {resumes + 1}; its checkpoint "
              f"({checkpoint_path(spec.key())}) resumes it in a later call")
     else:
-        why = "the budget has ended" if estimate is None else f"estimated {estimate:.0f} s; it would not end before the budget does"
-        echo(f"{name(spec)}: left for a later call ({why})")
+        echo(f"{name(spec)}: left for a later call ({why_left(estimate)})")
 
 
 def plan(df: pd.DataFrame, root: Path | str = RECORDS, device: str = "cpu", studies: bool = True, *,
