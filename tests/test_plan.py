@@ -222,7 +222,11 @@ def test_run_defaults_to_whole_runs_and_refuses_a_bad_setting_before_any_work(mo
     import fedlib.grid
     from workbook.plan import __main__ as M
 
-    monkeypatch.delenv(fedlib.grid.ENV_WHOLE_RUNS, raising=False)
+    # set, then removed: monkeypatch then restores the variable as it was before this test, although
+    # whole_runs_by_default sets it (a delenv of an absent variable records nothing to restore, and
+    # the "1" it sets would leak into the next test of this worker)
+    monkeypatch.setenv(fedlib.grid.ENV_WHOLE_RUNS, "0")
+    monkeypatch.delenv(fedlib.grid.ENV_WHOLE_RUNS)
     assert M.whole_runs_by_default() is True and fedlib.grid.whole_runs()
     monkeypatch.setenv(fedlib.grid.ENV_WHOLE_RUNS, "0")
     assert M.whole_runs_by_default() is False
