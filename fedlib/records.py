@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from . import __version__, strict_json
-from .strict_json import NONFINITE_KEY, loads_strict, restore
+from .strict_json import NONFINITE_KEY, loads_strict, restore, restore_parsed
 from .validation import fail
 
 __all__ = ["read", "read_strict", "write", "check", "RecordError", "RecordWriteError", "normalised_fields",
@@ -348,8 +348,9 @@ def read_strict(path, spec=None, *, restore_nonfinite: bool = True) -> dict:
         raise RecordError(path, f"not valid strict JSON (truncated or corrupt): {err}") from err
     stored = record
     if isinstance(record, dict) and NONFINITE_KEY in record:
-        try:
-            record = restore(record)
+        try:  # restored in place: ``stored`` is then parsed again, where it is asked for
+            record = restore_parsed(record)
+            stored = record if restore_nonfinite else loads_strict(text)
         except (KeyError, IndexError, TypeError, ValueError) as err:
             raise RecordError(path, f"its {NONFINITE_KEY!r} list does not match the record: {err}") from err
     check(record, path, spec)
@@ -389,7 +390,7 @@ def read(path) -> dict | None:
         return None
     if not isinstance(record, dict):
         return None
-    return restore(record) if NONFINITE_KEY in record else record
+    return restore_parsed(record) if NONFINITE_KEY in record else record
 
 @lru_cache(maxsize=8)
 def _defaults_of(spec_class) -> tuple:

@@ -10,6 +10,7 @@ that define tables (the workbook's: ``workbook.paper_tables``, declared in ``pyp
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
@@ -80,17 +81,22 @@ class PaperTable:
             fail(f"PaperTable.grid_params of {self.name!r}", "a non-empty tuple of params keys", self.grid_params)
 
 
+@functools.lru_cache(maxsize=1)
+def _registered() -> tuple[tuple[str, tuple], ...]:
+    """(where, its entries) of each entry point of :data:`GROUP`, looked up and loaded once per
+    process: ``importlib.metadata.entry_points`` reads every installed distribution's metadata on
+    each call (about 30 ms), and the report and the plan ask for the tables once per row."""
+    from importlib.metadata import entry_points as _entry_points
+
+    return tuple((f"entry point {ep.name} = {ep.value}", tuple(ep.load())) for ep in _entry_points(group=GROUP))
+
+
 def load_tables(extra: Iterable[PaperTable] = (), *, entry_points: bool = True) -> dict[str, PaperTable]:
     """Every registered paper table, name -> :class:`PaperTable`, in registration order: those of
-    each entry point of :data:`GROUP` (if ``entry_points``), then ``extra`` (e.g. a test's toy
+    each entry point of :data:`GROUP` (if ``entry_points``; read once per process), then ``extra`` (e.g. a test's toy
     table). A name registered twice, or an entry that is not a PaperTable, is a ValueError naming
     both places."""
-    sources: list[tuple[str, Iterable]] = []
-    if entry_points:
-        from importlib.metadata import entry_points as _entry_points
-
-        for ep in _entry_points(group=GROUP):
-            sources.append((f"entry point {ep.name} = {ep.value}", ep.load()))
+    sources: list[tuple[str, Iterable]] = list(_registered()) if entry_points else []
     sources.append(("extra=", extra))
     tables: dict[str, PaperTable] = {}
     where: dict[str, str] = {}
