@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import io
+import itertools
 import json
 import math
 import os
@@ -193,17 +194,43 @@ def cbcc_name(spec: dict) -> str:
     return f"{spec['generator']}_iid{spec['n_iid']}_noniid{spec['n_noniid']}_seed{spec['seed']}.json"
 
 
+#: The types of a list's items that :func:`_null` and :func:`_fractions` check at C speed.
+_SCALARS, _NUMBERS = frozenset((int, float, str, bool)), frozenset((int, float))
+
+
 def _null(value, where: str):
-    """The path of the first null in ``value`` (``where`` its own), else None."""
+    """The path of the first null in ``value`` (``where`` its own), depth first, else None. A
+    list of scalars only (a per-client list, the common case) is cleared without a Python loop."""
     if value is None:
         return where
-    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
-    return next((p for k, v in items if (p := _null(v, f"{where}.{k}" if isinstance(k, str) else f"{where}[{k}]"))), None)
+    if isinstance(value, dict):
+        items = value.items()
+    elif isinstance(value, list):
+        if _SCALARS.issuperset(map(type, value)):
+            return None
+        items = enumerate(value)
+    else:
+        return None
+    for k, v in items:
+        if v is None or isinstance(v, (dict, list)):
+            path = _null(v, f"{where}.{k}" if isinstance(k, str) else f"{where}[{k}]")
+            if path:
+                return path
+    return None
 
 
 def _fraction(value, nan: bool = False) -> bool:
     """Whether ``value`` is a number in [0, 1] (or, with ``nan``, NaN: a client with no sample)."""
     return _finite_number(value) and 0 <= value <= 1 or nan and isinstance(value, float) and math.isnan(value)
+
+
+def _fractions(values: list, nan: bool = False) -> bool:
+    """Whether every item of ``values`` is :func:`_fraction` (``nan`` as there); a list of plain
+    ints and floats, the common case, is checked by one comparison an item."""
+    if not _NUMBERS.issuperset(map(type, values)):
+        return all(_fraction(x, nan) for x in values)
+    outside = [x for x in values if not 0 <= x <= 1]  # ±inf and NaN among them
+    return not outside or nan and all(x != x for x in outside)  # x != x: NaN only
 
 
 def _values(record: dict, path) -> None:
@@ -229,7 +256,7 @@ def _values(record: dict, path) -> None:
         for i, entry in enumerate(record.get(h) or []):
             for k, v in entry.items() if isinstance(entry, dict) else [("", entry)]:
                 ok = (isinstance(v, int) and v >= 0 if k == "round" else
-                      all(_fraction(x, True) for x in v) if isinstance(v, list) else _fraction(v))
+                      _fractions(v, True) if isinstance(v, list) else _fraction(v))
                 if not ok:
                     bad(f"{h}[{i}].{k} is {v!r}, not {'a round' if k == 'round' else 'an accuracy in [0, 1]'}")
     if record["status"] != "ok":
@@ -245,7 +272,8 @@ def _values(record: dict, path) -> None:
     for k in ACCURACIES:
         if k in record and not _fraction(record[k]):
             bad(f"{k} {record[k]!r} is not in [0, 1]")
-    wrong = [v for v in record.get("local_accuracy", ()) if not _fraction(v, True)]
+    local = record.get("local_accuracy", ())
+    wrong = [] if isinstance(local, list) and _fractions(local, True) else [v for v in local if not _fraction(v, True)]
     if wrong:
         bad(f"local_accuracy holds {wrong[0]!r}, not an accuracy in [0, 1]")
     for k in ("n_train", "n_test", "n_val"):
@@ -292,8 +320,9 @@ def check(record, path="<record>", spec=None) -> dict:
             values = record[k]
             if not isinstance(values, list):
                 raise RecordError(path, f"{k} is {values!r}, not a list of per-client numbers")
-            bad = [v for v in values if not (_finite_number(v) or (k == "local_accuracy" and isinstance(v, float)
-                                                                   and math.isnan(v)))]
+            plain = _NUMBERS.issuperset(map(type, values))  # then only NaN and ±inf are looked at
+            bad = [v for v in (itertools.filterfalse(math.isfinite, values) if plain else values)
+                   if not (_finite_number(v) or (k == "local_accuracy" and isinstance(v, float) and math.isnan(v)))]
             if bad:
                 raise RecordError(path, f"{k} holds {bad[0]!r}, not a finite number")
     if spec is not None:

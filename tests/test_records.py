@@ -69,6 +69,31 @@ def test_a_nan_metric_written_as_null_is_refused_too(tmp_path):
         records.read_strict(path, s)
 
 
+@pytest.mark.parametrize("field, value, why", [
+    ("clusters", [0, 1, None], r"clusters\[2\] is null and not listed"),
+    ("n_train", [40, None, 40], r"n_train holds None, not a finite number"),
+    ("history", [{"round": 1, "local_accuracy": [0.5, None]}], r"history\[0\]\.local_accuracy\[1\] is null"),
+    ("history", [{"round": 1, "local_accuracy": [0.5, float("inf")]}], r"history\[0\]\.local_accuracy is \[0\.5, inf\]"),
+    ("history", [{"round": 1, "local_accuracy": [0.5, 1.5]}], r"history\[0\]\.local_accuracy is \[0\.5, 1\.5\]"),
+    ("history", [{"round": 1, "local_accuracy": [0.5, True]}], r"history\[0\]\.local_accuracy is \[0\.5, True\]"),
+    ("local_accuracy", [0.7] * 9 + [float("inf")], r"local_accuracy holds inf, not a finite number"),
+    ("local_accuracy", [0.7] * 9 + [-0.25], r"local_accuracy holds -0\.25, not an accuracy in \[0, 1\]"),
+    ("local_accuracy", [0.7] * 9 + [1], None),  # an int 1 (and 0) is an accuracy
+    ("history", [{"round": 1, "local_accuracy": [0.5, float("nan"), 0]}], None),  # NaN: a client with no sample
+])
+def test_a_value_inside_a_per_client_list_is_checked_item_by_item(tmp_path, field, value, why):
+    """The checks of per-client lists (scanned at C speed where they hold plain numbers) name
+    the item a run cannot write, by its index where it is a null."""
+    s = spec()
+    path = X.record_path(tmp_path, s)
+    records.write(path, fake_record(s, **{field: value}))
+    if why is None:
+        assert records.read_strict(path, s)[field] is not None
+    else:
+        with pytest.raises(records.RecordError, match=why):
+            records.read_strict(path, s)
+
+
 def test_another_runs_record_under_this_runs_file_name_is_named_and_recomputed(tmp_path, capsys):
     two, three = spec(seed=2), spec(seed=3)
     path = X.record_path(tmp_path, two)
