@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from .validation import check_choice, check_int
 
 __all__ = ["Estimate", "CPU_SECONDS", "FALLBACK_THREADS", "FALLBACK_WALL", "FALLBACK_MIXED", "DEVICE_SECONDS",
-           "device_kind_of", "run_cost", "measured", "setting", "pricing_key", "comparable", "estimate"]
+           "device_kind_of", "run_cost", "measured", "setting", "pricing_key", "comparable", "estimate", "estimate_each"]
 
 CPU_SECONDS = "cpu_seconds"
 """Basis: the records' ``cpu_seconds`` (CPU time, every thread summed)."""
@@ -214,3 +214,14 @@ def estimate(spec, records, device_kind: str = "cpu", processes: int | None = No
     or the labelled fallback), device wall seconds on ``'cuda'``. ``Estimate(None)`` when none is
     comparable. ValueError for a ``device_kind`` other than 'cpu'/'cuda' or ``processes`` < 1."""
     return measured(comparable(spec, records, device_kind, processes), device_kind)
+
+
+def estimate_each(specs, records, device_kind: str = "cpu", processes: int | None = None) -> list[Estimate]:
+    """:func:`estimate` of each of ``specs`` (a list of :class:`fedlib.spec.RunSpec`, length n), in
+    their order (length n): each :func:`pricing_key` priced once, so runs that differ only in their
+    seed or level share one estimate (what a listing of many runs needs: one walk of ``records`` a key)."""
+    keys, by_key = [pricing_key(s) for s in specs], {}
+    for s, k in zip(specs, keys):
+        if k not in by_key:
+            by_key[k] = estimate(s, records, device_kind, processes)
+    return [by_key[k] for k in keys]

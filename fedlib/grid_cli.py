@@ -341,21 +341,19 @@ def list_runs(specs, out, kind: str, estimate_from=None, echo=print, name=None, 
     from fedlib.methods import FLConfig
 
     folders = _estimate_folders(estimate_from)
-    timings = None  # the records' timings, read once a call (not once a run: a walk of every folder each)
     totals = {"recorded": 0, "running": 0, "to_compute": 0, "estimated": 0, "seconds": 0.0}
-    specs, estimates = list(specs), {}
+    specs = list(specs)
+    states = [run_state(Path(out), s, found) for s, found in zip(specs, lookup.where(specs, Path(out)))]
+    todo = [s for s, state in zip(specs, states) if state == "to compute"]
+    # the records' timings are read once a call (not once a run: a walk of every folder each)
+    estimates = iter(cost.estimate_each(todo, timing_records(Path(out), *folders), kind, sharing()) if todo else ())
     groups = {"row": defaultdict(lambda: defaultdict(float)), "setting": defaultdict(lambda: defaultdict(float))}
-    for s, found in zip(specs, lookup.where(specs, Path(out))):
-        state, secs = run_state(Path(out), s, found), 0.0
+    for s, state in zip(specs, states):
+        secs = 0.0
         if state == "to compute":
             totals["to_compute"] += 1
-            if timings is None:
-                timings = timing_records(Path(out), *folders)
             cfg = FLConfig.from_dict(s.effective()[1])
-            like = cost.pricing_key(s)
-            if like not in estimates:
-                estimates[like] = cost.estimate(s, timings, kind, sharing()).seconds
-            est = estimates[like]
+            est = next(estimates).seconds
             resumes = saved_round(s.key())
             left, rounds = 1.0, cfg.rounds
             if resumes is not None:  # a checkpoint holds its first rounds: what is left of it

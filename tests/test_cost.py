@@ -46,6 +46,19 @@ def test_the_estimate_is_the_median_cpu_seconds_of_the_same_method_and_k():
     assert cost.estimate(spec(dataset="fmnist"), recs).basis is None
 
 
+def test_estimate_each_is_estimate_of_each_run_in_order_one_walk_a_pricing_key(monkeypatch):
+    recs = [rec(spec(seed=0), 10, cpu=15), rec(spec(seed=1), 10, cpu=35), rec(spec("cl"), 1, cpu=1000)]
+    runs = [spec(seed=7), spec("cl"), spec(seed=8), spec(dataset="fmnist"), spec("cl", seed=3)]
+    want = [cost.estimate(s, recs) for s in runs]
+    assert [e.seconds for e in want] == [25.0, 1000.0, 25.0, None, 1000.0]
+    walks = []
+    real = cost.comparable
+    monkeypatch.setattr(cost, "comparable", lambda s, *a, **k: walks.append(s) or real(s, *a, **k))
+    assert cost.estimate_each(runs, recs) == want
+    assert walks == [runs[0], runs[1], runs[3]]  # seeds 8 and 3 share their key with an earlier run
+    assert cost.estimate_each([], recs) == []
+
+
 def test_a_methods_own_reading_prices_it_before_its_other_reading(tmp_path):
     """PoC's paper_code runs cost ~160 CPU-s, its paper_text runs ~1,200: a paper_text run is priced
     by paper_text records (even by the fallback) while there are any, else by the method's others."""

@@ -658,9 +658,9 @@ def not_run_groups(df: pd.DataFrame, root: Path | str = RECORDS) -> pd.DataFrame
             todo = lookup.find(specs, where)[1]  # by the specs' fields, as the rows read records
             timings = timing_records(where, Path(root))
             device = "cpu"
-            est = _priced(todo, timings, device)
+            est = cost.estimate_each(todo, timings, device)
             if todo and all(e.seconds is None for e in est):
-                gpu = _priced(todo, timings, "cuda")
+                gpu = cost.estimate_each(todo, timings, "cuda")
                 if any(e.seconds is not None for e in gpu):
                     device, est, commands = "cuda", gpu, [c + " --device cuda" for c in commands]
             known = [e for e in est if e.seconds is not None]
@@ -675,16 +675,6 @@ def not_run_groups(df: pd.DataFrame, root: Path | str = RECORDS) -> pd.DataFrame
         out.append(row)
     return pd.DataFrame(out, columns=["records", "rows", "runs", "recorded", "methods", "settings", "command", "device",
                                       "hours", "estimated_runs", "fallback_runs", "fallback", "other_runs"])
-
-
-def _priced(specs, timings, device: str) -> list:
-    """:func:`fedlib.cost.estimate` of each of ``specs`` from ``timings``, each
-    :func:`fedlib.cost.pricing_key` priced once (runs equal but for their seed and level)."""
-    keys, by_key = [cost.pricing_key(s) for s in specs], {}
-    for s, k in zip(specs, keys):
-        if k not in by_key:
-            by_key[k] = cost.estimate(s, timings, device)
-    return [by_key[k] for k in keys]
 
 
 def _not_run_md(groups: pd.DataFrame) -> list[str]:
