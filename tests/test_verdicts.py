@@ -79,6 +79,15 @@ def test_bad_input_is_named():
         V.margin_of(0.0, 1.0)
 
 
+def test_t_quantile_is_scipys_t_ppf_value_for_value():
+    p = np.array([0.9, 0.95, 0.975, 0.99, 0.5, 0.2])
+    for df in (1, 2, 3.7, 29.5, 1e6, math.inf):
+        assert np.array_equal(V.t_quantile(p, df), stats.t.ppf(p, df)), df
+    df = np.array([1.0, 4.2, math.inf])
+    assert np.array_equal(V.t_quantile(0.95, df), stats.t.ppf(0.95, df))
+    assert V.t_quantile(0.95, math.inf) == pytest.approx(1.6448536, abs=1e-7)  # the normal's
+
+
 def _simulate(true_gap: float, n: int, paper_n: int = 5, sd: float = 2.0, tolerance: float = 1.0,
               trials: int = 4000, seed: int = 0) -> dict:
     """How often each outcome comes out for cells whose paper and ours share one seed sd and

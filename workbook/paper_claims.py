@@ -73,7 +73,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from fedlib.methods import display_name
 from fedlib.paths import ROOT
@@ -372,7 +371,7 @@ def interval(mean: float, se: float, df: float, alpha: float = verdicts.ALPHA) -
     """The 1 − 2α interval mean ∓ t(1 − α, df)·se (NaN where se is unknown)."""
     if not (np.isfinite(se) and np.isfinite(mean)):
         return float("nan"), float("nan")
-    half = float(stats.t.ppf(1 - alpha, df)) * se if se > 0 else 0.0
+    half = float(verdicts.t_quantile(1 - alpha, df)) * se if se > 0 else 0.0
     return mean - half, mean + half
 
 

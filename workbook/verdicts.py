@@ -30,7 +30,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
+from scipy import special
 
 from fedlib.validation import check_int, check_number, fail
 
@@ -147,8 +147,16 @@ def delta_se(paper_sd: float, paper_n: int, our_sd: float, n: int, our_df: float
     return se, ((a + b) ** 2 / denominator if denominator else math.inf)
 
 
+def t_quantile(p, df):
+    """Student's t quantile t(p, df) (scalars or arrays; df = inf gives the normal's):
+    ``scipy.stats.t.ppf(p, df)``'s very values, from the ufunc it calls (``scipy.special.stdtrit``)
+    without the distribution's argument handling, which costs ~170 µs a scalar call (the report
+    and the error-rate simulations call it tens of thousands of times)."""
+    return special.stdtrit(df, p)
+
+
 def _decide(delta: float, se: float, df: float, margin: float, alpha: float) -> tuple[str, float, float]:
-    half = float(stats.t.ppf(1 - alpha, df)) * se if se > 0 else 0.0
+    half = float(t_quantile(1 - alpha, df)) * se if se > 0 else 0.0
     low, high = delta - half, delta + half
     if -margin < low and high < margin:
         return "reproduced", low, high

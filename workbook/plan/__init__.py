@@ -78,7 +78,6 @@ from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from fedlib import cost, lookup
 from fedlib.validation import check_choice, check_int, check_number, fail
@@ -134,7 +133,7 @@ def _decided(paper_mean, paper_sd, paper_n, values, tolerance, alpha=V.ALPHA) ->
     denominator = (a * a / (paper_n - 1) if a and paper_n > 1 else 0.0) + b * b / (n - 1)
     with np.errstate(divide="ignore", invalid="ignore"):
         df = np.where(denominator > 0, (a + b) ** 2 / np.where(denominator > 0, denominator, 1.0), np.inf)
-        half = np.where(se > 0, stats.t.ppf(1 - alpha, df) * se, 0.0)
+        half = np.where(se > 0, V.t_quantile(1 - alpha, df) * se, 0.0)
     low, high = delta - half, delta + half
     return ((-margin < low) & (high < margin)) | (low > margin) | (high < -margin)
 
