@@ -246,7 +246,6 @@ def _list_totals(command: str, tmp_path: Path, capsys) -> dict:
 
 @pytest.mark.parametrize("folder, method", [
     ("clust_psi_pfl/table3_like_for_like", None),  # Table III (python -m fedlib.grid clust-psi-pfl-table3): whichever method is left
-    ("fedprism/table1", "fedamp"),                     # FedPrism Table 1 (python -m fedlib.grid)
     ("pfedlia/table1", None),                          # pFedLIA Table I (python -m fedlib.grid): whichever method is left
     ("sed", None),  # a command built as sed > params && python -m fedlib.grid (CAFA's paper_code, pFedLIA's split)
 ])
