@@ -17,7 +17,10 @@ today: :data:`~fedlib.grid.SAFETY_FACTOR` × the ``setting`` median or the longe
 whichever is more (:func:`fedlib.grid.reserve_seconds`), and, beside it, the share of the runs'
 CPU-seconds that a budget ending at that reserve would have cut short (the runs that outlast it,
 weighted by their cost: what is lost on a machine that does not keep checkpoints). ``--min-seconds S`` keeps the runs of at least S CPU-seconds (the
-paper-protocol runs a budget is about). The last line is the ratio of the two rules' median
+paper-protocol runs a budget is about). Per host capability (``host['cpu_capability']``) a line
+then says how many of that host's runs outlast their reserve, with the other hosts' records read as
+measured and scaled to that host (:func:`fedlib.cost.on_host`, the ratios measured left one out too):
+what a budget on that host admits today. The last line is the ratio of the two rules' median
 |log ratio| (setting / group): below 1, the narrowed rule prices better. No estimator can beat 0,
 and none that sees only comparable records' times can price a run whose cost no record measured.
 
@@ -63,6 +66,41 @@ def priced(root: Path) -> list[tuple[str, float, float | None, float | None, flo
     return out
 
 
+def host_priced(root: Path) -> list[tuple[str, float, float, float]]:
+    """(capability, actual CPU-seconds, reserve as measured, reserve scaled to the host) per CPU record
+    with ``cpu_seconds`` and a ``host['cpu_capability']`` and a comparable record, each priced from
+    every other finished record under ``root``, as :func:`fedlib.grid.reserve_seconds` reserves without
+    and with ``here`` (the host ratios too are computed without the run)."""
+    from fedlib.grid import reserve_seconds
+
+    kept = [(path, t) for path in sorted(root.rglob("*.json")) for t in [timing_fields(path)]
+            if t is not None and cost.device_kind_of(t["device"]) == "cpu"]
+    out = []
+    for path, t in kept:
+        here = cost.capability_of(t)
+        if here is None or not isinstance(t.get("cpu_seconds"), (int, float)):
+            continue
+        spec = RunSpec.from_record(json.loads(path.read_text())["spec"])
+        others = [o for _, o in kept if o is not t]
+        processes = (t.get("host") or {}).get("processes")
+        plain, scaled = (reserve_seconds(spec, others, "cpu", processes, h) for h in (None, here))
+        if plain is not None:
+            out.append((here, float(t["cpu_seconds"]), plain, scaled))
+    return out
+
+
+def host_summary(rows) -> dict:
+    """Per capability: (n, share of runs over SAFETY_FACTOR × the reserve as measured, the same scaled
+    to the host, share of CPU-seconds cut as measured, scaled) of ``host_priced``'s ``rows``."""
+    out = {}
+    for cap in sorted({r[0] for r in rows}):
+        mine = [r for r in rows if r[0] == cap]
+        actual = np.array([r[1] for r in mine])
+        over = [actual > SAFETY_FACTOR * np.array([r[i] for r in mine]) for i in (2, 3)]
+        out[cap] = (len(mine), *(float(np.mean(o)) for o in over), *(float(actual[o].sum() / actual.sum()) for o in over))
+    return out
+
+
 def summary(rows) -> dict:
     """n, then per rule (median |log ratio|, share over SAFETY_FACTOR) of ``rows`` (``priced``'s,
     each with both estimates)."""
@@ -93,6 +131,11 @@ def main(argv=None) -> None:
         s = summary([r for r in rows if folder in ("all", r[0])])
         print(f"{folder:40s} {s['n']:5d}  {s['group'][0]:10.3f} {s['group'][1]:10.1%}  "
               f"{s['setting'][0]:12.3f} {s['setting'][1]:10.1%}  {s['reserve'][0]:12.1%} {s['reserve'][1]:12.1%}")
+    by_host = [r for r in host_priced(Path(a.records)) if r[1] >= a.min_seconds]
+    for cap, (n, plain, scaled, cut_plain, cut_scaled) in host_summary(by_host).items():
+        print(f"runs measured on {cap} hosts (n = {n}) that outlast their reserve: {plain:.1%} with the other hosts' "
+              f"records as measured ({cut_plain:.1%} of their CPU-seconds), {scaled:.1%} scaled to {cap} "
+              f"({cut_scaled:.1%}; fedlib.cost.on_host)")
     s = summary(rows)
     print(f"CPU-seconds of the runs that outlast what admitted them: {s['median cut']:.1%} at {SAFETY_FACTOR:g} × the "
           f"setting median, {s['reserve'][1]:.1%} at the reserve (fedlib.grid.reserve_seconds; ratio "

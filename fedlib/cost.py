@@ -36,6 +36,16 @@ two takes longer. The :class:`Estimate` also carries the longest of them (``long
 starts a run only if both :data:`fedlib.grid.SAFETY_FACTOR` × the median and the longest comparable
 run would end in time (:func:`fedlib.grid.reserve_seconds`).
 
+**Hosts.** A record's CPU-seconds are its host's: each record names the instruction set ATen
+dispatched to (``host['cpu_capability']``: ``'AVX512'``, ``'AVX2'``, …), and the same run can
+cost twice as much on an AVX2 host as on an AVX-512 one. The estimate (what the report, ``--list``
+and the plan print) does not depend on the host that computes it, so it is the same number on
+every machine. A budget's admission does: :func:`host_ratios` measures, from the records alone, how
+many times the CPU-seconds of a host with another capability a run costs on this one (the median,
+over the settings measured on both, of the ratio of their medians), and :func:`on_host` scales the
+other hosts' records by it before the reserve is taken (:func:`fedlib.grid.reserve_seconds`), so
+that a budget on a slower host does not start runs that cannot end in time.
+
 Pure functions over record dicts (or what :func:`fedlib.grid.timing_records` keeps of them);
 reading folders is the caller's.
 """
@@ -48,7 +58,8 @@ from dataclasses import dataclass
 from .validation import check_choice, check_int
 
 __all__ = ["Estimate", "CPU_SECONDS", "FALLBACK_THREADS", "FALLBACK_WALL", "FALLBACK_MIXED", "DEVICE_SECONDS",
-           "device_kind_of", "run_cost", "measured", "setting", "pricing_key", "comparable", "estimate", "estimate_each"]
+           "device_kind_of", "run_cost", "measured", "setting", "pricing_key", "comparable", "estimate", "estimate_each",
+           "HostRatio", "capability_of", "host_ratios", "on_host"]
 
 CPU_SECONDS = "cpu_seconds"
 """Basis: the records' ``cpu_seconds`` (CPU time, every thread summed)."""
@@ -225,3 +236,92 @@ def estimate_each(specs, records, device_kind: str = "cpu", processes: int | Non
         if k not in by_key:
             by_key[k] = estimate(s, records, device_kind, processes)
     return [by_key[k] for k in keys]
+
+
+# ----------------------------------------------------------------------------- hosts
+@dataclass(frozen=True)
+class HostRatio:
+    """How many times the CPU-seconds of a record measured on another host a run costs on this one.
+
+    ratio : the median, over ``settings``, of median(CPU-seconds here) / median(CPU-seconds there)
+    settings : how many settings (:func:`_record_setting`: everything :func:`pricing_key` reads, and
+        the sharing) have records with ``cpu_seconds`` on both hosts
+    """
+    ratio: float
+    settings: int
+
+
+def capability_of(record: dict) -> str | None:
+    """The instruction set ATen dispatched to on the host that measured ``record``
+    (``host['cpu_capability']``, :func:`fedlib.run.host_of`); None where it is not recorded."""
+    return (record.get("host") or {}).get("cpu_capability")
+
+
+def _record_setting(record: dict) -> tuple:
+    """What :func:`pricing_key` reads of a run, read off its record dict, and its sharing."""
+    s, fl = record.get("spec") or {}, record.get("fl") or {}
+    return (s.get("dataset"), s.get("n_train"), fl.get("rounds"), fl.get("local_epochs"), s.get("method"),
+            s.get("n_clients"), s.get("reproduction") or "paper_text", setting(s),
+            (record.get("host") or {}).get("processes"))
+
+
+def host_ratios(records, here: str) -> dict[str, HostRatio]:
+    """For each instruction set ``c`` ≠ ``here`` among ``records`` (record dicts; the finished CPU
+    runs with ``cpu_seconds`` are read): :class:`HostRatio` of a host of capability ``here`` to one
+    of ``c``, over the settings measured on both. A capability with no setting in common is absent:
+    nothing measures it against ``here``.
+
+    >>> def rec(cap, cpu, method="fedavg"):
+    ...     return {"status": "ok", "device": "cpu", "cpu_seconds": cpu, "host": {"cpu_capability": cap},
+    ...             "spec": {"dataset": "fmnist", "method": method, "n_clients": 100}, "fl": {"rounds": 40}}
+    >>> rs = [rec("AVX512", 100), rec("AVX512", 120), rec("AVX2", 220), rec("AVX512", 50, "cl"),
+    ...       rec("AVX2", 150, "cl"), rec("AVX512", 80, "fedprox"), rec(None, 300)]
+    >>> host_ratios(rs, "AVX2")   # fedavg: 220 / 110; cl: 150 / 50; fedprox: not measured here
+    {'AVX512': HostRatio(ratio=2.5, settings=2)}
+    >>> host_ratios(rs, "AVX512")["AVX2"].settings
+    2"""
+    costs: dict = {}
+    for r in records:
+        cap = capability_of(r)
+        if (cap is None or r.get("status") != "ok" or device_kind_of(r.get("device")) != "cpu"
+                or not _finite(r.get("cpu_seconds"))):
+            continue
+        costs.setdefault(_record_setting(r), {}).setdefault(cap, []).append(float(r["cpu_seconds"]))
+    per_cap: dict = {}
+    for by_cap in costs.values():
+        if here not in by_cap:
+            continue
+        mine = statistics.median(by_cap[here])
+        for cap, seconds in by_cap.items():
+            if cap != here:
+                per_cap.setdefault(cap, []).append(mine / statistics.median(seconds))
+    return {cap: HostRatio(float(statistics.median(r)), len(r)) for cap, r in sorted(per_cap.items())}
+
+
+def on_host(records, here: str | None, ratios: dict[str, HostRatio] | None = None) -> list[dict]:
+    """``records`` as their runs would cost on a host of capability ``here``: a record measured on
+    a host of capability ``c`` ≠ ``here`` with a known ratio (``ratios``, default
+    :func:`host_ratios` of ``records``) has its ``cpu_seconds`` and wall ``seconds`` multiplied by
+    ``ratios[c].ratio`` (a copy; the others are returned as they are). ``here`` None: unchanged.
+    A budget's admission reads these (:func:`fedlib.grid.reserve_seconds`); the printed estimates
+    never do.
+
+    >>> rs = [{"status": "ok", "device": "cpu", "cpu_seconds": 100.0, "host": {"cpu_capability": "AVX512"}}]
+    >>> on_host(rs, "AVX2", {"AVX512": HostRatio(2.5, 3)})[0]["cpu_seconds"]
+    250.0"""
+    records = list(records)
+    if here is None:
+        return records
+    ratios = host_ratios(records, here) if ratios is None else ratios
+    out = []
+    for r in records:
+        k = ratios.get(capability_of(r)) if capability_of(r) != here else None
+        if k is None:
+            out.append(r)
+            continue
+        r = dict(r)
+        for field in ("cpu_seconds", "seconds"):
+            if _finite(r.get(field)):
+                r[field] = r[field] * k.ratio
+        out.append(r)
+    return out

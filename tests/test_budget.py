@@ -118,6 +118,40 @@ def test_a_run_starts_only_if_the_longest_comparable_run_would_end_in_time(tmp_p
     assert ("run_grid: budget: 1 runs left for a later call, reserving 870 s of runs" in err) is not started
 
 
+@pytest.mark.parametrize("here, started", [("AVX512", True), ("AVX2", False)])
+def test_a_budget_on_a_slower_host_reserves_the_other_hosts_runs_times_their_measured_ratio(
+        tmp_path, monkeypatch, capsys, here, started):
+    """The run's comparable records were measured on AVX-512 hosts at 100 and 110 s; CL, measured on
+    both, took 3 × as long on AVX2. Under a 200 s budget an AVX-512 host starts the run (1.15 × 105 s
+    fits); an AVX2 host reserves 315 s and leaves it, and says why."""
+    monkeypatch.delenv("FEDLIB_SHARING", raising=False)
+    monkeypatch.setenv(fedlib.grid.ENV_WHOLE_RUNS, "1")
+    out = tmp_path / "results"
+    for i, (cap, seconds, method) in enumerate([("AVX512", 100.0, "fedavg"), ("AVX512", 110.0, "fedavg"),
+                                                ("AVX512", 40.0, "cl"), ("AVX2", 120.0, "cl")]):
+        r = rec(seconds, method=method)
+        r["cpu_seconds"], r["host"]["cpu_capability"] = seconds, cap
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"fake{i}.json").write_text(json.dumps(r))
+    records = fedlib.grid.timing_records(out)
+    assert fedlib.grid.reserve_seconds(spec(), records, "cpu", here="AVX2") == pytest.approx(315.0)
+    assert fedlib.grid.reserve_seconds(spec(), records, "cpu", here="AVX512") == 105.0
+    assert fedlib.grid.reserve_seconds(spec(), records, "cpu") == 105.0  # as measured
+    assert fedlib.grid.reserve_seconds(spec(), records, "cuda", here="AVX2") is None  # CPU records never price a GPU
+    monkeypatch.setattr(fedlib.grid, "cpu_capability", lambda: here)
+    ran = []
+    monkeypatch.setattr(fedlib.run, "run", lambda s, device="auto": ran.append(s) or record_fakes.record(s))
+    recs = X.run_grid([spec()], out, device="cpu", progress="lines", budget=200)
+    assert (len(ran), len(recs)) == ((1, 1) if started else (0, 0))
+    err = capsys.readouterr().err
+    assert ("1 runs left for a later call, reserving 315 s of runs" in err) is not started
+    line = {"AVX2": "a run on this host (AVX2) costs 3.00 × its CPU-seconds on an AVX512 host (the median over 1 "
+                    "setting measured on both)",
+            "AVX512": "a run on this host (AVX512) costs 0.33 × its CPU-seconds on an AVX2 host"}[here]
+    assert line in err
+    assert fedlib.grid.host_line(records, "cuda") is None and fedlib.grid.host_line(records, "cpu", "NEON") is None
+
+
 def test_a_resumable_run_needs_its_first_rounds_unless_whole_runs_are_asked(monkeypatch):
     """FedAvg is resumable: at T = 40 rounds it starts on 2/40 of its estimate; CL is not: all of it.
     $FEDLIB_WHOLE_RUNS=1 (the GPU lease's setting) asks all of it of both."""

@@ -153,10 +153,60 @@ def test_timing_records_keep_what_the_estimator_reads(tmp_path):
 
     import fedlib.grid
 
-    (tmp_path / "r.json").write_text(json.dumps(rec(spec(), 10, cpu=15, threads=2, processes=1)))
+    r = rec(spec(), 10, cpu=15, threads=2, processes=1)
+    r["host"]["cpu_capability"] = "AVX2"
+    (tmp_path / "r.json").write_text(json.dumps(r))
     [t] = fedlib.grid.timing_records(tmp_path)
     assert cost.estimate(spec(), [t]) == cost.Estimate(15.0, cost.CPU_SECONDS, 1, 15.0)
-    assert t["host"] == {"threads": 2, "processes": 1}
+    assert t["host"] == {"threads": 2, "processes": 1, "cpu_capability": "AVX2"}
+    assert cost.capability_of(t) == "AVX2"
+
+
+# ----------------------------------------------------------------------------- hosts
+def on(cap, s, cpu, **kw):
+    """A record of ``s`` measured on a host of capability ``cap`` (None: not recorded)."""
+    r = rec(s, cpu, cpu=cpu, **kw)
+    if cap is not None:
+        r["host"]["cpu_capability"] = cap
+    return r
+
+
+def test_host_ratios_are_the_median_over_settings_measured_on_both_hosts_of_their_medians_ratio():
+    """FedAvg K=10: AVX2 300 vs AVX-512 100, 140 (median 120): 2.5. CL: 90 vs 30: 3. FedProx K=10 was
+    measured on AVX-512 only, FedAvg K=20 on AVX2 only, FedAvg with other hyper-parameters on both
+    (200 vs 100: 2): the median of 2.5, 3 and 2 is 2.5. A record without a capability, a GPU run, a
+    failed one and one without cpu_seconds measure nothing."""
+    hyper = X.RunSpec("adult", "dirichlet", 0.5, 10, 0, "fedavg", fl=FL, n_train=2000, hyper={"lr": 0.1})
+    rs = [on("AVX2", spec(), 300), on("AVX512", spec(seed=1), 100), on("AVX512", spec(seed=2), 140),
+          on("AVX2", spec("cl"), 90), on("AVX512", spec("cl"), 30), on("AVX512", spec("fedprox"), 50),
+          on("AVX2", spec(k=20), 999), on("AVX2", hyper, 200), on("AVX512", hyper, 100),
+          on(None, spec(), 5), on("AVX512", spec(), 1, device="cuda:0")]
+    failed = on("AVX512", spec("cl"), 1)
+    failed["status"] = "failed"
+    no_cpu = rec(spec("cl"), 1)
+    no_cpu["host"]["cpu_capability"] = "AVX512"
+    ratios = cost.host_ratios(rs + [failed, no_cpu], "AVX2")
+    assert ratios == {"AVX512": cost.HostRatio(2.5, 3)}
+    back = cost.host_ratios(rs, "AVX512")["AVX2"]
+    assert back.settings == 3 and back.ratio == pytest.approx(1 / 2.5)
+    assert cost.host_ratios(rs, "DEFAULT") == {}  # nothing measured on that host: no ratio
+    different_sharing = [on("AVX2", spec(), 300, processes=2), on("AVX512", spec(), 100, processes=1)]
+    assert cost.host_ratios(different_sharing, "AVX2") == {}  # two sharings are two settings
+
+
+def test_on_host_scales_only_the_records_of_other_hosts_with_a_measured_ratio():
+    rs = [on("AVX512", spec(), 100), on("AVX2", spec(seed=1), 300), on(None, spec(seed=2), 50),
+          on("DEFAULT", spec(seed=3), 70)]
+    rs[0]["seconds"] = 110.0
+    scaled = cost.on_host(rs, "AVX2", {"AVX512": cost.HostRatio(2.5, 4)})
+    assert [r["cpu_seconds"] for r in scaled] == [250.0, 300, 50, 70]  # no ratio to DEFAULT; none for None
+    assert scaled[0]["seconds"] == 275.0 and rs[0]["cpu_seconds"] == 100  # a copy: the records are left as read
+    assert scaled[1:] == rs[1:]
+    assert cost.on_host(rs, None) == rs
+    # the ratios default to the records' own: here FedAvg on both hosts, 300 / 100
+    assert [r["cpu_seconds"] for r in cost.on_host(rs[:2], "AVX2")] == [300.0, 300]
+    assert cost.estimate(spec(), cost.on_host(rs[:2], "AVX2")).seconds == 300.0
+    assert cost.estimate(spec(), rs[:2]).seconds == 200.0  # the printed estimate reads them as measured
 
 
 def test_cost_per_run_is_the_estimator_per_round_and_says_its_basis():
@@ -304,3 +354,13 @@ def test_estimate_accuracy_prices_each_run_from_the_others_by_both_rules(tmp_pat
     s = bench.summary(by_hand)
     assert s["setting"][1] == pytest.approx(2 / 3) and s["median cut"] == pytest.approx(320 / 420)
     assert s["reserve"] == pytest.approx((1 / 3, 200 / 420))
+    # per host: FedAvg measured at 100 and 100 CPU-s on AVX-512, 300 on AVX2; CL at 50 and 150. Left out, the
+    # AVX2 FedAvg run reserves 100 s as measured and 300 s scaled by the others' ratio (CL's: 3)
+    (tmp_path / "h").mkdir()
+    for i, (s_, cap, cpu) in enumerate([(spec(), "AVX512", 100.0), (spec(seed=1), "AVX512", 100.0),
+                                        (spec(seed=2), "AVX2", 300.0), (spec("cl"), "AVX512", 50.0),
+                                        (spec("cl"), "AVX2", 150.0)]):
+        (tmp_path / "h" / f"{i}.json").write_text(json.dumps(on(cap, s_, cpu)))
+    assert ("AVX2", 300.0, 100.0, pytest.approx(300.0)) in bench.host_priced(tmp_path / "h")
+    by_host = [("AVX2", 300.0, 100.0, 280.0), ("AVX2", 100.0, 100.0, 280.0), ("AVX512", 50.0, 100.0, 100.0)]
+    assert bench.host_summary(by_host) == {"AVX2": (2, 0.5, 0.0, 0.75, 0.0), "AVX512": (1, 0.0, 0.0, 0.0, 0.0)}

@@ -108,12 +108,38 @@ def estimate_seconds(spec: RunSpec, records, device_kind: str, processes: int | 
     return cost.estimate(spec, records, device_kind, processes).seconds
 
 
-def reserve_seconds(spec: RunSpec, records, device_kind: str, processes: int | None = None) -> float | None:
+def cpu_capability() -> str:
+    """The instruction set ATen dispatches to on this host (``'AVX512'``, ``'AVX2'``, …): what a
+    record names as ``host['cpu_capability']`` (:func:`fedlib.run.host_of`)."""
+    return torch.backends.cpu.get_cpu_capability()
+
+
+def host_line(records, device_kind: str, here: str | None = None) -> str | None:
+    """The line a budget prints about this host's speed against the hosts that measured ``records``
+    (:func:`fedlib.cost.host_ratios`; ``here`` default :func:`cpu_capability`), None on a GPU or where no
+    other host's records are measured against this one's."""
+    if device_kind_of(device_kind) != "cpu":
+        return None
+    here = cpu_capability() if here is None else here
+    ratios = cost.host_ratios(records, here)
+    if not ratios:
+        return None
+    parts = "; ".join(f"{r.ratio:.2f} × its CPU-seconds on an {cap} host (the median over {r.settings} "
+                      f"setting{'s' * (r.settings != 1)} measured on both)" for cap, r in ratios.items())
+    return (f"a run on this host ({here}) costs {parts}: the budget scales those records before it reserves "
+            "(fedlib.cost.on_host; the printed estimates do not)")
+
+
+def reserve_seconds(spec: RunSpec, records, device_kind: str, processes: int | None = None,
+                    here: str | None = None) -> float | None:
     """What a budget holds ``spec``'s run to, in the unit :func:`fits_budget` reads (it multiplies by
     :data:`SAFETY_FACTOR`): the median of the comparable runs (:func:`estimate_seconds`) raised to
     the longest of them / ``SAFETY_FACTOR``, so that ``SAFETY_FACTOR × reserve = max(SAFETY_FACTOR ×
     median, longest)``: a run starts only if the longest comparable run measured would have ended in
-    time too. A typical run's estimate is the median (what ``--list`` and the plan print); the
+    time too. ``here``: the CPU capability of the host that will compute the run (on a CPU; the
+    budgets pass :func:`cpu_capability`): the records measured on other hosts are first scaled to it
+    (:func:`fedlib.cost.on_host`), so a budget on a host slower than the records' does not start runs
+    that outlast it; None reads the records as measured. A typical run's estimate is the median (what ``--list`` and the plan print); the
     reserve only decides what starts near a deadline, where a run that outlasts it is cut and, on a
     machine that is not kept, lost. ``benchmarks/estimate_accuracy.py`` measures, left one out over
     the committed runs, how many runs outlast each rule. None when no record is comparable.
@@ -123,6 +149,8 @@ def reserve_seconds(spec: RunSpec, records, device_kind: str, processes: int | N
     >>> s = RunSpec("adult", "dirichlet", 0.5, 10, 0, "fedavg", fl={"rounds": 2, "local_epochs": 1}, n_train=2000)
     >>> [round(f(s, r, "cpu"), 6) for f, r in ((estimate_seconds, recs), (reserve_seconds, recs), (reserve_seconds, recs[:2]))]
     [110.0, 200.0, 105.0]"""
+    if here is not None and device_kind_of(device_kind) == "cpu":
+        records = cost.on_host(records, here)
     est = cost.estimate(spec, records, device_kind, processes)
     if est.seconds is None:
         return None
@@ -167,7 +195,7 @@ def timing_fields(path: Path) -> dict | None:
                                               "hyper")},
             "fl": {k: fl.get(k) for k in ("rounds", "local_epochs")},
             "cpu_seconds": rec.get("cpu_seconds"),
-            "host": {k: (rec.get("host") or {}).get(k) for k in ("processes", "threads")}}
+            "host": {k: (rec.get("host") or {}).get(k) for k in ("processes", "threads", "cpu_capability")}}
 
 
 def timing_records(*folders) -> list[dict]:
@@ -251,12 +279,13 @@ class _Budget:
         self.deadline = time.time() + seconds
         self.folders, self.kind, self.say = list(folders), kind, say
         self.processes = sharing()
+        self.here = cpu_capability() if kind == "cpu" else None
         self.skipped: list[tuple[RunSpec, float | None]] = []
         self.stopped: list[tuple[RunSpec, checkpoint.RunStopped]] = []  # started, stopped at a round boundary
 
     def reserve(self, s: RunSpec) -> float | None:
         """What the budget holds ``s``'s run to (:func:`reserve_seconds`); None: no comparable record."""
-        return reserve_seconds(s, timing_records(*self.folders), self.kind, self.processes)
+        return reserve_seconds(s, timing_records(*self.folders), self.kind, self.processes, self.here)
 
     def admit(self, s: RunSpec) -> bool:
         """Whether ``s`` may start now; if not, it is left for a later call (``skipped``). A
@@ -476,8 +505,9 @@ def _one_run(spec: RunSpec, results_dir, device, deadline: float | None, folders
     elsewhere = recorded or _claimed_live(path)
     if deadline is None:
         return spec, _compute_one(spec, results_dir, device, mode, wait=wait), elsewhere, None
-    est = None if recorded else reserve_seconds(spec, timing_records(results_dir, *folders),
-                                                resolve_device(device).type, sharing())
+    kind = resolve_device(device).type
+    est = None if recorded else reserve_seconds(spec, timing_records(results_dir, *folders), kind, sharing(),
+                                                cpu_capability() if kind == "cpu" else None)
     left = deadline - time.time()
     if not recorded and (left <= 0 or not (elsewhere or fits_budget(seconds_to_start(spec, est), deadline))):
         return spec, None, elsewhere, est
@@ -725,6 +755,8 @@ def run_grid(specs, results_dir, *, device="auto", progress=True, backend: str =
         plan = _Budget(budget, [results_dir, *estimate_from], kind, summary)
         if todo:
             summary(f"run_grid: budget {budget:g} s: {admission_rule()}")
+            if (line := host_line(timing_records(*plan.folders), kind)) is not None:
+                summary(f"run_grid: {line}")
 
     def report(s: RunSpec, record: dict | None) -> None:
         nonlocal done

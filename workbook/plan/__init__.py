@@ -55,7 +55,8 @@ one, by value. Each run's cost is the one estimator's (:func:`fedlib.cost.estima
 
 **Running it** (:func:`run_plan`): the plan's runs are handed to :func:`fedlib.grid.run_grid`
 in plan order (a window of ``4 × workers`` runs at a time, grouped by records folder), each with
-what is left of the budget: a run starts only if it is estimated to end before the budget does,
+what is left of the budget: a run starts only if it is estimated to end before the budget does
+(on this host: the records of slower or faster hosts scaled by their measured ratio, :func:`fedlib.cost.on_host`),
 a resumable method's run stops at a round boundary with a checkpoint; runs with no estimate are
 never started (the budget could not protect them). One torch thread a process
 (``torch.set_num_threads(1)``; ``--workers N`` computes N runs at once, each in its own process).
@@ -750,6 +751,8 @@ def run_plan(p: pd.DataFrame, budget: float, root: Path | str = RECORDS, workers
     if left:
         echo(f"plan: {len(left)} runs without a comparable record to price them are not started (the budget could "
              "not protect them)")
+    if todo and (line := grid.host_line(grid.timing_records(Path(root)), device)) is not None:
+        echo(f"plan: {line}")
     window = 4 * workers
     for i in range(0, len(todo), window):
         by_folder: dict = {}
