@@ -198,10 +198,9 @@ def comparable(spec, records, device_kind: str, processes: int | None = None, *,
     pool = []
     for r in records:
         s, rfl = r.get("spec") or {}, r.get("fl") or {}
-        if (r.get("status") != "ok" or run_cost(r, device_kind) is None
-                or s.get("dataset") != spec.dataset or s.get("n_train") != spec.n_train
+        if (s.get("dataset") != spec.dataset or r.get("status") != "ok" or s.get("n_train") != spec.n_train
                 or rfl.get("rounds") != cfg.rounds or rfl.get("local_epochs") != cfg.local_epochs
-                or device_kind_of(r.get("device")) != device_kind):
+                or device_kind_of(r.get("device")) != device_kind or run_cost(r, device_kind) is None):
             continue
         rank = _sharing_rank((r.get("host") or {}).get("processes"), processes)
         if rank is not None:

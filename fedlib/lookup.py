@@ -135,7 +135,8 @@ def load(folder, consequence: str = "skipped, not used", *, restore_nonfinite: b
     for path, why in refused(folder):
         warn(RecordError(path, why), consequence)
     for hits in _index(folder).values():
-        _one(hits, read(hits[0])["spec"], folder)
+        if len(hits) > 1:  # the spec only names the run in the error
+            _one(hits, read(hits[0])["spec"], folder)
         paths += hits
     got = [read_valid(p, consequence=consequence, restore_nonfinite=restore_nonfinite) for p in sorted(paths)]
     return [r for r in got if r is not None]

@@ -147,14 +147,28 @@ def record_value(record: dict, metric: str, window: tuple | None = None, records
 def matched_records(reading, root: Path) -> tuple[tuple, list]:
     """(the folder's records, the records answering ``reading``; for ``level="most_heterogeneous"``
     those of the smallest level that ran)."""
-    folder = _load(str(Path(root) / reading.records))
-    pool = _derived(str(Path(root) / reading.records), reading.derive) if reading.derive else folder
-    recs = [r for r in pool if matches(r.get("spec", {}), reading.match)]
+    directory = str(Path(root) / reading.records)
+    return _load(directory), list(_matched(directory, reading.derive, reading.match))
+
+
+@lru_cache(maxsize=None)
+def _matched(directory: str, derive, match: tuple) -> tuple:
+    """The records of ``directory`` (``derive``'s derived ones where given) answering ``match``,
+    :func:`matched_records`' rule; once per process and folder read (:func:`clear_caches`)."""
+    pool = _derived(directory, derive) if derive else _load(directory)
+    recs = [r for r in pool if matches(r.get("spec", {}), match)]
     ran = [r for r in recs if r.get("status") == "ok"]
-    if _most_heterogeneous(reading) and ran:
+    if _asks_most_heterogeneous(match) and ran:
         lowest = min(float(r["spec"]["level"]) for r in ran)  # an infeasible smaller level is passed over
         recs = [r for r in recs if float(r["spec"]["level"]) == lowest]
-    return folder, recs
+    return tuple(recs)
+
+
+def clear_caches() -> None:
+    """Forget the records read (:func:`_load`) and what was computed of them: the next reading
+    reads the folders again (the report's and the claims' frames start with it)."""
+    for f in (_load, _derived, _matched):
+        f.cache_clear()
 
 
 def partition_cell(spec: dict) -> tuple | None:
@@ -192,8 +206,12 @@ def drawn_seeds(reading, root: Path) -> list:
     return sorted({seed for c in cells if c is not None for seed, st in statuses.get(c, {}).items() if st == "ok"})
 
 
+def _asks_most_heterogeneous(match: tuple) -> bool:
+    return any(k == "level" and v == "most_heterogeneous" for k, v in match)
+
+
 def _most_heterogeneous(reading) -> bool:
-    return any(k == "level" and v == "most_heterogeneous" for k, v in reading.match)
+    return _asks_most_heterogeneous(reading.match)
 
 
 def anchor_slug(*parts) -> str:

@@ -621,9 +621,7 @@ def evaluate(claim: Claim, root: Path | str = matching.RECORDS) -> dict:
 
 def frame(root: Path | str = matching.RECORDS) -> pd.DataFrame:
     """One row per claim of :data:`CLAIMS` (:func:`evaluate`), in order."""
-    for f in ("_load", "_derived"):
-        if hasattr(getattr(matching, f, None), "cache_clear"):
-            getattr(matching, f).cache_clear()
+    matching.clear_caches()
     return pd.DataFrame([evaluate(c, root) for c in CLAIMS])
 
 

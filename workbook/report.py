@@ -55,7 +55,7 @@ from fedlib import cost, lookup
 from fedlib.validation import fail
 from .tables import frame_markdown, setting_name
 from .report_cells import METRICS, PAPERS, REASONS, cells, group_of, record_command
-from .matching import (DERIVATIONS, RECORDS, _derived, _load, _most_heterogeneous, anchor_slug, cl_distance, drawn_seeds, matched_records,
+from .matching import (DERIVATIONS, RECORDS, _load, _most_heterogeneous, anchor_slug, clear_caches, cl_distance, drawn_seeds, matched_records,
                        matches, record_value)
 from . import paper_claims, verdicts as V
 
@@ -228,8 +228,7 @@ def frame(root: Path | str = RECORDS) -> pd.DataFrame:
     row is undecided, or why it did not run), guess (the paper's sentence a guessed setting reads,
     or ""), records, match, record_ids (the distinct ok records it reads), id (the row's anchor in
     docs/findings.md)."""
-    _load.cache_clear()
-    _derived.cache_clear()
+    clear_caches()
     root = Path(root)
     table = [(c, {rd.name: (([], []) if c.unavailable else row_values(rd, root)) for rd in c.readings}) for c in cells()]
     pools = V.seed_sd_pools((rd, got[rd.name][0]) for c, got in table for rd in c.readings)

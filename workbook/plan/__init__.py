@@ -306,9 +306,14 @@ def _fmt(v) -> str:
 def _group(key: str, root: str, R) -> tuple:
     """(candidate specs over seeds 0 … MAX_SEEDS − 1, keys of those without a record in ``root``, the
     params file's seeds, method -> [(spec, its dict)]) of command group ``key``."""
+    from fedlib import __version__
+    from fedlib.records import key_of
+
     specs, own, by_method = _group_specs(key, R)
     done = _recorded(str(Path(root) / key.split(":")[0]))
-    return specs, frozenset(s.key() for s in specs if _rkey(s) not in done), own, by_method
+    # each spec's dict (RunSpec.to_dict) once: its record key (RunSpec.key) and identity (_rkey) read it
+    return specs, frozenset(key_of(d, __version__) for pairs in by_method.values() for _, d in pairs
+                            if _rkey(d) not in done), own, by_method
 
 
 @lru_cache(maxsize=None)
