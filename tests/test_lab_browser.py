@@ -2,7 +2,7 @@
 
 The Lab of ``make lab`` (its server config and settings overrides, ``scripts/jupyter/``) is
 started headless on a copy of the notebooks and driven in headless Chromium (tests/lab_browser.py):
-each notebook is opened, its kernel started, and then
+every notebook is opened at once, their kernels started side by side, and then for each
 
 - it is not marked modified (JupyterLab copies its kernel's ``language_info`` into the notebook
   when the kernel starts: the committed metadata is already that);
@@ -25,20 +25,25 @@ from lab_browser import Browser, lab_server
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
-#: Open ``path``, wait for its kernel to be idle and the model to settle, and tell whether it is
-#: marked modified; ``window.labtest[path]`` keeps the widget for :data:`SAVE`.
+#: Open every notebook of ``paths`` at once (their kernels start side by side), wait for every kernel
+#: to be idle and the models to settle, and tell of each whether it is marked modified;
+#: ``window.labtest[path]`` keeps each widget for :data:`SAVE`.
 OPEN = """(async () => {
   const app = window.jupyterapp; await app.started; await app.restored;
-  const w = await app.commands.execute('docmanager:open', {path: %(path)s, factory: 'Notebook'});
-  await w.context.ready; await w.sessionContext.ready;
+  const paths = %(paths)s, pause = ms => new Promise(r => setTimeout(r, ms));
+  const ws = await Promise.all(paths.map(path => app.commands.execute('docmanager:open', {path, factory: 'Notebook'})));
+  await Promise.all(ws.map(async w => { await w.context.ready; await w.sessionContext.ready; }));
+  const idle = w => w.sessionContext.session && w.sessionContext.session.kernel
+                    && w.sessionContext.session.kernel.status === 'idle';
   const t0 = Date.now();
-  const idle = () => w.sessionContext.session && w.sessionContext.session.kernel
-                     && w.sessionContext.session.kernel.status === 'idle';
-  while (!idle() && Date.now() - t0 < 180000) await new Promise(r => setTimeout(r, 200));
-  await new Promise(r => setTimeout(r, 3000));  // JupyterLab updates the metadata once the kernel is ready
-  window.labtest = window.labtest || {}; window.labtest[%(path)s] = w;
-  return {idle: idle(), dirty: w.context.model.dirty,
-          language_info: w.context.model.getMetadata('language_info')};
+  while (!ws.every(idle) && Date.now() - t0 < 300000) await pause(200);
+  await pause(3000);  // JupyterLab updates the metadata once the kernel is ready
+  window.labtest = window.labtest || {};
+  const out = {};
+  paths.forEach((path, i) => { const w = ws[i]; window.labtest[path] = w;
+    out[path] = {idle: Boolean(idle(w)), dirty: w.context.model.dirty,
+                 language_info: w.context.model.getMetadata('language_info')}; });
+  return out;
 })()"""
 SAVE = """(async () => { const w = window.labtest[%(path)s]; await w.context.save();
   const dirty = w.context.model.dirty; await w.sessionContext.shutdown(); w.dispose(); return dirty; })()"""
@@ -46,7 +51,8 @@ SAVE = """(async () => { const w = window.labtest[%(path)s]; await w.context.sav
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    """``(browser, notebooks folder)``: the Lab of ``make lab`` on a copy of notebooks/, loaded."""
+    """``(browser, notebooks folder, base URL, token, what OPEN found of each notebook)``: the Lab of
+    ``make lab`` on a copy of notebooks/, loaded, every notebook opened and its kernel started."""
     tmp = tmp_path_factory.mktemp("lab")
     notebooks = tmp / "notebooks"
     shutil.copytree(ROOT / "notebooks", notebooks)
@@ -58,7 +64,8 @@ def lab(tmp_path_factory):
                                       " ? window.jupyterapp.restored.then(() => r(true))"
                                       " : (Date.now() - t0 > 240000 ? r(false) : setTimeout(f, 250)); f(); })")
             assert loaded, "JupyterLab did not load in Chromium within 4 minutes"
-            yield browser, notebooks, base, token
+            opened = browser.evaluate(OPEN % {"paths": json.dumps(NOTEBOOKS)})
+            yield browser, notebooks, base, token, opened
         finally:
             browser.close()
 
@@ -66,9 +73,9 @@ def lab(tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_lab_opens_a_committed_notebook_unmodified_and_saves_it_byte_identical(lab, name):
-    browser, notebooks, _, _ = lab
+    browser, notebooks, _, _, every = lab
     committed = (ROOT / "notebooks" / name).read_bytes()
-    opened = browser.evaluate(OPEN % {"path": json.dumps(name)})
+    opened = every[name]
     assert opened["idle"], f"{name}: its kernel did not start"
     assert not opened["dirty"], (
         f"{name} is marked modified on opening: its language_info {json.loads(committed)['metadata']['language_info']}"
@@ -79,7 +86,7 @@ def test_lab_opens_a_committed_notebook_unmodified_and_saves_it_byte_identical(l
 
 @pytest.mark.slow
 def test_lab_does_not_autosave_and_asks_nothing_about_news(lab):
-    browser, _, base, token = lab
+    browser, _, base, token, _ = lab
     settings = browser.evaluate(f"""(async () => {{
       const get = async id => (await (await fetch('{base}/lab/api/settings/' + id + '?token={token}')).json());
       const doc = await get('@jupyterlab/docmanager-extension:plugin');
