@@ -42,16 +42,17 @@ from fedlib.spec import RunSpec
 REPO = Path(__file__).resolve().parents[1]
 
 
+def _cpu_timings(root: Path) -> list[tuple[Path, dict]]:
+    """(path, :func:`fedlib.grid.timing_fields`) of every finished CPU record under ``root``, by path."""
+    return [(path, t) for path in sorted(root.rglob("*.json")) for t in [timing_fields(path)]
+            if t is not None and cost.device_kind_of(t["device"]) == "cpu"]
+
+
 def priced(root: Path) -> list[tuple[str, float, float | None, float | None, float | None]]:
     """(folder, actual CPU-seconds, estimate by ``group``, estimate by ``setting``, the longest of the
     ``setting`` records) per CPU record with ``cpu_seconds``, each priced from every other finished
     record under ``root``."""
-    kept = []
-    for path in sorted(root.rglob("*.json")):
-        t = timing_fields(path)
-        if t is None or cost.device_kind_of(t["device"]) != "cpu":
-            continue
-        kept.append((path, t))
+    kept = _cpu_timings(root)
     out = []
     for path, t in kept:
         if not isinstance(t.get("cpu_seconds"), (int, float)):
@@ -73,8 +74,7 @@ def host_priced(root: Path) -> list[tuple[str, float, float, float]]:
     and with ``here`` (the host ratios too are computed without the run)."""
     from fedlib.grid import reserve_seconds
 
-    kept = [(path, t) for path in sorted(root.rglob("*.json")) for t in [timing_fields(path)]
-            if t is not None and cost.device_kind_of(t["device"]) == "cpu"]
+    kept = _cpu_timings(root)
     out = []
     for path, t in kept:
         here = cost.capability_of(t)
