@@ -252,8 +252,11 @@ class HostRatio:
 
 def capability_of(record: dict) -> str | None:
     """The instruction set ATen dispatched to on the host that measured ``record``
-    (``host['cpu_capability']``, :func:`fedlib.run.host_of`); None where it is not recorded."""
-    return (record.get("host") or {}).get("cpu_capability")
+    (``host['cpu_capability']``, :func:`fedlib.run.host_of`); None where it is not recorded, or is
+    not a name (a damaged record's host is read as unknown, never trusted)."""
+    host = record.get("host")
+    cap = host.get("cpu_capability") if isinstance(host, dict) else None
+    return cap if isinstance(cap, str) else None
 
 
 def _record_setting(record: dict) -> tuple:

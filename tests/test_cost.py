@@ -190,6 +190,10 @@ def test_host_ratios_are_the_median_over_settings_measured_on_both_hosts_of_thei
     back = cost.host_ratios(rs, "AVX512")["AVX2"]
     assert back.settings == 3 and back.ratio == pytest.approx(1 / 2.5)
     assert cost.host_ratios(rs, "DEFAULT") == {}  # nothing measured on that host: no ratio
+    damaged = on("AVX512", spec(), 100)
+    damaged["host"]["cpu_capability"] = ["AVX512"]  # not a name: read as unknown, never a key
+    assert cost.capability_of(damaged) is None and cost.capability_of({"host": "AVX2"}) is None
+    assert cost.host_ratios(rs + [damaged], "AVX2") == ratios
     different_sharing = [on("AVX2", spec(), 300, processes=2), on("AVX512", spec(), 100, processes=1)]
     assert cost.host_ratios(different_sharing, "AVX2") == {}  # two sharings are two settings
 
