@@ -38,13 +38,22 @@ run would end in time (:func:`fedlib.grid.reserve_seconds`).
 
 **Hosts.** A record's CPU-seconds are its host's: each record names the instruction set ATen
 dispatched to (``host['cpu_capability']``: ``'AVX512'``, ``'AVX2'``, …), and the same run can
-cost twice as much on an AVX2 host as on an AVX-512 one. The estimate (what the report, ``--list``
-and the plan print) does not depend on the host that computes it, so it is the same number on
-every machine. A budget's admission does: :func:`host_ratios` measures, from the records alone, how
-many times the CPU-seconds of a host with another capability a run costs on this one (the median,
-over the settings measured on both, of the ratio of their medians), and :func:`on_host` scales the
-other hosts' records by it before the reserve is taken (:func:`fedlib.grid.reserve_seconds`), so
-that a budget on a slower host does not start runs that cannot end in time.
+cost twice as much on an AVX2 host as on an AVX-512 one. :func:`host_ratios` measures, from the
+records alone, how many times the CPU-seconds of a host with another capability a run costs on a
+given one (the median, over the settings measured on both, of the ratio of their medians), and
+:func:`on_host` scales the other hosts' records by it.
+
+* **The printed estimate** (the report, ``--list``, the plan, notebook 11's design costs) is in
+  CPU-seconds of a :data:`REFERENCE_CAPABILITY` host: they read :func:`on_reference_host` of the
+  records, so a record measured on a slower host joins its setting's median at what the run costs on
+  the reference host, and one such record no longer moves an estimate it shares with records of the
+  reference host. It does not depend on the host that computes it: the same number on every machine.
+* **A budget's admission** reads the records scaled to the host that computes
+  (:func:`fedlib.grid.reserve_seconds` with ``here``), so that a budget on a slower host does not
+  start runs that cannot end in time.
+
+A record of a capability with no setting measured on both hosts, or with no capability recorded,
+is read as measured. Only CPU records are scaled: a GPU run's cost is the device's.
 
 Pure functions over record dicts (or what :func:`fedlib.grid.timing_records` keeps of them);
 reading folders is the caller's.
@@ -59,7 +68,7 @@ from .validation import check_choice, check_int
 
 __all__ = ["Estimate", "CPU_SECONDS", "FALLBACK_THREADS", "FALLBACK_WALL", "FALLBACK_MIXED", "DEVICE_SECONDS",
            "device_kind_of", "run_cost", "measured", "setting", "pricing_key", "comparable", "estimate", "estimate_each",
-           "HostRatio", "capability_of", "host_ratios", "on_host"]
+           "HostRatio", "capability_of", "host_ratios", "on_host", "REFERENCE_CAPABILITY", "on_reference_host"]
 
 CPU_SECONDS = "cpu_seconds"
 """Basis: the records' ``cpu_seconds`` (CPU time, every thread summed)."""
@@ -73,6 +82,11 @@ DEVICE_SECONDS = "device wall seconds"
 """Basis on a GPU: the records' wall ``seconds`` on the device."""
 
 KINDS = ("cpu", "cuda")
+
+REFERENCE_CAPABILITY = "AVX512"
+"""The host whose CPU-seconds every printed estimate is in (:func:`on_reference_host`): the
+instruction set (``host['cpu_capability']``) of the hosts that measured nearly all committed CPU
+records, so that the printed hours stay what those records measured."""
 
 
 @dataclass(frozen=True)
@@ -304,9 +318,10 @@ def on_host(records, here: str | None, ratios: dict[str, HostRatio] | None = Non
     """``records`` as their runs would cost on a host of capability ``here``: a record measured on
     a host of capability ``c`` ≠ ``here`` with a known ratio (``ratios``, default
     :func:`host_ratios` of ``records``) has its ``cpu_seconds`` and wall ``seconds`` multiplied by
-    ``ratios[c].ratio`` (a copy; the others are returned as they are). ``here`` None: unchanged.
-    A budget's admission reads these (:func:`fedlib.grid.reserve_seconds`); the printed estimates
-    never do.
+    ``ratios[c].ratio`` (a copy; the others, and every GPU record, are returned as they are).
+    ``here`` None: unchanged. A budget's admission reads these with ``here`` the host that computes
+    (:func:`fedlib.grid.reserve_seconds`); the printed estimates with ``here``
+    :data:`REFERENCE_CAPABILITY` (:func:`on_reference_host`).
 
     >>> rs = [{"status": "ok", "device": "cpu", "cpu_seconds": 100.0, "host": {"cpu_capability": "AVX512"}}]
     >>> on_host(rs, "AVX2", {"AVX512": HostRatio(2.5, 3)})[0]["cpu_seconds"]
@@ -317,7 +332,8 @@ def on_host(records, here: str | None, ratios: dict[str, HostRatio] | None = Non
     ratios = host_ratios(records, here) if ratios is None else ratios
     out = []
     for r in records:
-        k = ratios.get(capability_of(r)) if capability_of(r) != here else None
+        cap = capability_of(r)
+        k = ratios.get(cap) if cap != here and device_kind_of(r.get("device")) == "cpu" else None
         if k is None:
             out.append(r)
             continue
@@ -327,3 +343,17 @@ def on_host(records, here: str | None, ratios: dict[str, HostRatio] | None = Non
                 r[field] = r[field] * k.ratio
         out.append(r)
     return out
+
+
+def on_reference_host(records) -> list[dict]:
+    """``records`` as their runs would cost on a :data:`REFERENCE_CAPABILITY` host
+    (:func:`on_host`, the ratios measured from ``records`` themselves): what every printed estimate
+    reads, so that it is one host's CPU-seconds whichever hosts measured the records.
+
+    >>> def rec(cap, cpu, method="fedavg"):
+    ...     return {"status": "ok", "device": "cpu", "cpu_seconds": cpu, "host": {"cpu_capability": cap},
+    ...             "spec": {"dataset": "fmnist", "method": method, "n_clients": 100}, "fl": {"rounds": 40}}
+    >>> rs = [rec("AVX512", 100), rec("AVX2", 200), rec("AVX512", 50, "cl"), rec("AVX2", 200, "cl")]
+    >>> [r["cpu_seconds"] for r in on_reference_host(rs)]   # AVX512 / AVX2: median(100/200, 50/200) = 0.375
+    [100, 75.0, 50, 75.0]"""
+    return on_host(records, REFERENCE_CAPABILITY)

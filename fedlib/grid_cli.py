@@ -71,7 +71,9 @@ the budget stops it at a round boundary with a checkpoint that the next call res
 estimate (:func:`fedlib.cost.estimate`) is the median CPU-seconds (on a GPU: device seconds) of comparable
 finished runs in ``--out`` and ``--estimate-from`` (default: the committed ``benchmarks/records``):
 the same data set, training length and kind of device, the same sharing (``$FEDLIB_SHARING``) where
-records say, the same method and K if any, else any method on the data set. A run without any
+records say, the same method and K if any, else any method on the data set; ``--list`` prints it in
+CPU-seconds of a :data:`fedlib.cost.REFERENCE_CAPABILITY` host (:func:`fedlib.cost.on_reference_host`),
+the budget on this host (:func:`fedlib.cost.on_host`). A run without any
 comparable record is started (the budget cannot protect it; its line says so). With ``--workers
 N`` each worker checks the run it is about to start against the one deadline.
 
@@ -346,7 +348,8 @@ def list_runs(specs, out, kind: str, estimate_from=None, echo=print, name=None, 
     states = [run_state(Path(out), s, found) for s, found in zip(specs, lookup.where(specs, Path(out)))]
     todo = [s for s, state in zip(specs, states) if state == "to compute"]
     # the records' timings are read once a call (not once a run: a walk of every folder each)
-    estimates = iter(cost.estimate_each(todo, timing_records(Path(out), *folders), kind, sharing()) if todo else ())
+    timings = cost.on_reference_host(timing_records(Path(out), *folders))  # printed: reference-host CPU-s
+    estimates = iter(cost.estimate_each(todo, timings, kind, sharing()) if todo else ())
     groups = {"row": defaultdict(lambda: defaultdict(float)), "setting": defaultdict(lambda: defaultdict(float))}
     for s, state in zip(specs, states):
         secs = 0.0

@@ -210,7 +210,35 @@ def test_on_host_scales_only_the_records_of_other_hosts_with_a_measured_ratio():
     # the ratios default to the records' own: here FedAvg on both hosts, 300 / 100
     assert [r["cpu_seconds"] for r in cost.on_host(rs[:2], "AVX2")] == [300.0, 300]
     assert cost.estimate(spec(), cost.on_host(rs[:2], "AVX2")).seconds == 300.0
-    assert cost.estimate(spec(), rs[:2]).seconds == 200.0  # the printed estimate reads them as measured
+    assert cost.estimate(spec(), rs[:2]).seconds == 200.0  # records read as measured
+    gpu = on("AVX512", spec(seed=4), 9, device="cuda:0")
+    assert cost.on_host([gpu], "AVX2", {"AVX512": cost.HostRatio(2.5, 4)}) == [gpu]  # a GPU run's cost is the device's
+
+
+def test_printed_estimates_are_in_reference_host_cpu_seconds_and_the_budget_in_this_hosts(tmp_path):
+    """FedAvg, CL and FedProx each took twice as long on AVX2 as on AVX-512 (FedAvg: 220 against
+    100 and 120), so an AVX2 record is worth half its CPU-seconds on the reference host. FedAvg's
+    printed estimate is the median of 100, 120 and 220 / 2 = 110 — not 120, as one slower host's
+    record made it when read as measured — on either host that prints it; an AVX2 budget reserves
+    the median of 200, 240 and 220."""
+    import json
+
+    import fedlib.grid
+    from fedlib import grid_cli
+
+    assert cost.REFERENCE_CAPABILITY == "AVX512"
+    rs = [on("AVX512", spec(seed=1), 100), on("AVX512", spec(seed=2), 120), on("AVX2", spec(seed=3), 220),
+          on("AVX512", spec("cl"), 50), on("AVX2", spec("cl", seed=1), 100),
+          on("AVX512", spec("fedprox"), 60), on("AVX2", spec("fedprox", seed=1), 120)]
+    assert cost.estimate(spec(), rs).seconds == 120.0  # as measured: the slower host's record moves the median
+    assert cost.estimate(spec(), cost.on_reference_host(rs)).seconds == 110.0
+    assert fedlib.grid.reserve_seconds(spec(), rs, "cpu", here="AVX2") == 220.0
+    folder = tmp_path / "records"
+    folder.mkdir()
+    for i, r in enumerate(rs):
+        (folder / f"r{i}.json").write_text(json.dumps(r))
+    totals = grid_cli.list_runs([spec(seed=9)], tmp_path / "out", "cpu", estimate_from=[folder], echo=lambda _: None)
+    assert totals["seconds"] == 110.0  # what --list prints, whichever host runs it
 
 
 def test_cost_per_run_is_the_estimator_per_round_and_says_its_basis():

@@ -476,7 +476,8 @@ def client_blocks(records, methods, value: str = "local") -> pd.DataFrame:
 def cost_per_run(records, key) -> pd.Series:
     """CPU-seconds per round of the finished ``records``, grouped by ``key(record)`` (e.g. the
     method): each group's cost by the one estimator, :func:`fedlib.cost.measured` (the median
-    ``cpu_seconds``; records without it: the labelled fallback of wall seconds × host threads),
+    ``cpu_seconds``, in a :data:`fedlib.cost.REFERENCE_CAPABILITY` host's: :func:`fedlib.cost.on_reference_host`;
+    records without it: the labelled fallback of wall seconds × host threads),
     divided by the group's rounds (``spec.fl.rounds``, else the record's ``fl.rounds``; a group of
     mixed rounds is a ValueError: add the rounds to ``key``). Records without rounds or any time
     are left out. The Series' ``attrs['basis']`` maps each key to the
@@ -486,7 +487,7 @@ def cost_per_run(records, key) -> pd.Series:
     from fedlib import cost
 
     groups: dict = {}
-    for r in records:
+    for r in cost.on_reference_host(records):  # CPU-seconds of the reference host, as every printed estimate
         if r.get("status") != "ok" or cost.run_cost(r) is None:
             continue
         rounds = ((r.get("spec") or {}).get("fl") or {}).get("rounds") or (r.get("fl") or {}).get("rounds")

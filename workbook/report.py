@@ -630,7 +630,8 @@ def not_run_groups(df: pd.DataFrame, root: Path | str = RECORDS) -> pd.DataFrame
     nothing; the command's ``--list`` finds the same while the version is the records'), ``recorded``
     the others, and ``hours`` the estimates of the
     runs to compute summed (:func:`fedlib.cost.estimate`, from the records in the folder and under
-    ``root``, as ``--estimate-from``'s default): CPU-hours, or — where no CPU record is comparable
+    ``root``, as ``--estimate-from``'s default; :func:`fedlib.cost.on_reference_host`): CPU-hours of a
+    :data:`fedlib.cost.REFERENCE_CAPABILITY` host, or — where no CPU record is comparable
     — GPU-hours of device wall time (``device`` 'cuda', and the command gets ``--device cuda``).
     ``estimated_runs``: the runs with an estimate; ``fallback_runs``: those priced by records
     without ``cpu_seconds`` (:mod:`fedlib.cost`'s labelled fallback, named in ``fallback``);
@@ -655,7 +656,7 @@ def not_run_groups(df: pd.DataFrame, root: Path | str = RECORDS) -> pd.DataFrame
             specs = list({s.key(): s for c in commands for s in command_specs(c)[0]}.values())
             where = Path(root) / folder
             todo = lookup.find(specs, where)[1]  # by the specs' fields, as the rows read records
-            timings = timing_records(where, Path(root))
+            timings = cost.on_reference_host(timing_records(where, Path(root)))  # one host's CPU-seconds
             device = "cpu"
             est = cost.estimate_each(todo, timings, device)
             if todo and all(e.seconds is None for e in est):

@@ -127,7 +127,8 @@ def host_line(records, device_kind: str, here: str | None = None) -> str | None:
     parts = "; ".join(f"{r.ratio:.2f} × its CPU-seconds on an {cap} host (the median over {r.settings} "
                       f"setting{'s' * (r.settings != 1)} measured on both)" for cap, r in ratios.items())
     return (f"a run on this host ({here}) costs {parts}: the budget scales those records before it reserves "
-            "(fedlib.cost.on_host; the printed estimates do not)")
+            f"(fedlib.cost.on_host; the printed estimates are an {cost.REFERENCE_CAPABILITY} host's: "
+            "fedlib.cost.on_reference_host)")
 
 
 def reserve_seconds(spec: RunSpec, records, device_kind: str, processes: int | None = None,

@@ -51,7 +51,8 @@ block) is planned once, its values summed, the rows it decides listed together.
 comparable record prices (:func:`fedlib.cost.estimate` returns None) come after every priced
 one, by value. Each run's cost is the one estimator's (:func:`fedlib.cost.estimate` over
 :func:`fedlib.grid.timing_records` of its folder and the records root, as the report prices its
-"not run" lists); ``--device cuda`` prices GPU-seconds.
+"not run" lists), in CPU-seconds of a :data:`fedlib.cost.REFERENCE_CAPABILITY` host
+(:func:`fedlib.cost.on_reference_host`); ``--device cuda`` prices GPU-seconds.
 
 **Running it** (:func:`run_plan`): the plan's runs are handed to :func:`fedlib.grid.run_grid`
 in plan order (a window of ``4 × workers`` runs at a time, grouped by records folder), each with
@@ -387,7 +388,7 @@ def _script_settings() -> list[str]:
 def _timings(folder: str, root: str) -> tuple:
     from fedlib.grid import timing_records
 
-    return tuple(timing_records(Path(root) / folder, Path(root)))
+    return tuple(cost.on_reference_host(timing_records(Path(root) / folder, Path(root))))
 
 
 def _row_runs(row, reading, root: str, R) -> list:
