@@ -683,7 +683,8 @@ def _not_run_md(groups: pd.DataFrame) -> list[str]:
         if not np.isfinite(g.hours):
             price = "no comparable record to estimate the cost from"
         elif g.device == "cpu":
-            price = f"≈ {g.hours:.1f} CPU-hours at the median CPU time of comparable committed CPU runs"
+            price = (f"≈ {g.hours:.1f} CPU-hours at the median CPU time of comparable committed CPU runs, on an "
+                     f"{cost.REFERENCE_CAPABILITY} host (`fedlib.cost:on_reference_host`)")
         else:
             price = (f"≈ {60 * g.hours:.0f} GPU-minutes at the median wall time of comparable committed GPU runs, "
                      "one at a time on the GPU (no CPU run is comparable)")

@@ -712,7 +712,9 @@ def head_markdown(df: pd.DataFrame, hours: float = 10.0, root: Path | str = RECO
            "decided rows are never planned; a study block's missing "
            "runs share 1), expected to decide "
            f"{within.value.sum():.1f} rows ({len(rows)} rows or blocks touched). "
-           f"`{COMMAND} --run --budget {int(hours * 3600)}` computes them in this order, resumably.", ""]
+           f"`{COMMAND} --run --budget {int(hours * 3600)}` computes them in this order, resumably. Seconds and "
+           f"hours are an {cost.REFERENCE_CAPABILITY} host's CPU time: the records of other hosts count at their "
+           "measured ratio (`fedlib.cost:on_reference_host`); a budget on a slower host reserves more.", ""]
     if within.empty:
         return out + ["No priced run fits (the plan is empty, or its first run is longer)."]
     out += ["| # | run | decides | basis | P(decided by then) | est. s | cum. CPU-h | cum. rows |",
