@@ -20,7 +20,11 @@ weighted by their cost: what is lost on a machine that does not keep checkpoints
 paper-protocol runs a budget is about). Per host capability (``host['cpu_capability']``) a line
 then says how many of that host's runs outlast their reserve, with the other hosts' records read as
 measured and scaled to that host (:func:`fedlib.cost.on_host`, the ratios measured left one out too):
-what a budget on that host admits today. The last line is the ratio of the two rules' median
+what a budget on that host admits today. A line then says how well the printed estimate (in
+CPU-seconds of a :data:`fedlib.cost.REFERENCE_CAPABILITY` host) prices the runs measured on such a
+host: the median |log ratio| with the other hosts' records read as measured and scaled to the
+reference host (:func:`fedlib.cost.on_reference_host`, as the report, ``--list`` and the plan read
+them). The last line is the ratio of the two rules' median
 |log ratio| (setting / group): below 1, the narrowed rule prices better. No estimator can beat 0,
 and none that sees only comparable records' times can price a run whose cost no record measured.
 
@@ -89,6 +93,35 @@ def host_priced(root: Path) -> list[tuple[str, float, float, float]]:
     return out
 
 
+def printed_priced(root: Path) -> list[tuple[float, float, float]]:
+    """(actual CPU-seconds, printed estimate with the records as measured, printed estimate in
+    reference-host CPU-seconds) per CPU record with ``cpu_seconds`` measured on a
+    :data:`fedlib.cost.REFERENCE_CAPABILITY` host with a comparable record, each priced from every
+    other finished record under ``root`` (:func:`fedlib.cost.estimate`; the host ratios too are
+    computed without the run)."""
+    kept = _cpu_timings(root)
+    out = []
+    for path, t in kept:
+        if cost.capability_of(t) != cost.REFERENCE_CAPABILITY or not isinstance(t.get("cpu_seconds"), (int, float)):
+            continue
+        spec = RunSpec.from_record(json.loads(path.read_text())["spec"])
+        others = [o for _, o in kept if o is not t]
+        processes = (t.get("host") or {}).get("processes")
+        plain, ref = (cost.estimate(spec, rs, "cpu", processes).seconds for rs in (others, cost.on_reference_host(others)))
+        if plain is not None:
+            out.append((float(t["cpu_seconds"]), plain, ref))
+    return out
+
+
+def printed_summary(rows) -> tuple[int, float, float]:
+    """(n, median |log(actual / estimate)| as measured, the same in reference-host CPU-seconds) of
+    :func:`printed_priced`'s ``rows``."""
+    if not rows:
+        return 0, math.nan, math.nan
+    a = np.array(rows, dtype=float)
+    return len(rows), *(float(np.median(np.abs(np.log(a[:, 0] / a[:, i])))) for i in (1, 2))
+
+
 def host_summary(rows) -> dict:
     """Per capability: (n, share of runs over SAFETY_FACTOR × the reserve as measured, the same scaled
     to the host, share of CPU-seconds cut as measured, scaled) of ``host_priced``'s ``rows``."""
@@ -136,6 +169,10 @@ def main(argv=None) -> None:
         print(f"runs measured on {cap} hosts (n = {n}) that outlast their reserve: {plain:.1%} with the other hosts' "
               f"records as measured ({cut_plain:.1%} of their CPU-seconds), {scaled:.1%} scaled to {cap} "
               f"({cut_scaled:.1%}; fedlib.cost.on_host)")
+    n, plain, ref = printed_summary([r for r in printed_priced(Path(a.records)) if r[0] >= a.min_seconds])
+    print(f"printed estimates of the runs measured on {cost.REFERENCE_CAPABILITY} hosts (n = {n}): median "
+          f"|log(actual/estimate)| {plain:.3f} with the other hosts' records as measured, {ref:.3f} in "
+          f"{cost.REFERENCE_CAPABILITY}-host CPU-seconds (fedlib.cost.on_reference_host; 0 is exact)")
     s = summary(rows)
     print(f"CPU-seconds of the runs that outlast what admitted them: {s['median cut']:.1%} at {SAFETY_FACTOR:g} × the "
           f"setting median, {s['reserve'][1]:.1%} at the reserve (fedlib.grid.reserve_seconds; ratio "

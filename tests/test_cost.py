@@ -3,6 +3,7 @@
 labelled fallback, and the report's not-run groups against ``--list`` of the commands it prints."""
 from __future__ import annotations
 
+import math
 import re
 import shlex
 import subprocess
@@ -396,3 +397,9 @@ def test_estimate_accuracy_prices_each_run_from_the_others_by_both_rules(tmp_pat
     assert ("AVX2", 300.0, 100.0, pytest.approx(300.0)) in bench.host_priced(tmp_path / "h")
     by_host = [("AVX2", 300.0, 100.0, 280.0), ("AVX2", 100.0, 100.0, 280.0), ("AVX512", 50.0, 100.0, 100.0)]
     assert bench.host_summary(by_host) == {"AVX2": (2, 0.5, 0.0, 0.75, 0.0), "AVX512": (1, 0.0, 0.0, 0.0, 0.0)}
+    # the printed estimate of the AVX-512 runs: each FedAvg run (100) is priced at median(100, 300) = 200 as
+    # measured, at median(100, 300 / 3) = 100 in AVX-512 CPU-seconds; CL's (50) at 150, and 150 / 3 = 50
+    printed = sorted(bench.printed_priced(tmp_path / "h"))
+    assert printed == [(50.0, 150.0, pytest.approx(50.0)), (100.0, 200.0, pytest.approx(100.0)),
+                       (100.0, 200.0, pytest.approx(100.0))]
+    assert bench.printed_summary(printed) == (3, pytest.approx(math.log(2)), pytest.approx(0.0))
