@@ -52,18 +52,22 @@ def _cpu_timings(root: Path) -> list[tuple[Path, dict]]:
             if t is not None and cost.device_kind_of(t["device"]) == "cpu"]
 
 
+def _left_out(root: Path):
+    """(path, timing fields, spec, the other records, sharing) per finished CPU record with ``cpu_seconds``
+    under ``root``: each run with every other record, as a plan or a budget priced it before it ran."""
+    kept = _cpu_timings(root)
+    for path, t in kept:
+        if isinstance(t.get("cpu_seconds"), (int, float)):
+            yield (path, t, RunSpec.from_record(json.loads(path.read_text())["spec"]), [o for _, o in kept if o is not t],
+                   (t.get("host") or {}).get("processes"))
+
+
 def priced(root: Path) -> list[tuple[str, float, float | None, float | None, float | None]]:
     """(folder, actual CPU-seconds, estimate by ``group``, estimate by ``setting``, the longest of the
     ``setting`` records) per CPU record with ``cpu_seconds``, each priced from every other finished
     record under ``root``."""
-    kept = _cpu_timings(root)
     out = []
-    for path, t in kept:
-        if not isinstance(t.get("cpu_seconds"), (int, float)):
-            continue
-        spec = RunSpec.from_record(json.loads(path.read_text())["spec"])
-        others = [o for _, o in kept if o is not t]
-        processes = (t.get("host") or {}).get("processes")
+    for path, t, spec, others, processes in _left_out(root):
         group, narrowed = (cost.measured(cost.comparable(spec, others, "cpu", processes, by_setting=b))
                            for b in (False, True))
         out.append((str(path.parent.relative_to(root)), float(t["cpu_seconds"]), group.seconds, narrowed.seconds,
@@ -78,15 +82,11 @@ def host_priced(root: Path) -> list[tuple[str, float, float, float]]:
     and with ``here`` (the host ratios too are computed without the run)."""
     from fedlib.grid import reserve_seconds
 
-    kept = _cpu_timings(root)
     out = []
-    for path, t in kept:
+    for path, t, spec, others, processes in _left_out(root):
         here = cost.capability_of(t)
-        if here is None or not isinstance(t.get("cpu_seconds"), (int, float)):
+        if here is None:
             continue
-        spec = RunSpec.from_record(json.loads(path.read_text())["spec"])
-        others = [o for _, o in kept if o is not t]
-        processes = (t.get("host") or {}).get("processes")
         plain, scaled = (reserve_seconds(spec, others, "cpu", processes, h) for h in (None, here))
         if plain is not None:
             out.append((here, float(t["cpu_seconds"]), plain, scaled))
@@ -99,14 +99,10 @@ def printed_priced(root: Path) -> list[tuple[float, float, float]]:
     :data:`fedlib.cost.REFERENCE_CAPABILITY` host with a comparable record, each priced from every
     other finished record under ``root`` (:func:`fedlib.cost.estimate`; the host ratios too are
     computed without the run)."""
-    kept = _cpu_timings(root)
     out = []
-    for path, t in kept:
-        if cost.capability_of(t) != cost.REFERENCE_CAPABILITY or not isinstance(t.get("cpu_seconds"), (int, float)):
+    for path, t, spec, others, processes in _left_out(root):
+        if cost.capability_of(t) != cost.REFERENCE_CAPABILITY:
             continue
-        spec = RunSpec.from_record(json.loads(path.read_text())["spec"])
-        others = [o for _, o in kept if o is not t]
-        processes = (t.get("host") or {}).get("processes")
         plain, ref = (cost.estimate(spec, rs, "cpu", processes).seconds for rs in (others, cost.on_reference_host(others)))
         if plain is not None:
             out.append((float(t["cpu_seconds"]), plain, ref))
